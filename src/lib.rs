@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod error;
 
 pub mod engine;
+mod util;
 
 pub mod capi;
 
