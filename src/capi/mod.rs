@@ -6,3 +6,7 @@
 pub(crate) mod args;
 pub mod error;
 pub(crate) mod handle;
+pub mod completion;
+pub mod engine;
+pub mod types;
+pub mod global;

@@ -47,6 +47,7 @@ pub use config::{EngineConfig, EngineKind};
 pub use opr::{AsyncFn, Completion, OpResult, Operator, RunContext, SyncFn};
 pub use property::FnProperty;
 pub use var::Var;
+pub(crate) use var::VarInner;
 
 use crate::context::{Context, DeviceType};
 use crate::error::{Error, ErrorKind, Result};

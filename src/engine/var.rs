@@ -50,6 +50,14 @@ impl Var {
         Var(Arc::new(VarInner { state: Mutex::new(VarState::default()) }))
     }
 
+    /// The shared state, for handing the variable to C as a handle.
+    pub(crate) fn into_inner(self) -> Arc<VarInner> {
+        self.0
+    }
+    pub(crate) fn from_inner(inner: Arc<VarInner>) -> Self {
+        Var(inner)
+    }
+
     /// Number of completed writes to this variable.
     pub fn version(&self) -> u64 {
         self.0.state.lock().version
