@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -134,18 +135,87 @@ def check(name, entry, names, expected):
             assert desc[key] == want[key], (name, key, desc[key], want[key])
 
 
-def compact_json(obj, indent=0):
-    """JSON with objects indented and lists of scalars kept on one line."""
-    pad = " " * indent
-    if isinstance(obj, dict):
-        if not obj:
-            return "{}"
-        items = [f'{pad}  {json.dumps(k)}: {compact_json(v, indent + 2)}' for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and any(isinstance(x, (dict, list)) for x in obj):
-        items = [pad + "  " + compact_json(v, indent + 2) for v in obj]
-        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
-    return json.dumps(obj)
+ELEM_SIZE = {0: 4, 1: 8, 2: 2, 3: 1, 4: 4, 5: 1, 6: 8, 7: 1, 12: 2}
+
+
+class _Reader:
+    def __init__(self, buf):
+        self.buf, self.pos = buf, 0
+
+    def take(self, fmt):
+        vals = struct.unpack_from("<" + fmt, self.buf, self.pos)
+        self.pos += struct.calcsize("<" + fmt)
+        return vals if len(vals) > 1 else vals[0]
+
+    def blob(self, n):
+        out = self.buf[self.pos:self.pos + n]
+        assert len(out) == n, "truncated"
+        self.pos += n
+        return out
+
+
+def _shape(r, legacy_v0_ndim=None):
+    if legacy_v0_ndim is not None:
+        return [r.take("I") for _ in range(legacy_v0_ndim)]
+    ndim = r.take("i")
+    return [r.take("q") for _ in range(max(ndim, 0))]
+
+
+def _record(r):
+    """One array record (format of the spec, section 4.2), parsed without MXNet."""
+    magic = r.take("I")
+    if magic in (0xF993FAC9, 0xF993FACA):
+        stype = r.take("i")
+        naux = {0: 0, 1: 1, 2: 2}[stype]
+        sshape = _shape(r) if naux else None
+        shape = _shape(r)
+    elif magic == 0xF993FAC8:
+        stype, naux, sshape, shape = 0, 0, None, _shape(r)
+    else:  # V0: the u32 is ndim, dims are u32
+        stype, naux, sshape, shape = 0, 0, None, _shape(r, legacy_v0_ndim=magic)
+    r.take("ii")  # context
+    dtype = r.take("i")
+    aux_meta = [(r.take("i"), _shape(r)) for _ in range(naux)]
+    count = 1
+    for d in (sshape if sshape is not None else shape):
+        count *= d
+    data = r.blob(count * ELEM_SIZE[dtype])
+    aux = []
+    for at, ash in aux_meta:
+        n = 1
+        for d in ash:
+            n *= d
+        aux.append((at, ash, r.blob(n * ELEM_SIZE[at])))
+    return {"stype": stype, "shape": shape, "storage_shape": sshape, "dtype": dtype, "data": data,
+            "aux": aux}
+
+
+def raw_parse(buf, raw):
+    r = _Reader(buf)
+    if raw:
+        recs, names = [_record(r)], None
+    else:
+        assert r.take("QQ") == (0x112, 0)
+        recs = [_record(r) for _ in range(r.take("Q"))]
+        nn = r.take("Q")
+        names = [r.blob(r.take("Q")).decode() for _ in range(nn)] or None
+    assert r.pos == len(buf), "trailing bytes"
+    return names, recs
+
+
+def check_raw(name, entry, buf, raw):
+    """The manifest (from MXNet's load) must agree with a plain parse of the bytes."""
+    names, recs = raw_parse(buf, raw)
+    assert names == entry["names"], (name, names)
+    for rec, desc in zip(recs, entry["arrays"]):
+        assert rec["stype"] == desc["stype"] and rec["dtype"] == desc["dtype"], (name, desc)
+        assert rec["shape"] == desc["shape"], (name, rec["shape"], desc["shape"])
+        assert hashlib.sha256(rec["data"]).hexdigest() == desc["sha256"], name
+        for (at, ash, blob), ad in zip(rec["aux"], desc.get("aux", [])):
+            assert at == ad["dtype"] and ash == ad["shape"], name
+            assert hashlib.sha256(blob).hexdigest() == ad["sha256"], name
+        if rec["storage_shape"] is not None:
+            assert rec["storage_shape"] == desc["storage_shape"], name
 
 
 def main():
@@ -175,6 +245,7 @@ def main():
         check(fname, entry, names, expected)
         with open(path, "rb") as f:
             data = f.read()
+        check_raw(fname, entry, data, raw)
         files[fname] = {"description": desc, "size": len(data),
                         "file_sha256": hashlib.sha256(data).hexdigest(), **entry}
         sys.stderr.write(f"{fname}: {len(data)} bytes, {len(entry['arrays'])} arrays\n")
@@ -188,7 +259,7 @@ def main():
         "files": files,
     }
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
-        f.write(compact_json(manifest) + "\n")
+        f.write(inspect.compact_json(manifest) + "\n")
     total = sum(os.path.getsize(os.path.join(OUT, n)) for n in os.listdir(OUT))
     sys.stderr.write(f"total fixtures: {total} bytes\n")
 

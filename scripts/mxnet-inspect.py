@@ -127,12 +127,35 @@ def describe_file(path, raw=False):
             "arrays": descs}
 
 
+def compact_json(obj, indent=0):
+    """JSON with objects indented and lists of scalars kept on one line."""
+    pad = " " * indent
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        items = [f'{pad}  {json.dumps(k)}: {compact_json(v, indent + 2)}' for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and any(isinstance(x, (dict, list)) for x in obj):
+        items = [pad + "  " + compact_json(v, indent + 2) for v in obj]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return json.dumps(obj)
+
+
 def main(argv):
     args = [a for a in argv[1:] if a != "--raw"]
     if len(args) != 1:
         sys.stderr.write("usage: mxnet-inspect.py [--raw] FILE\n")
         return 2
-    print(json.dumps(describe_file(args[0], raw="--raw" in argv), indent=1))
+    try:
+        entry = describe_file(args[0], raw="--raw" in argv)
+    except Exception as e:  # MXNetError, OSError: one line for the caller's assertion message
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        msg = lines[-1] if lines else ""
+        if not msg.startswith(type(e).__name__ + ":"):
+            msg = "%s: %s" % (type(e).__name__, msg)
+        sys.stderr.write("mxnet-inspect: %s\n" % msg)
+        return 1
+    print(compact_json(entry))
     return 0
 
 
