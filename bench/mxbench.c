@@ -140,6 +140,21 @@ static const char *last_error(void) {
   return e ? e : "(null)";
 }
 
+/* "MX(MXFoo)(a, b)" -> "MXFoo(a, b)" for failure messages */
+static const char *call_text(const char *expr) {
+  static char buf[160];
+  const char *p = strstr(expr, "MX(MX");
+  if (!p) return expr;
+  size_t k = 0;
+  for (const char *q = expr; q < p && k + 1 < sizeof buf; ++q) buf[k++] = *q;
+  p += 3;
+  while (*p && *p != ')' && k + 1 < sizeof buf) buf[k++] = *p++;
+  if (*p == ')') ++p;
+  while (*p && k + 1 < sizeof buf) buf[k++] = *p++;
+  buf[k] = '\0';
+  return buf;
+}
+
 /* evaluate an API call; on failure record "call: message" and jump to the workload's cleanup */
 #define CALL(expr)                                                          \
   do {                                                                      \
@@ -148,7 +163,7 @@ static const char *last_error(void) {
       snprintf(msg_, sizeof msg_, "%s", last_error());                      \
       for (char *p_ = msg_; *p_; ++p_)                                      \
         if (*p_ == '\n' || *p_ == '\t') *p_ = ' ';                          \
-      fail("%s -> %s", #expr, msg_);                                        \
+      fail("%s -> %s", call_text(#expr), msg_);                             \
       goto out;                                                             \
     }                                                                       \
   } while (0)
