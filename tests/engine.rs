@@ -564,3 +564,50 @@ fn wait_for_var_waits_only_for_earlier_writes() {
         engine.wait_for_all().unwrap();
     }
 }
+
+#[test]
+fn leases_order_with_ops() {
+    for engine in engines() {
+        let v = engine.new_variable();
+        let cell = Arc::new(AtomicU64::new(0));
+        // fast path: idle var
+        {
+            let _w = engine.lease(&v, true).unwrap();
+            cell.store(1, Ordering::SeqCst);
+        }
+        // slow path: a lease waits for queued writes, and later ops wait for the lease
+        for i in 0..5u64 {
+            let c = cell.clone();
+            engine
+                .push_fn(cpu().writes(std::slice::from_ref(&v)), move |_| {
+                    spin_for(Duration::from_micros(200));
+                    c.store(c.load(Ordering::SeqCst) * 10 + i, Ordering::SeqCst);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        let lease = engine.lease(&v, true).unwrap();
+        assert_eq!(cell.load(Ordering::SeqCst), 1001234, "{:?}", engine.kind());
+        let c = cell.clone();
+        engine
+            .push_fn(cpu().writes(std::slice::from_ref(&v)), move |_| {
+                c.store(7, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        cell.store(42, Ordering::SeqCst);
+        if engine.kind() != EngineKind::Naive {
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(cell.load(Ordering::SeqCst), 42, "op ran while the lease was held");
+        }
+        drop(lease);
+        engine.wait_for_var(&v).unwrap();
+        assert_eq!(cell.load(Ordering::SeqCst), 7);
+        // a lease reports the variable's error once
+        if engine.kind() != EngineKind::Naive {
+            engine.push_fn(cpu().writes(std::slice::from_ref(&v)), |_| Err("poisoned".into())).unwrap();
+            assert_eq!(engine.lease(&v, false).err().unwrap().message(), "poisoned");
+            engine.lease(&v, false).unwrap();
+        }
+    }
+}

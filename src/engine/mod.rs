@@ -587,9 +587,80 @@ impl Engine {
         if self.inner.is_naive() { 0 } else { bulk::size() }
     }
 
+    /// Takes read (`write == false`) or write access to `var` on the calling thread, as an op
+    /// would: it waits for the earlier conflicting ops, and later ops wait for the returned
+    /// [`VarLease`] to be dropped. When nothing is queued on the variable this costs two lock
+    /// round trips and no op. Reports (once) an error the variable carries, like `wait_for_var`.
+    /// Used for synchronous copies (`MXNDArraySyncCopyFromCPU/ToCPU`).
+    pub fn lease(&self, var: &Var, write: bool) -> Result<VarLease<'_>> {
+        let inner = &*self.inner;
+        let report = |var: &Var| match var.pending_exception().and_then(|e| e.take()) {
+            Some(msg) => Err(op_failed(msg)),
+            None => Ok(()),
+        };
+        if inner.is_naive() {
+            report(var)?;
+            return Ok(VarLease { engine: self, var: None, write, completion: None });
+        }
+        inner.flush_bulk()?;
+        if var.try_grant_now(write) {
+            let lease = VarLease { engine: self, var: Some(var.clone()), write, completion: None };
+            report(var)?;
+            return Ok(lease);
+        }
+        refuse_inside_op(if write { "a synchronous write" } else { "a synchronous read" })?;
+        // Slow path: an async op holds the access and hands its completion to this thread.
+        let slot: Arc<Mutex<Option<Completion>>> = Arc::new(Mutex::new(None));
+        let signal = Arc::new(Signal::for_current_thread());
+        let (slot2, signal2) = (slot.clone(), signal.clone());
+        let body: Arc<AsyncFn> = Arc::new(move |_: &RunContext, done: Completion| {
+            *slot2.lock() = Some(done);
+            signal2.set();
+        });
+        let vars = [var.clone()];
+        let args = if write { PushArgs::new(Context::cpu(0)).writes(&vars) } else { PushArgs::new(Context::cpu(0)).reads(&vars) };
+        let (c, m) = dedup(args.const_vars, args.mutable_vars);
+        let op = inner.new_op(Body::Async(body), c, m, OpSpec::from_args(&args.wait(true).name("VarLease"), true));
+        inner.submit(op)?;
+        signal.wait();
+        let completion = slot.lock().take();
+        let lease = VarLease { engine: self, var: None, write, completion };
+        report(var)?;
+        Ok(lease)
+    }
+
     /// Number of ops pushed and not yet finished.
     pub fn pending_ops(&self) -> usize {
         self.inner.pending.load(Ordering::SeqCst)
+    }
+}
+
+/// Access to a variable held by the calling thread (see [`Engine::lease`]); released on drop.
+pub struct VarLease<'e> {
+    engine: &'e Engine,
+    /// Set when the access was granted directly (no op).
+    var: Option<Var>,
+    write: bool,
+    /// Set when an op holds the access for us.
+    completion: Option<Completion>,
+}
+
+impl Drop for VarLease<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.completion.take() {
+            c.done();
+        }
+        if let Some(var) = self.var.take() {
+            let mut ready = var::Ready::new();
+            if self.write {
+                var.complete_write(None, &mut ready);
+            } else {
+                var.complete_read(&mut ready);
+            }
+            if !ready.is_empty() {
+                self.engine.inner.dispatch_ready(ready);
+            }
+        }
     }
 }
 

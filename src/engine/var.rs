@@ -96,6 +96,29 @@ impl Var {
         }
     }
 
+    /// Grants a read or write at once if nothing is running or queued that it would have to wait
+    /// for; never queues.
+    pub(crate) fn try_grant_now(&self, write: bool) -> bool {
+        let mut s = self.0.state.lock();
+        if s.write_granted || !s.queue.is_empty() {
+            return false;
+        }
+        if write {
+            if s.running_reads > 0 {
+                return false;
+            }
+            s.write_granted = true;
+        } else {
+            s.running_reads += 1;
+        }
+        true
+    }
+
+    /// True if no other reference to the variable exists (so no op can be queued on it).
+    pub(crate) fn is_unshared(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
     /// A granted read finished; the next write may start.
     pub(crate) fn complete_read(&self, ready: &mut Ready) {
         let mut s = self.0.state.lock();
