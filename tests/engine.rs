@@ -587,7 +587,7 @@ fn leases_order_with_ops() {
                 .unwrap();
         }
         let lease = engine.lease(&v, true).unwrap();
-        assert_eq!(cell.load(Ordering::SeqCst), 1001234, "{:?}", engine.kind());
+        assert_eq!(cell.load(Ordering::SeqCst), 101234, "{:?}", engine.kind());
         let c = cell.clone();
         engine
             .push_fn(cpu().writes(std::slice::from_ref(&v)), move |_| {
