@@ -56,8 +56,9 @@ impl HostMemory {
     }
 
     fn layout(size: usize) -> Result<Layout> {
-        Layout::from_size_align(size, HOST_ALIGNMENT)
-            .map_err(|_| Error::out_of_memory(format!("cannot allocate {size} bytes: size too large")))
+        Layout::from_size_align(size, HOST_ALIGNMENT).map_err(|_| {
+            Error::out_of_memory(format!("cannot allocate {size} bytes: size too large"))
+        })
     }
 }
 
@@ -68,7 +69,10 @@ impl DeviceMemory for HostMemory {
         // SAFETY: the layout has a non-zero size (the pool never asks for 0 bytes).
         let ptr = unsafe { std::alloc::alloc(layout) };
         NonNull::new(ptr).ok_or_else(|| {
-            Error::out_of_memory(format!("host allocation of {size} bytes failed: {}", std::io::Error::last_os_error()))
+            Error::out_of_memory(format!(
+                "host allocation of {size} bytes failed: {}",
+                std::io::Error::last_os_error()
+            ))
         })
     }
 
@@ -83,10 +87,10 @@ impl DeviceMemory for HostMemory {
     /// misses ask, so the hit path never touches the file).
     fn memory_info(&self) -> Option<MemoryInfo> {
         let mut cached = self.meminfo.lock();
-        if let Some((at, info)) = *cached {
-            if at.elapsed() < MEMINFO_TTL {
-                return Some(info);
-            }
+        if let Some((at, info)) = *cached
+            && at.elapsed() < MEMINFO_TTL
+        {
+            return Some(info);
         }
         let info = read_proc_meminfo()?;
         *cached = Some((Instant::now(), info));
@@ -102,10 +106,18 @@ fn read_proc_meminfo() -> Option<MemoryInfo> {
 fn parse_meminfo(text: &str) -> Option<MemoryInfo> {
     let field = |name: &str| -> Option<usize> {
         let line = text.lines().find(|l| l.starts_with(name))?;
-        let kib: usize = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        let kib: usize = line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
         kib.checked_mul(1024)
     };
-    Some(MemoryInfo { free: field("MemAvailable:")?, total: field("MemTotal:")? })
+    Some(MemoryInfo {
+        free: field("MemAvailable:")?,
+        total: field("MemTotal:")?,
+    })
 }
 
 #[cfg(test)]
@@ -139,10 +151,19 @@ mod tests {
 
     #[test]
     fn meminfo_parsing() {
-        let text = "MemTotal:        2000 kB\nMemFree:          100 kB\nMemAvailable:     1500 kB\n";
-        assert_eq!(parse_meminfo(text), Some(MemoryInfo { free: 1500 * 1024, total: 2000 * 1024 }));
+        let text =
+            "MemTotal:        2000 kB\nMemFree:          100 kB\nMemAvailable:     1500 kB\n";
+        assert_eq!(
+            parse_meminfo(text),
+            Some(MemoryInfo {
+                free: 1500 * 1024,
+                total: 2000 * 1024
+            })
+        );
         assert_eq!(parse_meminfo("MemTotal: 5 kB\n"), None);
-        let live = HostMemory::new().memory_info().expect("/proc/meminfo on Linux");
+        let live = HostMemory::new()
+            .memory_info()
+            .expect("/proc/meminfo on Linux");
         assert!(live.total > 0 && live.free <= live.total);
     }
 }

@@ -69,7 +69,7 @@ pub struct PoolConfig {
     pub reserve_percent: u32,
 }
 
-fn read<'a>(env: &'a EnvSource, name: &str) -> Option<String> {
+fn read(env: &EnvSource, name: &str) -> Option<String> {
     env(name).filter(|v| !v.is_empty())
 }
 
@@ -77,7 +77,9 @@ fn read_int(env: &EnvSource, name: &str, default: i64) -> Result<i64> {
     match read(env, name) {
         None => Ok(default),
         Some(v) => v.trim().parse::<i64>().map_err(|_| {
-            Error::invalid(format!("Invalid value for environment variable {name}: expected an integer, got '{v}'"))
+            Error::invalid(format!(
+                "Invalid value for environment variable {name}: expected an integer, got '{v}'"
+            ))
         }),
     }
 }
@@ -100,12 +102,17 @@ impl PoolConfig {
                         "{large_var} cannot be set to a value <= 0, found: {large}"
                     )));
                 }
-                Strategy::Naive { page_size, large_alloc_round_size: to_usize(large, &large_var)? }
+                Strategy::Naive {
+                    page_size,
+                    large_alloc_round_size: to_usize(large, &large_var)?,
+                }
             }
             "Round" => {
                 let page_size = read_page_size(env, &page_var)?;
                 if !page_size.is_power_of_two() {
-                    return Err(Error::invalid(format!("{page_var} must be a power of 2. Got: {page_size}.")));
+                    return Err(Error::invalid(format!(
+                        "{page_var} must be a power of 2. Got: {page_size}."
+                    )));
                 }
                 let log2_page = page_size.trailing_zeros();
                 let cutoff_var = prefix.var("MEM_POOL_ROUND_LINEAR_CUTOFF");
@@ -121,7 +128,10 @@ impl PoolConfig {
                     )));
                 }
                 debug_assert_eq!(bits_needed(page_size - 1), log2_page.max(1));
-                Strategy::Round { log2_page, cutoff: cutoff as u32 }
+                Strategy::Round {
+                    log2_page,
+                    cutoff: cutoff as u32,
+                }
             }
             other => {
                 return Err(Error::invalid(format!(
@@ -141,7 +151,10 @@ impl PoolConfig {
         } else {
             0
         };
-        Ok(PoolConfig { strategy, reserve_percent })
+        Ok(PoolConfig {
+            strategy,
+            reserve_percent,
+        })
     }
 }
 
@@ -166,8 +179,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> Box<EnvSource> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Box::new(move |name: &str| map.get(name).cloned())
     }
 
@@ -185,18 +200,39 @@ mod tests {
     fn defaults_are_mxnets() {
         for prefix in [EnvPrefix::Cpu, EnvPrefix::Gpu] {
             let c = cfg(prefix, &[]).unwrap();
-            assert_eq!(c.strategy, Strategy::Naive { page_size: 4096, large_alloc_round_size: 2097152 });
+            assert_eq!(
+                c.strategy,
+                Strategy::Naive {
+                    page_size: 4096,
+                    large_alloc_round_size: 2097152
+                }
+            );
             assert_eq!(c.reserve_percent, 5);
         }
         // Empty values count as unset.
-        let c = cfg(EnvPrefix::Cpu, &[("MXNET_CPU_MEM_POOL_TYPE", ""), ("MXNET_CPU_MEM_POOL_PAGE_SIZE", "")]);
+        let c = cfg(
+            EnvPrefix::Cpu,
+            &[
+                ("MXNET_CPU_MEM_POOL_TYPE", ""),
+                ("MXNET_CPU_MEM_POOL_PAGE_SIZE", ""),
+            ],
+        );
         assert_eq!(c.unwrap().strategy.name(), "Naive");
     }
 
     #[test]
     fn each_prefix_reads_only_its_variables() {
-        let pairs = [("MXNET_GPU_MEM_POOL_TYPE", "Round"), ("MXNET_CPU_MEM_POOL_TYPE", "Unpooled")];
-        assert_eq!(cfg(EnvPrefix::Gpu, &pairs).unwrap().strategy, Strategy::Round { log2_page: 12, cutoff: 24 });
+        let pairs = [
+            ("MXNET_GPU_MEM_POOL_TYPE", "Round"),
+            ("MXNET_CPU_MEM_POOL_TYPE", "Unpooled"),
+        ];
+        assert_eq!(
+            cfg(EnvPrefix::Gpu, &pairs).unwrap().strategy,
+            Strategy::Round {
+                log2_page: 12,
+                cutoff: 24
+            }
+        );
         let cpu = cfg(EnvPrefix::Cpu, &pairs).unwrap();
         assert_eq!(cpu.strategy, Strategy::Unpooled);
         assert_eq!(cpu.reserve_percent, 0);
@@ -214,7 +250,13 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(c.strategy, Strategy::Round { log2_page: 6, cutoff: 20 });
+        assert_eq!(
+            c.strategy,
+            Strategy::Round {
+                log2_page: 6,
+                cutoff: 20
+            }
+        );
         assert_eq!(c.reserve_percent, 10);
     }
 
@@ -222,32 +264,71 @@ mod tests {
     fn naive_settings() {
         let c = cfg(
             EnvPrefix::Cpu,
-            &[("MXNET_CPU_MEM_POOL_PAGE_SIZE", " 100 "), ("MXNET_CPU_MEM_LARGE_ALLOC_ROUND_SIZE", "1000")],
+            &[
+                ("MXNET_CPU_MEM_POOL_PAGE_SIZE", " 100 "),
+                ("MXNET_CPU_MEM_LARGE_ALLOC_ROUND_SIZE", "1000"),
+            ],
         )
         .unwrap();
-        assert_eq!(c.strategy, Strategy::Naive { page_size: 100, large_alloc_round_size: 1000 });
+        assert_eq!(
+            c.strategy,
+            Strategy::Naive {
+                page_size: 100,
+                large_alloc_round_size: 1000
+            }
+        );
     }
 
     #[test]
     fn bad_values_are_clear_errors() {
         let m = err(EnvPrefix::Gpu, &[("MXNET_GPU_MEM_POOL_TYPE", "Fancy")]);
-        assert!(m.contains("Unknown memory pool strategy specified: Fancy."), "{m}");
+        assert!(
+            m.contains("Unknown memory pool strategy specified: Fancy."),
+            "{m}"
+        );
         // Case matters, as in MXNet.
         assert!(err(EnvPrefix::Cpu, &[("MXNET_CPU_MEM_POOL_TYPE", "naive")]).contains("naive"));
         let m = err(EnvPrefix::Cpu, &[("MXNET_CPU_MEM_POOL_PAGE_SIZE", "16")]);
-        assert_eq!(m, "MXNET_CPU_MEM_POOL_PAGE_SIZE cannot be set to a value smaller than 32. Got 16.");
+        assert_eq!(
+            m,
+            "MXNET_CPU_MEM_POOL_PAGE_SIZE cannot be set to a value smaller than 32. Got 16."
+        );
         let m = err(EnvPrefix::Cpu, &[("MXNET_CPU_MEM_POOL_PAGE_SIZE", "4k")]);
-        assert!(m.contains("MXNET_CPU_MEM_POOL_PAGE_SIZE") && m.contains("'4k'"), "{m}");
-        let m = err(EnvPrefix::Gpu, &[("MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE", "0")]);
-        assert_eq!(m, "MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE cannot be set to a value <= 0, found: 0");
-        let m = err(EnvPrefix::Gpu, &[("MXNET_GPU_MEM_POOL_TYPE", "Round"), ("MXNET_GPU_MEM_POOL_PAGE_SIZE", "96")]);
-        assert_eq!(m, "MXNET_GPU_MEM_POOL_PAGE_SIZE must be a power of 2. Got: 96.");
+        assert!(
+            m.contains("MXNET_CPU_MEM_POOL_PAGE_SIZE") && m.contains("'4k'"),
+            "{m}"
+        );
+        let m = err(
+            EnvPrefix::Gpu,
+            &[("MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE", "0")],
+        );
+        assert_eq!(
+            m,
+            "MXNET_GPU_MEM_LARGE_ALLOC_ROUND_SIZE cannot be set to a value <= 0, found: 0"
+        );
+        let m = err(
+            EnvPrefix::Gpu,
+            &[
+                ("MXNET_GPU_MEM_POOL_TYPE", "Round"),
+                ("MXNET_GPU_MEM_POOL_PAGE_SIZE", "96"),
+            ],
+        );
+        assert_eq!(
+            m,
+            "MXNET_GPU_MEM_POOL_PAGE_SIZE must be a power of 2. Got: 96."
+        );
         for bad in ["19", "35"] {
             let m = err(
                 EnvPrefix::Cpu,
-                &[("MXNET_CPU_MEM_POOL_TYPE", "Round"), ("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF", bad)],
+                &[
+                    ("MXNET_CPU_MEM_POOL_TYPE", "Round"),
+                    ("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF", bad),
+                ],
             );
-            assert!(m.contains("smaller than 20 or greater than 34") && m.contains(bad), "{m}");
+            assert!(
+                m.contains("smaller than 20 or greater than 34") && m.contains(bad),
+                "{m}"
+            );
         }
         let m = err(
             EnvPrefix::Cpu,
@@ -257,7 +338,10 @@ mod tests {
                 ("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF", "21"),
             ],
         );
-        assert!(m.contains("smaller than log2 of MXNET_CPU_MEM_POOL_PAGE_SIZE. Got: 21 vs 22"), "{m}");
+        assert!(
+            m.contains("smaller than log2 of MXNET_CPU_MEM_POOL_PAGE_SIZE. Got: 21 vs 22"),
+            "{m}"
+        );
         let m = err(EnvPrefix::Cpu, &[("MXNET_CPU_MEM_POOL_RESERVE", "101")]);
         assert!(m.contains("MXNET_CPU_MEM_POOL_RESERVE"), "{m}");
     }
@@ -265,10 +349,25 @@ mod tests {
     #[test]
     fn unused_variables_are_not_validated() {
         // Unpooled reads nothing else; Round ignores the Naive-only large-allocation size.
-        assert!(cfg(EnvPrefix::Cpu, &[("MXNET_CPU_MEM_POOL_TYPE", "Unpooled"), ("MXNET_CPU_MEM_POOL_PAGE_SIZE", "1")]).is_ok());
         assert!(
-            cfg(EnvPrefix::Cpu, &[("MXNET_CPU_MEM_POOL_TYPE", "Round"), ("MXNET_CPU_MEM_LARGE_ALLOC_ROUND_SIZE", "-1")])
-                .is_ok()
+            cfg(
+                EnvPrefix::Cpu,
+                &[
+                    ("MXNET_CPU_MEM_POOL_TYPE", "Unpooled"),
+                    ("MXNET_CPU_MEM_POOL_PAGE_SIZE", "1")
+                ]
+            )
+            .is_ok()
+        );
+        assert!(
+            cfg(
+                EnvPrefix::Cpu,
+                &[
+                    ("MXNET_CPU_MEM_POOL_TYPE", "Round"),
+                    ("MXNET_CPU_MEM_LARGE_ALLOC_ROUND_SIZE", "-1")
+                ]
+            )
+            .is_ok()
         );
     }
 }

@@ -17,8 +17,7 @@ use std::sync::{Arc, OnceLock};
 pub type GpuBackendFactory = dyn Fn(i32) -> Result<Arc<dyn DeviceMemory>> + Send + Sync;
 
 /// Message for gpu storage when no GPU backend is registered (MXNet's CPU-build wording first).
-pub const NO_GPU_MESSAGE: &str =
-    "Compile with USE_CUDA=1 to enable GPU usage (this mxrt build has no CUDA backend for gpu storage)";
+pub const NO_GPU_MESSAGE: &str = "Compile with USE_CUDA=1 to enable GPU usage (this mxrt build has no CUDA backend for gpu storage)";
 /// MXNet's message for `MXStorageEmptyCache` on a gpu that never allocated.
 pub const NOT_ALLOCATED_MESSAGE: &str = "Cannot Free space to a device you have not allocated";
 
@@ -34,7 +33,10 @@ struct DeviceSlots {
 
 impl DeviceSlots {
     fn new() -> Self {
-        DeviceSlots { fast: std::array::from_fn(|_| OnceLock::new()), overflow: Mutex::new(HashMap::new()) }
+        DeviceSlots {
+            fast: std::array::from_fn(|_| OnceLock::new()),
+            overflow: Mutex::new(HashMap::new()),
+        }
     }
 }
 
@@ -61,10 +63,15 @@ fn slot_index(t: DeviceType) -> usize {
 /// The manager key of a context: MXNet's `real_dev_id()` (cpu and cpu_shared share dev_id 0).
 fn manager_context(ctx: Context) -> Result<Context> {
     match ctx.dev_type {
-        DeviceType::Cpu | DeviceType::CpuShared => Ok(Context { dev_type: ctx.dev_type, dev_id: 0 }),
-        DeviceType::Gpu | DeviceType::CpuPinned if ctx.dev_id < 0 => {
-            Err(Error::invalid(format!("invalid device id {} for {}", ctx.dev_id, ctx.dev_type.name())))
-        }
+        DeviceType::Cpu | DeviceType::CpuShared => Ok(Context {
+            dev_type: ctx.dev_type,
+            dev_id: 0,
+        }),
+        DeviceType::Gpu | DeviceType::CpuPinned if ctx.dev_id < 0 => Err(Error::invalid(format!(
+            "invalid device id {} for {}",
+            ctx.dev_id,
+            ctx.dev_type.name()
+        ))),
         _ => Ok(ctx),
     }
 }
@@ -150,7 +157,12 @@ impl Storage {
         Ok(match key.dev_type {
             DeviceType::Cpu | DeviceType::CpuPinned => {
                 let config = PoolConfig::from_env(EnvPrefix::Cpu, &*self.env)?;
-                Arc::new(PooledManager::new(key, config, Arc::new(HostMemory::new()), hooks))
+                Arc::new(PooledManager::new(
+                    key,
+                    config,
+                    Arc::new(HostMemory::new()),
+                    hooks,
+                ))
             }
             DeviceType::CpuShared => Arc::new(SharedMemoryManager::new(hooks)),
             DeviceType::Gpu => {
@@ -173,20 +185,35 @@ impl Storage {
             return Ok(Allocation::empty(ctx));
         }
         let ptr = manager.alloc(size)?;
-        Ok(Allocation { ptr: ptr.as_ptr(), len: size, ctx, manager: Some(manager) })
+        Ok(Allocation {
+            ptr: ptr.as_ptr(),
+            len: size,
+            ctx,
+            manager: Some(manager),
+        })
     }
 
     /// Maps the cpu_shared block `(shared_pid, shared_id)` made by this or another process
     /// (`MXNDArrayCreateFromSharedMem`). `size` is the data size the caller expects; the segment
     /// must hold at least that much. The allocation owns the reference added by the exporter.
-    pub fn attach_shared(&self, shared_pid: i32, shared_id: i32, size: usize) -> Result<Allocation> {
+    pub fn attach_shared(
+        &self,
+        shared_pid: i32,
+        shared_id: i32,
+        size: usize,
+    ) -> Result<Allocation> {
         let ctx = Context::cpu_shared(0);
         let manager = self.manager(ctx)?;
         if size == 0 {
             return Ok(Allocation::empty(ctx));
         }
         let ptr = manager.attach(shared_pid, shared_id, size)?;
-        Ok(Allocation { ptr: ptr.as_ptr(), len: size, ctx, manager: Some(manager) })
+        Ok(Allocation {
+            ptr: ptr.as_ptr(),
+            len: size,
+            ctx,
+            manager: Some(manager),
+        })
     }
 
     /// Releases the cached blocks of `ctx`'s manager (`MXStorageEmptyCache`). A gpu that never
@@ -228,7 +255,12 @@ unsafe impl Sync for Allocation {}
 impl Allocation {
     /// An empty allocation on `ctx` (null pointer, length 0).
     pub fn empty(ctx: Context) -> Self {
-        Allocation { ptr: std::ptr::null_mut(), len: 0, ctx, manager: None }
+        Allocation {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+            ctx,
+            manager: None,
+        }
     }
 
     /// Start of the block (null when empty). Host blocks are 64-byte aligned. The memory is not
@@ -268,7 +300,11 @@ impl Allocation {
 
 impl std::fmt::Debug for Allocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Allocation").field("ptr", &self.ptr).field("len", &self.len).field("ctx", &self.ctx).finish()
+        f.debug_struct("Allocation")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("ctx", &self.ctx)
+            .finish()
     }
 }
 

@@ -45,6 +45,9 @@ pub trait StorageManager: Send + Sync {
     /// result is freed with `free` like any block. Other managers refuse.
     fn attach(&self, pid: i32, id: i32, size: usize) -> Result<NonNull<u8>> {
         let _ = (pid, id, size);
-        Err(Error::invalid(format!("{} memory cannot be attached from another process", self.context())))
+        Err(Error::invalid(format!(
+            "{} memory cannot be attached from another process",
+            self.context()
+        )))
     }
 }

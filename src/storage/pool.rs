@@ -45,7 +45,9 @@ impl Hasher for SizeHasher {
         }
     }
     fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        self.0 = (n as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
     }
 }
 
@@ -74,10 +76,12 @@ impl PoolState {
         if self.stats.bytes_cached <= limit {
             return;
         }
+        // Buckets emptied by hits stay in the map (keeping the hit path allocation-free); drop
+        // them here, on the slow path.
+        self.buckets.retain(|_, b| !b.blocks.is_empty());
         let mut order: Vec<(u64, usize)> = self
             .buckets
             .iter()
-            .filter(|(_, b)| !b.blocks.is_empty())
             .map(|(&size, b)| (b.last_used, size))
             .collect();
         order.sort_unstable();
@@ -129,7 +133,13 @@ impl PooledManager {
         backend: Arc<dyn DeviceMemory>,
         hooks: Arc<Hooks>,
     ) -> Self {
-        PooledManager { ctx, config, backend, hooks, state: Mutex::new(PoolState::default()) }
+        PooledManager {
+            ctx,
+            config,
+            backend,
+            hooks,
+            state: Mutex::new(PoolState::default()),
+        }
     }
 
     /// The settings the manager was created with.
@@ -139,7 +149,9 @@ impl PooledManager {
 
     fn device_alloc(&self, block: usize) -> Result<NonNull<u8>> {
         if self.hooks.take_failure() {
-            return Err(Error::out_of_memory(format!("simulated allocation failure of {block} bytes")));
+            return Err(Error::out_of_memory(format!(
+                "simulated allocation failure of {block} bytes"
+            )));
         }
         self.backend.allocate(block)
     }
@@ -196,7 +208,13 @@ impl PooledManager {
 
     fn notify(&self, kind: MemoryEventKind, size: usize, block_size: usize, bytes_in_use: usize) {
         let ctx = self.ctx;
-        self.hooks.notify(|| MemoryEvent { ctx, kind, size, block_size, bytes_in_use });
+        self.hooks.notify(|| MemoryEvent {
+            ctx,
+            kind,
+            size,
+            block_size,
+            bytes_in_use,
+        });
     }
 }
 
@@ -217,19 +235,19 @@ impl StorageManager for PooledManager {
             let st = &mut *guard;
             st.clock += 1;
             st.stats.allocs += 1;
-            if let Some(bucket) = st.buckets.get_mut(&block) {
-                if let Some(p) = bucket.blocks.pop() {
-                    bucket.last_used = st.clock;
-                    st.stats.hits += 1;
-                    st.stats.bytes_cached -= block;
-                    st.stats.blocks_cached -= 1;
-                    st.stats.bytes_in_use += block;
-                    st.stats.peak_in_use = st.stats.peak_in_use.max(st.stats.bytes_in_use);
-                    let in_use = st.stats.bytes_in_use;
-                    drop(guard);
-                    self.notify(MemoryEventKind::Alloc, size, block, in_use);
-                    return Ok(p.0);
-                }
+            if let Some(bucket) = st.buckets.get_mut(&block)
+                && let Some(p) = bucket.blocks.pop()
+            {
+                bucket.last_used = st.clock;
+                st.stats.hits += 1;
+                st.stats.bytes_cached -= block;
+                st.stats.blocks_cached -= 1;
+                st.stats.bytes_in_use += block;
+                st.stats.peak_in_use = st.stats.peak_in_use.max(st.stats.bytes_in_use);
+                let in_use = st.stats.bytes_in_use;
+                drop(guard);
+                self.notify(MemoryEventKind::Alloc, size, block, in_use);
+                return Ok(p.0);
             }
             st.stats.misses += 1;
             // Count the block as in use now, so concurrent misses see it in the trim bound.
@@ -281,13 +299,18 @@ impl StorageManager for PooledManager {
             self.notify(MemoryEventKind::Free, size, size, in_use);
             return;
         }
-        let block = strategy.block_size(size).expect("the size was valid when the block was allocated");
+        let block = strategy
+            .block_size(size)
+            .expect("the size was valid when the block was allocated");
         let in_use = {
             let mut guard = self.state.lock();
             let st = &mut *guard;
             st.clock += 1;
             let clock = st.clock;
-            let bucket = st.buckets.entry(block).or_insert_with(|| Bucket { blocks: Vec::new(), last_used: 0 });
+            let bucket = st.buckets.entry(block).or_insert_with(|| Bucket {
+                blocks: Vec::new(),
+                last_used: 0,
+            });
             bucket.blocks.push(BlockPtr(ptr));
             bucket.last_used = clock;
             st.stats.frees += 1;

@@ -59,7 +59,9 @@ fn random_id() -> i32 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let mut x = nanos ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) ^ (std::process::id() as u64) << 32;
+    let mut x = nanos
+        ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+        ^ (std::process::id() as u64) << 32;
     // splitmix64 finaliser
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -75,7 +77,10 @@ pub struct SharedMemoryManager {
 
 impl SharedMemoryManager {
     pub(crate) fn new(hooks: Arc<Hooks>) -> Self {
-        SharedMemoryManager { hooks, stats: Mutex::new(PoolStats::default()) }
+        SharedMemoryManager {
+            hooks,
+            stats: Mutex::new(PoolStats::default()),
+        }
     }
 
     /// # Safety
@@ -91,7 +96,14 @@ impl SharedMemoryManager {
     fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
         // SAFETY: mapping a file descriptor we own; the result is checked for MAP_FAILED.
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
         };
         let err = (base == libc::MAP_FAILED).then(|| os_err("mmap", name));
         // SAFETY: `fd` is open and owned here; closing it does not affect the mapping.
@@ -122,7 +134,13 @@ impl SharedMemoryManager {
             st.bytes_in_use
         };
         let ctx = Context::cpu_shared(0);
-        self.hooks.notify(|| MemoryEvent { ctx, kind, size, block_size: size, bytes_in_use: in_use });
+        self.hooks.notify(|| MemoryEvent {
+            ctx,
+            kind,
+            size,
+            block_size: size,
+            bytes_in_use: in_use,
+        });
     }
 
     /// `(shared_pid, shared_id)` of a block, without touching its reference count.
@@ -141,7 +159,9 @@ impl SharedMemoryManager {
     /// `ptr` must be the data pointer of a live block of this manager.
     pub unsafe fn ref_count(ptr: NonNull<u8>) -> i32 {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { Self::header(ptr) }.refcount.load(Ordering::Acquire)
+        unsafe { Self::header(ptr) }
+            .refcount
+            .load(Ordering::Acquire)
     }
 }
 
@@ -154,7 +174,9 @@ impl StorageManager for SharedMemoryManager {
         let len = size
             .checked_add(SHM_HEADER_SIZE)
             .filter(|&l| l <= i64::MAX as usize)
-            .ok_or_else(|| Error::out_of_memory(format!("cannot allocate {size} bytes of shared memory")))?;
+            .ok_or_else(|| {
+                Error::out_of_memory(format!("cannot allocate {size} bytes of shared memory"))
+            })?;
         if self.hooks.take_failure() {
             return Err(Error::out_of_memory(format!(
                 "Memory allocation failed: simulated failure of {size} bytes of shared memory"
@@ -167,7 +189,13 @@ impl StorageManager for SharedMemoryManager {
             let name = segment_name(pid, id);
             let cname = CString::new(name.clone()).expect("segment names have no NUL");
             // SAFETY: `cname` is a valid C string; the result is checked.
-            let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
+            let fd = unsafe {
+                libc::shm_open(
+                    cname.as_ptr(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                    0o600,
+                )
+            };
             if fd < 0 {
                 last_err = Some(os_err("shm_open", &name));
                 continue;
@@ -214,7 +242,12 @@ impl StorageManager for SharedMemoryManager {
         let previous = header.refcount.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: the caller guarantees `ptr`/`size` describe a live mapping of this manager,
         // which spans `SHM_HEADER_SIZE + size` bytes from the header; it is not used afterwards.
-        unsafe { libc::munmap(ptr.as_ptr().sub(SHM_HEADER_SIZE).cast(), size + SHM_HEADER_SIZE) };
+        unsafe {
+            libc::munmap(
+                ptr.as_ptr().sub(SHM_HEADER_SIZE).cast(),
+                size + SHM_HEADER_SIZE,
+            )
+        };
         if previous == 1 {
             let cname = CString::new(segment_name(pid, id)).expect("segment names have no NUL");
             // SAFETY: `cname` is a valid C string. ENOENT (already unlinked) is harmless.
@@ -245,7 +278,9 @@ impl StorageManager for SharedMemoryManager {
             unsafe { libc::close(fd) };
             return Err(e);
         }
-        let len = size.checked_add(SHM_HEADER_SIZE).filter(|&l| (st.st_size as u64) >= l as u64);
+        let len = size
+            .checked_add(SHM_HEADER_SIZE)
+            .filter(|&l| (st.st_size as u64) >= l as u64);
         let Some(len) = len else {
             // SAFETY: `fd` is open and owned here.
             unsafe { libc::close(fd) };
@@ -260,7 +295,9 @@ impl StorageManager for SharedMemoryManager {
         if header.magic != MAGIC || header.pid != pid || header.id != id {
             // SAFETY: unmapping the mapping made just above.
             unsafe { libc::munmap(data.as_ptr().sub(SHM_HEADER_SIZE).cast(), len) };
-            return Err(Error::format(format!("{name} is not an mxrt shared-memory segment")));
+            return Err(Error::format(format!(
+                "{name} is not an mxrt shared-memory segment"
+            )));
         }
         self.record(MemoryEventKind::Alloc, size);
         Ok(data)

@@ -65,7 +65,8 @@ pub(crate) struct Hooks {
 
 impl Hooks {
     pub(crate) fn set_hook(&self, hook: Option<MemoryHook>) {
-        self.hook.store(hook.map_or(0, |f| f as usize), Ordering::Release);
+        self.hook
+            .store(hook.map_or(0, |f| f as usize), Ordering::Release);
     }
 
     pub(crate) fn notify(&self, event: impl FnOnce() -> MemoryEvent) {
@@ -87,7 +88,9 @@ impl Hooks {
         if self.fail_next.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        self.fail_next.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
+        self.fail_next
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
     }
 }
 

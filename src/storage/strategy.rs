@@ -17,7 +17,10 @@ pub const MIN_ROUND_CUTOFF: u32 = 20;
 pub enum Strategy {
     /// `"Naive"`: round up to a multiple of `page_size`; a result above `large_alloc_round_size`
     /// is rounded again to a multiple of that. Blocks are reused for equal rounded sizes.
-    Naive { page_size: usize, large_alloc_round_size: usize },
+    Naive {
+        page_size: usize,
+        large_alloc_round_size: usize,
+    },
     /// `"Round"`: powers of two from `2^log2_page` up to `2^cutoff`, then multiples of `2^cutoff`.
     Round { log2_page: u32, cutoff: u32 },
     /// `"Unpooled"`: every allocation goes to the device and every free back to it; no rounding.
@@ -55,15 +58,16 @@ impl Strategy {
         debug_assert!(size > 0);
         let rounded = match *self {
             Strategy::Unpooled => Some(size),
-            Strategy::Naive { page_size, large_alloc_round_size } => {
-                round_to_multiple(size, page_size).and_then(|s| {
-                    if s > large_alloc_round_size {
-                        round_to_multiple(s, large_alloc_round_size)
-                    } else {
-                        Some(s)
-                    }
-                })
-            }
+            Strategy::Naive {
+                page_size,
+                large_alloc_round_size,
+            } => round_to_multiple(size, page_size).and_then(|s| {
+                if s > large_alloc_round_size {
+                    round_to_multiple(s, large_alloc_round_size)
+                } else {
+                    Some(s)
+                }
+            }),
             Strategy::Round { log2_page, cutoff } => {
                 let log_size = bits_needed(size - 1);
                 if log_size > cutoff {
@@ -75,7 +79,9 @@ impl Strategy {
             }
         };
         rounded.ok_or_else(|| {
-            Error::out_of_memory(format!("cannot allocate {size} bytes: the size overflows when rounded"))
+            Error::out_of_memory(format!(
+                "cannot allocate {size} bytes: the size overflows when rounded"
+            ))
         })
     }
 }
@@ -84,7 +90,10 @@ impl Strategy {
 mod tests {
     use super::*;
 
-    const NAIVE: Strategy = Strategy::Naive { page_size: 4096, large_alloc_round_size: 2 << 20 };
+    const NAIVE: Strategy = Strategy::Naive {
+        page_size: 4096,
+        large_alloc_round_size: 2 << 20,
+    };
 
     #[test]
     fn bits_needed_matches_ilog2ul() {
@@ -106,7 +115,10 @@ mod tests {
         // Just above the large-allocation size: rounded to the next 2 MiB multiple.
         assert_eq!(NAIVE.block_size((2 << 20) + 1).unwrap(), 4 << 20);
         assert_eq!(NAIVE.block_size(5 << 20).unwrap(), 6 << 20);
-        let odd = Strategy::Naive { page_size: 100, large_alloc_round_size: 1000 };
+        let odd = Strategy::Naive {
+            page_size: 100,
+            large_alloc_round_size: 1000,
+        };
         assert_eq!(odd.block_size(250).unwrap(), 300);
         assert_eq!(odd.block_size(1001).unwrap(), 2000);
         assert!(NAIVE.block_size(usize::MAX - 10).is_err());
@@ -115,7 +127,10 @@ mod tests {
     #[test]
     fn round_is_power_of_two_then_linear() {
         // MXNet's storage_test: cutoff 20, page 4096.
-        let round = Strategy::Round { log2_page: 12, cutoff: 20 };
+        let round = Strategy::Round {
+            log2_page: 12,
+            cutoff: 20,
+        };
         assert_eq!(round.block_size(32).unwrap(), 4096);
         assert_eq!(round.block_size(4095).unwrap(), 4096);
         assert_eq!(round.block_size(4097).unwrap(), 8192);
@@ -124,7 +139,10 @@ mod tests {
         assert_eq!(round.block_size(2097153).unwrap(), 3 << 20);
         assert_eq!(round.block_size(3145728).unwrap(), 3 << 20);
         assert_eq!(round.block_size(3145729).unwrap(), 4 << 20);
-        let small_page = Strategy::Round { log2_page: 5, cutoff: 24 };
+        let small_page = Strategy::Round {
+            log2_page: 5,
+            cutoff: 24,
+        };
         assert_eq!(small_page.block_size(1).unwrap(), 32);
         assert_eq!(small_page.block_size(33).unwrap(), 64);
         assert_eq!(small_page.block_size((1 << 24) + 5).unwrap(), 2 << 24);

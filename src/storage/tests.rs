@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn storage_with(pairs: &[(&str, &str)]) -> Storage {
-    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Storage::with_env(move |name| map.get(name).cloned())
 }
 
@@ -53,7 +56,9 @@ impl DeviceMemory for FakeDevice {
 }
 
 fn with_fake_gpu(storage: &Storage, device: Arc<FakeDevice>) {
-    storage.set_gpu_backend(Some(Arc::new(move |_id| Ok(device.clone() as Arc<dyn DeviceMemory>))));
+    storage.set_gpu_backend(Some(Arc::new(move |_id| {
+        Ok(device.clone() as Arc<dyn DeviceMemory>)
+    })));
 }
 
 #[test]
@@ -76,7 +81,10 @@ fn cpu_alloc_keeps_ctx_and_size_and_zero_is_null() {
     let s2 = storage_with(&[]);
     assert!(s2.stats(Context::cpu_pinned(2)).is_none());
     drop(s2.alloc(Context::cpu_pinned(2), 0).unwrap());
-    assert_eq!(s2.stats(Context::cpu_pinned(2)).unwrap(), PoolStats::default());
+    assert_eq!(
+        s2.stats(Context::cpu_pinned(2)).unwrap(),
+        PoolStats::default()
+    );
 }
 
 #[test]
@@ -86,10 +94,16 @@ fn naive_pool_reuses_blocks_and_counts() {
     let a = s.alloc(cpu, 1000).unwrap();
     let p = a.as_ptr();
     let st = s.stats(cpu).unwrap();
-    assert_eq!((st.bytes_in_use, st.bytes_cached, st.misses, st.hits), (4096, 0, 1, 0));
+    assert_eq!(
+        (st.bytes_in_use, st.bytes_cached, st.misses, st.hits),
+        (4096, 0, 1, 0)
+    );
     drop(a);
     let st = s.stats(cpu).unwrap();
-    assert_eq!((st.bytes_in_use, st.bytes_cached, st.frees, st.blocks_cached), (0, 4096, 1, 1));
+    assert_eq!(
+        (st.bytes_in_use, st.bytes_cached, st.frees, st.blocks_cached),
+        (0, 4096, 1, 1)
+    );
     // Any size in the same 4096-byte page bucket reuses the block; cpu(3) shares cpu(0)'s manager.
     let b = s.alloc(Context::cpu(3), 4096).unwrap();
     assert_eq!(b.as_ptr(), p);
@@ -97,7 +111,16 @@ fn naive_pool_reuses_blocks_and_counts() {
     let c = s.alloc(cpu, 4097).unwrap();
     assert_ne!(c.as_ptr(), p);
     let st = s.stats(cpu).unwrap();
-    assert_eq!((st.hits, st.misses, st.allocs, st.bytes_in_use, st.peak_in_use), (1, 2, 3, 4096 + 8192, 12288));
+    assert_eq!(
+        (
+            st.hits,
+            st.misses,
+            st.allocs,
+            st.bytes_in_use,
+            st.peak_in_use
+        ),
+        (1, 2, 3, 4096 + 8192, 12288)
+    );
     drop((b, c));
     assert_eq!(s.stats(cpu).unwrap().bytes_cached, 12288);
 }
@@ -124,7 +147,11 @@ fn round_pool_matches_mxnet_storage_test() {
         let b = s.alloc(ctx, 3145728).unwrap();
         assert_eq!((b.as_ptr(), b.len()), (pb, 3145728), "{ctx}");
         let st = s.stats(ctx).unwrap();
-        assert_eq!((st.hits, st.misses, st.bytes_in_use), (2, 2, 3 << 20), "{ctx}");
+        assert_eq!(
+            (st.hits, st.misses, st.bytes_in_use),
+            (2, 2, 3 << 20),
+            "{ctx}"
+        );
         drop(b);
         assert!(s.alloc(ctx, 0).unwrap().as_ptr().is_null());
         // A size in a different bucket does not reuse: 4097 needs an 8 KiB block.
@@ -146,7 +173,16 @@ fn unpooled_goes_to_the_device_every_time() {
     assert_eq!(dev.live_bytes.load(Ordering::SeqCst), 0);
     let _b = s.alloc(g, 100).unwrap();
     let st = s.stats(g).unwrap();
-    assert_eq!((st.hits, st.misses, st.frees, st.bytes_cached, st.bytes_in_use), (0, 2, 1, 0, 100));
+    assert_eq!(
+        (
+            st.hits,
+            st.misses,
+            st.frees,
+            st.bytes_cached,
+            st.bytes_in_use
+        ),
+        (0, 2, 1, 0, 100)
+    );
     assert_eq!(dev.allocations.load(Ordering::SeqCst), 2);
 }
 
@@ -156,7 +192,11 @@ fn empty_cache_releases_and_reports_unallocated_gpu() {
     let e = s.empty_cache(Context::gpu(0)).unwrap_err();
     assert_eq!(e.message(), NOT_ALLOCATED_MESSAGE);
     // Host types succeed even before any allocation.
-    for ctx in [Context::cpu(0), Context::cpu_pinned(0), Context::cpu_shared(0)] {
+    for ctx in [
+        Context::cpu(0),
+        Context::cpu_pinned(0),
+        Context::cpu_shared(0),
+    ] {
         s.empty_cache(ctx).unwrap();
     }
     let dev = FakeDevice::with_capacity(1 << 24);
@@ -168,7 +208,15 @@ fn empty_cache_releases_and_reports_unallocated_gpu() {
     assert_eq!(dev.live_bytes.load(Ordering::SeqCst), 8192 + 4096 + 12288);
     s.empty_cache(g).unwrap();
     let st = s.stats(g).unwrap();
-    assert_eq!((st.bytes_cached, st.blocks_cached, st.blocks_released, st.bytes_in_use), (0, 0, 2, 8192));
+    assert_eq!(
+        (
+            st.bytes_cached,
+            st.blocks_cached,
+            st.blocks_released,
+            st.bytes_in_use
+        ),
+        (0, 0, 2, 8192)
+    );
     assert_eq!(dev.live_bytes.load(Ordering::SeqCst), 8192);
     // gpu(1) never allocated: still an error although gpu(0) did.
     assert!(s.empty_cache(Context::gpu(1)).is_err());
@@ -181,7 +229,11 @@ fn gpu_without_backend_is_a_clear_error() {
     let s = storage_with(&[]);
     let e = s.alloc(Context::gpu(0), 16).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotSupported);
-    assert!(e.message().contains("Compile with USE_CUDA=1 to enable GPU usage"), "{e}");
+    assert!(
+        e.message()
+            .contains("Compile with USE_CUDA=1 to enable GPU usage"),
+        "{e}"
+    );
     assert!(s.stats(Context::gpu(0)).is_none());
     let e = s.alloc(Context::gpu(-1), 16).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
@@ -197,27 +249,42 @@ fn gpu_without_backend_is_a_clear_error() {
 #[test]
 fn bad_environment_fails_at_first_use_and_can_be_fixed() {
     let env: Arc<Mutex<HashMap<String, String>>> = Arc::new(Mutex::new(HashMap::new()));
-    env.lock().insert("MXNET_CPU_MEM_POOL_TYPE".into(), "Bogus".into());
+    env.lock()
+        .insert("MXNET_CPU_MEM_POOL_TYPE".into(), "Bogus".into());
     let e2 = env.clone();
     let s = Storage::with_env(move |name| e2.lock().get(name).cloned());
     let e = s.alloc(Context::cpu(0), 8).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-    assert!(e.message().contains("Unknown memory pool strategy specified: Bogus."), "{e}");
+    assert!(
+        e.message()
+            .contains("Unknown memory pool strategy specified: Bogus."),
+        "{e}"
+    );
     assert!(s.stats(Context::cpu(0)).is_none());
-    env.lock().insert("MXNET_CPU_MEM_POOL_TYPE".into(), "Round".into());
-    env.lock().insert("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF".into(), "99".into());
+    env.lock()
+        .insert("MXNET_CPU_MEM_POOL_TYPE".into(), "Round".into());
+    env.lock()
+        .insert("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF".into(), "99".into());
     let e = s.alloc(Context::cpu(0), 8).unwrap_err();
-    assert!(e.message().contains("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF"), "{e}");
+    assert!(
+        e.message()
+            .contains("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF"),
+        "{e}"
+    );
     env.lock().remove("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF");
     let a = s.alloc(Context::cpu(0), 8).unwrap();
     // Round with the default 4096-byte page.
     assert_eq!(s.stats(Context::cpu(0)).unwrap().bytes_in_use, 4096);
     drop(a);
     // GPU variables are separate and only read for gpu managers.
-    env.lock().insert("MXNET_GPU_MEM_POOL_PAGE_SIZE".into(), "3".into());
+    env.lock()
+        .insert("MXNET_GPU_MEM_POOL_PAGE_SIZE".into(), "3".into());
     with_fake_gpu(&s, FakeDevice::with_capacity(1 << 20));
     let e = s.alloc(Context::gpu(0), 8).unwrap_err();
-    assert_eq!(e.message(), "MXNET_GPU_MEM_POOL_PAGE_SIZE cannot be set to a value smaller than 32. Got 3.");
+    assert_eq!(
+        e.message(),
+        "MXNET_GPU_MEM_POOL_PAGE_SIZE cannot be set to a value smaller than 32. Got 3."
+    );
 }
 
 #[test]
@@ -280,7 +347,10 @@ fn reserve_rule_releases_cache_before_a_miss() {
     let dev = FakeDevice::with_capacity(1 << 30);
     with_fake_gpu(&s, dev.clone());
     let g = Context::gpu(0);
-    *dev.reported_free.lock() = Some(MemoryInfo { free: 1 << 20, total: 2 << 20 });
+    *dev.reported_free.lock() = Some(MemoryInfo {
+        free: 1 << 20,
+        total: 2 << 20,
+    });
     drop(s.alloc(g, 4096).unwrap());
     drop(s.alloc(g, 8192).unwrap());
     assert_eq!(s.stats(g).unwrap().bytes_cached, 4096 + 8192);
@@ -289,7 +359,10 @@ fn reserve_rule_releases_cache_before_a_miss() {
     assert_eq!(s.stats(g).unwrap().bytes_cached, 4096 + 8192);
     drop(a);
     // Free memory minus the new block would go below 10% of total: the cache goes first.
-    *dev.reported_free.lock() = Some(MemoryInfo { free: 220 * 1024, total: 2 << 20 });
+    *dev.reported_free.lock() = Some(MemoryInfo {
+        free: 220 * 1024,
+        total: 2 << 20,
+    });
     let b = s.alloc(g, 16 * 4096).unwrap();
     let st = s.stats(g).unwrap();
     assert_eq!((st.bytes_cached, st.blocks_released), (0, 3));
@@ -317,10 +390,17 @@ fn trim_keeps_footprint_within_twice_the_peak() {
         }
         let st = s.stats(g).unwrap();
         assert!(st.bytes_cached <= 2 * st.peak_in_use, "step {step}: {st:?}");
-        assert!(st.bytes_in_use + st.bytes_cached <= 2 * st.peak_in_use, "step {step}: {st:?}");
+        assert!(
+            st.bytes_in_use + st.bytes_cached <= 2 * st.peak_in_use,
+            "step {step}: {st:?}"
+        );
         // The device holds exactly what the pool accounts for.
-        assert_eq!(dev.live_bytes.load(Ordering::SeqCst), st.bytes_in_use + st.bytes_cached);
-        worst_ratio = worst_ratio.max((st.bytes_in_use + st.bytes_cached) as f64 / st.peak_in_use as f64);
+        assert_eq!(
+            dev.live_bytes.load(Ordering::SeqCst),
+            st.bytes_in_use + st.bytes_cached
+        );
+        worst_ratio =
+            worst_ratio.max((st.bytes_in_use + st.bytes_cached) as f64 / st.peak_in_use as f64);
     }
     let st = s.stats(g).unwrap();
     // The cache still does its job, and trimming happened.
@@ -337,7 +417,11 @@ fn trim_prefers_least_recently_used_buckets() {
     with_fake_gpu(&s, dev.clone());
     let g = Context::gpu(0);
     // Peak 3 pages in use at once: footprint allowed up to 6 pages.
-    let (a, b, c) = (s.alloc(g, 4096).unwrap(), s.alloc(g, 8192).unwrap(), s.alloc(g, 4096 * 64).unwrap());
+    let (a, b, c) = (
+        s.alloc(g, 4096).unwrap(),
+        s.alloc(g, 8192).unwrap(),
+        s.alloc(g, 4096 * 64).unwrap(),
+    );
     drop(c);
     let peak = s.stats(g).unwrap().peak_in_use;
     assert_eq!(peak, 4096 * 67);
@@ -356,7 +440,11 @@ fn trim_prefers_least_recently_used_buckets() {
     // than the 100/150-page ones) until <= 300. 317 - 64 = 253 after the first one.
     let f = s.alloc(g, 4096 * 300).unwrap();
     let st = s.stats(g).unwrap();
-    assert_eq!((st.blocks_released, st.bytes_cached), (1, 4096 * 253), "{st:?}");
+    assert_eq!(
+        (st.blocks_released, st.bytes_cached),
+        (1, 4096 * 253),
+        "{st:?}"
+    );
     // The small buckets survived: reusing them is a hit.
     let hits = st.hits;
     drop(s.alloc(g, 4096).unwrap());
@@ -443,7 +531,10 @@ fn shared_memory_across_fork() {
     assert_eq!(pid, std::process::id() as i32);
     assert!(shm_path(pid, id).exists());
     // SAFETY: `a` is a live cpu_shared block.
-    assert_eq!(unsafe { SharedMemoryManager::ref_count(NonNull::new(a.as_ptr()).unwrap()) }, 2);
+    assert_eq!(
+        unsafe { SharedMemoryManager::ref_count(NonNull::new(a.as_ptr()).unwrap()) },
+        2
+    );
 
     // SAFETY: the child only attaches, writes and leaves with `_exit`; it never returns into the
     // test harness.
@@ -469,17 +560,26 @@ fn shared_memory_across_fork() {
     let mut status = 0;
     // SAFETY: waiting for our own child.
     assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
     // SAFETY: reading the 1000 bytes the child wrote through its own mapping.
     let seen = unsafe { std::slice::from_raw_parts(a.as_ptr(), 1000) };
     assert!(seen.iter().enumerate().all(|(i, &v)| v == (i % 251) as u8));
     // SAFETY: `a` is a live cpu_shared block.
-    assert_eq!(unsafe { SharedMemoryManager::ref_count(NonNull::new(a.as_ptr()).unwrap()) }, 1);
+    assert_eq!(
+        unsafe { SharedMemoryManager::ref_count(NonNull::new(a.as_ptr()).unwrap()) },
+        1
+    );
     assert!(shm_path(pid, id).exists());
     let st = s.stats(Context::cpu_shared(0)).unwrap();
     assert_eq!((st.bytes_in_use, st.allocs), (1000, 1));
     drop(a);
-    assert!(!shm_path(pid, id).exists(), "segment must be unlinked after the last reference");
+    assert!(
+        !shm_path(pid, id).exists(),
+        "segment must be unlinked after the last reference"
+    );
     assert_eq!(s.stats(Context::cpu_shared(0)).unwrap().bytes_in_use, 0);
 }
 
@@ -501,7 +601,10 @@ fn shared_memory_attach_in_process_and_errors() {
     assert!(e.message().contains("fewer than the 5000 requested"), "{e}");
     assert!(s.attach_shared(pid, id, 0).unwrap().is_empty());
     drop(a);
-    assert!(shm_path(pid, id).exists(), "b still holds the reference a shared");
+    assert!(
+        shm_path(pid, id).exists(),
+        "b still holds the reference a shared"
+    );
     drop(b);
     assert!(!shm_path(pid, id).exists());
     let e = s.attach_shared(pid, id, 64).unwrap_err();
