@@ -10,6 +10,7 @@ use crate::context::{Context, DeviceType};
 use crate::error::{Error, Result};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
@@ -185,17 +186,14 @@ impl Storage {
             return Ok(Allocation::empty(ctx));
         }
         let ptr = manager.alloc(size)?;
-        Ok(Allocation {
-            ptr: ptr.as_ptr(),
-            len: size,
-            ctx,
-            manager: Some(manager),
-        })
+        Ok(Allocation::owned(ptr, size, ctx, manager))
     }
 
     /// Maps the cpu_shared block `(shared_pid, shared_id)` made by this or another process
     /// (`MXNDArrayCreateFromSharedMem`). `size` is the data size the caller expects; the segment
     /// must hold at least that much. The allocation owns the reference added by the exporter.
+    /// A `shared_id` below `2^24` is a file descriptor of the segment handed over by the caller
+    /// (MXNet's Linux convention, see [`Allocation::share_fd`]); it is closed on success.
     pub fn attach_shared(
         &self,
         shared_pid: i32,
@@ -208,12 +206,7 @@ impl Storage {
             return Ok(Allocation::empty(ctx));
         }
         let ptr = manager.attach(shared_pid, shared_id, size)?;
-        Ok(Allocation {
-            ptr: ptr.as_ptr(),
-            len: size,
-            ctx,
-            manager: Some(manager),
-        })
+        Ok(Allocation::owned(ptr, size, ctx, manager))
     }
 
     /// Releases the cached blocks of `ctx`'s manager (`MXStorageEmptyCache`). A gpu that never
@@ -243,13 +236,15 @@ pub struct Allocation {
     len: usize,
     ctx: Context,
     manager: Option<ManagerRef>,
+    /// cpu_shared only: the descriptor handed out by `share_fd`, closed on drop.
+    shared_fd: OnceLock<OwnedFd>,
 }
 
 // SAFETY: an `Allocation` exclusively owns its block; the pointer is only handed out raw (callers
 // need `unsafe` to use it) and the manager is `Send + Sync`.
 unsafe impl Send for Allocation {}
-// SAFETY: `&Allocation` only exposes the address, length and context, and `share`, which does an
-// atomic update in the segment header.
+// SAFETY: `&Allocation` only exposes the address, length and context, `share`, which does an
+// atomic update in the segment header, and `share_fd`, which sets a `OnceLock`.
 unsafe impl Sync for Allocation {}
 
 impl Allocation {
@@ -260,6 +255,17 @@ impl Allocation {
             len: 0,
             ctx,
             manager: None,
+            shared_fd: OnceLock::new(),
+        }
+    }
+
+    fn owned(ptr: NonNull<u8>, len: usize, ctx: Context, manager: ManagerRef) -> Self {
+        Allocation {
+            ptr: ptr.as_ptr(),
+            len,
+            ctx,
+            manager: Some(manager),
+            shared_fd: OnceLock::new(),
         }
     }
 
@@ -295,6 +301,30 @@ impl Allocation {
                 self.ctx
             ))),
         }
+    }
+
+    /// MXNet's Linux form of [`share`](Self::share): adds a cross-process reference and returns
+    /// `(shared_pid, fd)`, where `fd` is a descriptor of the segment that this allocation keeps
+    /// open until it is dropped (the same one on every call). The receiver gets its own copy
+    /// of the descriptor (fork, `SCM_RIGHTS`) and passes that number to
+    /// [`Storage::attach_shared`], which takes it over.
+    pub fn share_fd(&self) -> Result<(i32, RawFd)> {
+        let ptr = NonNull::new(self.ptr).filter(|_| self.ctx.dev_type == DeviceType::CpuShared);
+        let Some(ptr) = ptr else {
+            return Err(Error::invalid(format!(
+                "only non-empty cpu_shared memory has a shared-memory handle, this block is on {}",
+                self.ctx
+            )));
+        };
+        if self.shared_fd.get().is_none() {
+            // SAFETY: `ptr` is this live cpu_shared block.
+            let fd = unsafe { SharedMemoryManager::open_fd(ptr) }?;
+            // A concurrent caller may have set it first; then `fd` is simply closed.
+            let _ = self.shared_fd.set(fd);
+        }
+        let fd = self.shared_fd.get().expect("set above").as_raw_fd();
+        let (pid, _id) = self.share()?;
+        Ok((pid, fd))
     }
 }
 

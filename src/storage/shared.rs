@@ -18,6 +18,13 @@
 //! the last mapping goes. (A handle that is shared but never attached keeps the segment alive,
 //! as in MXNet.) Unlike MXNet on Linux, which unlinks at once and passes file descriptors, the
 //! name stays until then, so a plain `(pid, id)` is enough to attach from any process.
+//!
+//! MXNet's Linux convention is supported as well: Python's DataLoader sends the *file descriptor*
+//! it got as `shared_id` to the worker (`multiprocessing.reduction.DupFd`), which then passes the
+//! received descriptor number as `shared_id`. So an id below `2^24` (never a generated id) is
+//! taken as a descriptor of the segment handed over by the caller;
+//! [`Allocation::share_fd`](super::Allocation::share_fd) is the matching export (bumps the count
+//! and returns a descriptor the allocation keeps open until it is dropped, as MXNet does).
 
 use super::manager::StorageManager;
 use super::stats::{Hooks, MemoryEvent, MemoryEventKind, PoolStats};
@@ -92,7 +99,7 @@ impl SharedMemoryManager {
         unsafe { &*(data.as_ptr().sub(SHM_HEADER_SIZE) as *const Header) }
     }
 
-    /// Maps `len` bytes of the open segment `fd` and closes `fd` (the mapping keeps it alive).
+    /// Maps `len` bytes of the open segment `fd` (the caller still owns `fd`).
     fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
         // SAFETY: mapping a file descriptor we own; the result is checked for MAP_FAILED.
         let base = unsafe {
@@ -105,15 +112,12 @@ impl SharedMemoryManager {
                 0,
             )
         };
-        let err = (base == libc::MAP_FAILED).then(|| os_err("mmap", name));
-        // SAFETY: `fd` is open and owned here; closing it does not affect the mapping.
-        unsafe { libc::close(fd) };
-        match err {
-            Some(e) => Err(e),
-            // SAFETY: mmap succeeded, so `base` is non-null and the mapping is at least
-            // `SHM_HEADER_SIZE` bytes long.
-            None => Ok(unsafe { NonNull::new_unchecked((base as *mut u8).add(SHM_HEADER_SIZE)) }),
+        if base == libc::MAP_FAILED {
+            return Err(os_err("mmap", name));
         }
+        // SAFETY: mmap succeeded, so `base` is non-null and the mapping is at least
+        // `SHM_HEADER_SIZE` bytes long.
+        Ok(unsafe { NonNull::new_unchecked((base as *mut u8).add(SHM_HEADER_SIZE)) })
     }
 
     fn record(&self, kind: MemoryEventKind, size: usize) {
@@ -141,6 +145,82 @@ impl SharedMemoryManager {
             block_size: size,
             bytes_in_use: in_use,
         });
+    }
+
+    /// Maps an existing segment open as `fd` for `size` data bytes after checking its size and
+    /// header (creator `pid`, and `id` when known).
+    fn map_existing(
+        fd: libc::c_int,
+        pid: i32,
+        id: Option<i32>,
+        size: usize,
+        name: &str,
+    ) -> Result<NonNull<u8>> {
+        // SAFETY: an all-zero `stat` is a valid value; `fstat` fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is writable; a bad `fd` only makes fstat fail.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::invalid(format!(
+                "Invalid file descriptor from shared array: {name}: {e}"
+            )));
+        }
+        let len = size
+            .checked_add(SHM_HEADER_SIZE)
+            .filter(|&l| (st.st_size as u64) >= l as u64);
+        let Some(len) = len else {
+            return Err(Error::invalid(format!(
+                "shared memory {name} holds {} data bytes, fewer than the {size} requested",
+                (st.st_size as usize).saturating_sub(SHM_HEADER_SIZE)
+            )));
+        };
+        let data = Self::map(fd, len, name)?;
+        // SAFETY: `data` was just mapped with at least the header's bytes before it.
+        let header = unsafe { Self::header(data) };
+        if header.magic != MAGIC || header.pid != pid || id.is_some_and(|id| header.id != id) {
+            // SAFETY: unmapping the mapping made just above.
+            unsafe { libc::munmap(data.as_ptr().sub(SHM_HEADER_SIZE).cast(), len) };
+            return Err(Error::invalid(format!(
+                "{name} is not an mxrt shared-memory segment of process {pid}"
+            )));
+        }
+        Ok(data)
+    }
+
+    /// MXNet's Linux convention: `fd` is an open descriptor of the segment that the caller hands
+    /// over (e.g. received from the exporting process). On success the descriptor is closed (the
+    /// mapping keeps the segment); on failure it is left open, so a wrong number never closes an
+    /// unrelated file.
+    fn attach_fd(&self, pid: i32, fd: i32, size: usize) -> Result<NonNull<u8>> {
+        if fd < 0 {
+            return Err(Error::invalid(format!(
+                "Invalid file descriptor from shared array: {fd}"
+            )));
+        }
+        let data = Self::map_existing(fd, pid, None, size, &format!("file descriptor {fd}"))?;
+        // SAFETY: the caller handed `fd` over and it was valid (fstat/mmap succeeded).
+        unsafe { libc::close(fd) };
+        self.record(MemoryEventKind::Alloc, size);
+        Ok(data)
+    }
+
+    /// Opens a new descriptor of a live block's segment (for [`Allocation::share_fd`](super::Allocation::share_fd)).
+    ///
+    /// # Safety
+    /// `ptr` must be the data pointer of a live block of this manager.
+    pub unsafe fn open_fd(ptr: NonNull<u8>) -> Result<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: forwarded from the caller's contract.
+        let (pid, id) = unsafe { Self::ids(ptr) };
+        let name = segment_name(pid, id);
+        let cname = CString::new(name.clone()).expect("segment names have no NUL");
+        // SAFETY: `cname` is a valid C string; the result is checked.
+        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0o600) };
+        if fd < 0 {
+            return Err(os_err("shm_open", &name));
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
     }
 
     /// `(shared_pid, shared_id)` of a block, without touching its reference count.
@@ -210,7 +290,10 @@ impl StorageManager for SharedMemoryManager {
                 }
                 return Err(Error::out_of_memory(e.message().to_string()));
             }
-            let data = match Self::map(fd, len, &name) {
+            let mapped = Self::map(fd, len, &name);
+            // SAFETY: `fd` is open and owned here; the mapping does not need it.
+            unsafe { libc::close(fd) };
+            let data = match mapped {
                 Ok(d) => d,
                 Err(e) => {
                     // SAFETY: `cname` names the segment we created.
@@ -259,6 +342,9 @@ impl StorageManager for SharedMemoryManager {
     /// Maps the existing segment `(pid, id)` for `size > 0` data bytes. The reference the caller
     /// now owns is the one the exporter added in `share`.
     fn attach(&self, pid: i32, id: i32, size: usize) -> Result<NonNull<u8>> {
+        if id < MIN_ID {
+            return self.attach_fd(pid, id, size);
+        }
         let name = segment_name(pid, id);
         let cname = CString::new(name.clone()).expect("segment names have no NUL");
         // SAFETY: `cname` is a valid C string; the result is checked.
@@ -269,36 +355,10 @@ impl StorageManager for SharedMemoryManager {
                 "cannot attach shared memory (pid {pid}, id {id}): {name}: {e}"
             )));
         }
-        // SAFETY: an all-zero `stat` is a valid value; `fstat` fills it for the open `fd`.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `fd` is open and `st` is writable.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            let e = os_err("fstat", &name);
-            // SAFETY: `fd` is open and owned here.
-            unsafe { libc::close(fd) };
-            return Err(e);
-        }
-        let len = size
-            .checked_add(SHM_HEADER_SIZE)
-            .filter(|&l| (st.st_size as u64) >= l as u64);
-        let Some(len) = len else {
-            // SAFETY: `fd` is open and owned here.
-            unsafe { libc::close(fd) };
-            return Err(Error::invalid(format!(
-                "shared memory {name} holds {} data bytes, fewer than the {size} requested",
-                (st.st_size as usize).saturating_sub(SHM_HEADER_SIZE)
-            )));
-        };
-        let data = Self::map(fd, len, &name)?;
-        // SAFETY: `data` was just mapped with at least the header's bytes before it.
-        let header = unsafe { Self::header(data) };
-        if header.magic != MAGIC || header.pid != pid || header.id != id {
-            // SAFETY: unmapping the mapping made just above.
-            unsafe { libc::munmap(data.as_ptr().sub(SHM_HEADER_SIZE).cast(), len) };
-            return Err(Error::format(format!(
-                "{name} is not an mxrt shared-memory segment"
-            )));
-        }
+        let result = Self::map_existing(fd, pid, Some(id), size, &name);
+        // SAFETY: `fd` was opened above and is owned here; a mapping does not need it.
+        unsafe { libc::close(fd) };
+        let data = result?;
         self.record(MemoryEventKind::Alloc, size);
         Ok(data)
     }

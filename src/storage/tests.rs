@@ -535,6 +535,14 @@ fn shared_memory_across_fork() {
         unsafe { SharedMemoryManager::ref_count(NonNull::new(a.as_ptr()).unwrap()) },
         2
     );
+    // The Linux/MXNet form as well: a descriptor the child inherits.
+    let (fd_pid, fd) = a.share_fd().unwrap();
+    assert_eq!(fd_pid, pid);
+    // SAFETY: `a` is a live cpu_shared block.
+    assert_eq!(
+        unsafe { SharedMemoryManager::ref_count(NonNull::new(a.as_ptr()).unwrap()) },
+        3
+    );
 
     // SAFETY: the child only attaches, writes and leaves with `_exit`; it never returns into the
     // test harness.
@@ -544,13 +552,16 @@ fn shared_memory_across_fork() {
         let code = std::panic::catch_unwind(|| {
             let child_storage = storage_with(&[]);
             let b = child_storage.attach_shared(pid, id, 1000).unwrap();
-            // SAFETY: the attached mapping has 1000 writable bytes.
+            // The inherited descriptor is the child's own copy; attaching takes it over.
+            let c = child_storage.attach_shared(pid, fd, 600).unwrap();
+            // SAFETY: the attached mappings have 1000 and 600 writable bytes.
             unsafe {
                 for i in 0..1000 {
                     *b.as_ptr().add(i) = (i % 251) as u8;
                 }
+                *c.as_ptr().add(599) = 0xEE;
             }
-            drop(b);
+            drop((b, c));
             0
         })
         .unwrap_or(3);
@@ -566,7 +577,12 @@ fn shared_memory_across_fork() {
     );
     // SAFETY: reading the 1000 bytes the child wrote through its own mapping.
     let seen = unsafe { std::slice::from_raw_parts(a.as_ptr(), 1000) };
-    assert!(seen.iter().enumerate().all(|(i, &v)| v == (i % 251) as u8));
+    assert_eq!(seen[599], 0xEE);
+    assert!(
+        seen.iter()
+            .enumerate()
+            .all(|(i, &v)| i == 599 || v == (i % 251) as u8)
+    );
     // SAFETY: `a` is a live cpu_shared block.
     assert_eq!(
         unsafe { SharedMemoryManager::ref_count(NonNull::new(a.as_ptr()).unwrap()) },
@@ -609,9 +625,61 @@ fn shared_memory_attach_in_process_and_errors() {
     assert!(!shm_path(pid, id).exists());
     let e = s.attach_shared(pid, id, 64).unwrap_err();
     assert!(e.message().contains(&segment_name(pid, id)), "{e}");
+    // Descriptor form: the same fd on every call, one reference each; the receiver's copy is
+    // taken over (closed) by a successful attach.
+    let a = s.alloc(Context::cpu_shared(0), 64).unwrap();
+    let (pid, fd) = a.share_fd().unwrap();
+    assert_eq!(a.share_fd().unwrap(), (pid, fd));
+    // SAFETY: `a` is a live cpu_shared block.
+    assert_eq!(
+        unsafe { SharedMemoryManager::ref_count(NonNull::new(a.as_ptr()).unwrap()) },
+        3
+    );
+    // SAFETY: duplicating a descriptor we hold.
+    let copy = unsafe { libc::dup(fd) };
+    assert!(copy >= 0);
+    let b = s.attach_shared(pid, copy, 64).unwrap();
+    // SAFETY: F_GETFD on a closed descriptor just fails.
+    assert_eq!(
+        unsafe { libc::fcntl(copy, libc::F_GETFD) },
+        -1,
+        "attach closes the received fd"
+    );
+    // SAFETY: both map the same 64 bytes.
+    unsafe {
+        *b.as_ptr() = 9;
+        assert_eq!(*a.as_ptr(), 9);
+    }
+    // A wrong creator pid, or a descriptor of something else, is refused and left open.
+    // SAFETY: duplicating a descriptor we hold.
+    let copy = unsafe { libc::dup(fd) };
+    let e = s.attach_shared(pid + 1, copy, 64).unwrap_err();
+    assert!(
+        e.message().contains("not an mxrt shared-memory segment"),
+        "{e}"
+    );
+    // SAFETY: `copy` is still open (refused attaches do not close it); closing our own dup.
+    assert_eq!(unsafe { libc::close(copy) }, 0);
+    let file = std::fs::File::open("/proc/self/status").unwrap();
+    let e = s
+        .attach_shared(pid, std::os::fd::AsRawFd::as_raw_fd(&file), 64)
+        .unwrap_err();
+    assert!(e.message().contains("fewer than the 64 requested"), "{e}");
+    let e = s.attach_shared(pid, 999_999, 64).unwrap_err();
+    assert!(e.message().contains("Invalid file descriptor"), "{e}");
+    let (pid_a, id_a) = a.share().unwrap();
+    drop((a, b));
+    // Two references (the second share_fd, the share) were never attached: the segment stays,
+    // as in MXNet. Attach them to clean up.
+    assert!(shm_path(pid_a, id_a).exists());
+    drop(s.attach_shared(pid_a, id_a, 64).unwrap());
+    drop(s.attach_shared(pid_a, id_a, 64).unwrap());
+    assert!(!shm_path(pid_a, id_a).exists());
+
     // Ordinary memory has no shared handle and cannot be attached.
     let c = s.alloc(Context::cpu(0), 8).unwrap();
     assert!(c.share().unwrap_err().message().contains("cpu_shared"));
+    assert!(c.share_fd().unwrap_err().message().contains("cpu_shared"));
 }
 
 /// Micro benchmark of the pool hit path (not a test; run explicitly):
