@@ -5,7 +5,7 @@
 //! | variable | default | rule |
 //! |---|---|---|
 //! | `MXNET_<D>_MEM_POOL_TYPE` | `Naive` | `Naive`, `Round` or `Unpooled` (exact spelling) |
-//! | `MXNET_<D>_MEM_POOL_PAGE_SIZE` | 4096 | `>= 32`; a power of two for `Round` |
+//! | `MXNET_<D>_MEM_POOL_PAGE_SIZE` | 4096 | `>= 32`; a power of two for `Round` (2.x's spelling `MXNET_<D>_POOL_PAGE_SIZE` is read when this one is unset) |
 //! | `MXNET_<D>_MEM_LARGE_ALLOC_ROUND_SIZE` | 2097152 | `> 0` (Naive only) |
 //! | `MXNET_<D>_MEM_POOL_ROUND_LINEAR_CUTOFF` | 24 | 20..=34 and `>= log2(page size)` (Round only) |
 //! | `MXNET_<D>_MEM_POOL_RESERVE` | 5 | percent of device memory kept free, 0..=100 (pooled only) |
@@ -163,6 +163,13 @@ fn to_usize(v: i64, name: &str) -> Result<usize> {
 }
 
 fn read_page_size(env: &EnvSource, name: &str) -> Result<usize> {
+    // MXNet 2.x spells it `MXNET_<D>_POOL_PAGE_SIZE`; accept that when the 1.9.1 name is unset.
+    let alias = name.replace("_MEM_POOL_PAGE_SIZE", "_POOL_PAGE_SIZE");
+    let name = if read(env, name).is_none() && read(env, &alias).is_some() {
+        alias.as_str()
+    } else {
+        name
+    };
     let page = read_int(env, name, DEFAULT_PAGE_SIZE)?;
     if page < MIN_PAGE_SIZE as i64 {
         return Err(Error::invalid(format!(
@@ -344,6 +351,35 @@ mod tests {
         );
         let m = err(EnvPrefix::Cpu, &[("MXNET_CPU_MEM_POOL_RESERVE", "101")]);
         assert!(m.contains("MXNET_CPU_MEM_POOL_RESERVE"), "{m}");
+    }
+
+    #[test]
+    fn mxnet2_page_size_spelling_is_an_alias() {
+        let c = cfg(EnvPrefix::Cpu, &[("MXNET_CPU_POOL_PAGE_SIZE", "256")]).unwrap();
+        assert_eq!(
+            c.strategy,
+            Strategy::Naive {
+                page_size: 256,
+                large_alloc_round_size: 2097152
+            }
+        );
+        let c = cfg(
+            EnvPrefix::Cpu,
+            &[
+                ("MXNET_CPU_POOL_PAGE_SIZE", "256"),
+                ("MXNET_CPU_MEM_POOL_PAGE_SIZE", "512"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            c.strategy,
+            Strategy::Naive {
+                page_size: 512,
+                large_alloc_round_size: 2097152
+            }
+        );
+        let m = err(EnvPrefix::Gpu, &[("MXNET_GPU_POOL_PAGE_SIZE", "8")]);
+        assert!(m.starts_with("MXNET_GPU_POOL_PAGE_SIZE cannot"), "{m}");
     }
 
     #[test]

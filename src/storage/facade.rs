@@ -14,8 +14,11 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
-/// Creates the raw-memory backend of GPU `dev_id` (a CUDA backend registers one of these).
-pub type GpuBackendFactory = dyn Fn(i32) -> Result<Arc<dyn DeviceMemory>> + Send + Sync;
+/// Creates the raw-memory backend of device `dev_id` (a CUDA backend registers one for gpu and,
+/// optionally, one for cpu_pinned).
+pub type BackendFactory = dyn Fn(i32) -> Result<Arc<dyn DeviceMemory>> + Send + Sync;
+/// The factory type of [`Storage::set_gpu_backend`].
+pub type GpuBackendFactory = BackendFactory;
 
 /// Message for gpu storage when no GPU backend is registered (MXNet's CPU-build wording first).
 pub const NO_GPU_MESSAGE: &str = "Compile with USE_CUDA=1 to enable GPU usage (this mxrt build has no CUDA backend for gpu storage)";
@@ -46,7 +49,8 @@ impl DeviceSlots {
 pub struct Storage {
     env: Box<EnvSource>,
     hooks: Arc<Hooks>,
-    gpu_backend: RwLock<Option<Arc<GpuBackendFactory>>>,
+    gpu_backend: RwLock<Option<Arc<BackendFactory>>>,
+    pinned_backend: RwLock<Option<Arc<BackendFactory>>>,
     /// Indexed cpu, gpu, cpu_pinned, cpu_shared.
     devices: [DeviceSlots; 4],
     create: Mutex<()>,
@@ -95,6 +99,7 @@ impl Storage {
             env: Box::new(env),
             hooks: Arc::new(Hooks::default()),
             gpu_backend: RwLock::new(None),
+            pinned_backend: RwLock::new(None),
             devices: std::array::from_fn(|_| DeviceSlots::new()),
             create: Mutex::new(()),
         }
@@ -107,8 +112,14 @@ impl Storage {
     }
 
     /// Registers the backend used for gpu managers created from now on.
-    pub fn set_gpu_backend(&self, factory: Option<Arc<GpuBackendFactory>>) {
+    pub fn set_gpu_backend(&self, factory: Option<Arc<BackendFactory>>) {
         *self.gpu_backend.write() = factory;
+    }
+
+    /// Registers the page-locked host memory backend for cpu_pinned managers created from now on
+    /// (`cudaHostAlloc`); without one, cpu_pinned is ordinary host memory.
+    pub fn set_pinned_backend(&self, factory: Option<Arc<BackendFactory>>) {
+        *self.pinned_backend.write() = factory;
     }
 
     /// Sets the memory-event hook (the profiler's slot); `None` removes it.
@@ -157,13 +168,16 @@ impl Storage {
         let hooks = self.hooks.clone();
         Ok(match key.dev_type {
             DeviceType::Cpu | DeviceType::CpuPinned => {
+                let pinned = match key.dev_type {
+                    DeviceType::CpuPinned => self.pinned_backend.read().clone(),
+                    _ => None,
+                };
+                let backend: Arc<dyn DeviceMemory> = match pinned {
+                    Some(factory) => factory(key.dev_id)?,
+                    None => Arc::new(HostMemory::new()),
+                };
                 let config = PoolConfig::from_env(EnvPrefix::Cpu, &*self.env)?;
-                Arc::new(PooledManager::new(
-                    key,
-                    config,
-                    Arc::new(HostMemory::new()),
-                    hooks,
-                ))
+                Arc::new(PooledManager::new(key, config, backend, hooks))
             }
             DeviceType::CpuShared => Arc::new(SharedMemoryManager::new(hooks)),
             DeviceType::Gpu => {

@@ -25,7 +25,9 @@ mod tests;
 
 pub use backend::{DeviceMemory, HOST_ALIGNMENT, HostMemory, MemoryInfo};
 pub use config::{EnvPrefix, PoolConfig};
-pub use facade::{Allocation, GpuBackendFactory, NO_GPU_MESSAGE, NOT_ALLOCATED_MESSAGE, Storage};
+pub use facade::{
+    Allocation, BackendFactory, GpuBackendFactory, NO_GPU_MESSAGE, NOT_ALLOCATED_MESSAGE, Storage,
+};
 pub use manager::StorageManager;
 pub use pool::PooledManager;
 pub use shared::{SHM_HEADER_SIZE, SharedMemoryManager, segment_name};

@@ -709,3 +709,22 @@ fn bench_pool_hit() {
     let ns = t.elapsed().as_nanos() as f64 / n as f64;
     println!("1 KiB alloc+free (unpooled): {ns:.1} ns");
 }
+
+#[test]
+fn pinned_backend_slot_is_used_when_registered() {
+    let s = storage_with(&[("MXNET_CPU_MEM_POOL_RESERVE", "0")]);
+    let dev = FakeDevice::with_capacity(1 << 20);
+    let d2 = dev.clone();
+    s.set_pinned_backend(Some(Arc::new(move |id| {
+        assert_eq!(id, 1);
+        Ok(d2.clone() as Arc<dyn DeviceMemory>)
+    })));
+    let a = s.alloc(Context::cpu_pinned(1), 100).unwrap();
+    assert_eq!(dev.live_bytes.load(Ordering::SeqCst), 4096);
+    // Plain cpu never uses it.
+    let b = s.alloc(Context::cpu(1), 100).unwrap();
+    assert_eq!(dev.allocations.load(Ordering::SeqCst), 1);
+    drop((a, b));
+    s.empty_cache(Context::cpu_pinned(1)).unwrap();
+    assert_eq!(dev.live_bytes.load(Ordering::SeqCst), 0);
+}
