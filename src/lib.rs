@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod error;
 
 pub mod engine;
+pub mod ndarray;
 
 pub mod capi;
 
