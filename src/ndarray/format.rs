@@ -1188,7 +1188,14 @@ mod tests {
         assert_eq!(read_record(&v2, NpShape::Off).unwrap(), rec.to_owned());
 
         // Inside a list the same messages come through unchanged.
-        let list = to_bytes(|w| write_list(w, std::slice::from_ref(&rec), &["x"], NpShape::ThreadLocalOn));
+        let list = to_bytes(|w| {
+            write_list(
+                w,
+                std::slice::from_ref(&rec),
+                &["x"],
+                NpShape::ThreadLocalOn,
+            )
+        });
         assert_eq!(
             format_err(read_list(&list, NpShape::Off)),
             MSG_SAVED_IN_NP_SHAPE
