@@ -14,7 +14,10 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     // The ABI version is the major version (0 while the crate is 0.x).
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmxrt.so.{major}");
-    println!("cargo:rustc-env=MXRT_INCLUDE_DIR={}", dir.join("include").display());
+    println!(
+        "cargo:rustc-env=MXRT_INCLUDE_DIR={}",
+        dir.join("include").display()
+    );
 
     let mut config = cbindgen::Config::from_file(dir.join("cbindgen.toml")).expect("cbindgen.toml");
     config.after_includes = config.after_includes.map(|s| {
@@ -23,7 +26,11 @@ fn main() {
             .replace("@PATCH@", &patch)
             .replace("@VERSION@", &version)
     });
-    let bindings = match cbindgen::Builder::new().with_crate(&dir).with_config(config).generate() {
+    let bindings = match cbindgen::Builder::new()
+        .with_crate(&dir)
+        .with_config(config)
+        .generate()
+    {
         Ok(b) => b,
         Err(e) => {
             // A parse error in src/ is reported by rustc with a better message; don't mask it.

@@ -128,12 +128,6 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Returns the message of the last failed call on this thread (an empty string if none failed).
- * The pointer stays valid until the next failing call on the same thread.
- */
-const char *MXGetLastError(void);
-
-/**
  * Pushes an asynchronous operation (MXNet 1.9.1). `async_func(run_ctx, on_complete, func_param)`
  * runs once the reads of `const_vars_handle[0..num_const_vars)` and writes of
  * `mutable_vars_handle[0..num_mutable_vars)` may start; it must complete exactly once with
@@ -252,6 +246,12 @@ int MXEnginePushOperator(void *op, ContextHandle ctx, int priority);
  * mxrt addition. Deletes an operator after its pending pushes; the handle is invalid afterwards.
  */
 int MXEngineDeleteOperator(void *op);
+
+/**
+ * Returns the message of the last failed call on this thread (an empty string if none failed).
+ * The pointer stays valid until the next failing call on the same thread.
+ */
+const char *MXGetLastError(void);
 
 /**
  * Writes MXNet's version number, 10901 (1.9.1): the C ABI mxrt implements. mxrt's own version is

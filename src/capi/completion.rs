@@ -16,7 +16,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CallbackOnComplete {
-    pub callback: Option<unsafe extern "C" fn(engine: *mut c_void, param: *mut c_void, error: *const c_void)>,
+    pub callback:
+        Option<unsafe extern "C" fn(engine: *mut c_void, param: *mut c_void, error: *const c_void)>,
     pub engine: *mut c_void,
     pub param: *mut c_void,
 }
@@ -32,7 +33,10 @@ struct Table {
     free: Vec<usize>,
 }
 
-static TABLE: Mutex<Table> = Mutex::new(Table { slots: Vec::new(), free: Vec::new() });
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    slots: Vec::new(),
+    free: Vec::new(),
+});
 
 /// Parks `completion` in the table and returns the struct handed to C.
 pub(crate) fn register(completion: Completion) -> CallbackOnComplete {
@@ -40,7 +44,10 @@ pub(crate) fn register(completion: Completion) -> CallbackOnComplete {
     let index = match t.free.pop() {
         Some(i) => i,
         None => {
-            t.slots.push(Slot { generation: 0, completion: None });
+            t.slots.push(Slot {
+                generation: 0,
+                completion: None,
+            });
             t.slots.len() - 1
         }
     };
@@ -70,22 +77,36 @@ fn take(engine: *mut c_void, param: *mut c_void) -> Option<Completion> {
 ///
 /// # Safety
 /// A non-NULL `error` must point to a NUL-terminated string.
-pub(crate) unsafe fn complete(engine: *mut c_void, param: *mut c_void, error: *const c_char) -> Result<()> {
+pub(crate) unsafe fn complete(
+    engine: *mut c_void,
+    param: *mut c_void,
+    error: *const c_char,
+) -> Result<()> {
     let message = if error.is_null() {
         None
     } else {
         // SAFETY: non-NULL and NUL-terminated per the caller's contract.
-        Some(unsafe { CStr::from_ptr(error) }.to_string_lossy().into_owned())
+        Some(
+            unsafe { CStr::from_ptr(error) }
+                .to_string_lossy()
+                .into_owned(),
+        )
     };
     let completion = take(engine, param).ok_or_else(|| {
-        Error::invalid("on_complete does not belong to a running op (already completed, or not made by mxrt)")
+        Error::invalid(
+            "on_complete does not belong to a running op (already completed, or not made by mxrt)",
+        )
     })?;
     completion.finish(message.map_or(Ok(()), Err));
     Ok(())
 }
 
 /// The `callback` of every `CallbackOnComplete` mxrt hands out.
-unsafe extern "C" fn complete_from_c(engine: *mut c_void, param: *mut c_void, error: *const c_void) {
+unsafe extern "C" fn complete_from_c(
+    engine: *mut c_void,
+    param: *mut c_void,
+    error: *const c_void,
+) {
     let result = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: per MXNet's contract a non-NULL error is (in mxrt) a NUL-terminated message.
         unsafe { complete(engine, param, error.cast()) }
@@ -96,11 +117,19 @@ unsafe extern "C" fn complete_from_c(engine: *mut c_void, param: *mut c_void, er
             super::error::set_last_error(&format!("CallbackOnComplete: {e}"));
             eprintln!("mxrt: ignored a completion callback: {e}");
         }
-        Err(p) => eprintln!("mxrt: panic while completing an op: {}", crate::util::panic_text(&*p)),
+        Err(p) => eprintln!(
+            "mxrt: panic while completing an op: {}",
+            crate::util::panic_text(&*p)
+        ),
     }
 }
 
 /// True if `cb` was made by mxrt (its callback is ours).
 pub(crate) fn is_ours(cb: &CallbackOnComplete) -> bool {
-    cb.callback.is_some_and(|f| std::ptr::fn_addr_eq(f, complete_from_c as unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void)))
+    cb.callback.is_some_and(|f| {
+        std::ptr::fn_addr_eq(
+            f,
+            complete_from_c as unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void),
+        )
+    })
 }

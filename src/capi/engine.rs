@@ -7,7 +7,9 @@ use super::error::api_call;
 use super::handle::{self, Handle, HandleKind};
 use super::types::*;
 use crate::context::Context;
-use crate::engine::{AsyncFn, Completion, Engine, FnProperty, Operator, PushArgs, RunContext, SyncFn, Var, VarInner};
+use crate::engine::{
+    AsyncFn, Completion, Engine, FnProperty, Operator, PushArgs, RunContext, SyncFn, Var, VarInner,
+};
 use crate::error::{Error, Result};
 use smallvec::SmallVec;
 use std::cell::RefCell;
@@ -42,9 +44,17 @@ pub(crate) unsafe fn prop_arg(prop: EngineFnPropertyHandle) -> Result<FnProperty
 }
 
 /// Looks up `n` engine variable handles.
-unsafe fn vars_arg(vars: EngineVarHandle, n: c_int, what: &str, name: &str) -> Result<SmallVec<[Var; 4]>> {
-    let n = usize::try_from(n)
-        .map_err(|_| Error::invalid(format!("Non-negative number of {what} vars expected ({name} count = {n})")))?;
+unsafe fn vars_arg(
+    vars: EngineVarHandle,
+    n: c_int,
+    what: &str,
+    name: &str,
+) -> Result<SmallVec<[Var; 4]>> {
+    let n = usize::try_from(n).map_err(|_| {
+        Error::invalid(format!(
+            "Non-negative number of {what} vars expected ({name} count = {n})"
+        ))
+    })?;
     // SAFETY: per the API contract `vars` is an array of `n` variable handles.
     let list = unsafe { handle::borrow_all::<VarInner>(vars as *const *mut c_void, n, name)? };
     Ok(list.into_iter().map(Var::from_inner).collect())
@@ -87,7 +97,10 @@ thread_local! {
 }
 
 /// Wraps a C sync function as an engine body.
-pub(crate) fn c_sync_body(f: unsafe extern "C" fn(*mut c_void, *mut c_void), param: CParam) -> Arc<SyncFn> {
+pub(crate) fn c_sync_body(
+    f: unsafe extern "C" fn(*mut c_void, *mut c_void),
+    param: CParam,
+) -> Arc<SyncFn> {
     Arc::new(move |rc: &RunContext| {
         let outer = OP_ERROR.with(|e| e.borrow_mut().replace(None));
         // SAFETY: calling the user's function with MXNet's arguments: a RunContext pointer valid
@@ -102,7 +115,10 @@ pub(crate) fn c_sync_body(f: unsafe extern "C" fn(*mut c_void, *mut c_void), par
 }
 
 /// Wraps a C async function as an engine body.
-pub(crate) fn c_async_body(f: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void), param: CParam) -> Arc<AsyncFn> {
+pub(crate) fn c_async_body(
+    f: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void),
+    param: CParam,
+) -> Arc<AsyncFn> {
     Arc::new(move |rc: &RunContext, done: Completion| {
         let mut cb = completion::register(done);
         // SAFETY: MXNet's calling convention: RunContext and CallbackOnComplete pointers valid for
@@ -141,7 +157,12 @@ pub(crate) unsafe fn push_c(
     let prop = unsafe { prop_arg(prop)? };
     // SAFETY: as above.
     let name = unsafe { args::opt_c_str(name, "opr_name")? };
-    let mut a = PushArgs::new(ctx).reads(const_vars).writes(mutable_vars).prop(prop).priority(priority).wait(wait);
+    let mut a = PushArgs::new(ctx)
+        .reads(const_vars)
+        .writes(mutable_vars)
+        .prop(prop)
+        .priority(priority)
+        .wait(wait);
     a.name = name;
     let engine = engine()?;
     match func {
@@ -181,11 +202,37 @@ pub unsafe extern "C" fn MXEnginePushAsync(
     api_call("MXEnginePushAsync", || {
         let param = CParam::new(func_param, deleter);
         // SAFETY: API contract for the variable arrays.
-        let c = unsafe { vars_arg(const_vars_handle, num_const_vars, "const", "const_vars_handle")? };
+        let c = unsafe {
+            vars_arg(
+                const_vars_handle,
+                num_const_vars,
+                "const",
+                "const_vars_handle",
+            )?
+        };
         // SAFETY: as above.
-        let m = unsafe { vars_arg(mutable_vars_handle, num_mutable_vars, "mutable", "mutable_vars_handle")? };
+        let m = unsafe {
+            vars_arg(
+                mutable_vars_handle,
+                num_mutable_vars,
+                "mutable",
+                "mutable_vars_handle",
+            )?
+        };
         // SAFETY: forwarded API contract.
-        unsafe { push_c(CFunc::Async(async_func), param, ctx_handle, &c, &m, prop_handle, priority, opr_name, wait) }
+        unsafe {
+            push_c(
+                CFunc::Async(async_func),
+                param,
+                ctx_handle,
+                &c,
+                &m,
+                prop_handle,
+                priority,
+                opr_name,
+                wait,
+            )
+        }
     })
 }
 
@@ -210,11 +257,37 @@ pub unsafe extern "C" fn MXEnginePushSync(
     api_call("MXEnginePushSync", || {
         let param = CParam::new(func_param, deleter);
         // SAFETY: API contract for the variable arrays.
-        let c = unsafe { vars_arg(const_vars_handle, num_const_vars, "const", "const_vars_handle")? };
+        let c = unsafe {
+            vars_arg(
+                const_vars_handle,
+                num_const_vars,
+                "const",
+                "const_vars_handle",
+            )?
+        };
         // SAFETY: as above.
-        let m = unsafe { vars_arg(mutable_vars_handle, num_mutable_vars, "mutable", "mutable_vars_handle")? };
+        let m = unsafe {
+            vars_arg(
+                mutable_vars_handle,
+                num_mutable_vars,
+                "mutable",
+                "mutable_vars_handle",
+            )?
+        };
         // SAFETY: forwarded API contract.
-        unsafe { push_c(CFunc::Sync(sync_func), param, ctx_handle, &c, &m, prop_handle, priority, opr_name, false) }
+        unsafe {
+            push_c(
+                CFunc::Sync(sync_func),
+                param,
+                ctx_handle,
+                &c,
+                &m,
+                prop_handle,
+                priority,
+                opr_name,
+                false,
+            )
+        }
     })
 }
 
@@ -223,7 +296,10 @@ pub unsafe extern "C" fn MXEnginePushSync(
 /// segment is also pushed when the thread pushes anything else or waits. NaiveEngine never bulks
 /// and reports 0.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXEngineSetBulkSize(bulk_size: c_int, prev_bulk_size: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXEngineSetBulkSize(
+    bulk_size: c_int,
+    prev_bulk_size: *mut c_int,
+) -> c_int {
     api_call("MXEngineSetBulkSize", || {
         // SAFETY: API contract: out-parameter.
         let prev = unsafe { args::out(prev_bulk_size, "prev_bulk_size")? };
@@ -289,10 +365,14 @@ pub unsafe extern "C" fn MXEngineGetVarVersion(var: *mut c_void, out: *mut u64) 
 /// received; `error` NULL means success, else a message that fails the op. Returns -1 (and changes
 /// nothing) if that op was already completed or the struct was not made by mxrt. Thread-safe.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXEngineCallbackInvoke(on_complete: *const c_void, error: *const c_char) -> c_int {
+pub unsafe extern "C" fn MXEngineCallbackInvoke(
+    on_complete: *const c_void,
+    error: *const c_char,
+) -> c_int {
     api_call("MXEngineCallbackInvoke", || {
         // SAFETY: API contract: points to a CallbackOnComplete.
-        let cb = unsafe { args::reference(on_complete as *const CallbackOnComplete, "on_complete")? };
+        let cb =
+            unsafe { args::reference(on_complete as *const CallbackOnComplete, "on_complete")? };
         if !completion::is_ours(cb) {
             return Err(Error::invalid("on_complete was not made by mxrt"));
         }
@@ -360,7 +440,11 @@ pub unsafe extern "C" fn MXEngineNewOperator(
 
 /// mxrt addition. Pushes one run of an operator on `ctx` with `priority`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXEnginePushOperator(op: *mut c_void, ctx: ContextHandle, priority: c_int) -> c_int {
+pub unsafe extern "C" fn MXEnginePushOperator(
+    op: *mut c_void,
+    ctx: ContextHandle,
+    priority: c_int,
+) -> c_int {
     api_call("MXEnginePushOperator", || {
         let op = handle::borrow::<Operator>(op, "op")?;
         // SAFETY: API contract.

@@ -46,7 +46,9 @@ pub(crate) fn num_threads_hint() -> c_int {
 pub extern "C" fn MXSetNumOMPThreads(thread_num: c_int) -> c_int {
     api_call("MXSetNumOMPThreads", || {
         if thread_num < 1 {
-            return Err(Error::invalid(format!("thread_num must be at least 1, got {thread_num}")));
+            return Err(Error::invalid(format!(
+                "thread_num must be at least 1, got {thread_num}"
+            )));
         }
         NUM_THREADS_HINT.with(|c| c.set(thread_num));
         Ok(())
@@ -66,7 +68,8 @@ pub unsafe extern "C" fn MXGetEnv(name: *const c_char, value: *mut *const c_char
         let name = unsafe { args::c_str(name, "name")? };
         // SAFETY: API contract: out-parameter.
         let value = unsafe { args::out(value, "value")? };
-        let v = std::env::var_os(name).map(|v| CString::new(v.into_encoded_bytes()).unwrap_or_default());
+        let v = std::env::var_os(name)
+            .map(|v| CString::new(v.into_encoded_bytes()).unwrap_or_default());
         *value = v.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         ENV_VALUE.with(|slot| slot.set(v));
         Ok(())
@@ -83,7 +86,9 @@ pub unsafe extern "C" fn MXSetEnv(name: *const c_char, value: *const c_char) -> 
         // SAFETY: as above.
         let value = unsafe { args::opt_c_str(value, "value")? };
         if name.is_empty() || name.contains('=') {
-            return Err(Error::invalid(format!("name {name:?} is not a valid variable name")));
+            return Err(Error::invalid(format!(
+                "name {name:?} is not a valid variable name"
+            )));
         }
         // SAFETY: setenv/unsetenv are not thread-safe against concurrent getenv in C; MXNet has
         // the same contract for this test helper: call it before starting concurrent work.

@@ -4,9 +4,9 @@
 //! group of the C API; `error` holds the guard every export goes through.
 
 pub(crate) mod args;
-pub mod error;
-pub(crate) mod handle;
 pub mod completion;
 pub mod engine;
-pub mod types;
+pub mod error;
 pub mod global;
+pub(crate) mod handle;
+pub mod types;

@@ -42,7 +42,12 @@ pub(crate) fn execute(op: OprRef) {
     let mut has_error = false;
     if !engine.is_naive() {
         // MXNet's OnStart: adopt the first unreported error of an input (reads first).
-        if let Some(e) = op.const_vars.iter().chain(&op.mutable_vars).find_map(|v| v.pending_exception()) {
+        if let Some(e) = op
+            .const_vars
+            .iter()
+            .chain(&op.mutable_vars)
+            .find_map(|v| v.pending_exception())
+        {
             *op.exception.lock() = Some(e);
             has_error = true;
         }

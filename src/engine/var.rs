@@ -47,7 +47,9 @@ pub(crate) type Ready = SmallVec<[OprRef; 4]>;
 
 impl Var {
     pub fn new() -> Self {
-        Var(Arc::new(VarInner { state: Mutex::new(VarState::default()) }))
+        Var(Arc::new(VarInner {
+            state: Mutex::new(VarState::default()),
+        }))
     }
 
     /// The shared state, for handing the variable to C as a handle.
@@ -79,7 +81,10 @@ impl Var {
             s.running_reads += 1;
             true
         } else {
-            s.queue.push_back(Pending { op: op.clone(), write: false });
+            s.queue.push_back(Pending {
+                op: op.clone(),
+                write: false,
+            });
             false
         }
     }
@@ -91,7 +96,10 @@ impl Var {
             s.write_granted = true;
             true
         } else {
-            s.queue.push_back(Pending { op: op.clone(), write: true });
+            s.queue.push_back(Pending {
+                op: op.clone(),
+                write: true,
+            });
             false
         }
     }
