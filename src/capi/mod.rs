@@ -10,3 +10,4 @@ pub mod error;
 pub mod global;
 pub(crate) mod handle;
 pub mod types;
+pub mod ndarray;
