@@ -45,9 +45,10 @@ pub const RECORD_V3_MAGIC: u32 = 0xF993_FACA;
 /// writes can be read back.
 pub const MAX_NDIM: usize = 32;
 
-/// The smallest number of bytes any record can take (a V2/V3 "none" record: magic, stype, ndim).
+/// The smallest number of bytes any record can take: a V1 record of unknown shape (magic and
+/// `ndim == -1`) is a complete none record.
 /// Used to reject array counts that the input cannot possibly hold.
-const MIN_RECORD_BYTES: usize = 12;
+const MIN_RECORD_BYTES: usize = 8;
 /// The smallest number of bytes a name can take (its `u64` length).
 const MIN_NAME_BYTES: usize = 8;
 
@@ -1416,6 +1417,26 @@ mod tests {
     }
 
     #[test]
+    fn smallest_records_fill_a_list_exactly() {
+        // V1 records of unknown shape are 8 bytes each: the count check must allow them.
+        let mut file = B::default().u64(0x112).u64(0).u64(3);
+        for _ in 0..3 {
+            file = file.u32(RECORD_V1_MAGIC).i32(-1);
+        }
+        let file = file.u64(0).0;
+        let (recs, names) = read_list(&file, NpShape::Off).unwrap();
+        assert!(names.is_empty() && recs.len() == 3 && recs.iter().all(Record::is_none));
+        // One more than the remaining bytes could hold is refused up front.
+        let mut more = file.clone();
+        more[16..24].copy_from_slice(&5u64.to_le_bytes());
+        assert_eq!(
+            format_err(read_list(&more, NpShape::Off)),
+            "Invalid NDArray file format: array count 5 cannot fit in the 32 bytes that follow \
+             (a record takes at least 8) at byte 16"
+        );
+    }
+
+    #[test]
     fn every_truncation_is_an_error_naming_the_offset() {
         let bytes = walkthrough();
         for len in 0..bytes.len() {
@@ -1479,7 +1500,7 @@ mod tests {
         assert_eq!(
             list(&patched(16, &u64::MAX.to_le_bytes())),
             format!(
-                "Invalid NDArray file format: array count {} cannot fit in the 126 bytes that follow (a record takes at least 12) at byte 16",
+                "Invalid NDArray file format: array count {} cannot fit in the 126 bytes that follow (a record takes at least 8) at byte 16",
                 u64::MAX
             )
         );
