@@ -13,12 +13,20 @@ use mxrt::ndarray::format::{NpShape, Record, RecordRef, read_list, read_record, 
 fn check(data: &[u8], recs: &[Record], names: &[String]) {
     let total: usize = recs.iter().map(Record::data_bytes).sum::<usize>()
         + names.iter().map(String::len).sum::<usize>();
-    assert!(total <= data.len(), "{total} bytes out of {} in", data.len());
+    assert!(
+        total <= data.len(),
+        "{total} bytes out of {} in",
+        data.len()
+    );
     assert!(names.is_empty() || names.len() == recs.len());
     for r in recs {
         let Some(shape) = &r.shape else { continue };
         let count = |dims: &[i64]| -> u64 {
-            if dims.contains(&0) { 0 } else { dims.iter().map(|&d| d as u64).product() }
+            if dims.contains(&0) {
+                0
+            } else {
+                dims.iter().map(|&d| d as u64).product()
+            }
         };
         let dims = r.storage_shape.as_deref().unwrap_or(shape);
         assert_eq!(r.data.len() as u64, count(dims) * r.dtype.size() as u64);

@@ -349,8 +349,8 @@ struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
     prefix: &'static str,
-    /// Put in front of every message after the prefix, e.g. "array 3 (record at byte 120): ".
-    scope: String,
+    /// The list entry being read (index, offset of its record), named in error messages.
+    scope: Option<(u64, usize)>,
 }
 
 impl<'a> Reader<'a> {
@@ -359,7 +359,7 @@ impl<'a> Reader<'a> {
             buf,
             pos: 0,
             prefix,
-            scope: String::new(),
+            scope: None,
         }
     }
 
@@ -368,10 +368,13 @@ impl<'a> Reader<'a> {
     }
 
     fn err(&self, at: usize, msg: impl std::fmt::Display) -> Error {
-        Error::format(format!(
-            "{}: {}{} at byte {}",
-            self.prefix, self.scope, msg, at
-        ))
+        let prefix = self.prefix;
+        Error::format(match self.scope {
+            Some((i, rec_at)) => {
+                format!("{prefix}: array {i} (record at byte {rec_at}): {msg} at byte {at}")
+            }
+            None => format!("{prefix}: {msg} at byte {at}"),
+        })
     }
 
     fn take(&mut self, n: u64, what: &dyn std::fmt::Display) -> Result<&'a [u8]> {
@@ -668,10 +671,10 @@ pub fn read_list(buf: &[u8], np: NpShape) -> Result<(Vec<Record>, Vec<String>)> 
     // Grows with the records actually parsed; the count alone never sizes an allocation.
     let mut records = Vec::new();
     for i in 0..count {
-        r.scope = format!("array {i} (record at byte {}): ", r.pos);
+        r.scope = Some((i, r.pos));
         records.push(r.record(np)?);
     }
-    r.scope.clear();
+    r.scope = None;
 
     let names_at = r.pos;
     let n_names = r.u64(&"name count")?;
