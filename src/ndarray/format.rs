@@ -19,7 +19,7 @@
 //!
 //! Readers never panic and never allocate more than the bytes they were given (plus small
 //! constants): every declared count, length and shape is checked against the bytes that remain
-//! before anything is allocated. Failures are [`ErrorKind::Format`] errors whose message starts
+//! before anything is allocated. Failures are [`ErrorKind::Format`](crate::ErrorKind::Format) errors whose message starts
 //! with MXNet's own wording ("Invalid NDArray file format" for lists, "Invalid NDArray
 //! serialization format" for single records) and says what is wrong at which byte offset. The
 //! numpy-shape mismatches use MXNet's exact messages.
