@@ -67,9 +67,9 @@ static ALLOCATOR: Counting = Counting;
 
 /// The most any single allocation of a parse of `len` input bytes may take. Element data and
 /// names are copies of input bytes (<= len). The record vector holds at most one `Record` per
-/// 12 input bytes and may have doubled its capacity once; error messages and shapes are small.
+/// 8 input bytes and may have doubled its capacity once; error messages and shapes are small.
 fn alloc_cap(len: usize) -> usize {
-    let per_record = 2 * std::mem::size_of::<Record>() / 12 + 2;
+    let per_record = 2 * std::mem::size_of::<Record>() / 8 + 2;
     per_record.max(2) * len + 64 * 1024
 }
 
