@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod error;
 
 pub mod engine;
+pub mod profiler;
 
 pub mod capi;
 
