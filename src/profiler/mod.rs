@@ -338,7 +338,7 @@ pub fn init_from_env() {
 }
 
 /// Replaces the configuration (worker process). Deletes the configured trace file (a new one is
-/// started by the next dump), creates or drops the aggregate accumulator and restarts the
+/// started by the next dump) and drops records not yet dumped, creates or drops the aggregate accumulator and restarts the
 /// continuous-dump timer. A server-process configuration is the caller's business (it goes to a
 /// distributed KVStore) and is rejected here.
 pub fn set_config(config: Config) -> Result<()> {
@@ -355,6 +355,8 @@ pub fn set_config(config: Config) -> Result<()> {
             return Err(Error::io(format!("cannot remove old profile {}: {e}", config.filename)));
         }
     }
+    // Records collected for the old configuration (and its deleted file) are dropped.
+    drop(buffer::drain_all());
     c.mode = config.mode();
     c.writer = None;
     if config.aggregate_stats {
