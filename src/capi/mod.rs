@@ -6,3 +6,4 @@
 pub(crate) mod args;
 pub mod error;
 pub(crate) mod handle;
+pub mod profiler;
