@@ -30,7 +30,9 @@ fn tmp(name: &str) -> PathBuf {
 
 fn last_error() -> String {
     // SAFETY: MXGetLastError returns this thread's live, NUL-terminated message.
-    unsafe { CStr::from_ptr(MXGetLastError()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(MXGetLastError()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn cs(s: &str) -> CString {
@@ -61,7 +63,8 @@ fn fresh(file: &str, extra: &[(&str, &str)]) -> PathBuf {
 
 fn read_trace(path: &PathBuf) -> Value {
     let text = std::fs::read_to_string(path).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{text}"));
+    let v: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("invalid JSON ({e}):\n{text}"));
     assert_eq!(v["displayTimeUnit"], "ms");
     v
 }
@@ -76,11 +79,16 @@ fn stats(format: i32, sort_by: i32, ascending: i32, reset: i32) -> String {
     let rc = unsafe { MXAggregateProfileStatsPrintEx(&mut out, reset, format, sort_by, ascending) };
     assert_eq!(rc, 0, "{}", last_error());
     // SAFETY: on success `out` points to the thread-local NUL-terminated text.
-    unsafe { CStr::from_ptr(out) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(out) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn wall_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
 }
 
 fn ph(e: &Value) -> &str {
@@ -122,7 +130,11 @@ fn workload_trace_records() {
     let _g = lock();
     let path = fresh(
         "work.json",
-        &[("aggregate_stats", "true"), ("continuous_dump", "false"), ("profile_all", "true")],
+        &[
+            ("aggregate_stats", "true"),
+            ("continuous_dump", "false"),
+            ("profile_all", "true"),
+        ],
     );
     let t_begin = wall_us();
     assert_eq!(MXSetProfilerState(1), 0);
@@ -145,7 +157,10 @@ fn workload_trace_records() {
                             profiler::record_memory(ctx, 1024 * (j + 1));
                         }
                     }
-                    assert!(OpScope::begin("", ctx).is_none(), "unnamed ops are not recorded");
+                    assert!(
+                        OpScope::begin("", ctx).is_none(),
+                        "unnamed ops are not recorded"
+                    );
                     if i == 0 && profiler::kvstore_enabled() {
                         let t0 = profiler::now_us();
                         profiler::record_kvstore("KVStore Push", "3", t0, t0 + 5);
@@ -159,7 +174,10 @@ fn workload_trace_records() {
     for _ in 0..2 {
         let _api = ApiScope::begin("MXNDArrayCreate");
     }
-    assert!(ApiScope::begin("MXProfileCreateDomain").is_none(), "profiler calls are not recorded");
+    assert!(
+        ApiScope::begin("MXProfileCreateDomain").is_none(),
+        "profiler calls are not recorded"
+    );
     assert_eq!(MXSetProfilerState(0), 0);
     assert!(!profiler::ops_enabled());
     assert_eq!(MXDumpProfile(1), 0, "{}", last_error());
@@ -170,19 +188,33 @@ fn workload_trace_records() {
     let intervals = pairs(evs);
 
     // Operators: 12 outer and 12 inner, each thread's under its device pid and its own tid.
-    let ops: Vec<_> = intervals.iter().filter(|(b, _)| b["cat"] == "operator").collect();
+    let ops: Vec<_> = intervals
+        .iter()
+        .filter(|(b, _)| b["cat"] == "operator")
+        .collect();
     assert_eq!(ops.len(), 24);
     for name in ["outer", "inner"] {
-        assert_eq!(ops.iter().filter(|(b, _)| b["name"] == name).count(), 12, "{name}");
+        assert_eq!(
+            ops.iter().filter(|(b, _)| b["name"] == name).count(),
+            12,
+            "{name}"
+        );
     }
     let mut tid_by_pid: HashMap<u64, HashSet<u64>> = HashMap::new();
     for (b, _) in &ops {
         assert_eq!(ph(b), "B");
-        tid_by_pid.entry(b["pid"].as_u64().unwrap()).or_default().insert(b["tid"].as_u64().unwrap());
+        tid_by_pid
+            .entry(b["pid"].as_u64().unwrap())
+            .or_default()
+            .insert(b["tid"].as_u64().unwrap());
     }
     assert_eq!(tid_by_pid.len(), 3);
     for (i, tid) in tids.iter().enumerate() {
-        assert_eq!(tid_by_pid[&(i as u64)], HashSet::from([*tid as u64]), "worker {i}");
+        assert_eq!(
+            tid_by_pid[&(i as u64)],
+            HashSet::from([*tid as u64]),
+            "worker {i}"
+        );
     }
     // Nesting: every inner lies inside an outer of the same thread.
     for (ib, ie) in ops.iter().filter(|(b, _)| b["name"] == "inner") {
@@ -197,7 +229,10 @@ fn workload_trace_records() {
     // Timestamps are microseconds since the epoch.
     for e in evs.iter().filter(|e| ph(e) != "M") {
         let ts = e["ts"].as_u64().unwrap();
-        assert!(ts + 1000 >= t_begin && ts <= t_end + 1000, "ts {ts} outside [{t_begin}, {t_end}]");
+        assert!(
+            ts + 1000 >= t_begin && ts <= t_end + 1000,
+            "ts {ts} outside [{t_begin}, {t_end}]"
+        );
     }
     // Metadata: process names for the device pids, thread names for the workers.
     let meta: Vec<_> = evs.iter().filter(|e| ph(e) == "M").collect();
@@ -225,9 +260,15 @@ fn workload_trace_records() {
         assert!(named.contains(&e["pid"].as_u64().unwrap()), "{e}");
     }
     // API calls: two async pairs with distinct ids; the calls counter counts up by one.
-    let api: Vec<_> = intervals.iter().filter(|(b, _)| b["cat"] == "MXNET_C_API").collect();
+    let api: Vec<_> = intervals
+        .iter()
+        .filter(|(b, _)| b["cat"] == "MXNET_C_API")
+        .collect();
     assert_eq!(api.len(), 2);
-    assert!(api.iter().all(|(b, _)| b["name"] == "MXNDArrayCreate" && ph(b) == "b"));
+    assert!(
+        api.iter()
+            .all(|(b, _)| b["name"] == "MXNDArrayCreate" && ph(b) == "b")
+    );
     assert_ne!(api[0].0["id"], api[1].0["id"]);
     assert!(!evs.iter().any(|e| e["name"] == "MXProfileCreateDomain"));
     let calls: Vec<u64> = evs
@@ -253,11 +294,17 @@ fn workload_trace_records() {
         assert_eq!(vals, [1024, 2048, 3072, 4096]);
     }
     // KVStore.
-    let kv: Vec<_> = intervals.iter().filter(|(b, _)| b["cat"] == "KVStore").collect();
+    let kv: Vec<_> = intervals
+        .iter()
+        .filter(|(b, _)| b["cat"] == "KVStore")
+        .collect();
     assert_eq!(kv.len(), 1);
     assert_eq!(kv[0].0["name"], "KVStore Push");
     assert_eq!(kv[0].0["args"]["key"], "3");
-    assert_eq!(kv[0].1["ts"].as_u64().unwrap() - kv[0].0["ts"].as_u64().unwrap(), 5);
+    assert_eq!(
+        kv[0].1["ts"].as_u64().unwrap() - kv[0].0["ts"].as_u64().unwrap(),
+        5
+    );
 
     // Aggregate stats match the workload.
     let j: Value = serde_json::from_str(&stats(1, 0, 0, 0)).unwrap();
@@ -305,7 +352,14 @@ fn expected_order(sort_by: i32, ascending: bool) -> Vec<&'static str> {
 fn order_in(text: &str) -> Vec<&'static str> {
     let mut found: Vec<(usize, &str)> = AGG
         .iter()
-        .map(|(n, _)| (text.find(&format!("\n{n} ")).or_else(|| text.find(&format!("\"{n}\""))).unwrap(), *n))
+        .map(|(n, _)| {
+            (
+                text.find(&format!("\n{n} "))
+                    .or_else(|| text.find(&format!("\"{n}\"")))
+                    .unwrap(),
+                *n,
+            )
+        })
         .collect();
     found.sort();
     found.into_iter().map(|(_, n)| n).collect()
@@ -314,7 +368,10 @@ fn order_in(text: &str) -> Vec<&'static str> {
 #[test]
 fn aggregate_numbers_and_sort_orders() {
     let _g = lock();
-    fresh("agg.json", &[("aggregate_stats", "1"), ("continuous_dump", "0")]);
+    fresh(
+        "agg.json",
+        &[("aggregate_stats", "1"), ("continuous_dump", "0")],
+    );
     assert_eq!(MXSetProfilerState(1), 0);
     let ctx = Context::cpu(0);
     for (name, durs) in AGG {
@@ -333,9 +390,15 @@ fn aggregate_numbers_and_sort_orders() {
     assert_eq!(a["Max"].as_f64(), Some(0.3));
     assert_eq!(a["Avg"].as_f64(), Some(0.2));
     let g = &j["Time"]["operator"]["gamma"];
-    assert_eq!((g["Count"].as_u64(), g["Total"].as_f64(), g["Avg"].as_f64()), (Some(10), Some(0.59), Some(0.059)));
+    assert_eq!(
+        (g["Count"].as_u64(), g["Total"].as_f64(), g["Avg"].as_f64()),
+        (Some(10), Some(0.59), Some(0.059))
+    );
     let m = &j["Memory"]["Device Storage"]["Memory: cpu/0"];
-    assert_eq!((m["Count"].as_u64(), m["Min"].as_f64(), m["Max"].as_f64()), (Some(3), Some(1.0), Some(3.0)));
+    assert_eq!(
+        (m["Count"].as_u64(), m["Min"].as_f64(), m["Max"].as_f64()),
+        (Some(3), Some(1.0), Some(3.0))
+    );
     // MXNet's "average" of a counter is (max - min) / 2.
     assert_eq!(m["Avg"].as_f64(), Some(1.0));
     assert_eq!(j["Unit"]["Time"], "ms");
@@ -343,22 +406,42 @@ fn aggregate_numbers_and_sort_orders() {
 
     let table = stats(0, 0, 0, 0);
     assert!(table.starts_with("\nProfile Statistics:\n"), "{table}");
-    assert!(table.contains("operator\n=================\nName"), "{table}");
-    assert!(table.contains("Device Storage\n=================\nName"), "{table}");
+    assert!(
+        table.contains("operator\n=================\nName"),
+        "{table}"
+    );
+    assert!(
+        table.contains("Device Storage\n=================\nName"),
+        "{table}"
+    );
     let alpha_line = table.lines().find(|l| l.starts_with("alpha ")).unwrap();
     let nums: Vec<&str> = alpha_line.split_whitespace().collect();
     assert_eq!(nums, ["alpha", "3", "0.6000", "0.1000", "0.3000", "0.2000"]);
-    let mem_line = table.lines().find(|l| l.starts_with("Memory: cpu/0")).unwrap();
-    assert_eq!(mem_line.split_whitespace().skip(2).collect::<Vec<_>>(), ["3", "1.0000", "3.0000", "1.0000"]);
+    let mem_line = table
+        .lines()
+        .find(|l| l.starts_with("Memory: cpu/0"))
+        .unwrap();
+    assert_eq!(
+        mem_line.split_whitespace().skip(2).collect::<Vec<_>>(),
+        ["3", "1.0000", "3.0000", "1.0000"]
+    );
 
     for sort_by in 0..5 {
         for asc in [0, 1] {
             let want = expected_order(sort_by, asc == 1);
             let t = stats(0, sort_by, asc, 0);
-            assert_eq!(order_in(&t), want, "table sort_by {sort_by} ascending {asc}");
+            assert_eq!(
+                order_in(&t),
+                want,
+                "table sort_by {sort_by} ascending {asc}"
+            );
             let js = stats(1, sort_by, asc, 0);
             serde_json::from_str::<Value>(&js).unwrap();
-            assert_eq!(order_in(&js), want, "json sort_by {sort_by} ascending {asc}");
+            assert_eq!(
+                order_in(&js),
+                want,
+                "json sort_by {sort_by} ascending {asc}"
+            );
         }
     }
     // Bad arguments.
@@ -369,7 +452,10 @@ fn aggregate_numbers_and_sort_orders() {
         assert!(last_error().contains("format"), "{}", last_error());
         assert_eq!(MXAggregateProfileStatsPrintEx(&mut out, 0, 0, 5, 0), -1);
         assert!(last_error().contains("sort_by"), "{}", last_error());
-        assert_eq!(MXAggregateProfileStatsPrintEx(std::ptr::null_mut(), 0, 0, 0, 0), -1);
+        assert_eq!(
+            MXAggregateProfileStatsPrintEx(std::ptr::null_mut(), 0, 0, 0, 0),
+            -1
+        );
         assert!(last_error().contains("out_str is NULL"), "{}", last_error());
         // Print (table, by total, descending) with reset.
         assert_eq!(MXAggregateProfileStatsPrint(&mut out, 1), 0);
@@ -385,7 +471,10 @@ fn aggregate_numbers_and_sort_orders() {
 #[test]
 fn repeated_dumps_stay_valid() {
     let _g = lock();
-    let path = fresh("cont.json", &[("continuous_dump", "true"), ("dump_period", "1000")]);
+    let path = fresh(
+        "cont.json",
+        &[("continuous_dump", "true"), ("dump_period", "1000")],
+    );
     assert_eq!(MXDumpProfile(0), -1);
     assert!(last_error().contains("Profiler hasn't been run. Config and start profiler first"));
     assert_eq!(MXSetProfilerState(1), 0);
@@ -412,10 +501,19 @@ fn repeated_dumps_stay_valid() {
     assert_eq!(MXDumpProfile(1), 0);
     let v = read_trace(&path);
     assert_eq!(count_b(&v), 4);
-    assert_eq!(events(&v).iter().filter(|e| e["name"] == "process_name").count(), 1);
+    assert_eq!(
+        events(&v)
+            .iter()
+            .filter(|e| e["name"] == "process_name")
+            .count(),
+        1
+    );
 
     // Not continuous: every dump closes output, and so does printing the stats.
-    let path = fresh("noncont.json", &[("continuous_dump", "false"), ("aggregate_stats", "true")]);
+    let path = fresh(
+        "noncont.json",
+        &[("continuous_dump", "false"), ("aggregate_stats", "true")],
+    );
     assert_eq!(MXSetProfilerState(1), 0);
     profiler::record_op("x", ctx, 10, 20);
     assert_eq!(MXDumpProfile(0), 0);
@@ -425,7 +523,11 @@ fn repeated_dumps_stay_valid() {
     profiler::record_op("x", ctx, 10, 20);
     stats(0, 0, 0, 0);
     assert_eq!(MXDumpProfile(0), -1);
-    assert_eq!(count_b(&read_trace(&path)), 2, "the stats print flushed the record");
+    assert_eq!(
+        count_b(&read_trace(&path)),
+        2,
+        "the stats print flushed the record"
+    );
     assert_eq!(MXSetProfilerState(0), 0);
 }
 
@@ -459,7 +561,10 @@ fn concurrent_recording_and_dumps() {
 #[test]
 fn timer_thread_dumps() {
     let _g = lock();
-    let path = fresh("timer.json", &[("continuous_dump", "1"), ("dump_period", "0.05")]);
+    let path = fresh(
+        "timer.json",
+        &[("continuous_dump", "1"), ("dump_period", "0.05")],
+    );
     assert_eq!(MXSetProfilerState(1), 0);
     profiler::record_op("tick", Context::cpu(0), 1, 2);
     let mut seen = false;
@@ -482,12 +587,26 @@ fn timer_thread_dumps() {
 #[test]
 fn modes_pause_and_state() {
     let _g = lock();
-    fresh("modes.json", &[("profile_imperative", "false"), ("profile_memory", "0"), ("profile_symbolic", "0")]);
+    fresh(
+        "modes.json",
+        &[
+            ("profile_imperative", "false"),
+            ("profile_memory", "0"),
+            ("profile_symbolic", "0"),
+        ],
+    );
     assert!(!profiler::ops_enabled() && !profiler::api_enabled());
     assert_eq!(MXSetProfilerState(1), 0);
     assert!(!profiler::ops_enabled() && profiler::api_enabled() && !profiler::memory_enabled());
     assert!(OpScope::begin("x", Context::cpu(0)).is_none());
-    fresh("modes.json", &[("profile_all", "true"), ("profile_api", "false"), ("profile_imperative", "0")]);
+    fresh(
+        "modes.json",
+        &[
+            ("profile_all", "true"),
+            ("profile_api", "false"),
+            ("profile_imperative", "0"),
+        ],
+    );
     assert_eq!(MXSetProfilerState(1), 0);
     assert!(profiler::ops_enabled() && profiler::api_enabled() && profiler::memory_enabled());
     assert_eq!(MXProfilePause(1), 0);
@@ -509,7 +628,10 @@ fn modes_pause_and_state() {
     let mut dummy = 0u8;
     let kv = (&mut dummy as *mut u8).cast();
     assert_eq!(MXSetProcessProfilerState(1, 1, kv), 0);
-    assert!(!profiler::status().running, "a server command does not touch this process");
+    assert!(
+        !profiler::status().running,
+        "a server command does not touch this process"
+    );
 }
 
 fn create(f: impl FnOnce(*mut ProfileHandle) -> i32) -> ProfileHandle {
@@ -522,7 +644,10 @@ fn create(f: impl FnOnce(*mut ProfileHandle) -> i32) -> ProfileHandle {
 #[test]
 fn profile_objects() {
     let _g = lock();
-    let path = fresh("objects.json", &[("aggregate_stats", "true"), ("continuous_dump", "false")]);
+    let path = fresh(
+        "objects.json",
+        &[("aggregate_stats", "true"), ("continuous_dump", "false")],
+    );
     assert_eq!(MXSetProfilerState(1), 0);
     let (dn, tn, fname, en, cn, mn) = (cs("dom"), cs("t1"), cs("f1"), cs("e1"), cs("c1"), cs("m"));
     // SAFETY: every pointer passed below is a live C string or a valid out-parameter.
@@ -539,7 +664,11 @@ fn profile_objects() {
             assert_eq!(MXProfileDurationStop(h), 0);
         }
         assert_eq!(MXProfileDurationStop(task), -1);
-        assert!(last_error().contains("profile task 't1' was stopped without being started"), "{}", last_error());
+        assert!(
+            last_error().contains("profile task 't1' was stopped without being started"),
+            "{}",
+            last_error()
+        );
         assert_eq!(MXProfileSetCounter(counter, 10), 0);
         assert_eq!(MXProfileAdjustCounter(counter, 5), 0);
         assert_eq!(MXProfileAdjustCounter(counter, -3), 0);
@@ -549,7 +678,11 @@ fn profile_objects() {
         }
         let bad = cs("galaxy");
         assert_eq!(MXProfileSetMarker(dom, mn.as_ptr(), bad.as_ptr()), -1);
-        assert!(last_error().contains("Invalid marker scope 'galaxy'"), "{}", last_error());
+        assert!(
+            last_error().contains("Invalid marker scope 'galaxy'"),
+            "{}",
+            last_error()
+        );
         // Paused: objects do not record.
         assert_eq!(MXProfilePause(1), 0);
         assert_eq!(MXProfileSetCounter(counter, 99), 0);
@@ -557,23 +690,49 @@ fn profile_objects() {
 
         // Wrong kinds, NULL, freed handles.
         assert_eq!(MXProfileSetCounter(task, 1), -1);
-        assert!(last_error().contains("counter_handle is a task handle, expected a counter"), "{}", last_error());
+        assert!(
+            last_error().contains("counter_handle is a task handle, expected a counter"),
+            "{}",
+            last_error()
+        );
         assert_eq!(MXProfileDurationStart(counter), -1);
-        assert!(last_error().contains("is a counter handle"), "{}", last_error());
-        assert_eq!(MXProfileCreateTask(event, tn.as_ptr(), &mut std::ptr::null_mut()), -1);
-        assert!(last_error().contains("domain is a event handle, expected a domain"), "{}", last_error());
+        assert!(
+            last_error().contains("is a counter handle"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            MXProfileCreateTask(event, tn.as_ptr(), &mut std::ptr::null_mut()),
+            -1
+        );
+        assert!(
+            last_error().contains("domain is a event handle, expected a domain"),
+            "{}",
+            last_error()
+        );
         assert_eq!(MXProfileDurationStart(std::ptr::null_mut()), -1);
-        assert!(last_error().contains("duration_handle is NULL"), "{}", last_error());
+        assert!(
+            last_error().contains("duration_handle is NULL"),
+            "{}",
+            last_error()
+        );
         assert_eq!(MXProfileCreateDomain(dn.as_ptr(), std::ptr::null_mut()), -1);
         assert!(last_error().contains("out is NULL"));
-        assert_eq!(MXProfileCreateEvent(std::ptr::null(), &mut std::ptr::null_mut()), -1);
+        assert_eq!(
+            MXProfileCreateEvent(std::ptr::null(), &mut std::ptr::null_mut()),
+            -1
+        );
         assert!(last_error().contains("event_name is NULL"));
         assert_eq!(MXProfileDestroyHandle(std::ptr::null_mut()), -1);
         for h in [task, frame, event, counter] {
             assert_eq!(MXProfileDestroyHandle(h), 0);
         }
         assert_eq!(MXProfileDestroyHandle(task), -1);
-        assert!(last_error().contains("not a live profile object handle"), "{}", last_error());
+        assert!(
+            last_error().contains("not a live profile object handle"),
+            "{}",
+            last_error()
+        );
         assert_eq!(MXProfileSetCounter(counter, 1), -1);
         assert_eq!(MXProfileDestroyHandle(dom), 0, "domains are ignored");
         let t2 = create(|o| MXProfileCreateTask(dom, tn.as_ptr(), o));
@@ -583,18 +742,34 @@ fn profile_objects() {
     let v = read_trace(&path);
     let evs = events(&v);
     let iv = pairs(evs);
-    let find = |name: &str| iv.iter().filter(|(b, _)| b["name"] == name).collect::<Vec<_>>();
+    let find = |name: &str| {
+        iv.iter()
+            .filter(|(b, _)| b["name"] == name)
+            .collect::<Vec<_>>()
+    };
     let t = find("t1");
     assert_eq!(t.len(), 1);
     assert_eq!((ph(t[0].0), t[0].0["cat"].as_str()), ("b", Some("dom")));
     assert!(t[0].0["id"].is_u64());
     let f = find("f1");
-    assert_eq!((f.len(), ph(f[0].0), f[0].0["cat"].as_str()), (1, "(", Some("dom,frame")));
+    assert_eq!(
+        (f.len(), ph(f[0].0), f[0].0["cat"].as_str()),
+        (1, "(", Some("dom,frame"))
+    );
     let e = find("e1");
-    assert_eq!((e.len(), ph(e[0].0), e[0].0["cat"].as_str()), (1, "B", Some("event")));
+    assert_eq!(
+        (e.len(), ph(e[0].0), e[0].0["cat"].as_str()),
+        (1, "B", Some("event"))
+    );
     // The event is inside the frame, inside the task.
-    assert!(t[0].0["ts"].as_u64() <= f[0].0["ts"].as_u64() && f[0].0["ts"].as_u64() <= e[0].0["ts"].as_u64());
-    assert!(e[0].1["ts"].as_u64() <= f[0].1["ts"].as_u64() && f[0].1["ts"].as_u64() <= t[0].1["ts"].as_u64());
+    assert!(
+        t[0].0["ts"].as_u64() <= f[0].0["ts"].as_u64()
+            && f[0].0["ts"].as_u64() <= e[0].0["ts"].as_u64()
+    );
+    assert!(
+        e[0].1["ts"].as_u64() <= f[0].1["ts"].as_u64()
+            && f[0].1["ts"].as_u64() <= t[0].1["ts"].as_u64()
+    );
     let counts: Vec<u64> = evs
         .iter()
         .filter(|e| e["name"] == "c1")
@@ -608,7 +783,10 @@ fn profile_objects() {
         .iter()
         .filter(|e| e["name"] == "m")
         .map(|e| {
-            assert_eq!((ph(e), e["cat"].as_str()), ("i", Some("dom,instant_marker")));
+            assert_eq!(
+                (ph(e), e["cat"].as_str()),
+                ("i", Some("dom,instant_marker"))
+            );
             e["s"].as_str().unwrap()
         })
         .collect();
@@ -642,11 +820,20 @@ fn config_errors() {
         assert_eq!(configure(&[(k, v)]), -1, "{k}={v}");
         let e = last_error();
         assert!(e.starts_with("MXSetProcessProfilerConfig: "), "{e}");
-        assert!(e.contains(&format!("'{k}'")) && e.contains(&format!("'{v}'")), "{e}");
+        assert!(
+            e.contains(&format!("'{k}'")) && e.contains(&format!("'{v}'")),
+            "{e}"
+        );
     }
-    assert_eq!(configure(&[("aggregate_stats", "1"), ("no_such_key", "1")]), -1);
+    assert_eq!(
+        configure(&[("aggregate_stats", "1"), ("no_such_key", "1")]),
+        -1
+    );
     let e = last_error();
-    assert!(e.contains("Cannot find argument 'no_such_key', Possible Arguments:"), "{e}");
+    assert!(
+        e.contains("Cannot find argument 'no_such_key', Possible Arguments:"),
+        "{e}"
+    );
     for (k, _, _) in profiler::config::KEYS {
         assert!(e.contains(k), "{k} not listed: {e}");
     }
@@ -655,9 +842,19 @@ fn config_errors() {
     // Pointer and count checks.
     // SAFETY: deliberate NULL/negative arguments; no array is read.
     unsafe {
-        assert_eq!(MXSetProfilerConfig(-1, std::ptr::null(), std::ptr::null()), -1);
-        assert!(last_error().contains("num_params must be non-negative"), "{}", last_error());
-        assert_eq!(MXSetProfilerConfig(1, std::ptr::null(), std::ptr::null()), -1);
+        assert_eq!(
+            MXSetProfilerConfig(-1, std::ptr::null(), std::ptr::null()),
+            -1
+        );
+        assert!(
+            last_error().contains("num_params must be non-negative"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            MXSetProfilerConfig(1, std::ptr::null(), std::ptr::null()),
+            -1
+        );
         assert!(last_error().contains("keys is NULL"), "{}", last_error());
         let k = cs("filename");
         let kp = [k.as_ptr()];
@@ -669,7 +866,11 @@ fn config_errors() {
         let v2 = cs("server");
         let (kp, vp) = ([k2.as_ptr()], [v2.as_ptr()]);
         assert_eq!(MXSetProfilerConfig(1, kp.as_ptr(), vp.as_ptr()), -1);
-        assert!(last_error().contains("Kvstore Handle passed to profiler is null"), "{}", last_error());
+        assert!(
+            last_error().contains("Kvstore Handle passed to profiler is null"),
+            "{}",
+            last_error()
+        );
     }
     // The trace file is deleted by a configuration.
     let path = tmp("unlink.json");
@@ -687,7 +888,13 @@ fn config_errors() {
 fn timeline_files() {
     let _g = lock();
     let svg = tmp("tl.svg");
-    let path = fresh("tl.json", &[("timeline", svg.to_str().unwrap()), ("continuous_dump", "false")]);
+    let path = fresh(
+        "tl.json",
+        &[
+            ("timeline", svg.to_str().unwrap()),
+            ("continuous_dump", "false"),
+        ],
+    );
     assert_eq!(MXSetProfilerState(1), 0);
     let ws: Vec<_> = (0..2)
         .map(|i| {
@@ -706,8 +913,15 @@ fn timeline_files() {
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg"));
     assert_eq!(text.matches("class=\"bar\"").count(), 6);
-    assert_eq!(text.matches("/ thread ").count(), 2, "one row per worker thread");
-    let (ca, cb) = (profiler::timeline::colour("a"), profiler::timeline::colour("b"));
+    assert_eq!(
+        text.matches("/ thread ").count(),
+        2,
+        "one row per worker thread"
+    );
+    let (ca, cb) = (
+        profiler::timeline::colour("a"),
+        profiler::timeline::colour("b"),
+    );
     assert_eq!(text.matches(&format!("fill=\"{ca}\"")).count(), 4);
     assert_eq!(text.matches(&format!("fill=\"{cb}\"")).count(), 2);
 
@@ -723,8 +937,13 @@ fn timeline_files() {
 #[test]
 #[ignore = "helper run in a child process by dump_at_exit"]
 fn exit_dump_child() {
-    let Ok(file) = std::env::var("MXRT_PROFILER_CHILD_FILE") else { return };
-    assert_eq!(configure(&[("filename", &file), ("dump_period", "1000")]), 0);
+    let Ok(file) = std::env::var("MXRT_PROFILER_CHILD_FILE") else {
+        return;
+    };
+    assert_eq!(
+        configure(&[("filename", &file), ("dump_period", "1000")]),
+        0
+    );
     assert_eq!(MXSetProfilerState(1), 0);
     profiler::record_op("at_exit_op", Context::cpu(0), 1, 2);
 }
@@ -733,13 +952,28 @@ fn exit_dump_child() {
 fn dump_at_exit() {
     let path = tmp("exit.json");
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "exit_dump_child", "--ignored", "--test-threads=1"])
+        .args([
+            "--exact",
+            "exit_dump_child",
+            "--ignored",
+            "--test-threads=1",
+        ])
         .env("MXRT_PROFILER_CHILD_FILE", &path)
         .output()
         .unwrap();
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stdout));
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
     let v = read_trace(&path);
-    assert_eq!(events(&v).iter().filter(|e| e["name"] == "at_exit_op").count(), 2);
+    assert_eq!(
+        events(&v)
+            .iter()
+            .filter(|e| e["name"] == "at_exit_op")
+            .count(),
+        2
+    );
 }
 
 #[test]

@@ -40,7 +40,10 @@ fn kind_name(o: &ProfileObject) -> &'static str {
 }
 
 fn wrong(arg: &str, o: &ProfileObject, want: &str) -> Error {
-    Error::invalid(format!("{arg} is a {} handle, expected {want}", kind_name(o)))
+    Error::invalid(format!(
+        "{arg} is a {} handle, expected {want}",
+        kind_name(o)
+    ))
 }
 
 fn get(h: ProfileHandle, arg: &str) -> Result<Arc<ProfileEntry>> {
@@ -205,7 +208,10 @@ thread_local! {
 /// # Safety
 /// `out_str` must be valid for a write of one pointer.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXAggregateProfileStatsPrint(out_str: *mut *const c_char, reset: c_int) -> c_int {
+pub unsafe extern "C" fn MXAggregateProfileStatsPrint(
+    out_str: *mut *const c_char,
+    reset: c_int,
+) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { MXAggregateProfileStatsPrintEx(out_str, reset, 0, 0, 0) }
 }
@@ -269,7 +275,10 @@ pub extern "C" fn MXProcessProfilePause(
 /// # Safety
 /// `domain` must be a NUL-terminated string; `out` must be valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXProfileCreateDomain(domain: *const c_char, out: *mut ProfileHandle) -> c_int {
+pub unsafe extern "C" fn MXProfileCreateDomain(
+    domain: *const c_char,
+    out: *mut ProfileHandle,
+) -> c_int {
     api_call("MXProfileCreateDomain", || {
         // SAFETY: forwarded contract.
         let name = unsafe { args::c_str(domain, "domain") }?;
@@ -318,7 +327,10 @@ pub unsafe extern "C" fn MXProfileCreateFrame(
 /// # Safety
 /// `event_name` must be a NUL-terminated string; `out` must be valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXProfileCreateEvent(event_name: *const c_char, out: *mut ProfileHandle) -> c_int {
+pub unsafe extern "C" fn MXProfileCreateEvent(
+    event_name: *const c_char,
+    out: *mut ProfileHandle,
+) -> c_int {
     api_call("MXProfileCreateEvent", || {
         // SAFETY: forwarded contract.
         let name = unsafe { args::c_str(event_name, "event_name") }?;
@@ -368,7 +380,9 @@ pub extern "C" fn MXProfileDurationStart(duration_handle: ProfileHandle) -> c_in
 /// Stops a task, frame or event and records it (unless paused). Fails if it was not started.
 #[unsafe(no_mangle)]
 pub extern "C" fn MXProfileDurationStop(duration_handle: ProfileHandle) -> c_int {
-    api_call("MXProfileDurationStop", || duration(duration_handle, "duration_handle")?.stop())
+    api_call("MXProfileDurationStop", || {
+        duration(duration_handle, "duration_handle")?.stop()
+    })
 }
 
 /// Sets a counter's value; records the change (unless paused).

@@ -151,7 +151,10 @@ impl AggregateStats {
     fn sorted(map: &HashMap<String, Stat>, by: SortBy, ascending: bool) -> Vec<(&str, &Stat)> {
         let mut v: Vec<(&str, &Stat)> = map.iter().map(|(n, s)| (n.as_str(), s)).collect();
         v.sort_by(|a, b| {
-            let o = a.1.sort_value(by).total_cmp(&b.1.sort_value(by)).then_with(|| a.0.cmp(b.0));
+            let o =
+                a.1.sort_value(by)
+                    .total_cmp(&b.1.sort_value(by))
+                    .then_with(|| a.0.cmp(b.0));
             if ascending { o } else { o.reverse() }
         });
         v
@@ -168,7 +171,9 @@ impl AggregateStats {
     /// MXNet's table layout.
     pub fn table(&self, by: SortBy, ascending: bool) -> String {
         let mut s = String::new();
-        s.push_str("\nProfile Statistics:\n\tNote the difference in units for different entries.\n");
+        s.push_str(
+            "\nProfile Statistics:\n\tNote the difference in units for different entries.\n",
+        );
         for (cat, map) in &self.stats {
             let mem = is_memory(cat);
             let _ = writeln!(s, "{cat}\n=================");
@@ -187,12 +192,22 @@ impl AggregateStats {
                 let _ = writeln!(
                     s,
                     "{:<25}{:>16} {:>16} {:>16} {:>16} {:>16}",
-                    "Name", "Total Count", "Time (ms)", "Min Time (ms)", "Max Time (ms)", "Avg Time (ms)"
+                    "Name",
+                    "Total Count",
+                    "Time (ms)",
+                    "Min Time (ms)",
+                    "Max Time (ms)",
+                    "Avg Time (ms)"
                 );
                 let _ = writeln!(
                     s,
                     "{:<25}{:>16} {:>16} {:>16} {:>16} {:>16}",
-                    "----", "-----------", "---------", "-------------", "-------------", "-------------"
+                    "----",
+                    "-----------",
+                    "---------",
+                    "-------------",
+                    "-------------",
+                    "-------------"
                 );
             }
             for (name, st) in Self::sorted(map, by, ascending) {
@@ -224,7 +239,11 @@ impl AggregateStats {
                 let mut e = format!("            \"{}\": {{\n", escape_json(name));
                 let _ = writeln!(e, "                \"Count\": {},", st.count);
                 if !mem {
-                    let _ = writeln!(e, "                \"Total\": {:.4},", st.total as f64 / 1000.0);
+                    let _ = writeln!(
+                        e,
+                        "                \"Total\": {:.4},",
+                        st.total as f64 / 1000.0
+                    );
                 }
                 let _ = writeln!(e, "                \"Min\": {:.4},", st.min as f64 / 1000.0);
                 let _ = writeln!(e, "                \"Max\": {:.4},", st.max as f64 / 1000.0);
@@ -237,10 +256,18 @@ impl AggregateStats {
                 escape_json(cat),
                 entries.join(",\n")
             );
-            if mem { memory.push(block) } else { time.push(block) }
+            if mem {
+                memory.push(block)
+            } else {
+                time.push(block)
+            }
         }
         let section = |v: Vec<String>| {
-            if v.is_empty() { String::new() } else { format!("{}\n", v.join(",\n")) }
+            if v.is_empty() {
+                String::new()
+            } else {
+                format!("{}\n", v.join(",\n"))
+            }
         };
         format!(
             "{{\n    \"Time\": {{\n{}    }},\n    \"Memory\": {{\n{}    }},\n    \"Unit\": {{\n        \"Time\": \"ms\",\n        \"Memory\": \"kB\"\n    }}\n}}\n",
@@ -261,7 +288,11 @@ mod tests {
             category: Category::Operator,
             device: None,
             tid: 1,
-            payload: Payload::Duration { start: 100, end: 100 + us, style: Style::Sync },
+            payload: Payload::Duration {
+                start: 100,
+                end: 100 + us,
+                style: Style::Sync,
+            },
             aggregate: true,
             arg: None,
         }
@@ -299,7 +330,12 @@ mod tests {
     #[test]
     fn bad_codes() {
         assert!(Format::from_code(2).is_err());
-        assert!(SortBy::from_code(5).unwrap_err().message().contains("sort_by"));
+        assert!(
+            SortBy::from_code(5)
+                .unwrap_err()
+                .message()
+                .contains("sort_by")
+        );
         assert!(SortBy::from_code(-1).is_err());
     }
 }

@@ -134,7 +134,11 @@ fn register() -> Arc<ThreadBuf> {
         Some(n) => n.to_string(),
         None => format!("thread {tid}"),
     };
-    let buf = Arc::new(ThreadBuf { tid, name, records: Mutex::new(Vec::with_capacity(256)) });
+    let buf = Arc::new(ThreadBuf {
+        tid,
+        name,
+        records: Mutex::new(Vec::with_capacity(256)),
+    });
     REGISTRY.lock().push(buf.clone());
     buf
 }

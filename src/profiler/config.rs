@@ -248,7 +248,11 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let e = Config::parse([("profile_everything", "1")]).unwrap_err();
-        assert!(e.message().starts_with("Cannot find argument 'profile_everything'"), "{e}");
+        assert!(
+            e.message()
+                .starts_with("Cannot find argument 'profile_everything'"),
+            "{e}"
+        );
         for (k, _, _) in KEYS {
             assert!(e.message().contains(k), "{k} missing from {e}");
         }

@@ -84,7 +84,9 @@ pub fn objects_enabled() -> bool {
 }
 
 static CLOCK: LazyLock<(Instant, u64)> = LazyLock::new(|| {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     (Instant::now(), since_epoch.as_micros() as u64)
 });
 
@@ -107,7 +109,11 @@ pub fn record_op(name: &str, dev: Context, start_us: u64, end_us: u64) {
         category: Category::Operator,
         device: Some(dev),
         tid: 0,
-        payload: Payload::Duration { start: start_us, end: end_us, style: Style::Sync },
+        payload: Payload::Duration {
+            start: start_us,
+            end: end_us,
+            style: Style::Sync,
+        },
         aggregate: true,
         arg: None,
     });
@@ -127,7 +133,11 @@ impl<'a> OpScope<'a> {
     #[inline]
     pub fn begin(name: &'a str, dev: Context) -> Option<Self> {
         if ops_enabled() && !name.is_empty() {
-            Some(OpScope { name, dev, start: now_us() })
+            Some(OpScope {
+                name,
+                dev,
+                start: now_us(),
+            })
         } else {
             None
         }
@@ -153,7 +163,10 @@ fn api_counter(name: &str, value: u64) {
         category: Category::Api,
         device: None,
         tid: 0,
-        payload: Payload::Counter { ts: now_us(), value },
+        payload: Payload::Counter {
+            ts: now_us(),
+            value,
+        },
         aggregate: false,
         arg: None,
     });
@@ -181,7 +194,11 @@ pub fn record_api(name: &str, start_us: u64, end_us: u64) {
         category: Category::Api,
         device: None,
         tid: 0,
-        payload: Payload::Duration { start: start_us, end: end_us, style: Style::Async },
+        payload: Payload::Duration {
+            start: start_us,
+            end: end_us,
+            style: Style::Async,
+        },
         aggregate: true,
         arg: None,
     });
@@ -206,7 +223,10 @@ impl ApiScope {
         let conc = API_CONCURRENCY.fetch_add(1, Ordering::Relaxed) + 1;
         api_counter(API_CALLS_COUNTER, calls);
         api_counter(API_CONCURRENCY_COUNTER, conc.max(0) as u64);
-        Some(ApiScope { name, start: now_us() })
+        Some(ApiScope {
+            name,
+            start: now_us(),
+        })
     }
 }
 
@@ -227,7 +247,10 @@ pub fn record_memory(ctx: Context, bytes_in_use: u64) {
         category: Category::Storage,
         device: Some(ctx),
         tid: 0,
-        payload: Payload::Counter { ts: now_us(), value: bytes_in_use },
+        payload: Payload::Counter {
+            ts: now_us(),
+            value: bytes_in_use,
+        },
         aggregate: true,
         arg: None,
     });
@@ -241,7 +264,11 @@ pub fn record_kvstore(op: &str, key: &str, start_us: u64, end_us: u64) {
         category: Category::KvStore,
         device: None,
         tid: 0,
-        payload: Payload::Duration { start: start_us, end: end_us, style: Style::Sync },
+        payload: Payload::Duration {
+            start: start_us,
+            end: end_us,
+            style: Style::Sync,
+        },
         aggregate: true,
         arg: Some(("key", key.into())),
     });
@@ -352,7 +379,10 @@ pub fn set_config(config: Config) -> Result<()> {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
-            return Err(Error::io(format!("cannot remove old profile {}: {e}", config.filename)));
+            return Err(Error::io(format!(
+                "cannot remove old profile {}: {e}",
+                config.filename
+            )));
         }
     }
     // Records collected for the old configuration (and its deleted file) are dropped.
@@ -429,7 +459,11 @@ fn collect(c: &mut Core) -> (Vec<Record>, Vec<(u32, String)>) {
             a.add(r);
         }
     }
-    if c.output { (records, names) } else { (Vec::new(), names) }
+    if c.output {
+        (records, names)
+    } else {
+        (Vec::new(), names)
+    }
 }
 
 fn dump_locked(c: &mut Core, finished: bool) -> Result<()> {
@@ -442,7 +476,10 @@ fn dump_locked(c: &mut Core, finished: bool) -> Result<()> {
     w.write(&records)
         .map_err(|e| Error::io(format!("cannot write profile {}: {e}", w.path().display())))?;
     if let Some(path) = timeline {
-        let text = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg")) {
+        let text = if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"))
+        {
             timeline::svg(&w.bars)
         } else {
             timeline::html(&w.bars)
@@ -460,7 +497,12 @@ fn dump_locked(c: &mut Core, finished: bool) -> Result<()> {
 /// `MXAggregateProfileStatsPrintEx`: flushes pending records (a dump, when output is on, with the
 /// usual effect on output), then prints the stats; empty when `aggregate_stats` is off. `reset`
 /// clears the stats afterwards.
-pub fn aggregate_print(format: Format, sort_by: SortBy, ascending: bool, reset: bool) -> Result<String> {
+pub fn aggregate_print(
+    format: Format,
+    sort_by: SortBy,
+    ascending: bool,
+    reset: bool,
+) -> Result<String> {
     let mut c = CORE.lock();
     if c.output {
         dump_locked(&mut c, false)?;
@@ -503,22 +545,24 @@ fn start_timer(c: &mut MutexGuard<'_, Core>) {
     c.timer_running = true;
     let generation = c.timer_gen;
     let period = std::time::Duration::from_secs_f64(c.config.dump_period);
-    let spawned = std::thread::Builder::new().name("mxrt-profiler-dump".into()).spawn(move || {
-        let mut c = CORE.lock();
-        loop {
-            let deadline = Instant::now() + period;
-            while Instant::now() < deadline && c.timer_gen == generation {
-                TIMER_CV.wait_until(&mut c, deadline);
+    let spawned = std::thread::Builder::new()
+        .name("mxrt-profiler-dump".into())
+        .spawn(move || {
+            let mut c = CORE.lock();
+            loop {
+                let deadline = Instant::now() + period;
+                while Instant::now() < deadline && c.timer_gen == generation {
+                    TIMER_CV.wait_until(&mut c, deadline);
+                }
+                if c.timer_gen != generation || !c.output {
+                    break;
+                }
+                let _ = dump_locked(&mut c, false);
             }
-            if c.timer_gen != generation || !c.output {
-                break;
+            if c.timer_gen == generation {
+                c.timer_running = false;
             }
-            let _ = dump_locked(&mut c, false);
-        }
-        if c.timer_gen == generation {
-            c.timer_running = false;
-        }
-    });
+        });
     if spawned.is_err() {
         c.timer_running = false;
     }

@@ -55,18 +55,31 @@ pub struct Duration {
 impl Duration {
     /// A task of `domain` (trace: `b`/`e` pairs, category = the domain name).
     pub fn task(domain: &Domain, name: &str) -> Arc<Duration> {
-        Self::make(DurationKind::Task, name, Category::Domain(domain.name.clone()))
+        Self::make(
+            DurationKind::Task,
+            name,
+            Category::Domain(domain.name.clone()),
+        )
     }
     /// A frame of `domain` (trace: `(`/`)` pairs, category `<domain>,frame`).
     pub fn frame(domain: &Domain, name: &str) -> Arc<Duration> {
-        Self::make(DurationKind::Frame, name, Category::Frame(domain.name.clone()))
+        Self::make(
+            DurationKind::Frame,
+            name,
+            Category::Frame(domain.name.clone()),
+        )
     }
     /// An event (trace: `B`/`E` pairs on the stopping thread's track, category `event`).
     pub fn event(name: &str) -> Arc<Duration> {
         Self::make(DurationKind::Event, name, Category::Event)
     }
     fn make(kind: DurationKind, name: &str, category: Category) -> Arc<Duration> {
-        Arc::new(Duration { kind, name: name.into(), category, started: Mutex::new(None) })
+        Arc::new(Duration {
+            kind,
+            name: name.into(),
+            category,
+            started: Mutex::new(None),
+        })
     }
     pub fn kind(&self) -> DurationKind {
         self.kind
@@ -140,7 +153,10 @@ impl Counter {
     }
     /// Adds `delta` (wrapping, as MXNet's unsigned counter does).
     pub fn adjust(&self, delta: i64) {
-        let v = self.value.fetch_add(delta as u64, Ordering::Relaxed).wrapping_add(delta as u64);
+        let v = self
+            .value
+            .fetch_add(delta as u64, Ordering::Relaxed)
+            .wrapping_add(delta as u64);
         self.emit(v);
     }
     fn emit(&self, value: u64) {
@@ -150,7 +166,10 @@ impl Counter {
                 category: self.category.clone(),
                 device: None,
                 tid: 0,
-                payload: Payload::Counter { ts: now_us(), value },
+                payload: Payload::Counter {
+                    ts: now_us(),
+                    value,
+                },
                 aggregate: true,
                 arg: None,
             });
@@ -168,7 +187,10 @@ pub fn set_marker(domain: &Domain, name: &str, scope: &str) -> Result<()> {
             category: Category::Marker(domain.name.clone()),
             device: None,
             tid: 0,
-            payload: Payload::Marker { ts: now_us(), scope },
+            payload: Payload::Marker {
+                ts: now_us(),
+                scope,
+            },
             aggregate: false,
             arg: None,
         });

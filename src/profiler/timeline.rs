@@ -41,7 +41,8 @@ pub fn colour(name: &str) -> String {
 pub fn svg(bars: &[Bar]) -> String {
     let mut rows: BTreeMap<(u32, u32), String> = BTreeMap::new();
     for b in bars {
-        rows.entry((b.pid, b.tid)).or_insert_with(|| format!("{} / thread {}", b.process, b.tid));
+        rows.entry((b.pid, b.tid))
+            .or_insert_with(|| format!("{} / thread {}", b.process, b.tid));
     }
     let t0 = bars.iter().map(|b| b.start).min().unwrap_or(0);
     let t1 = bars.iter().map(|b| b.end).max().unwrap_or(0).max(t0 + 1);
@@ -49,7 +50,8 @@ pub fn svg(bars: &[Bar]) -> String {
     let scale = PLOT_W / span;
     let height = TOP + ROW_H * rows.len() as f64 + 10.0;
     let width = LABEL_W + PLOT_W + 10.0;
-    let index: BTreeMap<(u32, u32), usize> = rows.keys().enumerate().map(|(i, k)| (*k, i)).collect();
+    let index: BTreeMap<(u32, u32), usize> =
+        rows.keys().enumerate().map(|(i, k)| (*k, i)).collect();
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -128,7 +130,11 @@ mod tests {
             start,
             end,
         };
-        let bars = [bar(1, "a<b", 0, 10), bar(2, "c", 5, 20), bar(1, "a<b", 12, 14)];
+        let bars = [
+            bar(1, "a<b", 0, 10),
+            bar(2, "c", 5, 20),
+            bar(1, "a<b", 12, 14),
+        ];
         let s = svg(&bars);
         assert_eq!(s.matches("class=\"bar\"").count(), 3);
         assert!(s.contains("cpu/0 / thread 1") && s.contains("cpu/0 / thread 2"));

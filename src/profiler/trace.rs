@@ -110,7 +110,9 @@ impl TraceWriter {
     /// Remembers thread names for the metadata records.
     pub fn note_threads(&mut self, names: &[(u32, String)]) {
         for (tid, name) in names {
-            self.thread_names.entry(*tid).or_insert_with(|| name.clone());
+            self.thread_names
+                .entry(*tid)
+                .or_insert_with(|| name.clone());
         }
     }
 
@@ -130,9 +132,9 @@ impl TraceWriter {
                 (None, Some(n)) => n,
                 (None, None) => unreachable!(),
             };
-            let _ = write!(
+            let _ = writeln!(
                 out,
-                "{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": {pid}, \"args\": {{\"name\": \"{}\"}}}},\n",
+                "{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": {pid}, \"args\": {{\"name\": \"{}\"}}}},",
                 escape_json(&name)
             );
         }
@@ -142,9 +144,9 @@ impl TraceWriter {
                 .get(&r.tid)
                 .cloned()
                 .unwrap_or_else(|| format!("thread {}", r.tid));
-            let _ = write!(
+            let _ = writeln!(
                 out,
-                "{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {pid}, \"tid\": {}, \"args\": {{\"name\": \"{}\"}}}},\n",
+                "{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {pid}, \"tid\": {}, \"args\": {{\"name\": \"{}\"}}}},",
                 r.tid,
                 escape_json(&tname)
             );
@@ -174,9 +176,9 @@ impl TraceWriter {
                     }
                 };
                 for (ph, ts) in [(b, start), (e, end)] {
-                    let _ = write!(
+                    let _ = writeln!(
                         out,
-                        "{{\"name\": \"{name}\", \"cat\": \"{cat}\", \"ph\": \"{ph}\", \"ts\": {ts}{id}, \"pid\": {pid}, \"tid\": {tid}{args}}},\n"
+                        "{{\"name\": \"{name}\", \"cat\": \"{cat}\", \"ph\": \"{ph}\", \"ts\": {ts}{id}, \"pid\": {pid}, \"tid\": {tid}{args}}},"
                     );
                 }
                 if self.keep_bars && style == Style::Sync {
@@ -184,19 +186,26 @@ impl TraceWriter {
                         Some(ctx) => device_name(ctx),
                         None => r.category.text(),
                     };
-                    self.bars.push(Bar { process, pid, tid, name: r.name.clone(), start, end });
+                    self.bars.push(Bar {
+                        process,
+                        pid,
+                        tid,
+                        name: r.name.clone(),
+                        start,
+                        end,
+                    });
                 }
             }
             Payload::Counter { ts, value } => {
-                let _ = write!(
+                let _ = writeln!(
                     out,
-                    "{{\"name\": \"{name}\", \"cat\": \"{cat}\", \"ph\": \"C\", \"ts\": {ts}, \"pid\": {pid}, \"tid\": {tid}, \"args\": {{\"{name}\": {value}}}}},\n"
+                    "{{\"name\": \"{name}\", \"cat\": \"{cat}\", \"ph\": \"C\", \"ts\": {ts}, \"pid\": {pid}, \"tid\": {tid}, \"args\": {{\"{name}\": {value}}}}},"
                 );
             }
             Payload::Marker { ts, scope } => {
-                let _ = write!(
+                let _ = writeln!(
                     out,
-                    "{{\"name\": \"{name}\", \"cat\": \"{cat}\", \"ph\": \"i\", \"ts\": {ts}, \"pid\": {pid}, \"tid\": {tid}, \"s\": \"{}\"}},\n",
+                    "{{\"name\": \"{name}\", \"cat\": \"{cat}\", \"ph\": \"i\", \"ts\": {ts}, \"pid\": {pid}, \"tid\": {tid}, \"s\": \"{}\"}},",
                     scope.trace_letter()
                 );
             }
@@ -286,7 +295,11 @@ mod tests {
             category: Category::Operator,
             device: Some(Context::cpu(0)),
             tid: 7,
-            payload: Payload::Duration { start: 10, end: 20, style: Style::Sync },
+            payload: Payload::Duration {
+                start: 10,
+                end: 20,
+                style: Style::Sync,
+            },
             aggregate: true,
             arg: None,
         };
