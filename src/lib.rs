@@ -10,6 +10,7 @@ pub mod error;
 
 pub mod engine;
 pub mod profiler;
+mod util;
 
 pub mod capi;
 

@@ -993,3 +993,78 @@ fn trace_strings_are_escaped() {
     assert_eq!(names.get(weird), Some(&2));
     assert!(events(&v).iter().any(|e| e["args"]["key"] == "k\"ey"));
 }
+
+#[test]
+fn engine_ops_are_recorded() {
+    use mxrt::engine::{Engine, EngineConfig, EngineKind, PushArgs};
+    let _g = lock();
+    let path = fresh(
+        "engine.json",
+        &[("continuous_dump", "false"), ("aggregate_stats", "true")],
+    );
+    let mut cfg = EngineConfig::new(EngineKind::PerDevice);
+    cfg.cpu_workers = 2;
+    let engine = Engine::new(cfg);
+    let vars: Vec<_> = (0..2).map(|_| engine.new_variable()).collect();
+    // Recorded only while running.
+    engine
+        .push_fn(
+            PushArgs::new(Context::cpu(0)).name("before_run"),
+            |_| Ok(()),
+        )
+        .unwrap();
+    engine.wait_for_all().unwrap();
+    assert_eq!(MXSetProfilerState(1), 0);
+    for dev in 0..2 {
+        for _ in 0..10 {
+            engine
+                .push_fn(
+                    PushArgs::new(Context::cpu(dev))
+                        .writes(&vars[dev as usize..dev as usize + 1])
+                        .name("eng_write"),
+                    |_| {
+                        std::thread::sleep(Duration::from_micros(300));
+                        Ok(())
+                    },
+                )
+                .unwrap();
+        }
+        // Unnamed ops are not recorded.
+        engine
+            .push_fn(PushArgs::new(Context::cpu(dev)), |_| Ok(()))
+            .unwrap();
+    }
+    engine.wait_for_all().unwrap();
+    assert_eq!(MXSetProfilerState(0), 0);
+    assert_eq!(MXDumpProfile(1), 0);
+    let v = read_trace(&path);
+    let evs = events(&v);
+    assert!(!evs.iter().any(|e| e["name"] == "before_run"));
+    let ops: Vec<_> = pairs(evs)
+        .into_iter()
+        .filter(|(b, _)| b["cat"] == "operator")
+        .collect();
+    assert_eq!(ops.len(), 20, "only the named ops");
+    let me = profiler::thread_id() as u64;
+    for dev in 0..2u64 {
+        let mut iv: Vec<(u64, u64)> = ops
+            .iter()
+            .filter(|(b, _)| b["pid"] == dev)
+            .map(|(b, e)| {
+                assert_eq!(b["name"], "eng_write");
+                assert_ne!(b["tid"].as_u64(), Some(me), "ops run on engine workers");
+                (b["ts"].as_u64().unwrap(), e["ts"].as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(iv.len(), 10, "device {dev}");
+        // Ops writing one variable are serialised: their intervals do not overlap.
+        iv.sort();
+        for w in iv.windows(2) {
+            assert!(w[0].1 <= w[1].0 + 2, "overlap {w:?}");
+            assert!(w[0].1 - w[0].0 >= 300);
+        }
+    }
+    let j: Value = serde_json::from_str(&stats(1, 0, 0, 0)).unwrap();
+    assert_eq!(j["Time"]["operator"]["eng_write"]["Count"], 20);
+    assert!(j["Time"]["operator"]["eng_write"]["Min"].as_f64().unwrap() >= 0.3);
+}

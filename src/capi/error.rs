@@ -21,17 +21,6 @@ pub(crate) fn set_last_error(message: &str) {
     LAST_ERROR.with(|slot| *slot.borrow_mut() = c);
 }
 
-/// The text of a panic payload (`&str` or `String`), or a fixed note for other payloads.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
-    }
-}
-
 /// The message an error gets at the C boundary.
 pub(crate) fn boundary_message(func: &str, err: &Error) -> String {
     match err.kind() {
@@ -53,7 +42,7 @@ where
             -1
         }
         Err(payload) => {
-            set_last_error(&format!("{func}: internal panic: {}", panic_message(&*payload)));
+            set_last_error(&format!("{func}: internal panic: {}", crate::util::panic_text(&*payload)));
             -1
         }
     }

@@ -1,1 +1,617 @@
-//! engine
+//! MXNet's dependency engine.
+//!
+//! Ops read (`const_vars`) and write (`mutable_vars`) variables. Two ops that share a variable one
+//! of them writes run in push order; everything else may run in parallel. Three engines, chosen by
+//! `MXNET_ENGINE_TYPE`: [`EngineKind::Naive`] (synchronous), [`EngineKind::Pooled`]
+//! (`ThreadedEngine`) and [`EngineKind::PerDevice`] (`ThreadedEnginePerDevice`, the default).
+//!
+//! Layout: `var` (the per-variable queue), `opr` (ops, completions, operators), `threaded` (run and
+//! complete), `executor` + `pool` (where ops run), `bulk` (segments of small sync ops),
+//! `exception` (how errors travel), `config` (environment), `profiling` (the profiler hook).
+//!
+//! ```
+//! use mxrt::engine::{Engine, EngineConfig, EngineKind, PushArgs};
+//! use mxrt::Context;
+//! use std::sync::{Arc, atomic::{AtomicU64, Ordering}};
+//!
+//! let engine = Engine::new(EngineConfig::new(EngineKind::PerDevice));
+//! let var = engine.new_variable();
+//! let hits = Arc::new(AtomicU64::new(0));
+//! for _ in 0..10 {
+//!     let h = hits.clone();
+//!     engine
+//!         .push_fn(PushArgs::new(Context::cpu(0)).writes(std::slice::from_ref(&var)), move |_| {
+//!             h.fetch_add(1, Ordering::Relaxed);
+//!             Ok(())
+//!         })
+//!         .unwrap();
+//! }
+//! engine.wait_for_var(&var).unwrap();
+//! assert_eq!(var.version(), 10);
+//! assert_eq!(hits.load(Ordering::Relaxed), 10);
+//! ```
+
+mod bulk;
+mod config;
+mod exception;
+mod executor;
+mod opr;
+mod pool;
+pub mod profiling;
+mod property;
+mod signal;
+mod threaded;
+mod var;
+
+pub use config::{EngineConfig, EngineKind};
+pub use opr::{AsyncFn, Completion, OpResult, Operator, RunContext, SyncFn};
+pub use property::FnProperty;
+pub use var::Var;
+
+use crate::context::{Context, DeviceType};
+use crate::error::{Error, ErrorKind, Result};
+use exception::ExceptionRef;
+use executor::{Executor, PerDevice, Pooled};
+use opr::{Body, OprBlock, OprRef, VarList};
+use parking_lot::{Condvar, Mutex};
+use signal::{Signal, spin_until};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Where and how an op runs, and what it reads and writes.
+#[derive(Clone, Copy, Debug)]
+pub struct PushArgs<'a> {
+    pub ctx: Context,
+    pub const_vars: &'a [Var],
+    pub mutable_vars: &'a [Var],
+    pub prop: FnProperty,
+    pub priority: i32,
+    /// Name for the profiler (kept only while the profiler records ops).
+    pub name: Option<&'a str>,
+    /// A wait-style op: runs even when its inputs carry an error.
+    pub wait: bool,
+}
+
+impl<'a> PushArgs<'a> {
+    pub fn new(ctx: Context) -> Self {
+        PushArgs {
+            ctx,
+            const_vars: &[],
+            mutable_vars: &[],
+            prop: FnProperty::Normal,
+            priority: 0,
+            name: None,
+            wait: false,
+        }
+    }
+    pub fn reads(mut self, vars: &'a [Var]) -> Self {
+        self.const_vars = vars;
+        self
+    }
+    pub fn writes(mut self, vars: &'a [Var]) -> Self {
+        self.mutable_vars = vars;
+        self
+    }
+    pub fn prop(mut self, prop: FnProperty) -> Self {
+        self.prop = prop;
+        self
+    }
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+    pub fn name(mut self, name: &'a str) -> Self {
+        self.name = Some(name);
+        self
+    }
+    pub fn wait(mut self, wait: bool) -> Self {
+        self.wait = wait;
+        self
+    }
+}
+
+/// A dependency engine. `Engine::global()` is the process-wide one the C API uses; tests may
+/// create more. Dropping an engine waits for its pending ops and stops its workers.
+pub struct Engine {
+    inner: Box<Inner>,
+}
+
+/// Raw pointer from an op back to its engine (see `OprBlock::engine` for why it stays valid).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct EnginePtr(*const Inner);
+
+// SAFETY: `Inner` is Sync; the pointer is only dereferenced while the engine is alive.
+unsafe impl Send for EnginePtr {}
+// SAFETY: as above.
+unsafe impl Sync for EnginePtr {}
+
+impl EnginePtr {
+    /// # Safety
+    /// The engine must still be alive (it has a pending op, or the caller holds it).
+    pub(crate) unsafe fn get<'a>(self) -> &'a Inner {
+        // SAFETY: per the caller's contract the pointee is alive.
+        unsafe { &*self.0 }
+    }
+}
+
+pub(crate) struct Inner {
+    id: u64,
+    config: EngineConfig,
+    /// Ops created and not yet dropped.
+    pending: AtomicUsize,
+    idle_waiters: AtomicUsize,
+    idle_lock: Mutex<()>,
+    idle_cv: Condvar,
+    /// Errors of failed ops, for WaitForAll.
+    exceptions: Mutex<Vec<ExceptionRef>>,
+    shutdown: AtomicBool,
+    executor: Option<Box<dyn Executor>>,
+}
+
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Inner {
+    fn ptr(&self) -> EnginePtr {
+        EnginePtr(self as *const Inner)
+    }
+    pub(crate) fn is_naive(&self) -> bool {
+        self.executor.is_none()
+    }
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Ordering::Relaxed)
+    }
+    pub(crate) fn dispatch(&self, op: OprRef, pusher_thread: bool) {
+        match &self.executor {
+            Some(x) => x.dispatch(op, pusher_thread),
+            None => threaded::execute(op),
+        }
+    }
+    pub(crate) fn record_exception(&self, e: &ExceptionRef) {
+        let mut list = self.exceptions.lock();
+        if list.len() >= 1024 {
+            list.retain(ExceptionRef::is_pending);
+        }
+        list.push(e.clone());
+    }
+    /// Called when an `OprBlock` is dropped.
+    pub(crate) fn op_released(&self) {
+        if self.pending.fetch_sub(1, Ordering::SeqCst) == 1 && self.idle_waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.idle_lock.lock();
+            self.idle_cv.notify_all();
+        }
+    }
+    fn wait_idle(&self) {
+        if spin_until(|| self.pending.load(Ordering::SeqCst) == 0) {
+            return;
+        }
+        let mut g = self.idle_lock.lock();
+        self.idle_waiters.fetch_add(1, Ordering::SeqCst);
+        while self.pending.load(Ordering::SeqCst) != 0 {
+            self.idle_cv.wait(&mut g);
+        }
+        self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn new_op(&self, body: Body, const_vars: VarList, mutable_vars: VarList, spec: OpSpec) -> OprRef {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        let waits = const_vars.len() + mutable_vars.len() + 1;
+        Arc::new(OprBlock {
+            engine: self.ptr(),
+            body: std::mem::ManuallyDrop::new(body),
+            const_vars,
+            mutable_vars,
+            ctx: spec.ctx,
+            prop: spec.prop,
+            priority: spec.priority,
+            wait_op: spec.wait,
+            run_inline: spec.run_inline,
+            name: spec.name,
+            wait: AtomicUsize::new(waits),
+            exception: Mutex::new(None),
+            done: if self.is_naive() { Some(Arc::new(Signal::for_current_thread())) } else { None },
+        })
+    }
+
+    /// Queues `op` on its variables and dispatches it if nothing blocks it; NaiveEngine runs it
+    /// now and returns its error.
+    fn submit(&self, op: OprRef) -> Result<()> {
+        if self.is_naive() {
+            threaded::execute(op.clone());
+            if let Some(done) = &op.done {
+                done.wait();
+            }
+            let err = op.exception.lock().take();
+            return match err.and_then(|e| e.take()) {
+                Some(msg) => Err(Error::new(ErrorKind::OpFailed, msg.to_string())),
+                None => Ok(()),
+            };
+        }
+        let mut granted = 0;
+        for v in &op.const_vars {
+            granted += usize::from(v.append_read(&op));
+        }
+        for v in &op.mutable_vars {
+            granted += usize::from(v.append_write(&op));
+        }
+        if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
+            self.dispatch(op, true);
+        }
+        Ok(())
+    }
+
+    fn check_push(&self, ctx: Context, prop: FnProperty) -> Result<()> {
+        if ctx.dev_type == DeviceType::Gpu {
+            return Err(Error::not_supported(format!(
+                "cannot run an op on {ctx}: GPU support is not built into this mxrt yet"
+            )));
+        }
+        if prop == FnProperty::GpuPrioritized && ctx.is_host() {
+            return Err(Error::invalid(format!("kGPUPrioritized needs a GPU context, got {ctx}")));
+        }
+        if self.is_shutdown() && prop != FnProperty::DeleteVar {
+            return Err(Error::new(
+                ErrorKind::Shutdown,
+                "the engine has been shut down (MXNotifyShutdown); it only runs variable deletions now",
+            ));
+        }
+        Ok(())
+    }
+
+    fn push_body(&self, body: Body, args: &PushArgs<'_>, run_inline: bool) -> Result<()> {
+        self.check_push(args.ctx, args.prop)?;
+        self.flush_bulk()?;
+        let (c, m) = dedup(args.const_vars, args.mutable_vars);
+        let op = self.new_op(body, c, m, OpSpec::from_args(args, run_inline));
+        self.submit(op)
+    }
+
+    fn flush_bulk(&self) -> Result<()> {
+        match bulk::take_for(self.ptr()) {
+            Some(seg) => self.push_segment(seg),
+            None => Ok(()),
+        }
+    }
+
+    fn push_segment(&self, seg: bulk::Segment) -> Result<()> {
+        let (c, m) = dedup(&seg.const_vars, &seg.mutable_vars);
+        let fns = seg.fns;
+        let ctx = seg.ctx;
+        let body = Body::Sync(Arc::new(move |_rc: &RunContext| {
+            let rc = RunContext::new(ctx, true);
+            fns.iter().try_for_each(|f| f(&rc))
+        }));
+        let spec = OpSpec { ctx, prop: FnProperty::Normal, priority: 0, name: op_name(Some("ImperativeBulk")), wait: false, run_inline: false };
+        let op = self.new_op(body, c, m, spec);
+        self.submit(op)
+    }
+}
+
+/// The scheduling fields of an op being created.
+struct OpSpec {
+    ctx: Context,
+    prop: FnProperty,
+    priority: i32,
+    name: Option<Arc<str>>,
+    wait: bool,
+    run_inline: bool,
+}
+
+impl OpSpec {
+    fn from_args(args: &PushArgs<'_>, run_inline: bool) -> Self {
+        OpSpec {
+            ctx: args.ctx,
+            prop: args.prop,
+            priority: args.priority,
+            name: op_name(args.name),
+            wait: args.wait,
+            run_inline,
+        }
+    }
+}
+
+/// Keeps an op's name only while the profiler records ops (copying it costs an allocation).
+fn op_name(name: Option<&str>) -> Option<Arc<str>> {
+    name.filter(|_| profiling::recording()).map(Arc::from)
+}
+
+/// Removes repeated variables: each mutable var once, and const vars that are also mutable or
+/// repeated. MXNet hangs on such ops; here they simply run.
+fn dedup(const_vars: &[Var], mutable_vars: &[Var]) -> (VarList, VarList) {
+    fn contains(list: &[Var], v: &Var) -> bool {
+        list.iter().any(|x| x.same_as(v))
+    }
+    if const_vars.len() + mutable_vars.len() <= 16 {
+        let mut m = VarList::new();
+        for v in mutable_vars {
+            if !contains(&m, v) {
+                m.push(v.clone());
+            }
+        }
+        let mut c = VarList::new();
+        for v in const_vars {
+            if !contains(&m, v) && !contains(&c, v) {
+                c.push(v.clone());
+            }
+        }
+        return (c, m);
+    }
+    let mut seen = std::collections::HashSet::with_capacity(const_vars.len() + mutable_vars.len());
+    let m: VarList = mutable_vars.iter().filter(|v| seen.insert(v.addr())).cloned().collect();
+    let c: VarList = const_vars.iter().filter(|v| seen.insert(v.addr())).cloned().collect();
+    (c, m)
+}
+
+fn op_failed(msg: Arc<str>) -> Error {
+    Error::new(ErrorKind::OpFailed, msg.to_string())
+}
+
+fn refuse_inside_op(what: &str) -> Result<()> {
+    if threaded::inside_op() {
+        return Err(Error::invalid(format!(
+            "{what} was called from inside an engine operation; waiting there would deadlock"
+        )));
+    }
+    Ok(())
+}
+
+static GLOBAL: OnceLock<std::result::Result<Engine, Error>> = OnceLock::new();
+
+impl Engine {
+    /// An engine with the given configuration. Worker threads start on first use.
+    pub fn new(config: EngineConfig) -> Engine {
+        let executor: Option<Box<dyn Executor>> = match config.kind {
+            EngineKind::Naive => None,
+            EngineKind::Pooled => Some(Box::new(Pooled::new(config.clone()))),
+            EngineKind::PerDevice => Some(Box::new(PerDevice::new(config.clone()))),
+        };
+        Engine {
+            inner: Box::new(Inner {
+                id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
+                config,
+                pending: AtomicUsize::new(0),
+                idle_waiters: AtomicUsize::new(0),
+                idle_lock: Mutex::new(()),
+                idle_cv: Condvar::new(),
+                exceptions: Mutex::new(Vec::new()),
+                shutdown: AtomicBool::new(false),
+                executor,
+            }),
+        }
+    }
+
+    /// An engine configured from MXNet's environment variables.
+    pub fn from_env() -> Result<Engine> {
+        Ok(Engine::new(EngineConfig::from_env()?))
+    }
+
+    /// The process-wide engine, created from the environment on first use. A bad
+    /// `MXNET_ENGINE_TYPE` is reported by every call.
+    pub fn global() -> Result<&'static Engine> {
+        GLOBAL.get_or_init(Engine::from_env).as_ref().map_err(Clone::clone)
+    }
+
+    pub fn kind(&self) -> EngineKind {
+        self.inner.config.kind
+    }
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    pub fn new_variable(&self) -> Var {
+        Var::new()
+    }
+
+    /// Pushes an asynchronous op: `body` gets a [`Completion`] it must consume, from any thread.
+    pub fn push_async(&self, body: Arc<AsyncFn>, args: PushArgs<'_>) -> Result<()> {
+        self.inner.push_body(Body::Async(body), &args, false)
+    }
+
+    /// Pushes a synchronous op (it completes when `f` returns). Eligible for bulking.
+    pub fn push_sync(&self, f: Arc<SyncFn>, args: PushArgs<'_>) -> Result<()> {
+        let inner = &*self.inner;
+        if !inner.is_naive() && args.prop == FnProperty::Normal && args.priority == 0 && !args.wait && bulk::size() > 0 {
+            inner.check_push(args.ctx, args.prop)?;
+            let flush = bulk::append(inner.ptr(), args.ctx, f, args.const_vars, args.mutable_vars);
+            if let Some(seg) = flush.before {
+                // SAFETY: a segment is only kept for a live engine (engines flush theirs on drop).
+                unsafe { seg.engine.get() }.push_segment(seg)?;
+            }
+            if let Some(seg) = flush.full {
+                inner.push_segment(seg)?;
+            }
+            return Ok(());
+        }
+        inner.push_body(Body::Sync(f), &args, false)
+    }
+
+    /// [`push_sync`](Self::push_sync) with a closure.
+    pub fn push_fn<F>(&self, args: PushArgs<'_>, f: F) -> Result<()>
+    where
+        F: Fn(&RunContext) -> OpResult + Send + Sync + 'static,
+    {
+        self.push_sync(Arc::new(f), args)
+    }
+
+    /// Creates a reusable operator; each [`push_operator`](Self::push_operator) runs it once.
+    pub fn new_operator(
+        &self,
+        body: Arc<AsyncFn>,
+        const_vars: &[Var],
+        mutable_vars: &[Var],
+        prop: FnProperty,
+        name: Option<&str>,
+    ) -> Result<Arc<Operator>> {
+        let (c, m) = dedup(const_vars, mutable_vars);
+        Ok(Arc::new(Operator {
+            engine_id: self.inner.id,
+            body: Body::Async(body),
+            const_vars: c,
+            mutable_vars: m,
+            prop,
+            name: name.map(Arc::from),
+        }))
+    }
+
+    pub fn push_operator(&self, op: &Arc<Operator>, ctx: Context, priority: i32) -> Result<()> {
+        let inner = &*self.inner;
+        if op.engine_id != inner.id {
+            return Err(Error::invalid("the operator belongs to another engine"));
+        }
+        inner.check_push(ctx, op.prop)?;
+        inner.flush_bulk()?;
+        let spec = OpSpec {
+            ctx,
+            prop: op.prop,
+            priority,
+            name: op.name.clone().filter(|_| profiling::recording()),
+            wait: false,
+            run_inline: false,
+        };
+        let block = inner.new_op(op.body.clone(), op.const_vars.clone(), op.mutable_vars.clone(), spec);
+        inner.submit(block)
+    }
+
+    /// Frees an operator after every pending push of it has finished.
+    pub fn delete_operator(&self, op: Arc<Operator>) -> Result<()> {
+        let vars: VarList = op.const_vars.iter().chain(&op.mutable_vars).cloned().collect();
+        let holder = Mutex::new(Some(op));
+        let f = move |_: &RunContext| {
+            holder.lock().take();
+            Ok(())
+        };
+        let args = PushArgs::new(Context::cpu(0)).writes(&vars).prop(FnProperty::DeleteVar).name("DeleteOperator");
+        self.inner.push_body(Body::Sync(Arc::new(f)), &args, false)
+    }
+
+    /// Deletes `var` after every op queued on it: `on_delete` runs then (on the worker that runs
+    /// the deletion), and the variable is freed when its last reference goes.
+    pub fn delete_variable(
+        &self,
+        on_delete: Option<Box<dyn FnOnce(&RunContext) + Send>>,
+        ctx: Context,
+        var: Var,
+    ) -> Result<()> {
+        let holder = Mutex::new(on_delete);
+        let f = move |rc: &RunContext| {
+            if let Some(f) = holder.lock().take() {
+                f(rc);
+            }
+            Ok(())
+        };
+        let vars = [var];
+        let args = PushArgs::new(ctx).writes(&vars).prop(FnProperty::DeleteVar).name("DeleteVariable");
+        self.inner.push_body(Body::Sync(Arc::new(f)), &args, false)
+    }
+
+    /// Waits until every write pushed to `var` before this call has finished, then reports (once)
+    /// the error carried by `var`, if any.
+    pub fn wait_for_var(&self, var: &Var) -> Result<()> {
+        refuse_inside_op("WaitForVar")?;
+        let inner = &*self.inner;
+        inner.flush_bulk()?;
+        if inner.is_naive() {
+            return Ok(());
+        }
+        if var.has_pending_write() {
+            let signal = Arc::new(Signal::for_current_thread());
+            let s = signal.clone();
+            let body = Body::Sync(Arc::new(move |_: &RunContext| {
+                s.set();
+                Ok(())
+            }));
+            let vars = [var.clone()];
+            let args = PushArgs::new(Context::cpu(0)).reads(&vars).wait(true).name("WaitForVar");
+            // runs inline on the thread that completes the last write: no pool hop, no wake-up
+            let (c, m) = dedup(args.const_vars, args.mutable_vars);
+            let op = inner.new_op(body, c, m, OpSpec::from_args(&args, true));
+            inner.submit(op)?;
+            signal.wait();
+        }
+        match var.pending_exception().and_then(|e| e.take()) {
+            Some(msg) => Err(op_failed(msg)),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until every op pushed so far has finished, then reports (once) the first error of a
+    /// failed op that no wait has reported yet; all such errors count as reported afterwards.
+    pub fn wait_for_all(&self) -> Result<()> {
+        refuse_inside_op("WaitForAll")?;
+        let inner = &*self.inner;
+        inner.flush_bulk()?;
+        inner.wait_idle();
+        let list = std::mem::take(&mut *inner.exceptions.lock());
+        let mut first = None;
+        for e in &list {
+            if let Some(msg) = e.take() {
+                first.get_or_insert(msg);
+            }
+        }
+        match first {
+            Some(msg) => Err(op_failed(msg)),
+            None => Ok(()),
+        }
+    }
+
+    /// MXNotifyShutdown: no new ops are accepted (except variable deletions), queued ops are
+    /// skipped, and the call returns once the engine is idle.
+    pub fn notify_shutdown(&self) -> Result<()> {
+        let _ = self.inner.flush_bulk();
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        refuse_inside_op("MXNotifyShutdown")?;
+        self.inner.wait_idle();
+        Ok(())
+    }
+
+    pub fn is_shutdown(&self) -> bool {
+        self.inner.is_shutdown()
+    }
+
+    /// Sets the calling thread's bulk size and returns the previous one. NaiveEngine never bulks
+    /// and always reports 0.
+    pub fn set_bulk_size(&self, size: usize) -> Result<usize> {
+        if self.inner.is_naive() {
+            return Ok(0);
+        }
+        let (old, full) = bulk::set_size(size);
+        if let Some(seg) = full {
+            // SAFETY: segments only exist for live engines.
+            unsafe { seg.engine.get() }.push_segment(seg)?;
+        }
+        Ok(old)
+    }
+
+    /// The calling thread's bulk size.
+    pub fn bulk_size(&self) -> usize {
+        if self.inner.is_naive() { 0 } else { bulk::size() }
+    }
+
+    /// Number of ops pushed and not yet finished.
+    pub fn pending_ops(&self) -> usize {
+        self.inner.pending.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.inner.flush_bulk();
+        self.inner.wait_idle();
+        if let Some(x) = &self.inner.executor {
+            x.stop();
+        }
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("kind", &self.kind()).field("pending", &self.pending_ops()).finish()
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Engine>();
+    is::<Var>();
+    is::<Completion>();
+}

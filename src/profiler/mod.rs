@@ -327,6 +327,20 @@ fn recompute(c: &Core) {
         f |= F_OBJECTS;
     }
     FLAGS.store(f, Ordering::Relaxed);
+    crate::engine::profiling::set_op_recording(engine_op_sink, f & F_OPS != 0);
+}
+
+/// The engine's op sink. The engine measures with its own monotonic clock, so the interval is
+/// moved onto [`now_us`]: the sink runs right after the op's end was taken, so the end is "now"
+/// and the start is "now" minus the op's duration.
+fn engine_op_sink(name: &str, ctx: Context, start_us: u64, end_us: u64) {
+    let end = now_us();
+    record_op(
+        name,
+        ctx,
+        end.saturating_sub(end_us.saturating_sub(start_us)),
+        end,
+    );
 }
 
 /// A snapshot of the profiler's state.

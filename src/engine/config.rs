@@ -1,0 +1,126 @@
+//! Engine selection and worker counts from MXNet's environment variables (spec §5.1–5.2).
+
+use crate::error::{Error, Result};
+
+/// Which engine runs ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// Runs every op synchronously on the pushing thread (`NaiveEngine`).
+    Naive,
+    /// One shared worker pool plus an I/O thread for copies (`ThreadedEngine`).
+    Pooled,
+    /// Per-device worker pools, a CPU priority pool and copy workers (`ThreadedEnginePerDevice`,
+    /// the default).
+    PerDevice,
+}
+
+impl EngineKind {
+    /// MXNet's name for the engine (`MXNET_ENGINE_TYPE` value).
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Naive => "NaiveEngine",
+            EngineKind::Pooled => "ThreadedEngine",
+            EngineKind::PerDevice => "ThreadedEnginePerDevice",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<Self> {
+        match name {
+            "" | "ThreadedEnginePerDevice" => Ok(EngineKind::PerDevice),
+            "ThreadedEngine" => Ok(EngineKind::Pooled),
+            "NaiveEngine" => Ok(EngineKind::Naive),
+            other => Err(Error::invalid(format!(
+                "Cannot find Engine {other} (MXNET_ENGINE_TYPE must be NaiveEngine, ThreadedEngine or \
+                 ThreadedEnginePerDevice)"
+            ))),
+        }
+    }
+}
+
+/// Worker counts and engine kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    pub kind: EngineKind,
+    /// Threads per CPU device's normal pool (`MXNET_CPU_WORKER_NTHREADS`, default 1).
+    pub cpu_workers: usize,
+    /// Threads of the CPU priority pool (`MXNET_CPU_PRIORITY_NTHREADS`, default 4).
+    pub cpu_priority_workers: usize,
+    /// Threads of ThreadedEngine's shared pool: `MXNET_CPU_WORKER_NTHREADS` when set, else
+    /// MXNet's 16.
+    pub pooled_workers: usize,
+    /// Threads per GPU pool (`MXNET_GPU_WORKER_NTHREADS`, default 2); used once GPUs are supported.
+    pub gpu_workers: usize,
+    /// Threads per GPU copy pool (`MXNET_GPU_COPY_NTHREADS`, default 2).
+    pub gpu_copy_workers: usize,
+}
+
+impl EngineConfig {
+    /// MXNet's defaults for `kind`.
+    pub fn new(kind: EngineKind) -> Self {
+        EngineConfig {
+            kind,
+            cpu_workers: 1,
+            cpu_priority_workers: 4,
+            pooled_workers: 16,
+            gpu_workers: 2,
+            gpu_copy_workers: 2,
+        }
+    }
+
+    /// A config with `n` workers for the normal CPU pool (and ThreadedEngine's pool).
+    pub fn with_workers(kind: EngineKind, n: usize) -> Self {
+        EngineConfig { cpu_workers: n.max(1), pooled_workers: n.max(1), ..Self::new(kind) }
+    }
+
+    /// Reads `MXNET_ENGINE_TYPE` and the worker-count variables. An empty variable counts as unset
+    /// (as dmlc::GetEnv does); a value that is not a positive integer is an error naming it.
+    pub fn from_env() -> Result<Self> {
+        let kind = EngineKind::from_name(&std::env::var("MXNET_ENGINE_TYPE").unwrap_or_default())?;
+        let mut c = Self::new(kind);
+        if let Some(n) = env_count("MXNET_CPU_WORKER_NTHREADS")? {
+            c.cpu_workers = n;
+            c.pooled_workers = n;
+        }
+        if let Some(n) = env_count("MXNET_CPU_PRIORITY_NTHREADS")? {
+            c.cpu_priority_workers = n;
+        }
+        if let Some(n) = env_count("MXNET_GPU_WORKER_NTHREADS")? {
+            c.gpu_workers = n;
+        }
+        if let Some(n) = env_count("MXNET_GPU_COPY_NTHREADS")? {
+            c.gpu_copy_workers = n;
+        }
+        Ok(c)
+    }
+}
+
+/// A positive thread count from the environment; `None` when unset or empty.
+pub(crate) fn env_count(name: &str) -> Result<Option<usize>> {
+    match std::env::var(name) {
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n >= 1 && n <= 1024 => Ok(Some(n)),
+            _ => Err(Error::invalid(format!(
+                "{name}={v:?} is not a thread count (expected an integer from 1 to 1024)"
+            ))),
+        },
+        Err(_) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(EngineKind::from_name("").unwrap(), EngineKind::PerDevice);
+        assert_eq!(EngineKind::from_name("NaiveEngine").unwrap(), EngineKind::Naive);
+        assert_eq!(EngineKind::from_name("ThreadedEngine").unwrap(), EngineKind::Pooled);
+        let e = EngineKind::from_name("naiveengine").unwrap_err();
+        assert!(e.message().starts_with("Cannot find Engine naiveengine"), "{e}");
+        for k in [EngineKind::Naive, EngineKind::Pooled, EngineKind::PerDevice] {
+            assert_eq!(EngineKind::from_name(k.name()).unwrap(), k);
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Where a ready op runs: the scheduling policies of ThreadedEnginePerDevice and ThreadedEngine
+//! (spec §5.5–5.6). Both hand ops to `WorkerPool`s created on first use.
+
+use super::config::EngineConfig;
+use super::opr::OprRef;
+use super::pool::{QueueOrder, WorkerPool};
+use super::property::FnProperty;
+use super::threaded::execute;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+pub(crate) trait Executor: Send + Sync {
+    /// Runs `op`, whose dependencies are all granted. `pusher_thread` is true when the op became
+    /// ready inside the push that created it.
+    fn dispatch(&self, op: OprRef, pusher_thread: bool);
+    /// Stops and joins every worker thread.
+    fn stop(&self);
+}
+
+/// Inline execution on the pushing thread (kAsync, and kDeleteVar in the per-device engine).
+fn runs_inline(op: &OprRef, pusher_thread: bool, delete_var_inline: bool) -> bool {
+    op.run_inline
+        || (pusher_thread
+            && (op.prop == FnProperty::Async || (delete_var_inline && op.prop == FnProperty::DeleteVar)))
+}
+
+/// Pools created on first use, indexed by device id.
+struct LazyPools {
+    first: [OnceLock<WorkerPool>; 16],
+    rest: Mutex<HashMap<i32, Arc<WorkerPool>>>,
+}
+
+impl LazyPools {
+    fn new() -> Self {
+        LazyPools { first: [const { OnceLock::new() }; 16], rest: Mutex::new(HashMap::new()) }
+    }
+    fn with<R>(&self, dev_id: i32, make: impl FnOnce() -> WorkerPool, f: impl FnOnce(&WorkerPool) -> R) -> R {
+        match usize::try_from(dev_id).ok().and_then(|i| self.first.get(i)) {
+            Some(cell) => f(cell.get_or_init(make)),
+            None => {
+                let pool = self.rest.lock().entry(dev_id).or_insert_with(|| Arc::new(make())).clone();
+                f(&pool)
+            }
+        }
+    }
+    fn stop(&self) {
+        for p in self.first.iter().filter_map(OnceLock::get) {
+            p.stop();
+        }
+        for p in self.rest.lock().values() {
+            p.stop();
+        }
+    }
+}
+
+/// ThreadedEnginePerDevice: one FIFO pool per CPU device id, one shared CPU priority pool.
+pub(crate) struct PerDevice {
+    config: EngineConfig,
+    cpu: LazyPools,
+    cpu_priority: OnceLock<WorkerPool>,
+}
+
+impl PerDevice {
+    pub(crate) fn new(config: EngineConfig) -> Self {
+        PerDevice { config, cpu: LazyPools::new(), cpu_priority: OnceLock::new() }
+    }
+}
+
+impl Executor for PerDevice {
+    fn dispatch(&self, op: OprRef, pusher_thread: bool) {
+        if runs_inline(&op, pusher_thread, true) {
+            execute(op);
+            return;
+        }
+        // GPU contexts are rejected at push time until GPU workers exist.
+        if op.prop == FnProperty::CpuPrioritized {
+            let n = self.config.cpu_priority_workers;
+            self.cpu_priority
+                .get_or_init(|| WorkerPool::new("mxrt-cpu-prio", n, QueueOrder::Priority, execute))
+                .push(op, false);
+        } else {
+            let front = op.prop == FnProperty::DeleteVar;
+            let (n, id) = (self.config.cpu_workers, op.ctx.dev_id);
+            self.cpu.with(
+                id,
+                || WorkerPool::new(&format!("mxrt-cpu{id}"), n, QueueOrder::Fifo, execute),
+                |p| p.push(op, front),
+            );
+        }
+    }
+
+    fn stop(&self) {
+        self.cpu.stop();
+        if let Some(p) = self.cpu_priority.get() {
+            p.stop();
+        }
+    }
+}
+
+/// ThreadedEngine: one shared FIFO pool, plus an I/O thread for copy ops.
+pub(crate) struct Pooled {
+    config: EngineConfig,
+    main: OnceLock<WorkerPool>,
+    io: OnceLock<WorkerPool>,
+}
+
+impl Pooled {
+    pub(crate) fn new(config: EngineConfig) -> Self {
+        Pooled { config, main: OnceLock::new(), io: OnceLock::new() }
+    }
+}
+
+impl Executor for Pooled {
+    fn dispatch(&self, op: OprRef, pusher_thread: bool) {
+        if runs_inline(&op, pusher_thread, false) {
+            execute(op);
+            return;
+        }
+        let front = op.prop == FnProperty::DeleteVar;
+        if matches!(op.prop, FnProperty::CopyFromGpu | FnProperty::CopyToGpu) {
+            self.io
+                .get_or_init(|| WorkerPool::new("mxrt-io", 1, QueueOrder::Fifo, execute))
+                .push(op, front);
+        } else {
+            let n = self.config.pooled_workers;
+            self.main
+                .get_or_init(|| WorkerPool::new("mxrt-worker", n, QueueOrder::Fifo, execute))
+                .push(op, front);
+        }
+    }
+
+    fn stop(&self) {
+        for p in [self.main.get(), self.io.get()].into_iter().flatten() {
+            p.stop();
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Operations: what a push creates (`OprBlock`), the body it runs, the `Completion` an async body
+//! must call, the `RunContext` it receives, and reusable `Operator`s.
+
+use super::exception::ExceptionRef;
+use super::property::FnProperty;
+use super::signal::Signal;
+use super::var::Var;
+use super::{EnginePtr, Inner};
+use crate::context::Context;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use std::ffi::c_void;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+/// Variables of one op; most ops have few.
+pub(crate) type VarList = SmallVec<[Var; 4]>;
+
+/// The result of a synchronous body: `Err` carries the op's error message.
+pub type OpResult = Result<(), String>;
+
+/// Body of an asynchronous op: it must eventually consume the `Completion` (from any thread).
+pub type AsyncFn = dyn Fn(&RunContext, Completion) + Send + Sync;
+/// Body of a synchronous op: the op completes when it returns.
+pub type SyncFn = dyn Fn(&RunContext) -> OpResult + Send + Sync;
+
+/// What an op runs.
+#[derive(Clone)]
+pub(crate) enum Body {
+    Async(Arc<AsyncFn>),
+    Sync(Arc<SyncFn>),
+}
+
+/// Passed to every body; layout is MXNet's `RunContext` (32 bytes on LP64) so the C layer can hand
+/// a pointer to it straight to C functions.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RunContext {
+    pub dev_type: i32,
+    pub dev_id: i32,
+    /// The device stream (NULL for CPU work).
+    pub stream: *mut c_void,
+    pub aux_stream: *mut c_void,
+    /// True when the body runs as part of a bulk segment.
+    pub is_bulk: bool,
+}
+
+impl RunContext {
+    pub(crate) fn new(ctx: Context, is_bulk: bool) -> Self {
+        RunContext {
+            dev_type: ctx.dev_type.code(),
+            dev_id: ctx.dev_id,
+            stream: std::ptr::null_mut(),
+            aux_stream: std::ptr::null_mut(),
+            is_bulk,
+        }
+    }
+}
+
+/// One pushed operation, from push until its last reference is dropped (which is what
+/// `WaitForAll` waits for, so the op's parameters are released before it returns).
+pub(crate) struct OprBlock {
+    pub(crate) engine: EnginePtr,
+    pub(crate) body: ManuallyDrop<Body>,
+    pub(crate) const_vars: VarList,
+    pub(crate) mutable_vars: VarList,
+    pub(crate) ctx: Context,
+    pub(crate) prop: FnProperty,
+    pub(crate) priority: i32,
+    /// A wait-style op (MXNet's `wait=true`): runs even when its inputs carry an error.
+    pub(crate) wait_op: bool,
+    /// Run on whichever thread makes it ready instead of a worker pool (internal tiny ops).
+    pub(crate) run_inline: bool,
+    pub(crate) name: Option<Arc<str>>,
+    /// Dependencies not yet granted, plus one held by the pusher until it has queued them all.
+    pub(crate) wait: AtomicUsize,
+    /// The error this op carries: adopted from an input when it starts, or its own failure.
+    pub(crate) exception: Mutex<Option<ExceptionRef>>,
+    /// NaiveEngine: the pusher waits on this for the op to complete.
+    pub(crate) done: Option<Arc<Signal>>,
+}
+
+pub(crate) type OprRef = Arc<OprBlock>;
+
+impl OprBlock {
+    pub(crate) fn engine(&self) -> &Inner {
+        // SAFETY: an engine outlives every op it created: dropping an Engine waits until its
+        // pending-op count is zero, and each OprBlock holds one count until it is dropped.
+        unsafe { self.engine.get() }
+    }
+}
+
+impl Drop for OprBlock {
+    fn drop(&mut self) {
+        // SAFETY: the body is dropped exactly once, here; nothing reads it afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.body) };
+        self.engine().op_released();
+    }
+}
+
+/// Completes an asynchronous op. Consuming it is the only way to complete, so an op cannot be
+/// completed twice from Rust. Dropping it without calling `done`/`fail` fails the op, so a body
+/// that forgets (or panics) never leaves waiters hanging.
+pub struct Completion {
+    op: Option<OprRef>,
+}
+
+impl Completion {
+    pub(crate) fn new(op: OprRef) -> Self {
+        Completion { op: Some(op) }
+    }
+    /// The op succeeded.
+    pub fn done(self) {
+        self.finish(Ok(()))
+    }
+    /// The op failed with `message`; its outputs carry the error to later ops and waits.
+    pub fn fail(self, message: impl Into<String>) {
+        self.finish(Err(message.into()))
+    }
+    pub fn finish(mut self, result: OpResult) {
+        if let Some(op) = self.op.take() {
+            Inner::on_complete(op, result.err());
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            let what = op.name.as_deref().unwrap_or("unnamed");
+            let msg = if std::thread::panicking() {
+                format!("engine operation '{what}' panicked")
+            } else {
+                format!("engine operation '{what}' finished without calling its completion")
+            };
+            Inner::on_complete(op, Some(msg));
+        }
+    }
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Completion")
+    }
+}
+
+/// A reusable operator (`NewOperator`): the body and variables are fixed, each push runs it once.
+pub struct Operator {
+    pub(crate) engine_id: u64,
+    pub(crate) body: Body,
+    pub(crate) const_vars: VarList,
+    pub(crate) mutable_vars: VarList,
+    pub(crate) prop: FnProperty,
+    pub(crate) name: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator")
+            .field("name", &self.name)
+            .field("const_vars", &self.const_vars.len())
+            .field("mutable_vars", &self.mutable_vars.len())
+            .field("prop", &self.prop)
+            .finish()
+    }
+}

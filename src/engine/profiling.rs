@@ -1,0 +1,44 @@
+//! The engine's hook for the profiler: when op recording is off, each op costs one relaxed atomic
+//! load here. The profiler switches recording on and installs its sink.
+
+use super::opr::OprBlock;
+use crate::context::Context;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Receives (op name, device, start µs, end µs) for each op run while recording is on; called on
+/// the thread that ran the op.
+pub type OpSink = fn(name: &str, ctx: Context, start_us: u64, end_us: u64);
+
+static RECORDING: AtomicBool = AtomicBool::new(false);
+static SINK: OnceLock<OpSink> = OnceLock::new();
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// Installs the sink (once per process) and switches recording on or off.
+pub fn set_op_recording(sink: OpSink, on: bool) {
+    let _ = SINK.set(sink);
+    RECORDING.store(on, Ordering::Release);
+}
+
+/// True while ops are recorded (so pushes keep op names).
+#[inline]
+pub(crate) fn recording() -> bool {
+    RECORDING.load(Ordering::Relaxed)
+}
+
+fn now_us() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+#[inline]
+pub(crate) fn begin(op: &OprBlock) -> Option<u64> {
+    if recording() && op.name.is_some() { Some(now_us()) } else { None }
+}
+
+#[inline]
+pub(crate) fn end(start: Option<u64>, op: &OprBlock) {
+    if let (Some(start), Some(sink), Some(name)) = (start, SINK.get(), op.name.as_deref()) {
+        sink(name, op.ctx, start, now_us());
+    }
+}

@@ -1,0 +1,125 @@
+//! Running and completing ops: shared by all engine kinds. The threaded engines track
+//! dependencies through the variables' queues; NaiveEngine only runs the body and bumps versions.
+
+use super::Inner;
+use super::exception::ExceptionRef;
+use super::opr::{Body, Completion, OprRef, RunContext};
+use super::property::FnProperty;
+use super::var::Ready;
+use crate::util::panic_text;
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering;
+
+thread_local! {
+    /// How many op bodies are running on this thread (nested when an inline op pushes another).
+    static OP_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// True while the calling thread is running an engine op's body.
+pub(crate) fn inside_op() -> bool {
+    OP_DEPTH.with(Cell::get) > 0
+}
+
+struct OpDepthGuard;
+
+impl OpDepthGuard {
+    fn enter() -> Self {
+        OP_DEPTH.with(|d| d.set(d.get() + 1));
+        OpDepthGuard
+    }
+}
+
+impl Drop for OpDepthGuard {
+    fn drop(&mut self) {
+        OP_DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Runs a ready op on the calling thread (a worker, or the pusher for inline ops).
+pub(crate) fn execute(op: OprRef) {
+    let engine = op.engine();
+    let mut has_error = false;
+    if !engine.is_naive() {
+        // MXNet's OnStart: adopt the first unreported error of an input (reads first).
+        if let Some(e) = op.const_vars.iter().chain(&op.mutable_vars).find_map(|v| v.pending_exception()) {
+            *op.exception.lock() = Some(e);
+            has_error = true;
+        }
+    }
+    let skip = (engine.is_shutdown() && op.prop != FnProperty::DeleteVar)
+        || (has_error && op.prop != FnProperty::NoSkip && !op.wait_op);
+    if skip {
+        Inner::on_complete(op, None);
+        return;
+    }
+    let rc = RunContext::new(op.ctx, false);
+    let _depth = OpDepthGuard::enter();
+    let profile = super::profiling::begin(&op);
+    match &*op.body {
+        Body::Sync(f) => {
+            let result = match catch_unwind(AssertUnwindSafe(|| f(&rc))) {
+                Ok(r) => r,
+                Err(p) => Err(format!(
+                    "engine operation '{}' panicked: {}",
+                    op.name.as_deref().unwrap_or("unnamed"),
+                    panic_text(&*p)
+                )),
+            };
+            super::profiling::end(profile, &op);
+            Inner::on_complete(op, result.err());
+        }
+        Body::Async(f) => {
+            let f = f.clone();
+            let keep = op.clone();
+            // A panic drops the Completion during unwinding, which fails the op; nothing else to do.
+            let _ = catch_unwind(AssertUnwindSafe(|| f(&rc, Completion::new(op))));
+            super::profiling::end(profile, &keep);
+            drop(keep);
+        }
+    }
+}
+
+impl Inner {
+    /// Completes `op` (from any thread): records its error, releases its variables and
+    /// dispatches the ops that became ready.
+    pub(crate) fn on_complete(op: OprRef, error: Option<String>) {
+        let engine_ptr = op.engine;
+        let engine = op.engine();
+        if engine.is_naive() {
+            if let Some(msg) = error {
+                *op.exception.lock() = Some(ExceptionRef::new(msg.into()));
+            }
+            for v in &op.mutable_vars {
+                v.bump_version();
+            }
+            if let Some(s) = &op.done {
+                s.set();
+            }
+            return;
+        }
+        let exception = match error {
+            Some(msg) => {
+                let e = ExceptionRef::new(msg.into());
+                engine.record_exception(&e);
+                *op.exception.lock() = Some(e.clone());
+                Some(e)
+            }
+            None => op.exception.lock().clone(),
+        };
+        let mut ready = Ready::new();
+        for v in &op.const_vars {
+            v.complete_read(&mut ready);
+        }
+        for v in &op.mutable_vars {
+            v.complete_write(exception.as_ref(), &mut ready);
+        }
+        drop(op);
+        for r in ready {
+            if r.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
+                // SAFETY: `r` is a pending op of this engine, so the engine is still alive.
+                unsafe { engine_ptr.get() }.dispatch(r, false);
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Engine variables: the per-variable FIFO of pending reads and writes.
+//!
+//! Each variable grants access in push order. Adjacent reads run together; a write waits until
+//! every earlier read and write has finished; reads queued behind a write wait for it. Completing a
+//! write bumps the version and releases the run of reads behind it (or the next write).
+//!
+//! The state is guarded by a small mutex per variable; it is held only to queue or release, never
+//! while an operation runs.
+
+use super::exception::ExceptionRef;
+use super::opr::OprRef;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+/// A dependency variable. Cloning gives another reference to the same variable.
+#[derive(Clone)]
+pub struct Var(pub(crate) Arc<VarInner>);
+
+pub(crate) struct VarInner {
+    state: Mutex<VarState>,
+}
+
+struct Pending {
+    op: OprRef,
+    write: bool,
+}
+
+#[derive(Default)]
+struct VarState {
+    /// Ops that could not be granted yet, in push order. Its front is a write whenever reads run.
+    queue: VecDeque<Pending>,
+    /// Reads granted and not finished.
+    running_reads: u32,
+    /// A write is granted and not finished.
+    write_granted: bool,
+    /// Number of completed writes.
+    version: u64,
+    /// The error of the last failed write, until a wait reports it.
+    exception: Option<ExceptionRef>,
+}
+
+/// Ops made ready by a release; usually none or one.
+pub(crate) type Ready = SmallVec<[OprRef; 4]>;
+
+impl Var {
+    pub fn new() -> Self {
+        Var(Arc::new(VarInner { state: Mutex::new(VarState::default()) }))
+    }
+
+    /// Number of completed writes to this variable.
+    pub fn version(&self) -> u64 {
+        self.0.state.lock().version
+    }
+
+    /// Identity of the variable (for deduplication and ordering).
+    pub(crate) fn addr(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    pub fn same_as(&self, other: &Var) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Queues a read; true if it is granted at once.
+    pub(crate) fn append_read(&self, op: &OprRef) -> bool {
+        let mut s = self.0.state.lock();
+        if !s.write_granted && s.queue.is_empty() {
+            s.running_reads += 1;
+            true
+        } else {
+            s.queue.push_back(Pending { op: op.clone(), write: false });
+            false
+        }
+    }
+
+    /// Queues a write; true if it is granted at once.
+    pub(crate) fn append_write(&self, op: &OprRef) -> bool {
+        let mut s = self.0.state.lock();
+        if !s.write_granted && s.running_reads == 0 && s.queue.is_empty() {
+            s.write_granted = true;
+            true
+        } else {
+            s.queue.push_back(Pending { op: op.clone(), write: true });
+            false
+        }
+    }
+
+    /// A granted read finished; the next write may start.
+    pub(crate) fn complete_read(&self, ready: &mut Ready) {
+        let mut s = self.0.state.lock();
+        debug_assert!(s.running_reads > 0);
+        s.running_reads -= 1;
+        if s.running_reads == 0 && s.queue.front().is_some_and(|p| p.write) {
+            let p = s.queue.pop_front().expect("front checked");
+            s.write_granted = true;
+            ready.push(p.op);
+        }
+    }
+
+    /// A granted write finished: bump the version, record its error (if any), and release the
+    /// reads behind it or the next write.
+    pub(crate) fn complete_write(&self, exception: Option<&ExceptionRef>, ready: &mut Ready) {
+        let mut s = self.0.state.lock();
+        debug_assert!(s.write_granted);
+        s.version += 1;
+        s.write_granted = false;
+        if let Some(e) = exception {
+            s.exception = Some(e.clone());
+        }
+        while let Some(front) = s.queue.front() {
+            if front.write {
+                if s.running_reads == 0 {
+                    let p = s.queue.pop_front().expect("front checked");
+                    s.write_granted = true;
+                    ready.push(p.op);
+                }
+                break;
+            }
+            let p = s.queue.pop_front().expect("front checked");
+            s.running_reads += 1;
+            ready.push(p.op);
+        }
+    }
+
+    /// True if a write is running or queued (a WaitForVar has something to wait for).
+    pub(crate) fn has_pending_write(&self) -> bool {
+        let s = self.0.state.lock();
+        s.write_granted || s.queue.iter().any(|p| p.write)
+    }
+
+    /// The variable's unreported error, if any.
+    pub(crate) fn pending_exception(&self) -> Option<ExceptionRef> {
+        let s = self.0.state.lock();
+        s.exception.as_ref().filter(|e| e.is_pending()).cloned()
+    }
+
+    /// Bumps the version without queueing (NaiveEngine runs ops without dependency tracking).
+    pub(crate) fn bump_version(&self) {
+        self.0.state.lock().version += 1;
+    }
+}
+
+impl Default for Var {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Var({:#x})", self.addr())
+    }
+}

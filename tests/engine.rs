@@ -1,0 +1,566 @@
+//! Engine behaviour through the Rust API, on all three engines and several worker counts.
+
+use mxrt::Context;
+use mxrt::engine::{Engine, EngineConfig, EngineKind, FnProperty, PushArgs, RunContext, Var};
+use mxrt::error::ErrorKind;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+const KINDS: [EngineKind; 3] = [EngineKind::Naive, EngineKind::Pooled, EngineKind::PerDevice];
+
+fn engines() -> Vec<Engine> {
+    let mut v = Vec::new();
+    for kind in KINDS {
+        for n in [1, 2, 4] {
+            if kind == EngineKind::Naive && n > 1 {
+                continue;
+            }
+            v.push(Engine::new(EngineConfig::with_workers(kind, n)));
+        }
+    }
+    v
+}
+
+fn threaded_engines() -> Vec<Engine> {
+    engines().into_iter().filter(|e| e.kind() != EngineKind::Naive).collect()
+}
+
+fn cpu() -> PushArgs<'static> {
+    PushArgs::new(Context::cpu(0))
+}
+
+fn spin_for(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// One random op of the RandSumExpr workload: out = mix(inputs).
+struct Expr {
+    reads: Vec<usize>,
+    write: usize,
+}
+
+fn rand_exprs(seed: u64, n_ops: usize, n_vars: usize) -> Vec<Expr> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n_ops)
+        .map(|_| {
+            let k = rng.gen_range(2..20);
+            let reads = (0..k).map(|_| rng.gen_range(0..n_vars)).collect();
+            Expr { reads, write: rng.gen_range(0..n_vars) }
+        })
+        .collect()
+}
+
+fn mix(i: usize, inputs: impl Iterator<Item = u64>) -> u64 {
+    inputs.fold(i as u64, |acc, x| acc.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(x))
+}
+
+fn serial(exprs: &[Expr], n_vars: usize) -> Vec<u64> {
+    let mut vals: Vec<u64> = (0..n_vars as u64).collect();
+    for (i, e) in exprs.iter().enumerate() {
+        vals[e.write] = mix(i, e.reads.iter().map(|&r| vals[r]));
+    }
+    vals
+}
+
+fn run_exprs(engine: &Engine, exprs: &[Expr], n_vars: usize, work: Duration) -> Vec<u64> {
+    let vars: Vec<Var> = (0..n_vars).map(|_| engine.new_variable()).collect();
+    let vals: Arc<Vec<AtomicU64>> = Arc::new((0..n_vars as u64).map(AtomicU64::new).collect());
+    for (i, e) in exprs.iter().enumerate() {
+        let reads: Vec<Var> = e.reads.iter().map(|&r| vars[r].clone()).collect();
+        let writes = [vars[e.write].clone()];
+        let (vals, idx, out) = (vals.clone(), e.reads.clone(), e.write);
+        engine
+            .push_fn(cpu().reads(&reads).writes(&writes), move |_| {
+                spin_for(work);
+                let v = mix(i, idx.iter().map(|&r| vals[r].load(Ordering::Relaxed)));
+                vals[out].store(v, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+    }
+    engine.wait_for_all().unwrap();
+    vals.iter().map(|v| v.load(Ordering::Relaxed)).collect()
+}
+
+#[test]
+fn rand_sum_expr_matches_serial_on_every_engine() {
+    let exprs = rand_exprs(42, 10_000, 100);
+    let want = serial(&exprs, 100);
+    for engine in engines() {
+        let got = run_exprs(&engine, &exprs, 100, Duration::from_micros(2));
+        assert_eq!(got, want, "{:?}", engine.config());
+    }
+}
+
+#[test]
+fn several_threads_pushing_at_once() {
+    for engine in threaded_engines() {
+        let engine = Arc::new(engine);
+        let shared = engine.new_variable();
+        let total = Arc::new(AtomicI64::new(0));
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let (engine, shared, total) = (engine.clone(), shared.clone(), total.clone());
+                std::thread::spawn(move || {
+                    let own = engine.new_variable();
+                    let seq = Arc::new(Mutex::new(Vec::new()));
+                    for i in 0..2000 {
+                        let (seq, total) = (seq.clone(), total.clone());
+                        let reads = [shared.clone()];
+                        let writes = [own.clone()];
+                        engine
+                            .push_fn(cpu().reads(&reads).writes(&writes), move |_| {
+                                seq.lock().unwrap().push(i);
+                                total.fetch_add(1, Ordering::Relaxed);
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                    engine.wait_for_var(&own).unwrap();
+                    let seq = seq.lock().unwrap();
+                    assert_eq!(*seq, (0..2000).collect::<Vec<_>>(), "thread {t}: writes out of order");
+                    assert_eq!(own.version(), 2000);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        engine.wait_for_all().unwrap();
+        assert_eq!(total.load(Ordering::Relaxed), 8000);
+        assert_eq!(shared.version(), 0);
+    }
+}
+
+#[test]
+fn writes_run_in_push_order_and_exclusively() {
+    for engine in engines() {
+        let v = engine.new_variable();
+        let active = Arc::new(AtomicI64::new(0));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..500 {
+            let (active, order) = (active.clone(), order.clone());
+            let vars = [v.clone()];
+            let is_write = i % 3 == 0;
+            let args = if is_write { cpu().writes(&vars) } else { cpu().reads(&vars) };
+            engine
+                .push_fn(args, move |_| {
+                    if is_write {
+                        assert_eq!(active.swap(-1, Ordering::SeqCst), 0, "write overlapped");
+                        order.lock().unwrap().push(i);
+                        spin_for(Duration::from_micros(5));
+                        assert_eq!(active.swap(0, Ordering::SeqCst), -1);
+                    } else {
+                        assert!(active.fetch_add(1, Ordering::SeqCst) >= 0, "read overlapped a write");
+                        spin_for(Duration::from_micros(2));
+                        active.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    Ok(())
+                })
+                .unwrap();
+        }
+        engine.wait_for_all().unwrap();
+        let order = order.lock().unwrap();
+        assert_eq!(*order, (0..500).filter(|i| i % 3 == 0).collect::<Vec<_>>());
+        assert_eq!(v.version(), order.len() as u64);
+    }
+}
+
+#[test]
+fn adjacent_reads_run_concurrently() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::new(EngineConfig::with_workers(kind, 4));
+        let v = engine.new_variable();
+        let barrier = Arc::new(Barrier::new(4));
+        let met = Arc::new(AtomicUsize::new(0));
+        for _ in 0..4 {
+            let (b, met) = (barrier.clone(), met.clone());
+            let vars = [v.clone()];
+            engine
+                .push_fn(cpu().reads(&vars), move |_| {
+                    b.wait(); // only returns if all four reads run at the same time
+                    met.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        engine.wait_for_all().unwrap();
+        assert_eq!(met.load(Ordering::SeqCst), 4);
+    }
+}
+
+#[test]
+fn var_version_counts_writes_only() {
+    for engine in engines() {
+        let v = engine.new_variable();
+        for _ in 0..10 {
+            engine.push_fn(cpu().reads(std::slice::from_ref(&v)), |_| Ok(())).unwrap();
+        }
+        engine.wait_for_all().unwrap();
+        assert_eq!(v.version(), 0);
+        for _ in 0..10 {
+            engine.push_fn(cpu().writes(std::slice::from_ref(&v)), |_| Ok(())).unwrap();
+        }
+        engine.wait_for_var(&v).unwrap();
+        assert_eq!(v.version(), 10, "{:?}", engine.kind());
+    }
+}
+
+#[test]
+fn async_ops_complete_from_another_thread() {
+    for engine in engines() {
+        let v = engine.new_variable();
+        let hits = Arc::new(AtomicUsize::new(0));
+        for _ in 0..200 {
+            let hits = hits.clone();
+            engine
+                .push_async(
+                    Arc::new(move |_: &RunContext, done: mxrt::engine::Completion| {
+                        let hits = hits.clone();
+                        std::thread::spawn(move || {
+                            hits.fetch_add(1, Ordering::SeqCst);
+                            done.done();
+                        });
+                    }),
+                    cpu().writes(std::slice::from_ref(&v)),
+                )
+                .unwrap();
+        }
+        engine.wait_for_var(&v).unwrap();
+        assert_eq!(hits.load(Ordering::SeqCst), 200);
+        assert_eq!(v.version(), 200);
+    }
+}
+
+#[test]
+fn errors_poison_outputs_and_are_reported_once() {
+    for engine in threaded_engines() {
+        let (a, b) = (engine.new_variable(), engine.new_variable());
+        let ran = Arc::new(AtomicUsize::new(0));
+        engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("bad op".into())).unwrap();
+        let r = ran.clone();
+        // b = a + 1 is skipped and inherits the error
+        engine
+            .push_fn(cpu().reads(std::slice::from_ref(&a)).writes(std::slice::from_ref(&b)), move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        let e = engine.wait_for_var(&b).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OpFailed);
+        assert_eq!(e.message(), "bad op");
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "dependent op must be skipped");
+        // one report consumes it everywhere (spec §3.1)
+        engine.wait_for_var(&a).unwrap();
+        engine.wait_for_var(&b).unwrap();
+        engine.wait_for_all().unwrap();
+        // the engine keeps working and the vars are usable again
+        let r = ran.clone();
+        engine
+            .push_fn(cpu().writes(std::slice::from_ref(&b)), move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        engine.wait_for_var(&b).unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[test]
+fn wait_all_reports_then_clears() {
+    for engine in threaded_engines() {
+        let a = engine.new_variable();
+        engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("first".into())).unwrap();
+        let e = engine.wait_for_all().unwrap_err();
+        assert_eq!(e.message(), "first");
+        engine.wait_for_all().unwrap();
+        engine.wait_for_var(&a).unwrap();
+    }
+}
+
+#[test]
+fn error_of_op_without_outputs_reaches_wait_all() {
+    for engine in threaded_engines() {
+        let a = engine.new_variable();
+        engine.push_fn(cpu().reads(std::slice::from_ref(&a)), |_| Err("lonely failure".into())).unwrap();
+        assert_eq!(engine.wait_for_all().unwrap_err().message(), "lonely failure");
+        engine.wait_for_all().unwrap();
+    }
+}
+
+#[test]
+fn no_skip_runs_despite_error_but_output_inherits_it() {
+    for engine in threaded_engines() {
+        let (a, b) = (engine.new_variable(), engine.new_variable());
+        let ran = Arc::new(AtomicUsize::new(0));
+        engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("x".into())).unwrap();
+        let r = ran.clone();
+        let reads = [a.clone()];
+        let writes = [b.clone()];
+        engine
+            .push_fn(cpu().reads(&reads).writes(&writes).prop(FnProperty::NoSkip), move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(engine.wait_for_var(&b).unwrap_err().message(), "x");
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[test]
+fn naive_engine_reports_errors_at_push() {
+    let engine = Engine::new(EngineConfig::new(EngineKind::Naive));
+    let a = engine.new_variable();
+    let e = engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("now".into())).unwrap_err();
+    assert_eq!(e.message(), "now");
+    engine.wait_for_var(&a).unwrap();
+    engine.wait_for_all().unwrap();
+}
+
+#[test]
+fn panicking_body_fails_the_op() {
+    for engine in engines() {
+        let a = engine.new_variable();
+        let r = engine.push_fn(cpu().writes(std::slice::from_ref(&a)).name("boom"), |_| panic!("kaput"));
+        let msg = match r {
+            Err(e) => e.message().to_owned(),
+            Ok(()) => engine.wait_for_var(&a).unwrap_err().message().to_owned(),
+        };
+        assert!(msg.contains("panicked") && msg.contains("kaput"), "{msg}");
+        // a dropped completion fails the op instead of hanging
+        let r = engine.push_async(Arc::new(|_: &RunContext, c| drop(c)), cpu().writes(std::slice::from_ref(&a)));
+        let msg = match r {
+            Err(e) => e.message().to_owned(),
+            Ok(()) => engine.wait_for_var(&a).unwrap_err().message().to_owned(),
+        };
+        assert!(msg.contains("without calling its completion"), "{msg}");
+    }
+}
+
+#[test]
+fn duplicate_vars_do_not_hang() {
+    for engine in engines() {
+        let a = engine.new_variable();
+        let vars = [a.clone(), a.clone()];
+        engine.push_fn(cpu().reads(&vars).writes(&vars), |_| Ok(())).unwrap();
+        engine.push_fn(cpu().writes(&vars), |_| Ok(())).unwrap();
+        engine.wait_for_all().unwrap();
+        assert_eq!(a.version(), 2);
+    }
+}
+
+#[test]
+fn waiting_inside_an_op_is_an_error() {
+    for engine in engines() {
+        let engine = Arc::new(engine);
+        let a = engine.new_variable();
+        let seen = Arc::new(Mutex::new(String::new()));
+        let (e2, a2, s2) = (engine.clone(), a.clone(), seen.clone());
+        let b = engine.new_variable();
+        engine
+            .push_fn(cpu().writes(std::slice::from_ref(&b)), move |_| {
+                let r1 = e2.wait_for_var(&a2).unwrap_err();
+                let r2 = e2.wait_for_all().unwrap_err();
+                *s2.lock().unwrap() = format!("{r1} | {r2}");
+                Ok(())
+            })
+            .unwrap();
+        engine.wait_for_all().unwrap();
+        let s = seen.lock().unwrap();
+        assert!(s.contains("WaitForVar was called from inside an engine operation"), "{s}");
+        assert!(s.contains("WaitForAll was called from inside"), "{s}");
+    }
+}
+
+#[test]
+fn gpu_context_and_shutdown_are_clear_errors() {
+    for engine in engines() {
+        let e = engine.push_fn(PushArgs::new(Context::gpu(0)), |_| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotSupported);
+        assert!(e.message().contains("GPU support"), "{e}");
+        let a = engine.new_variable();
+        engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Ok(())).unwrap();
+        engine.notify_shutdown().unwrap();
+        let e = engine.push_fn(cpu(), |_| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Shutdown);
+        // deletions still run
+        let deleted = Arc::new(AtomicUsize::new(0));
+        let d = deleted.clone();
+        engine
+            .delete_variable(Some(Box::new(move |_| {
+                d.fetch_add(1, Ordering::SeqCst);
+            })), Context::cpu(0), a)
+            .unwrap();
+        engine.wait_for_all().unwrap();
+        assert_eq!(deleted.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[test]
+fn delete_variable_runs_after_pending_ops() {
+    for engine in engines() {
+        let a = engine.new_variable();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..5 {
+            let log = log.clone();
+            engine
+                .push_fn(cpu().writes(std::slice::from_ref(&a)), move |_| {
+                    spin_for(Duration::from_micros(50));
+                    log.lock().unwrap().push(i);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        let l = log.clone();
+        engine
+            .delete_variable(Some(Box::new(move |_| l.lock().unwrap().push(99))), Context::cpu(0), a)
+            .unwrap();
+        engine.wait_for_all().unwrap();
+        assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4, 99]);
+    }
+}
+
+#[test]
+fn operators_are_reusable_and_deleted_after_their_pushes() {
+    for engine in engines() {
+        let a = engine.new_variable();
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = count.clone();
+        let op = engine
+            .new_operator(
+                Arc::new(move |_: &RunContext, done: mxrt::engine::Completion| {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    done.done();
+                }),
+                &[],
+                std::slice::from_ref(&a),
+                FnProperty::Normal,
+                Some("reused"),
+            )
+            .unwrap();
+        for _ in 0..7 {
+            engine.push_operator(&op, Context::cpu(0), 0).unwrap();
+        }
+        let weak = Arc::downgrade(&op);
+        engine.delete_operator(op).unwrap();
+        engine.wait_for_all().unwrap();
+        assert_eq!(count.load(Ordering::SeqCst), 7);
+        assert_eq!(a.version(), 8, "7 pushes + the deletion write");
+        assert!(weak.upgrade().is_none(), "operator freed after deletion");
+    }
+}
+
+#[test]
+fn priority_pool_runs_higher_priority_first() {
+    let mut cfg = EngineConfig::new(EngineKind::PerDevice);
+    cfg.cpu_priority_workers = 1;
+    let engine = Engine::new(cfg);
+    let gate = Arc::new(Barrier::new(2));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let g = gate.clone();
+    engine
+        .push_fn(cpu().prop(FnProperty::CpuPrioritized), move |_| {
+            g.wait();
+            Ok(())
+        })
+        .unwrap();
+    for p in [1, 5, 3, 9, 0] {
+        let order = order.clone();
+        engine
+            .push_fn(cpu().prop(FnProperty::CpuPrioritized).priority(p), move |_| {
+                order.lock().unwrap().push(p);
+                Ok(())
+            })
+            .unwrap();
+    }
+    gate.wait();
+    engine.wait_for_all().unwrap();
+    assert_eq!(*order.lock().unwrap(), vec![9, 5, 3, 1, 0]);
+}
+
+#[test]
+fn async_property_runs_inline_when_ready() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::new(EngineConfig::new(kind));
+        let me = std::thread::current().id();
+        let same = Arc::new(Mutex::new(None));
+        let s = same.clone();
+        engine
+            .push_fn(cpu().prop(FnProperty::Async), move |_| {
+                *s.lock().unwrap() = Some(std::thread::current().id() == me);
+                Ok(())
+            })
+            .unwrap();
+        engine.wait_for_all().unwrap();
+        assert_eq!(*same.lock().unwrap(), Some(true), "{kind:?}");
+    }
+}
+
+#[test]
+fn bulk_segments_flush_when_full_or_on_wait() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::new(EngineConfig::new(kind));
+        assert_eq!(engine.set_bulk_size(3).unwrap(), 0);
+        let a = engine.new_variable();
+        let ran = Arc::new(AtomicUsize::new(0));
+        for _ in 0..4 {
+            let r = ran.clone();
+            engine
+                .push_fn(cpu().writes(std::slice::from_ref(&a)), move |rc| {
+                    assert!(rc.is_bulk);
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(ran.load(Ordering::SeqCst), 3, "first three flushed as a segment");
+        engine.wait_for_all().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 4);
+        assert_eq!(a.version(), 2, "two bulk segments, one write each");
+        assert_eq!(engine.set_bulk_size(0).unwrap(), 3);
+    }
+    let naive = Engine::new(EngineConfig::new(EngineKind::Naive));
+    assert_eq!(naive.set_bulk_size(5).unwrap(), 0);
+    assert_eq!(naive.bulk_size(), 0);
+}
+
+#[test]
+fn wait_for_var_waits_only_for_earlier_writes() {
+    for engine in threaded_engines() {
+        let a = engine.new_variable();
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..3 {
+            let d = done.clone();
+            engine
+                .push_fn(cpu().writes(std::slice::from_ref(&a)), move |_| {
+                    spin_for(Duration::from_millis(2));
+                    d.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        engine.wait_for_var(&a).unwrap();
+        assert_eq!(done.load(Ordering::SeqCst), 3);
+        // a var with only reads queued does not block
+        let gate = Arc::new(Barrier::new(2));
+        let g = gate.clone();
+        engine
+            .push_fn(cpu().reads(std::slice::from_ref(&a)), move |_| {
+                g.wait();
+                Ok(())
+            })
+            .unwrap();
+        engine.wait_for_var(&a).unwrap();
+        gate.wait();
+        engine.wait_for_all().unwrap();
+    }
+}
