@@ -1068,3 +1068,52 @@ fn engine_ops_are_recorded() {
     assert_eq!(j["Time"]["operator"]["eng_write"]["Count"], 20);
     assert!(j["Time"]["operator"]["eng_write"]["Min"].as_f64().unwrap() >= 0.3);
 }
+
+/// Cost of the hooks (run with `cargo test --release --test profiler hook_cost -- --ignored
+/// --nocapture`); prints ns per op, asserts only a loose bound on the "off" path.
+#[test]
+#[ignore = "timing; run explicitly in release mode"]
+fn hook_cost() {
+    use std::hint::black_box;
+    use std::time::Instant;
+    let _g = lock();
+    let path = fresh("cost.json", &[("continuous_dump", "false")]);
+    let ctx = Context::cpu(0);
+    let n = 10_000_000u64;
+    let t = Instant::now();
+    for _ in 0..n {
+        black_box(OpScope::begin(black_box("op"), ctx));
+    }
+    let off = t.elapsed().as_nanos() as f64 / n as f64;
+    assert_eq!(MXSetProfilerState(1), 0);
+    let n_on = 1_000_000u64;
+    let t = Instant::now();
+    for _ in 0..n_on {
+        drop(black_box(OpScope::begin(black_box("op"), ctx)));
+    }
+    let on = t.elapsed().as_nanos() as f64 / n_on as f64;
+    let threads = 4;
+    let t = Instant::now();
+    let ws: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                for _ in 0..n_on / 4 {
+                    drop(black_box(OpScope::begin(black_box("op"), ctx)));
+                }
+            })
+        })
+        .collect();
+    ws.into_iter().for_each(|w| w.join().unwrap());
+    let on_mt = t.elapsed().as_nanos() as f64 / (n_on as f64);
+    let t = Instant::now();
+    assert_eq!(MXSetProfilerState(0), 0);
+    assert_eq!(MXDumpProfile(1), 0);
+    let dump = t.elapsed();
+    let size = std::fs::metadata(&path).unwrap().len();
+    println!(
+        "off: {off:.2} ns/op; on: {on:.1} ns/op (1 thread), {on_mt:.1} ns/op wall ({threads} threads); \
+         dump of {} records: {dump:?}, {size} bytes",
+        n_on + n_on / 4 * 4
+    );
+    assert!(off < 5.0, "off path {off} ns");
+}

@@ -6,6 +6,8 @@
 
 use crate::Context;
 use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -105,7 +107,7 @@ pub enum Payload {
 /// One profiled event.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
-    pub name: Box<str>,
+    pub name: Arc<str>,
     pub category: Category,
     /// The device the event belongs to (its trace pid); `None`: a per-category pid.
     pub device: Option<Context>,
@@ -118,11 +120,22 @@ pub struct Record {
     pub arg: Option<(&'static str, Box<str>)>,
 }
 
+/// Records per chunk: a full chunk is set aside rather than grown, so recording never copies
+/// earlier records.
+const CHUNK: usize = 4096;
+
+/// A thread's records: the chunk being filled and the full ones.
+#[derive(Default)]
+pub(crate) struct Chunks {
+    current: Vec<Record>,
+    full: Vec<Vec<Record>>,
+}
+
 /// One thread's buffer.
 pub(crate) struct ThreadBuf {
     pub tid: u32,
     pub name: String,
-    pub records: Mutex<Vec<Record>>,
+    pub records: Mutex<Chunks>,
 }
 
 static NEXT_TID: AtomicU32 = AtomicU32::new(1);
@@ -137,7 +150,7 @@ fn register() -> Arc<ThreadBuf> {
     let buf = Arc::new(ThreadBuf {
         tid,
         name,
-        records: Mutex::new(Vec::with_capacity(256)),
+        records: Mutex::new(Chunks::default()),
     });
     REGISTRY.lock().push(buf.clone());
     buf
@@ -145,6 +158,28 @@ fn register() -> Arc<ThreadBuf> {
 
 thread_local! {
     static LOCAL: Arc<ThreadBuf> = register();
+    static NAMES: RefCell<HashMap<Box<str>, Arc<str>>> = RefCell::new(HashMap::new());
+}
+
+/// Names seen by this thread, shared between its records (saves an allocation per record).
+const MAX_INTERNED: usize = 4096;
+
+/// The calling thread's shared copy of `name`.
+pub(crate) fn intern(name: &str) -> Arc<str> {
+    NAMES
+        .try_with(|m| {
+            let mut m = m.borrow_mut();
+            if let Some(a) = m.get(name) {
+                return a.clone();
+            }
+            if m.len() >= MAX_INTERNED {
+                m.clear();
+            }
+            let a: Arc<str> = name.into();
+            m.insert(name.into(), a.clone());
+            a
+        })
+        .unwrap_or_else(|_| name.into())
 }
 
 /// The calling thread's profiler id (small, stable for the thread's life, never reused). 0 when
@@ -158,7 +193,14 @@ pub fn thread_id() -> u32 {
 pub(crate) fn push(mut record: Record) {
     let _ = LOCAL.try_with(|b| {
         record.tid = b.tid;
-        b.records.lock().push(record);
+        let mut c = b.records.lock();
+        if c.current.len() == c.current.capacity() {
+            let full = std::mem::replace(&mut c.current, Vec::with_capacity(CHUNK));
+            if !full.is_empty() {
+                c.full.push(full);
+            }
+        }
+        c.current.push(record);
     });
 }
 
@@ -171,11 +213,13 @@ pub(crate) fn drain_all() -> (Vec<Record>, Vec<(u32, String)>) {
     let mut reg = REGISTRY.lock();
     for b in reg.iter() {
         names.push((b.tid, b.name.clone()));
-        let mut v = b.records.lock();
-        if out.is_empty() {
-            out = std::mem::take(&mut *v);
-        } else {
-            out.append(&mut v);
+        let Chunks { current, full } = std::mem::take(&mut *b.records.lock());
+        for mut chunk in full.into_iter().chain(std::iter::once(current)) {
+            if out.is_empty() {
+                out = chunk;
+            } else {
+                out.append(&mut chunk);
+            }
         }
     }
     // A buffer whose thread is gone is only referenced by the registry.

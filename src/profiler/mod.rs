@@ -105,7 +105,7 @@ pub fn record_op(name: &str, dev: Context, start_us: u64, end_us: u64) {
         return;
     }
     push(Record {
-        name: name.into(),
+        name: buffer::intern(name),
         category: Category::Operator,
         device: Some(dev),
         tid: 0,
@@ -190,7 +190,7 @@ pub fn record_api(name: &str, start_us: u64, end_us: u64) {
         return;
     }
     push(Record {
-        name: name.into(),
+        name: buffer::intern(name),
         category: Category::Api,
         device: None,
         tid: 0,
@@ -239,11 +239,32 @@ impl Drop for ApiScope {
     }
 }
 
+thread_local! {
+    static MEMORY_NAMES: std::cell::RefCell<Vec<(Context, std::sync::Arc<str>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `Memory: <device>`, cached per thread.
+fn memory_counter_name(ctx: Context) -> std::sync::Arc<str> {
+    let make = || -> std::sync::Arc<str> { format!("Memory: {}", trace::device_name(ctx)).into() };
+    MEMORY_NAMES
+        .try_with(|v| {
+            let mut v = v.borrow_mut();
+            if let Some((_, n)) = v.iter().find(|(c, _)| *c == ctx) {
+                return n.clone();
+            }
+            let n = make();
+            v.push((ctx, n.clone()));
+            n
+        })
+        .unwrap_or_else(|_| make())
+}
+
 /// Records the bytes in use on `ctx` (a counter `Memory: <dev>` in category `Device Storage`).
 /// Callers (storage, on every allocation and free) check [`memory_enabled`] first.
 pub fn record_memory(ctx: Context, bytes_in_use: u64) {
     push(Record {
-        name: format!("Memory: {}", trace::device_name(ctx)).into(),
+        name: memory_counter_name(ctx),
         category: Category::Storage,
         device: Some(ctx),
         tid: 0,
@@ -260,7 +281,7 @@ pub fn record_memory(ctx: Context, bytes_in_use: u64) {
 /// on key `key` (category `KVStore`, the key in `args`). Callers check [`kvstore_enabled`].
 pub fn record_kvstore(op: &str, key: &str, start_us: u64, end_us: u64) {
     push(Record {
-        name: op.into(),
+        name: buffer::intern(op),
         category: Category::KvStore,
         device: None,
         tid: 0,

@@ -47,7 +47,7 @@ impl DurationKind {
 #[derive(Debug)]
 pub struct Duration {
     kind: DurationKind,
-    name: Box<str>,
+    name: Arc<str>,
     category: Category,
     started: Mutex<Option<u64>>,
 }
@@ -127,7 +127,7 @@ impl Duration {
 /// A counter of a domain; each change emits a counter record.
 #[derive(Debug)]
 pub struct Counter {
-    name: Box<str>,
+    name: Arc<str>,
     category: Category,
     value: AtomicU64,
 }

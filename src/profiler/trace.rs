@@ -64,7 +64,7 @@ pub struct Bar {
     pub process: String,
     pub pid: u32,
     pub tid: u32,
-    pub name: Box<str>,
+    pub name: std::sync::Arc<str>,
     pub start: u64,
     pub end: u64,
 }
