@@ -22,6 +22,33 @@
 //!   file. When `finished` or not `continuous_dump`, output is disabled afterwards.
 //! * With `continuous_dump` a timer thread dumps every `dump_period` seconds while output is on.
 //! * The process dumps once more at exit (an `atexit` hook registered on the first run).
+//!
+//! # Configuration keys ([`Config`])
+//! | key | type | default |
+//! |---|---|---|
+//! | `profile_all` | bool | false (turns on the four modes below) |
+//! | `profile_symbolic` | bool | true |
+//! | `profile_imperative` | bool | true (engine operators and KVStore calls) |
+//! | `profile_memory` | bool | true (storage counters) |
+//! | `profile_api` | bool | true (C API calls) |
+//! | `filename` | string | `profile.json` |
+//! | `continuous_dump` | bool | true |
+//! | `dump_period` | float seconds > 0 | 1.0 |
+//! | `aggregate_stats` | bool | false |
+//! | `profile_process` | `worker` / `server` | `worker` |
+//! | `timeline` (mxrt) | bool or path | false: `true` writes `<filename stem>.html` next to the trace; a path ending in `.svg` gets an SVG, any other path an HTML page. Rewritten on every dump. |
+//!
+//! Booleans accept `true`/`false`/`1`/`0` in any case. An unknown key or a bad value is an error
+//! naming the key (and, for unknown keys, every accepted key).
+//!
+//! # Trace format
+//! Chrome trace-event JSON (`{"traceEvents": [...], "displayTimeUnit": "ms"}`), timestamps in
+//! microseconds since the Unix epoch. Operators: `B`/`E` under the device's pid (`cpu/0` is pid
+//! 0, `gpu/i` 100+i, `cpu pinned/i` 200+i, `cpu shared/i` 300+i) and the running thread's tid.
+//! API calls and tasks: `b`/`e` with a unique `id`. Frames: `(`/`)`. Events and KVStore calls:
+//! `B`/`E`. Counters (storage `Memory: cpu/0`, user counters, API call counters): `C`. Markers:
+//! `i` with `s` = `g`/`p`/`t`. Records without a device get one pid per category, from 1000 on.
+//! `process_name` and `thread_name` metadata (`M`) precede the first record of each pid / tid.
 
 pub mod aggregate;
 pub mod buffer;
@@ -552,27 +579,6 @@ pub fn aggregate_print(
         a.clear();
     }
     Ok(out)
-}
-
-/// Runs `f` on the aggregate stats after collecting pending records (for tests and tools);
-/// `None` when `aggregate_stats` is off.
-pub fn with_aggregate<R>(f: impl FnOnce(&AggregateStats) -> R) -> Option<R> {
-    let mut c = CORE.lock();
-    if c.output {
-        // Keep the records for the file: write them now.
-        let _ = dump_locked_keep_output(&mut c);
-    } else {
-        collect(&mut c);
-    }
-    c.aggregate.as_ref().map(f)
-}
-
-fn dump_locked_keep_output(c: &mut Core) -> Result<()> {
-    let continuous = c.config.continuous_dump;
-    c.config.continuous_dump = true;
-    let r = dump_locked(c, false);
-    c.config.continuous_dump = continuous;
-    r
 }
 
 fn start_timer(c: &mut MutexGuard<'_, Core>) {
