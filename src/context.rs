@@ -52,16 +52,28 @@ pub const MAX_DEV_ID: i32 = 16;
 
 impl Context {
     pub const fn cpu(dev_id: i32) -> Self {
-        Context { dev_type: DeviceType::Cpu, dev_id }
+        Context {
+            dev_type: DeviceType::Cpu,
+            dev_id,
+        }
     }
     pub const fn gpu(dev_id: i32) -> Self {
-        Context { dev_type: DeviceType::Gpu, dev_id }
+        Context {
+            dev_type: DeviceType::Gpu,
+            dev_id,
+        }
     }
     pub const fn cpu_pinned(dev_id: i32) -> Self {
-        Context { dev_type: DeviceType::CpuPinned, dev_id }
+        Context {
+            dev_type: DeviceType::CpuPinned,
+            dev_id,
+        }
     }
     pub const fn cpu_shared(dev_id: i32) -> Self {
-        Context { dev_type: DeviceType::CpuShared, dev_id }
+        Context {
+            dev_type: DeviceType::CpuShared,
+            dev_id,
+        }
     }
 
     /// Builds a context from the C codes, as `Context::Create` does: a negative id becomes 0 for

@@ -91,7 +91,10 @@ mod tests {
         }
         assert_eq!(DType::F16.size(), 2);
         assert_eq!(DType::I64.size(), 8);
-        assert_eq!(DType::from_code(13).unwrap_err().message(), "Unknown type enum 13");
+        assert_eq!(
+            DType::from_code(13).unwrap_err().message(),
+            "Unknown type enum 13"
+        );
         assert!(DType::from_code(-1).is_err());
     }
 }

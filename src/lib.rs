@@ -1,18 +1,22 @@
 //! mxrt: Apache MXNet 1.9.1's runtime core in Rust, behind MXNet's C ABI.
 //!
-//! Core modules (plain Rust, no C types): [`engine`] (the dependency engine), `storage`, `ndarray`,
-//! `kvstore`, `profiler`. The [`capi`] module is the thin C layer: it validates arguments, converts
-//! handles and calls the core; every export goes through one guard (`capi::error`).
+//! Core modules (plain Rust, no C types): [`engine`] (the dependency engine), [`storage`]
+//! (memory managers per device), [`ndarray`], `kvstore`, `profiler`. The [`capi`] module is the
+//! thin C layer: it validates arguments, converts handles and calls the core; every export goes
+//! through one guard (`capi::error`).
 
 pub mod context;
 pub mod dtype;
 pub mod error;
 
 pub mod engine;
+pub mod ndarray;
+pub mod storage;
 pub mod profiler;
-mod util;
 
 pub mod capi;
+
+mod util;
 
 pub use context::{Context, DeviceType};
 pub use dtype::DType;

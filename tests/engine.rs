@@ -25,7 +25,10 @@ fn engines() -> Vec<Engine> {
 }
 
 fn threaded_engines() -> Vec<Engine> {
-    engines().into_iter().filter(|e| e.kind() != EngineKind::Naive).collect()
+    engines()
+        .into_iter()
+        .filter(|e| e.kind() != EngineKind::Naive)
+        .collect()
 }
 
 fn cpu() -> PushArgs<'static> {
@@ -51,13 +54,18 @@ fn rand_exprs(seed: u64, n_ops: usize, n_vars: usize) -> Vec<Expr> {
         .map(|_| {
             let k = rng.gen_range(2..20);
             let reads = (0..k).map(|_| rng.gen_range(0..n_vars)).collect();
-            Expr { reads, write: rng.gen_range(0..n_vars) }
+            Expr {
+                reads,
+                write: rng.gen_range(0..n_vars),
+            }
         })
         .collect()
 }
 
 fn mix(i: usize, inputs: impl Iterator<Item = u64>) -> u64 {
-    inputs.fold(i as u64, |acc, x| acc.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(x))
+    inputs.fold(i as u64, |acc, x| {
+        acc.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(x)
+    })
 }
 
 fn serial(exprs: &[Expr], n_vars: usize) -> Vec<u64> {
@@ -124,7 +132,11 @@ fn several_threads_pushing_at_once() {
                     }
                     engine.wait_for_var(&own).unwrap();
                     let seq = seq.lock().unwrap();
-                    assert_eq!(*seq, (0..2000).collect::<Vec<_>>(), "thread {t}: writes out of order");
+                    assert_eq!(
+                        *seq,
+                        (0..2000).collect::<Vec<_>>(),
+                        "thread {t}: writes out of order"
+                    );
                     assert_eq!(own.version(), 2000);
                 })
             })
@@ -148,7 +160,11 @@ fn writes_run_in_push_order_and_exclusively() {
             let (active, order) = (active.clone(), order.clone());
             let vars = [v.clone()];
             let is_write = i % 3 == 0;
-            let args = if is_write { cpu().writes(&vars) } else { cpu().reads(&vars) };
+            let args = if is_write {
+                cpu().writes(&vars)
+            } else {
+                cpu().reads(&vars)
+            };
             engine
                 .push_fn(args, move |_| {
                     if is_write {
@@ -157,7 +173,10 @@ fn writes_run_in_push_order_and_exclusively() {
                         spin_for(Duration::from_micros(5));
                         assert_eq!(active.swap(0, Ordering::SeqCst), -1);
                     } else {
-                        assert!(active.fetch_add(1, Ordering::SeqCst) >= 0, "read overlapped a write");
+                        assert!(
+                            active.fetch_add(1, Ordering::SeqCst) >= 0,
+                            "read overlapped a write"
+                        );
                         spin_for(Duration::from_micros(2));
                         active.fetch_sub(1, Ordering::SeqCst);
                     }
@@ -200,12 +219,16 @@ fn var_version_counts_writes_only() {
     for engine in engines() {
         let v = engine.new_variable();
         for _ in 0..10 {
-            engine.push_fn(cpu().reads(std::slice::from_ref(&v)), |_| Ok(())).unwrap();
+            engine
+                .push_fn(cpu().reads(std::slice::from_ref(&v)), |_| Ok(()))
+                .unwrap();
         }
         engine.wait_for_all().unwrap();
         assert_eq!(v.version(), 0);
         for _ in 0..10 {
-            engine.push_fn(cpu().writes(std::slice::from_ref(&v)), |_| Ok(())).unwrap();
+            engine
+                .push_fn(cpu().writes(std::slice::from_ref(&v)), |_| Ok(()))
+                .unwrap();
         }
         engine.wait_for_var(&v).unwrap();
         assert_eq!(v.version(), 10, "{:?}", engine.kind());
@@ -243,19 +266,32 @@ fn errors_poison_outputs_and_are_reported_once() {
     for engine in threaded_engines() {
         let (a, b) = (engine.new_variable(), engine.new_variable());
         let ran = Arc::new(AtomicUsize::new(0));
-        engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("bad op".into())).unwrap();
+        engine
+            .push_fn(cpu().writes(std::slice::from_ref(&a)), |_| {
+                Err("bad op".into())
+            })
+            .unwrap();
         let r = ran.clone();
         // b = a + 1 is skipped and inherits the error
         engine
-            .push_fn(cpu().reads(std::slice::from_ref(&a)).writes(std::slice::from_ref(&b)), move |_| {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
+            .push_fn(
+                cpu()
+                    .reads(std::slice::from_ref(&a))
+                    .writes(std::slice::from_ref(&b)),
+                move |_| {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
             .unwrap();
         let e = engine.wait_for_var(&b).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::OpFailed);
         assert_eq!(e.message(), "bad op");
-        assert_eq!(ran.load(Ordering::SeqCst), 0, "dependent op must be skipped");
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            0,
+            "dependent op must be skipped"
+        );
         // one report consumes it everywhere (spec §3.1)
         engine.wait_for_var(&a).unwrap();
         engine.wait_for_var(&b).unwrap();
@@ -277,7 +313,11 @@ fn errors_poison_outputs_and_are_reported_once() {
 fn wait_all_reports_then_clears() {
     for engine in threaded_engines() {
         let a = engine.new_variable();
-        engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("first".into())).unwrap();
+        engine
+            .push_fn(cpu().writes(std::slice::from_ref(&a)), |_| {
+                Err("first".into())
+            })
+            .unwrap();
         let e = engine.wait_for_all().unwrap_err();
         assert_eq!(e.message(), "first");
         engine.wait_for_all().unwrap();
@@ -289,8 +329,15 @@ fn wait_all_reports_then_clears() {
 fn error_of_op_without_outputs_reaches_wait_all() {
     for engine in threaded_engines() {
         let a = engine.new_variable();
-        engine.push_fn(cpu().reads(std::slice::from_ref(&a)), |_| Err("lonely failure".into())).unwrap();
-        assert_eq!(engine.wait_for_all().unwrap_err().message(), "lonely failure");
+        engine
+            .push_fn(cpu().reads(std::slice::from_ref(&a)), |_| {
+                Err("lonely failure".into())
+            })
+            .unwrap();
+        assert_eq!(
+            engine.wait_for_all().unwrap_err().message(),
+            "lonely failure"
+        );
         engine.wait_for_all().unwrap();
     }
 }
@@ -300,15 +347,20 @@ fn no_skip_runs_despite_error_but_output_inherits_it() {
     for engine in threaded_engines() {
         let (a, b) = (engine.new_variable(), engine.new_variable());
         let ran = Arc::new(AtomicUsize::new(0));
-        engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("x".into())).unwrap();
+        engine
+            .push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("x".into()))
+            .unwrap();
         let r = ran.clone();
         let reads = [a.clone()];
         let writes = [b.clone()];
         engine
-            .push_fn(cpu().reads(&reads).writes(&writes).prop(FnProperty::NoSkip), move |_| {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
+            .push_fn(
+                cpu().reads(&reads).writes(&writes).prop(FnProperty::NoSkip),
+                move |_| {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                },
+            )
             .unwrap();
         assert_eq!(engine.wait_for_var(&b).unwrap_err().message(), "x");
         assert_eq!(ran.load(Ordering::SeqCst), 1);
@@ -319,7 +371,12 @@ fn no_skip_runs_despite_error_but_output_inherits_it() {
 fn naive_engine_reports_errors_at_push() {
     let engine = Engine::new(EngineConfig::new(EngineKind::Naive));
     let a = engine.new_variable();
-    let e = engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Err("now".into())).unwrap_err();
+    let e = engine
+        .push_fn(
+            cpu().writes(std::slice::from_ref(&a)),
+            |_| Err("now".into()),
+        )
+        .unwrap_err();
     assert_eq!(e.message(), "now");
     engine.wait_for_var(&a).unwrap();
     engine.wait_for_all().unwrap();
@@ -329,14 +386,19 @@ fn naive_engine_reports_errors_at_push() {
 fn panicking_body_fails_the_op() {
     for engine in engines() {
         let a = engine.new_variable();
-        let r = engine.push_fn(cpu().writes(std::slice::from_ref(&a)).name("boom"), |_| panic!("kaput"));
+        let r = engine.push_fn(cpu().writes(std::slice::from_ref(&a)).name("boom"), |_| {
+            panic!("kaput")
+        });
         let msg = match r {
             Err(e) => e.message().to_owned(),
             Ok(()) => engine.wait_for_var(&a).unwrap_err().message().to_owned(),
         };
         assert!(msg.contains("panicked") && msg.contains("kaput"), "{msg}");
         // a dropped completion fails the op instead of hanging
-        let r = engine.push_async(Arc::new(|_: &RunContext, c| drop(c)), cpu().writes(std::slice::from_ref(&a)));
+        let r = engine.push_async(
+            Arc::new(|_: &RunContext, c| drop(c)),
+            cpu().writes(std::slice::from_ref(&a)),
+        );
         let msg = match r {
             Err(e) => e.message().to_owned(),
             Ok(()) => engine.wait_for_var(&a).unwrap_err().message().to_owned(),
@@ -350,7 +412,9 @@ fn duplicate_vars_do_not_hang() {
     for engine in engines() {
         let a = engine.new_variable();
         let vars = [a.clone(), a.clone()];
-        engine.push_fn(cpu().reads(&vars).writes(&vars), |_| Ok(())).unwrap();
+        engine
+            .push_fn(cpu().reads(&vars).writes(&vars), |_| Ok(()))
+            .unwrap();
         engine.push_fn(cpu().writes(&vars), |_| Ok(())).unwrap();
         engine.wait_for_all().unwrap();
         assert_eq!(a.version(), 2);
@@ -375,7 +439,10 @@ fn waiting_inside_an_op_is_an_error() {
             .unwrap();
         engine.wait_for_all().unwrap();
         let s = seen.lock().unwrap();
-        assert!(s.contains("WaitForVar was called from inside an engine operation"), "{s}");
+        assert!(
+            s.contains("WaitForVar was called from inside an engine operation"),
+            "{s}"
+        );
         assert!(s.contains("WaitForAll was called from inside"), "{s}");
     }
 }
@@ -383,11 +450,15 @@ fn waiting_inside_an_op_is_an_error() {
 #[test]
 fn gpu_context_and_shutdown_are_clear_errors() {
     for engine in engines() {
-        let e = engine.push_fn(PushArgs::new(Context::gpu(0)), |_| Ok(())).unwrap_err();
+        let e = engine
+            .push_fn(PushArgs::new(Context::gpu(0)), |_| Ok(()))
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NotSupported);
         assert!(e.message().contains("GPU support"), "{e}");
         let a = engine.new_variable();
-        engine.push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Ok(())).unwrap();
+        engine
+            .push_fn(cpu().writes(std::slice::from_ref(&a)), |_| Ok(()))
+            .unwrap();
         engine.notify_shutdown().unwrap();
         let e = engine.push_fn(cpu(), |_| Ok(())).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Shutdown);
@@ -395,9 +466,13 @@ fn gpu_context_and_shutdown_are_clear_errors() {
         let deleted = Arc::new(AtomicUsize::new(0));
         let d = deleted.clone();
         engine
-            .delete_variable(Some(Box::new(move |_| {
-                d.fetch_add(1, Ordering::SeqCst);
-            })), Context::cpu(0), a)
+            .delete_variable(
+                Some(Box::new(move |_| {
+                    d.fetch_add(1, Ordering::SeqCst);
+                })),
+                Context::cpu(0),
+                a,
+            )
             .unwrap();
         engine.wait_for_all().unwrap();
         assert_eq!(deleted.load(Ordering::SeqCst), 1);
@@ -421,7 +496,11 @@ fn delete_variable_runs_after_pending_ops() {
         }
         let l = log.clone();
         engine
-            .delete_variable(Some(Box::new(move |_| l.lock().unwrap().push(99))), Context::cpu(0), a)
+            .delete_variable(
+                Some(Box::new(move |_| l.lock().unwrap().push(99))),
+                Context::cpu(0),
+                a,
+            )
             .unwrap();
         engine.wait_for_all().unwrap();
         assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4, 99]);
@@ -475,10 +554,13 @@ fn priority_pool_runs_higher_priority_first() {
     for p in [1, 5, 3, 9, 0] {
         let order = order.clone();
         engine
-            .push_fn(cpu().prop(FnProperty::CpuPrioritized).priority(p), move |_| {
-                order.lock().unwrap().push(p);
-                Ok(())
-            })
+            .push_fn(
+                cpu().prop(FnProperty::CpuPrioritized).priority(p),
+                move |_| {
+                    order.lock().unwrap().push(p);
+                    Ok(())
+                },
+            )
             .unwrap();
     }
     gate.wait();
@@ -522,7 +604,11 @@ fn bulk_segments_flush_when_full_or_on_wait() {
                 .unwrap();
         }
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(ran.load(Ordering::SeqCst), 3, "first three flushed as a segment");
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            3,
+            "first three flushed as a segment"
+        );
         engine.wait_for_all().unwrap();
         assert_eq!(ran.load(Ordering::SeqCst), 4);
         assert_eq!(a.version(), 2, "two bulk segments, one write each");
@@ -562,5 +648,66 @@ fn wait_for_var_waits_only_for_earlier_writes() {
         engine.wait_for_var(&a).unwrap();
         gate.wait();
         engine.wait_for_all().unwrap();
+    }
+}
+
+#[test]
+fn leases_order_with_ops() {
+    for engine in engines() {
+        let v = engine.new_variable();
+        let cell = Arc::new(AtomicU64::new(0));
+        // fast path: idle var
+        {
+            let _w = engine.lease(&v, true).unwrap();
+            cell.store(1, Ordering::SeqCst);
+        }
+        // slow path: a lease waits for queued writes, and later ops wait for the lease
+        for i in 0..5u64 {
+            let c = cell.clone();
+            engine
+                .push_fn(cpu().writes(std::slice::from_ref(&v)), move |_| {
+                    spin_for(Duration::from_micros(200));
+                    c.store(c.load(Ordering::SeqCst) * 10 + i, Ordering::SeqCst);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        let lease = engine.lease(&v, true).unwrap();
+        assert_eq!(cell.load(Ordering::SeqCst), 101234, "{:?}", engine.kind());
+        let c = cell.clone();
+        engine
+            .push_fn(cpu().writes(std::slice::from_ref(&v)), move |_| {
+                c.store(7, Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+        cell.store(42, Ordering::SeqCst);
+        if engine.kind() != EngineKind::Naive {
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(
+                cell.load(Ordering::SeqCst),
+                42,
+                "op ran while the lease was held"
+            );
+        }
+        drop(lease);
+        engine.wait_for_var(&v).unwrap();
+        // NaiveEngine ran the op inside its push, before the store of 42
+        let want = if engine.kind() == EngineKind::Naive {
+            42
+        } else {
+            7
+        };
+        assert_eq!(cell.load(Ordering::SeqCst), want);
+        // a lease reports the variable's error once
+        if engine.kind() != EngineKind::Naive {
+            engine
+                .push_fn(cpu().writes(std::slice::from_ref(&v)), |_| {
+                    Err("poisoned".into())
+                })
+                .unwrap();
+            assert_eq!(engine.lease(&v, false).err().unwrap().message(), "poisoned");
+            engine.lease(&v, false).unwrap();
+        }
     }
 }

@@ -8,6 +8,7 @@
 use mxrt::Context;
 use mxrt::capi::error::MXGetLastError;
 use mxrt::capi::profiler::*;
+use mxrt::capi::types::ProfileHandle;
 use mxrt::profiler::{self, ApiScope, OpScope};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -819,7 +820,7 @@ fn config_errors() {
     for (k, v) in bad {
         assert_eq!(configure(&[(k, v)]), -1, "{k}={v}");
         let e = last_error();
-        assert!(e.starts_with("MXSetProcessProfilerConfig: "), "{e}");
+        assert!(e.starts_with("MXSetProfilerConfig: "), "{e}");
         assert!(
             e.contains(&format!("'{k}'")) && e.contains(&format!("'{v}'")),
             "{e}"
@@ -866,6 +867,12 @@ fn config_errors() {
         let v2 = cs("server");
         let (kp, vp) = ([k2.as_ptr()], [v2.as_ptr()]);
         assert_eq!(MXSetProfilerConfig(1, kp.as_ptr(), vp.as_ptr()), -1);
+        assert!(last_error().starts_with("MXSetProfilerConfig: "));
+        assert_eq!(
+            MXSetProcessProfilerConfig(1, kp.as_ptr(), vp.as_ptr(), std::ptr::null_mut()),
+            -1
+        );
+        assert!(last_error().starts_with("MXSetProcessProfilerConfig: "));
         assert!(
             last_error().contains("Kvstore Handle passed to profiler is null"),
             "{}",

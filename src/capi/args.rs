@@ -32,7 +32,8 @@ pub(crate) unsafe fn c_str<'a>(ptr: *const c_char, name: &str) -> Result<&'a str
     }
     // SAFETY: non-NULL and NUL-terminated per the caller's contract.
     let s = unsafe { CStr::from_ptr(ptr) };
-    s.to_str().map_err(|_| Error::invalid(format!("{name} is not valid UTF-8")))
+    s.to_str()
+        .map_err(|_| Error::invalid(format!("{name} is not valid UTF-8")))
 }
 
 /// Like [`c_str`], but NULL gives `None`.
@@ -57,9 +58,14 @@ pub(crate) unsafe fn slice<'a, T>(ptr: *const T, len: usize, name: &str) -> Resu
         return Ok(&[]);
     }
     if ptr.is_null() {
-        return Err(Error::invalid(format!("{name} is NULL but its count is {len}")));
+        return Err(Error::invalid(format!(
+            "{name} is NULL but its count is {len}"
+        )));
     }
-    if len.checked_mul(size_of::<T>()).is_none_or(|b| b > isize::MAX as usize) {
+    if len
+        .checked_mul(size_of::<T>())
+        .is_none_or(|b| b > isize::MAX as usize)
+    {
         return Err(Error::invalid(format!("{name}: count {len} is too large")));
     }
     // SAFETY: non-NULL, size fits isize, and the caller promises `len` readable elements.

@@ -42,7 +42,10 @@ where
             -1
         }
         Err(payload) => {
-            set_last_error(&format!("{func}: internal panic: {}", crate::util::panic_text(&*payload)));
+            set_last_error(&format!(
+                "{func}: internal panic: {}",
+                crate::util::panic_text(&*payload)
+            ));
             -1
         }
     }
@@ -62,7 +65,9 @@ mod tests {
 
     fn last() -> String {
         // SAFETY: MXGetLastError returns a pointer to this thread's live CString.
-        unsafe { CStr::from_ptr(MXGetLastError()) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(MXGetLastError()) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     #[test]
@@ -70,7 +75,10 @@ mod tests {
         assert_eq!(api_call("F", || Ok(())), 0);
         assert_eq!(api_call("F", || Err(Error::invalid("bad x"))), -1);
         assert_eq!(last(), "F: bad x");
-        assert_eq!(api_call("G", || Err(Error::new(ErrorKind::OpFailed, "op said no"))), -1);
+        assert_eq!(
+            api_call("G", || Err(Error::new(ErrorKind::OpFailed, "op said no"))),
+            -1
+        );
         assert_eq!(last(), "op said no");
         assert_eq!(api_call("H", || panic!("boom {}", 7)), -1);
         assert_eq!(last(), "H: internal panic: boom 7");

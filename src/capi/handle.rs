@@ -61,7 +61,8 @@ impl Hasher for AddrHasher {
 const SHARDS: usize = 16;
 type Shard = RwLock<HashMap<usize, HandleKind, BuildHasherDefault<AddrHasher>>>;
 
-static REGISTRY: [Shard; SHARDS] = [const { RwLock::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS];
+static REGISTRY: [Shard; SHARDS] =
+    [const { RwLock::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS];
 
 fn shard(addr: usize) -> &'static Shard {
     &REGISTRY[(addr >> 6) % SHARDS]
@@ -148,8 +149,18 @@ mod tests {
         let h = into_handle(Arc::new(A(5)));
         assert_eq!(borrow::<A>(h, "h").unwrap().0, 5);
         let e = borrow::<B>(h, "h").err().unwrap();
-        assert!(e.message().contains("is a NDArray handle, expected a KVStore"), "{e}");
-        assert!(borrow::<A>(std::ptr::null(), "x").err().unwrap().message().contains("x is NULL"));
+        assert!(
+            e.message()
+                .contains("is a NDArray handle, expected a KVStore"),
+            "{e}"
+        );
+        assert!(
+            borrow::<A>(std::ptr::null(), "x")
+                .err()
+                .unwrap()
+                .message()
+                .contains("x is NULL")
+        );
         let a = take::<A>(h, "h").unwrap();
         assert_eq!(Arc::strong_count(&a), 1);
         let e = take::<A>(h, "h").err().unwrap();

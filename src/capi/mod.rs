@@ -4,6 +4,10 @@
 //! group of the C API; `error` holds the guard every export goes through.
 
 pub(crate) mod args;
+pub mod completion;
+pub mod engine;
 pub mod error;
+pub mod global;
 pub(crate) mod handle;
 pub mod profiler;
+pub mod types;

@@ -13,16 +13,14 @@
 use super::args;
 use super::error::api_call;
 use super::handle::{self, Handle, HandleKind};
+use super::types::{KVStoreHandle, ProfileHandle};
 use crate::error::{Error, Result};
 use crate::profiler::{
     self, Config, Counter, Domain, Duration, Format, ProcessKind, ProfileObject, SortBy,
 };
 use std::cell::RefCell;
-use std::ffi::{CString, c_char, c_int, c_void};
+use std::ffi::{CString, c_char, c_int};
 use std::sync::Arc;
-
-/// Opaque handle of a profile object (domain, task, frame, event or counter).
-pub type ProfileHandle = *mut c_void;
 
 /// The registered object behind a `ProfileHandle`.
 pub(crate) struct ProfileEntry(ProfileObject);
@@ -80,7 +78,7 @@ fn hand_out(o: ProfileObject, out: *mut ProfileHandle) -> Result<()> {
 
 /// For the server variants: this build has only the local KVStore, whose server commands do
 /// nothing; the handle must still be given.
-fn server_command(kvstore: *mut c_void) -> Result<()> {
+fn server_command(kvstore: KVStoreHandle) -> Result<()> {
     if kvstore.is_null() {
         return Err(Error::invalid("Kvstore Handle passed to profiler is null"));
     }
@@ -101,8 +99,10 @@ pub unsafe extern "C" fn MXSetProfilerConfig(
     keys: *const *const c_char,
     vals: *const *const c_char,
 ) -> c_int {
-    // SAFETY: forwarded contract; NULL is an accepted KVStore handle for the worker process.
-    unsafe { MXSetProcessProfilerConfig(num_params, keys, vals, std::ptr::null_mut()) }
+    api_call("MXSetProfilerConfig", || {
+        // SAFETY: forwarded contract; NULL is an accepted KVStore handle for the worker process.
+        unsafe { set_config(num_params, keys, vals, std::ptr::null_mut()) }
+    })
 }
 
 /// Sets the profiler configuration from `num_params` key/value strings. Keys not given take their
@@ -120,32 +120,48 @@ pub unsafe extern "C" fn MXSetProcessProfilerConfig(
     num_params: c_int,
     keys: *const *const c_char,
     vals: *const *const c_char,
-    kvstoreHandle: *mut c_void,
+    kvstoreHandle: KVStoreHandle,
 ) -> c_int {
     api_call("MXSetProcessProfilerConfig", || {
-        let n = args::count(num_params.into(), "num_params")?;
-        // SAFETY: the caller promises `n` readable pointers in each array.
-        let (ks, vs) = unsafe { (args::slice(keys, n, "keys")?, args::slice(vals, n, "vals")?) };
-        let mut pairs = Vec::with_capacity(n);
-        for i in 0..n {
-            // SAFETY: each element is a NUL-terminated string per the caller's contract.
-            let k = unsafe { args::c_str(ks[i], &format!("keys[{i}]"))? };
-            // SAFETY: as above.
-            let v = unsafe { args::c_str(vs[i], &format!("vals[{i}]"))? };
-            pairs.push((k, v));
-        }
-        let config = Config::parse(pairs)?;
-        if config.profile_process == ProcessKind::Server {
-            return server_command(kvstoreHandle);
-        }
-        profiler::set_config(config)
+        // SAFETY: forwarded contract.
+        unsafe { set_config(num_params, keys, vals, kvstoreHandle) }
     })
+}
+
+/// Shared body of the two configuration exports.
+///
+/// # Safety
+/// As for [`MXSetProcessProfilerConfig`].
+unsafe fn set_config(
+    num_params: c_int,
+    keys: *const *const c_char,
+    vals: *const *const c_char,
+    kvstore: KVStoreHandle,
+) -> Result<()> {
+    let n = args::count(num_params.into(), "num_params")?;
+    // SAFETY: the caller promises `n` readable pointers in each array.
+    let (ks, vs) = unsafe { (args::slice(keys, n, "keys")?, args::slice(vals, n, "vals")?) };
+    let mut pairs = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: each element is a NUL-terminated string per the caller's contract.
+        let k = unsafe { args::c_str(ks[i], &format!("keys[{i}]"))? };
+        // SAFETY: as above.
+        let v = unsafe { args::c_str(vs[i], &format!("vals[{i}]"))? };
+        pairs.push((k, v));
+    }
+    let config = Config::parse(pairs)?;
+    if config.profile_process == ProcessKind::Server {
+        return server_command(kvstore);
+    }
+    profiler::set_config(config)
 }
 
 /// Sets the profiler state of this process: 1 runs (enables output, unpauses), 0 stops (pauses).
 #[unsafe(no_mangle)]
 pub extern "C" fn MXSetProfilerState(state: c_int) -> c_int {
-    MXSetProcessProfilerState(state, 0, std::ptr::null_mut())
+    api_call("MXSetProfilerState", || {
+        set_state(state, 0, std::ptr::null_mut())
+    })
 }
 
 /// Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
@@ -155,30 +171,34 @@ pub extern "C" fn MXSetProfilerState(state: c_int) -> c_int {
 pub extern "C" fn MXSetProcessProfilerState(
     state: c_int,
     profile_process: c_int,
-    kvStoreHandle: *mut c_void,
+    kvStoreHandle: KVStoreHandle,
 ) -> c_int {
     api_call("MXSetProcessProfilerState", || {
-        let run = match state {
-            0 => false,
-            1 => true,
-            _ => {
-                return Err(Error::invalid(format!(
-                    "Invalid profiler state {state} (accepted: 0 stop, 1 run)"
-                )));
-            }
-        };
-        if process(profile_process)? == ProcessKind::Server {
-            return server_command(kvStoreHandle);
-        }
-        profiler::set_state(run);
-        Ok(())
+        set_state(state, profile_process, kvStoreHandle)
     })
+}
+
+fn set_state(state: c_int, profile_process: c_int, kvstore: KVStoreHandle) -> Result<()> {
+    let run = match state {
+        0 => false,
+        1 => true,
+        _ => {
+            return Err(Error::invalid(format!(
+                "Invalid profiler state {state} (accepted: 0 stop, 1 run)"
+            )));
+        }
+    };
+    if process(profile_process)? == ProcessKind::Server {
+        return server_command(kvstore);
+    }
+    profiler::set_state(run);
+    Ok(())
 }
 
 /// Writes the records collected so far to the trace file; see [`MXDumpProcessProfile`].
 #[unsafe(no_mangle)]
 pub extern "C" fn MXDumpProfile(finished: c_int) -> c_int {
-    MXDumpProcessProfile(finished, 0, std::ptr::null_mut())
+    api_call("MXDumpProfile", || dump(finished, 0, std::ptr::null_mut()))
 }
 
 /// Writes the records collected so far to the trace file, which is complete, valid JSON after
@@ -188,14 +208,18 @@ pub extern "C" fn MXDumpProfile(finished: c_int) -> c_int {
 pub extern "C" fn MXDumpProcessProfile(
     finished: c_int,
     profile_process: c_int,
-    kvStoreHandle: *mut c_void,
+    kvStoreHandle: KVStoreHandle,
 ) -> c_int {
     api_call("MXDumpProcessProfile", || {
-        if process(profile_process)? == ProcessKind::Server {
-            return server_command(kvStoreHandle);
-        }
-        profiler::dump(finished != 0)
+        dump(finished, profile_process, kvStoreHandle)
     })
+}
+
+fn dump(finished: c_int, profile_process: c_int, kvstore: KVStoreHandle) -> Result<()> {
+    if process(profile_process)? == ProcessKind::Server {
+        return server_command(kvstore);
+    }
+    profiler::dump(finished != 0)
 }
 
 thread_local! {
@@ -212,8 +236,10 @@ pub unsafe extern "C" fn MXAggregateProfileStatsPrint(
     out_str: *mut *const c_char,
     reset: c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { MXAggregateProfileStatsPrintEx(out_str, reset, 0, 0, 0) }
+    api_call("MXAggregateProfileStatsPrint", || {
+        // SAFETY: forwarded contract.
+        unsafe { print_stats(out_str, reset, 0, 0, 0) }
+    })
 }
 
 /// Flushes pending records (a dump, if output is enabled), then prints the aggregate stats:
@@ -233,24 +259,39 @@ pub unsafe extern "C" fn MXAggregateProfileStatsPrintEx(
     ascending: c_int,
 ) -> c_int {
     api_call("MXAggregateProfileStatsPrintEx", || {
-        // SAFETY: the caller promises `out_str` is writable when non-NULL.
-        let out = unsafe { args::out(out_str, "out_str") }?;
-        let format = Format::from_code(format)?;
-        let sort_by = SortBy::from_code(sort_by)?;
-        let text = profiler::aggregate_print(format, sort_by, ascending != 0, reset != 0)?;
-        let c = CString::new(text).map_err(|_| Error::internal("stats text contains NUL"))?;
-        *out = STATS_TEXT.with(|slot| {
-            *slot.borrow_mut() = c;
-            slot.borrow().as_ptr()
-        });
-        Ok(())
+        // SAFETY: forwarded contract.
+        unsafe { print_stats(out_str, reset, format, sort_by, ascending) }
     })
+}
+
+/// Shared body of the two stats exports.
+///
+/// # Safety
+/// `out_str` must be valid for a write of one pointer.
+unsafe fn print_stats(
+    out_str: *mut *const c_char,
+    reset: c_int,
+    format: c_int,
+    sort_by: c_int,
+    ascending: c_int,
+) -> Result<()> {
+    // SAFETY: the caller promises `out_str` is writable when non-NULL.
+    let out = unsafe { args::out(out_str, "out_str") }?;
+    let format = Format::from_code(format)?;
+    let sort_by = SortBy::from_code(sort_by)?;
+    let text = profiler::aggregate_print(format, sort_by, ascending != 0, reset != 0)?;
+    let c = CString::new(text).map_err(|_| Error::internal("stats text contains NUL"))?;
+    *out = STATS_TEXT.with(|slot| {
+        *slot.borrow_mut() = c;
+        slot.borrow().as_ptr()
+    });
+    Ok(())
 }
 
 /// Pauses (non-zero) or resumes (0) recording in this process.
 #[unsafe(no_mangle)]
 pub extern "C" fn MXProfilePause(paused: c_int) -> c_int {
-    MXProcessProfilePause(paused, 0, std::ptr::null_mut())
+    api_call("MXProfilePause", || pause(paused, 0, std::ptr::null_mut()))
 }
 
 /// Pauses (non-zero) or resumes (0) recording. `profile_process` as for
@@ -259,15 +300,19 @@ pub extern "C" fn MXProfilePause(paused: c_int) -> c_int {
 pub extern "C" fn MXProcessProfilePause(
     paused: c_int,
     profile_process: c_int,
-    kvStoreHandle: *mut c_void,
+    kvStoreHandle: KVStoreHandle,
 ) -> c_int {
     api_call("MXProcessProfilePause", || {
-        if process(profile_process)? == ProcessKind::Server {
-            return server_command(kvStoreHandle);
-        }
-        profiler::pause(paused != 0);
-        Ok(())
+        pause(paused, profile_process, kvStoreHandle)
     })
+}
+
+fn pause(paused: c_int, profile_process: c_int, kvstore: KVStoreHandle) -> Result<()> {
+    if process(profile_process)? == ProcessKind::Server {
+        return server_command(kvstore);
+    }
+    profiler::pause(paused != 0);
+    Ok(())
 }
 
 /// Creates a domain named `domain`. Domains are never destroyed.

@@ -48,7 +48,11 @@ pub(crate) fn set_size(size: usize) -> (usize, Option<Segment>) {
 pub(crate) fn take_for(engine: EnginePtr) -> Option<Segment> {
     BULK.with(|b| {
         let mut b = b.try_borrow_mut().ok()?;
-        if b.segment.as_ref().is_some_and(|s| s.engine == engine) { b.segment.take() } else { None }
+        if b.segment.as_ref().is_some_and(|s| s.engine == engine) {
+            b.segment.take()
+        } else {
+            None
+        }
     })
 }
 
@@ -85,7 +89,11 @@ pub(crate) fn append(
         seg.fns.push(f);
         seg.const_vars.extend(const_vars.iter().cloned());
         seg.mutable_vars.extend(mutable_vars.iter().cloned());
-        let full = if seg.fns.len() >= size { b.segment.take() } else { None };
+        let full = if seg.fns.len() >= size {
+            b.segment.take()
+        } else {
+            None
+        };
         Flush { before, full }
     })
 }

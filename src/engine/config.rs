@@ -69,7 +69,11 @@ impl EngineConfig {
 
     /// A config with `n` workers for the normal CPU pool (and ThreadedEngine's pool).
     pub fn with_workers(kind: EngineKind, n: usize) -> Self {
-        EngineConfig { cpu_workers: n.max(1), pooled_workers: n.max(1), ..Self::new(kind) }
+        EngineConfig {
+            cpu_workers: n.max(1),
+            pooled_workers: n.max(1),
+            ..Self::new(kind)
+        }
     }
 
     /// Reads `MXNET_ENGINE_TYPE` and the worker-count variables. An empty variable counts as unset
@@ -115,10 +119,19 @@ mod tests {
     #[test]
     fn names() {
         assert_eq!(EngineKind::from_name("").unwrap(), EngineKind::PerDevice);
-        assert_eq!(EngineKind::from_name("NaiveEngine").unwrap(), EngineKind::Naive);
-        assert_eq!(EngineKind::from_name("ThreadedEngine").unwrap(), EngineKind::Pooled);
+        assert_eq!(
+            EngineKind::from_name("NaiveEngine").unwrap(),
+            EngineKind::Naive
+        );
+        assert_eq!(
+            EngineKind::from_name("ThreadedEngine").unwrap(),
+            EngineKind::Pooled
+        );
         let e = EngineKind::from_name("naiveengine").unwrap_err();
-        assert!(e.message().starts_with("Cannot find Engine naiveengine"), "{e}");
+        assert!(
+            e.message().starts_with("Cannot find Engine naiveengine"),
+            "{e}"
+        );
         for k in [EngineKind::Naive, EngineKind::Pooled, EngineKind::PerDevice] {
             assert_eq!(EngineKind::from_name(k.name()).unwrap(), k);
         }

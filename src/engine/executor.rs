@@ -22,7 +22,8 @@ pub(crate) trait Executor: Send + Sync {
 fn runs_inline(op: &OprRef, pusher_thread: bool, delete_var_inline: bool) -> bool {
     op.run_inline
         || (pusher_thread
-            && (op.prop == FnProperty::Async || (delete_var_inline && op.prop == FnProperty::DeleteVar)))
+            && (op.prop == FnProperty::Async
+                || (delete_var_inline && op.prop == FnProperty::DeleteVar)))
 }
 
 /// Pools created on first use, indexed by device id.
@@ -33,13 +34,26 @@ struct LazyPools {
 
 impl LazyPools {
     fn new() -> Self {
-        LazyPools { first: [const { OnceLock::new() }; 16], rest: Mutex::new(HashMap::new()) }
+        LazyPools {
+            first: [const { OnceLock::new() }; 16],
+            rest: Mutex::new(HashMap::new()),
+        }
     }
-    fn with<R>(&self, dev_id: i32, make: impl FnOnce() -> WorkerPool, f: impl FnOnce(&WorkerPool) -> R) -> R {
+    fn with<R>(
+        &self,
+        dev_id: i32,
+        make: impl FnOnce() -> WorkerPool,
+        f: impl FnOnce(&WorkerPool) -> R,
+    ) -> R {
         match usize::try_from(dev_id).ok().and_then(|i| self.first.get(i)) {
             Some(cell) => f(cell.get_or_init(make)),
             None => {
-                let pool = self.rest.lock().entry(dev_id).or_insert_with(|| Arc::new(make())).clone();
+                let pool = self
+                    .rest
+                    .lock()
+                    .entry(dev_id)
+                    .or_insert_with(|| Arc::new(make()))
+                    .clone();
                 f(&pool)
             }
         }
@@ -63,7 +77,11 @@ pub(crate) struct PerDevice {
 
 impl PerDevice {
     pub(crate) fn new(config: EngineConfig) -> Self {
-        PerDevice { config, cpu: LazyPools::new(), cpu_priority: OnceLock::new() }
+        PerDevice {
+            config,
+            cpu: LazyPools::new(),
+            cpu_priority: OnceLock::new(),
+        }
     }
 }
 
@@ -107,7 +125,11 @@ pub(crate) struct Pooled {
 
 impl Pooled {
     pub(crate) fn new(config: EngineConfig) -> Self {
-        Pooled { config, main: OnceLock::new(), io: OnceLock::new() }
+        Pooled {
+            config,
+            main: OnceLock::new(),
+            io: OnceLock::new(),
+        }
     }
 }
 

@@ -47,6 +47,7 @@ pub use config::{EngineConfig, EngineKind};
 pub use opr::{AsyncFn, Completion, OpResult, Operator, RunContext, SyncFn};
 pub use property::FnProperty;
 pub use var::Var;
+pub(crate) use var::VarInner;
 
 use crate::context::{Context, DeviceType};
 use crate::error::{Error, ErrorKind, Result};
@@ -175,7 +176,9 @@ impl Inner {
     }
     /// Called when an `OprBlock` is dropped.
     pub(crate) fn op_released(&self) {
-        if self.pending.fetch_sub(1, Ordering::SeqCst) == 1 && self.idle_waiters.load(Ordering::SeqCst) > 0 {
+        if self.pending.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.idle_waiters.load(Ordering::SeqCst) > 0
+        {
             let _g = self.idle_lock.lock();
             self.idle_cv.notify_all();
         }
@@ -192,7 +195,13 @@ impl Inner {
         self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
-    fn new_op(&self, body: Body, const_vars: VarList, mutable_vars: VarList, spec: OpSpec) -> OprRef {
+    fn new_op(
+        &self,
+        body: Body,
+        const_vars: VarList,
+        mutable_vars: VarList,
+        spec: OpSpec,
+    ) -> OprRef {
         self.pending.fetch_add(1, Ordering::SeqCst);
         let waits = const_vars.len() + mutable_vars.len() + 1;
         Arc::new(OprBlock {
@@ -208,7 +217,11 @@ impl Inner {
             name: spec.name,
             wait: AtomicUsize::new(waits),
             exception: Mutex::new(None),
-            done: if self.is_naive() { Some(Arc::new(Signal::for_current_thread())) } else { None },
+            done: if self.is_naive() {
+                Some(Arc::new(Signal::for_current_thread()))
+            } else {
+                None
+            },
         })
     }
 
@@ -246,7 +259,9 @@ impl Inner {
             )));
         }
         if prop == FnProperty::GpuPrioritized && ctx.is_host() {
-            return Err(Error::invalid(format!("kGPUPrioritized needs a GPU context, got {ctx}")));
+            return Err(Error::invalid(format!(
+                "kGPUPrioritized needs a GPU context, got {ctx}"
+            )));
         }
         if self.is_shutdown() && prop != FnProperty::DeleteVar {
             return Err(Error::new(
@@ -280,7 +295,14 @@ impl Inner {
             let rc = RunContext::new(ctx, true);
             fns.iter().try_for_each(|f| f(&rc))
         }));
-        let spec = OpSpec { ctx, prop: FnProperty::Normal, priority: 0, name: op_name(Some("ImperativeBulk")), wait: false, run_inline: false };
+        let spec = OpSpec {
+            ctx,
+            prop: FnProperty::Normal,
+            priority: 0,
+            name: op_name(Some("ImperativeBulk")),
+            wait: false,
+            run_inline: false,
+        };
         let op = self.new_op(body, c, m, spec);
         self.submit(op)
     }
@@ -336,8 +358,16 @@ fn dedup(const_vars: &[Var], mutable_vars: &[Var]) -> (VarList, VarList) {
         return (c, m);
     }
     let mut seen = std::collections::HashSet::with_capacity(const_vars.len() + mutable_vars.len());
-    let m: VarList = mutable_vars.iter().filter(|v| seen.insert(v.addr())).cloned().collect();
-    let c: VarList = const_vars.iter().filter(|v| seen.insert(v.addr())).cloned().collect();
+    let m: VarList = mutable_vars
+        .iter()
+        .filter(|v| seen.insert(v.addr()))
+        .cloned()
+        .collect();
+    let c: VarList = const_vars
+        .iter()
+        .filter(|v| seen.insert(v.addr()))
+        .cloned()
+        .collect();
     (c, m)
 }
 
@@ -387,7 +417,10 @@ impl Engine {
     /// The process-wide engine, created from the environment on first use. A bad
     /// `MXNET_ENGINE_TYPE` is reported by every call.
     pub fn global() -> Result<&'static Engine> {
-        GLOBAL.get_or_init(Engine::from_env).as_ref().map_err(Clone::clone)
+        GLOBAL
+            .get_or_init(Engine::from_env)
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     pub fn kind(&self) -> EngineKind {
@@ -409,7 +442,12 @@ impl Engine {
     /// Pushes a synchronous op (it completes when `f` returns). Eligible for bulking.
     pub fn push_sync(&self, f: Arc<SyncFn>, args: PushArgs<'_>) -> Result<()> {
         let inner = &*self.inner;
-        if !inner.is_naive() && args.prop == FnProperty::Normal && args.priority == 0 && !args.wait && bulk::size() > 0 {
+        if !inner.is_naive()
+            && args.prop == FnProperty::Normal
+            && args.priority == 0
+            && !args.wait
+            && bulk::size() > 0
+        {
             inner.check_push(args.ctx, args.prop)?;
             let flush = bulk::append(inner.ptr(), args.ctx, f, args.const_vars, args.mutable_vars);
             if let Some(seg) = flush.before {
@@ -467,19 +505,32 @@ impl Engine {
             wait: false,
             run_inline: false,
         };
-        let block = inner.new_op(op.body.clone(), op.const_vars.clone(), op.mutable_vars.clone(), spec);
+        let block = inner.new_op(
+            op.body.clone(),
+            op.const_vars.clone(),
+            op.mutable_vars.clone(),
+            spec,
+        );
         inner.submit(block)
     }
 
     /// Frees an operator after every pending push of it has finished.
     pub fn delete_operator(&self, op: Arc<Operator>) -> Result<()> {
-        let vars: VarList = op.const_vars.iter().chain(&op.mutable_vars).cloned().collect();
+        let vars: VarList = op
+            .const_vars
+            .iter()
+            .chain(&op.mutable_vars)
+            .cloned()
+            .collect();
         let holder = Mutex::new(Some(op));
         let f = move |_: &RunContext| {
             holder.lock().take();
             Ok(())
         };
-        let args = PushArgs::new(Context::cpu(0)).writes(&vars).prop(FnProperty::DeleteVar).name("DeleteOperator");
+        let args = PushArgs::new(Context::cpu(0))
+            .writes(&vars)
+            .prop(FnProperty::DeleteVar)
+            .name("DeleteOperator");
         self.inner.push_body(Body::Sync(Arc::new(f)), &args, false)
     }
 
@@ -499,7 +550,10 @@ impl Engine {
             Ok(())
         };
         let vars = [var];
-        let args = PushArgs::new(ctx).writes(&vars).prop(FnProperty::DeleteVar).name("DeleteVariable");
+        let args = PushArgs::new(ctx)
+            .writes(&vars)
+            .prop(FnProperty::DeleteVar)
+            .name("DeleteVariable");
         self.inner.push_body(Body::Sync(Arc::new(f)), &args, false)
     }
 
@@ -520,7 +574,10 @@ impl Engine {
                 Ok(())
             }));
             let vars = [var.clone()];
-            let args = PushArgs::new(Context::cpu(0)).reads(&vars).wait(true).name("WaitForVar");
+            let args = PushArgs::new(Context::cpu(0))
+                .reads(&vars)
+                .wait(true)
+                .name("WaitForVar");
             // runs inline on the thread that completes the last write: no pool hop, no wake-up
             let (c, m) = dedup(args.const_vars, args.mutable_vars);
             let op = inner.new_op(body, c, m, OpSpec::from_args(&args, true));
@@ -583,12 +640,115 @@ impl Engine {
 
     /// The calling thread's bulk size.
     pub fn bulk_size(&self) -> usize {
-        if self.inner.is_naive() { 0 } else { bulk::size() }
+        if self.inner.is_naive() {
+            0
+        } else {
+            bulk::size()
+        }
+    }
+
+    /// Takes read (`write == false`) or write access to `var` on the calling thread, as an op
+    /// would: it waits for the earlier conflicting ops, and later ops wait for the returned
+    /// [`VarLease`] to be dropped. When nothing is queued on the variable this costs two lock
+    /// round trips and no op. Reports (once) an error the variable carries, like `wait_for_var`.
+    /// Used for synchronous copies (`MXNDArraySyncCopyFromCPU/ToCPU`).
+    pub fn lease(&self, var: &Var, write: bool) -> Result<VarLease<'_>> {
+        let inner = &*self.inner;
+        let report = |var: &Var| match var.pending_exception().and_then(|e| e.take()) {
+            Some(msg) => Err(op_failed(msg)),
+            None => Ok(()),
+        };
+        if inner.is_naive() {
+            report(var)?;
+            return Ok(VarLease {
+                engine: self,
+                var: None,
+                write,
+                completion: None,
+            });
+        }
+        inner.flush_bulk()?;
+        if var.try_grant_now(write) {
+            let lease = VarLease {
+                engine: self,
+                var: Some(var.clone()),
+                write,
+                completion: None,
+            };
+            report(var)?;
+            return Ok(lease);
+        }
+        refuse_inside_op(if write {
+            "a synchronous write"
+        } else {
+            "a synchronous read"
+        })?;
+        // Slow path: an async op holds the access and hands its completion to this thread.
+        let slot: Arc<Mutex<Option<Completion>>> = Arc::new(Mutex::new(None));
+        let signal = Arc::new(Signal::for_current_thread());
+        let (slot2, signal2) = (slot.clone(), signal.clone());
+        let body: Arc<AsyncFn> = Arc::new(move |_: &RunContext, done: Completion| {
+            *slot2.lock() = Some(done);
+            signal2.set();
+        });
+        let vars = [var.clone()];
+        let args = if write {
+            PushArgs::new(Context::cpu(0)).writes(&vars)
+        } else {
+            PushArgs::new(Context::cpu(0)).reads(&vars)
+        };
+        let (c, m) = dedup(args.const_vars, args.mutable_vars);
+        let op = inner.new_op(
+            Body::Async(body),
+            c,
+            m,
+            OpSpec::from_args(&args.wait(true).name("VarLease"), true),
+        );
+        inner.submit(op)?;
+        signal.wait();
+        let completion = slot.lock().take();
+        let lease = VarLease {
+            engine: self,
+            var: None,
+            write,
+            completion,
+        };
+        report(var)?;
+        Ok(lease)
     }
 
     /// Number of ops pushed and not yet finished.
     pub fn pending_ops(&self) -> usize {
         self.inner.pending.load(Ordering::SeqCst)
+    }
+}
+
+/// Access to a variable held by the calling thread (see [`Engine::lease`]); released on drop.
+pub struct VarLease<'e> {
+    engine: &'e Engine,
+    /// Set when the access was granted directly (no op).
+    var: Option<Var>,
+    write: bool,
+    /// Set when an op holds the access for us.
+    completion: Option<Completion>,
+}
+
+impl Drop for VarLease<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.completion.take() {
+            c.done();
+        }
+        if let Some(var) = self.var.take() {
+            let mut ready = var::Ready::new();
+            if self.write {
+                var.complete_write(None, &mut ready);
+            } else {
+                var.complete_read(&mut ready);
+            }
+            if !ready.is_empty() {
+                self.engine.inner.dispatch_ready(ready);
+            }
+        }
     }
 }
 
@@ -604,7 +764,10 @@ impl Drop for Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("kind", &self.kind()).field("pending", &self.pending_ops()).finish()
+        f.debug_struct("Engine")
+            .field("kind", &self.kind())
+            .field("pending", &self.pending_ops())
+            .finish()
     }
 }
 

@@ -47,13 +47,18 @@ impl PartialOrd for PrioEntry {
 impl Ord for PrioEntry {
     fn cmp(&self, other: &Self) -> CmpOrdering {
         // max-heap: higher priority first, then the earlier push (smaller seq)
-        self.priority.cmp(&other.priority).then_with(|| other.seq.cmp(&self.seq))
+        self.priority
+            .cmp(&other.priority)
+            .then_with(|| other.seq.cmp(&self.seq))
     }
 }
 
 enum TaskQueue {
     Fifo(VecDeque<OprRef>),
-    Priority { heap: BinaryHeap<PrioEntry>, seq: u64 },
+    Priority {
+        heap: BinaryHeap<PrioEntry>,
+        seq: u64,
+    },
 }
 
 impl TaskQueue {
@@ -65,7 +70,11 @@ impl TaskQueue {
                 // a front push (kDeleteVar) goes ahead of everything queued
                 let priority = if front { i32::MAX } else { op.priority };
                 *seq += 1;
-                heap.push(PrioEntry { priority, seq: *seq, op });
+                heap.push(PrioEntry {
+                    priority,
+                    seq: *seq,
+                    op,
+                });
             }
         }
     }
@@ -161,7 +170,10 @@ impl WorkerPool {
     pub(crate) fn new(name: &str, nthreads: usize, order: QueueOrder, run: fn(OprRef)) -> Self {
         let queue = match order {
             QueueOrder::Fifo => TaskQueue::Fifo(VecDeque::with_capacity(256)),
-            QueueOrder::Priority => TaskQueue::Priority { heap: BinaryHeap::new(), seq: 0 },
+            QueueOrder::Priority => TaskQueue::Priority {
+                heap: BinaryHeap::new(),
+                seq: 0,
+            },
         };
         let shared = Arc::new(PoolShared {
             queue: Mutex::new(queue),
@@ -181,7 +193,10 @@ impl WorkerPool {
                     .expect("failed to spawn an engine worker thread")
             })
             .collect();
-        WorkerPool { shared, threads: Mutex::new(threads) }
+        WorkerPool {
+            shared,
+            threads: Mutex::new(threads),
+        }
     }
 
     /// Queues `op`; `front` puts it ahead of everything queued.

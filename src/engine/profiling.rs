@@ -33,7 +33,11 @@ fn now_us() -> u64 {
 
 #[inline]
 pub(crate) fn begin(op: &OprBlock) -> Option<u64> {
-    if recording() && op.name.is_some() { Some(now_us()) } else { None }
+    if recording() && op.name.is_some() {
+        Some(now_us())
+    } else {
+        None
+    }
 }
 
 #[inline]

@@ -15,7 +15,10 @@ pub(crate) const SPIN_ITERATIONS: u32 = 4096;
 impl Signal {
     /// A signal the calling thread will wait on.
     pub(crate) fn for_current_thread() -> Self {
-        Signal { done: AtomicBool::new(false), waiter: std::thread::current() }
+        Signal {
+            done: AtomicBool::new(false),
+            waiter: std::thread::current(),
+        }
     }
 
     pub(crate) fn set(&self) {

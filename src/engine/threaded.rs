@@ -42,7 +42,12 @@ pub(crate) fn execute(op: OprRef) {
     let mut has_error = false;
     if !engine.is_naive() {
         // MXNet's OnStart: adopt the first unreported error of an input (reads first).
-        if let Some(e) = op.const_vars.iter().chain(&op.mutable_vars).find_map(|v| v.pending_exception()) {
+        if let Some(e) = op
+            .const_vars
+            .iter()
+            .chain(&op.mutable_vars)
+            .find_map(|v| v.pending_exception())
+        {
             *op.exception.lock() = Some(e);
             has_error = true;
         }
@@ -115,10 +120,17 @@ impl Inner {
             v.complete_write(exception.as_ref(), &mut ready);
         }
         drop(op);
+        if !ready.is_empty() {
+            // SAFETY: the ops in `ready` are pending ops of this engine, so it is still alive.
+            unsafe { engine_ptr.get() }.dispatch_ready(ready);
+        }
+    }
+
+    /// Counts down the dependencies of ops released by a variable and runs those now ready.
+    pub(crate) fn dispatch_ready(&self, ready: Ready) {
         for r in ready {
             if r.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
-                // SAFETY: `r` is a pending op of this engine, so the engine is still alive.
-                unsafe { engine_ptr.get() }.dispatch(r, false);
+                self.dispatch(r, false);
             }
         }
     }

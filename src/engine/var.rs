@@ -47,7 +47,17 @@ pub(crate) type Ready = SmallVec<[OprRef; 4]>;
 
 impl Var {
     pub fn new() -> Self {
-        Var(Arc::new(VarInner { state: Mutex::new(VarState::default()) }))
+        Var(Arc::new(VarInner {
+            state: Mutex::new(VarState::default()),
+        }))
+    }
+
+    /// The shared state, for handing the variable to C as a handle.
+    pub(crate) fn into_inner(self) -> Arc<VarInner> {
+        self.0
+    }
+    pub(crate) fn from_inner(inner: Arc<VarInner>) -> Self {
+        Var(inner)
     }
 
     /// Number of completed writes to this variable.
@@ -71,7 +81,10 @@ impl Var {
             s.running_reads += 1;
             true
         } else {
-            s.queue.push_back(Pending { op: op.clone(), write: false });
+            s.queue.push_back(Pending {
+                op: op.clone(),
+                write: false,
+            });
             false
         }
     }
@@ -83,9 +96,35 @@ impl Var {
             s.write_granted = true;
             true
         } else {
-            s.queue.push_back(Pending { op: op.clone(), write: true });
+            s.queue.push_back(Pending {
+                op: op.clone(),
+                write: true,
+            });
             false
         }
+    }
+
+    /// Grants a read or write at once if nothing is running or queued that it would have to wait
+    /// for; never queues.
+    pub(crate) fn try_grant_now(&self, write: bool) -> bool {
+        let mut s = self.0.state.lock();
+        if s.write_granted || !s.queue.is_empty() {
+            return false;
+        }
+        if write {
+            if s.running_reads > 0 {
+                return false;
+            }
+            s.write_granted = true;
+        } else {
+            s.running_reads += 1;
+        }
+        true
+    }
+
+    /// True if no other reference to the variable exists (so no op can be queued on it).
+    pub(crate) fn is_unshared(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
     }
 
     /// A granted read finished; the next write may start.

@@ -1,0 +1,76 @@
+# mxrt: build, run the C examples, test, install.
+#   make run      build the library and header, compile the C examples, run them
+#   make test     Rust tests, header check, C examples (-Werror), install + pkg-config check
+#   make install PREFIX=/usr/local DESTDIR=   library with SONAME links, header, mxrt.pc
+#   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet)
+
+CARGO ?= cargo
+CC ?= cc
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DESTDIR ?=
+
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+MAJOR := $(firstword $(subst ., ,$(VERSION)))
+TARGET := target/release
+LIB := $(TARGET)/libmxrt.so
+BUILD := build
+EXAMPLE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O1 -g -pthread
+EXAMPLE_SRCS := $(wildcard c_examples/*.c)
+EXAMPLES := $(patsubst c_examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
+
+.PHONY: all lib run test rust-test check-header examples run-examples test-install install uninstall bench clean
+
+all: lib
+
+lib:
+	$(CARGO) build --release
+	@ln -sf libmxrt.so $(TARGET)/libmxrt.so.$(MAJOR)
+
+$(BUILD)/examples/%: c_examples/%.c c_examples/common.h include/mxrt.h | lib
+	@mkdir -p $(dir $@)
+	$(CC) $(EXAMPLE_CFLAGS) -Iinclude $< -o $@ -L$(TARGET) -Wl,-rpath,$(abspath $(TARGET)) -lmxrt
+
+examples: lib $(EXAMPLES)
+
+run-examples: examples
+	@set -e; for e in $(EXAMPLES); do echo "==> $$e"; $$e; echo; done
+
+run: run-examples
+
+check-header: lib
+	@git diff --exit-code --stat -- include/mxrt.h || \
+	  { echo "include/mxrt.h changed when regenerated: commit the new header"; exit 1; }
+	@echo "include/mxrt.h matches the sources"
+
+rust-test:
+	$(CARGO) test --release
+
+test: rust-test check-header run-examples test-install
+	@echo "make test: all passed"
+
+test-install: lib
+	@sh scripts/test-install.sh
+
+install: lib
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
+	install -m 755 $(LIB) $(DESTDIR)$(LIBDIR)/libmxrt.so.$(VERSION)
+	ln -sf libmxrt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmxrt.so.$(MAJOR)
+	ln -sf libmxrt.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libmxrt.so
+	install -m 644 $(TARGET)/libmxrt.a $(DESTDIR)$(LIBDIR)/libmxrt.a
+	install -m 644 include/mxrt.h $(DESTDIR)$(INCLUDEDIR)/mxrt.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' mxrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/mxrt.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libmxrt.so $(DESTDIR)$(LIBDIR)/libmxrt.so.$(MAJOR) \
+	      $(DESTDIR)$(LIBDIR)/libmxrt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmxrt.a \
+	      $(DESTDIR)$(INCLUDEDIR)/mxrt.h $(DESTDIR)$(LIBDIR)/pkgconfig/mxrt.pc
+
+bench: lib
+	sh bench/run.sh
+
+clean:
+	$(CARGO) clean
+	rm -rf $(BUILD)

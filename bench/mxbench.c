@@ -1,0 +1,911 @@
+/*
+ * mxbench: one benchmark binary for any library exporting the MXNet 1.9.1 C API.
+ *
+ *   mxbench LIB.so engine|ndarray|kvstore|all
+ *
+ * The library is dlopen()ed by path and only C API symbols are resolved by name (prototypes as in
+ * MXNet 1.9.1 include/mxnet/c_api.h), so the same binary measures libmxnet.so and libmxrt.so.
+ * A workload whose symbols are missing is reported as such and skipped.
+ *
+ * Output: '#' comment lines, then one tab-separated line per result:
+ *   name  value  unit  check  note
+ * value is the median over MXBENCH_REPEATS repeats (default 3); check is "ok", "FAIL: ..." or
+ * "missing: SYMBOL". Exit status: 0 all ok, 1 some check or API call failed, 2 only missing
+ * symbols, 64 usage / dlopen error.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- C API types (c_api.h) ------------------------------------------------------------------ */
+typedef void *NDArrayHandle;
+typedef void *KVStoreHandle;
+typedef const void *ContextHandle;
+typedef const void *EngineFnPropertyHandle;
+typedef void (*EngineAsyncFunc)(void *, void *, void *);
+typedef void (*EngineSyncFunc)(void *, void *);
+typedef void (*EngineFuncParamDeleter)(void *);
+
+/* pointee of ContextHandle: mxnet::Context */
+struct MxContext {
+  int dev_type;
+  int dev_id;
+};
+
+/* pointee of an async function's on_complete: engine::CallbackOnComplete (24 bytes) */
+struct CallbackOnComplete {
+  void (*callback)(void *engine, void *param, const void *error);
+  void *engine;
+  void *param;
+};
+
+/* X(name, return type, parameter list) */
+#define API_LIST(X)                                                                             \
+  X(MXGetLastError, const char *, (void))                                                       \
+  X(MXGetVersion, int, (int *))                                                                 \
+  X(MXNotifyShutdown, int, (void))                                                              \
+  X(MXNDArrayCreateEx, int,                                                                     \
+    (const uint32_t *, uint32_t, int, int, int, int, NDArrayHandle *))                          \
+  X(MXNDArrayFree, int, (NDArrayHandle))                                                        \
+  X(MXNDArrayGetData, int, (NDArrayHandle, void **))                                            \
+  X(MXNDArraySyncCopyFromCPU, int, (NDArrayHandle, const void *, size_t))                       \
+  X(MXNDArraySyncCopyToCPU, int, (NDArrayHandle, void *, size_t))                               \
+  X(MXNDArrayWaitAll, int, (void))                                                              \
+  X(MXNDArrayWaitToRead, int, (NDArrayHandle))                                                  \
+  X(MXEnginePushSyncND, int,                                                                    \
+    (EngineSyncFunc, void *, EngineFuncParamDeleter, ContextHandle, NDArrayHandle *, int,       \
+     NDArrayHandle *, int, EngineFnPropertyHandle, int, const char *))                          \
+  X(MXEnginePushAsyncND, int,                                                                   \
+    (EngineAsyncFunc, void *, EngineFuncParamDeleter, ContextHandle, NDArrayHandle *, int,      \
+     NDArrayHandle *, int, EngineFnPropertyHandle, int, const char *, bool))                    \
+  X(MXKVStoreCreate, int, (const char *, KVStoreHandle *))                                      \
+  X(MXKVStoreFree, int, (KVStoreHandle))                                                        \
+  X(MXKVStoreInit, int, (KVStoreHandle, uint32_t, const int *, NDArrayHandle *))                \
+  X(MXKVStoreInitEx, int, (KVStoreHandle, uint32_t, const char **, NDArrayHandle *))            \
+  X(MXKVStorePush, int, (KVStoreHandle, uint32_t, const int *, NDArrayHandle *, int))           \
+  X(MXKVStorePushEx, int, (KVStoreHandle, uint32_t, const char **, NDArrayHandle *, int))       \
+  X(MXKVStorePull, int, (KVStoreHandle, uint32_t, const int *, NDArrayHandle *, int))           \
+  X(MXKVStorePullEx, int, (KVStoreHandle, uint32_t, const char **, NDArrayHandle *, int))
+
+#define X_TYPEDEF(name, ret, args) typedef ret(*name##_fn) args;
+API_LIST(X_TYPEDEF)
+#define X_ENUM(name, ret, args) E_##name,
+enum { API_LIST(X_ENUM) E_COUNT };
+#define X_NAME(name, ret, args) #name,
+static const char *const api_names[E_COUNT] = {API_LIST(X_NAME)};
+static void *api_ptrs[E_COUNT];
+
+/* call through the resolved pointer */
+#define MX(name) ((name##_fn)api_ptrs[E_##name])
+
+static const struct MxContext CPU0 = {1, 0};
+static int g_repeats = 3;
+static int g_status = 0; /* 0 ok, 1 failure, 2 missing only */
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void spin_us(int us) {
+  double end = now_s() + us * 1e-6;
+  while (now_s() < end) {
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double rss_mib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long size = 0, resident = 0;
+  if (!f) return -1.0;
+  if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+  fclose(f);
+  return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+/* per-workload failure text; the first failure wins */
+static char g_fail[512];
+
+static void fail(const char *fmt, ...) {
+  if (g_fail[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_fail, sizeof g_fail, fmt, ap);
+  va_end(ap);
+}
+
+static const char *last_error(void) {
+  if (!api_ptrs[E_MXGetLastError]) return "(MXGetLastError missing)";
+  const char *e = MX(MXGetLastError)();
+  return e ? e : "(null)";
+}
+
+/* "MX(MXFoo)(a, b)" -> "MXFoo(a, b)" for failure messages */
+static const char *call_text(const char *expr) {
+  static char buf[160];
+  const char *p = strstr(expr, "MX(MX");
+  if (!p) return expr;
+  size_t k = 0;
+  for (const char *q = expr; q < p && k + 1 < sizeof buf; ++q) buf[k++] = *q;
+  p += 3;
+  while (*p && *p != ')' && k + 1 < sizeof buf) buf[k++] = *p++;
+  if (*p == ')') ++p;
+  while (*p && k + 1 < sizeof buf) buf[k++] = *p++;
+  buf[k] = '\0';
+  return buf;
+}
+
+/* evaluate an API call; on failure record "call: message" and jump to the workload's cleanup */
+#define CALL(expr)                                                          \
+  do {                                                                      \
+    if ((expr) != 0) {                                                      \
+      char msg_[300];                                                       \
+      snprintf(msg_, sizeof msg_, "%s", last_error());                      \
+      for (char *p_ = msg_; *p_; ++p_)                                      \
+        if (*p_ == '\n' || *p_ == '\t') *p_ = ' ';                          \
+      fail("%s -> %s", call_text(#expr), msg_);                             \
+      goto out;                                                             \
+    }                                                                       \
+  } while (0)
+
+static void report(const char *name, double value, const char *unit, const char *note) {
+  const char *check = g_fail[0] ? g_fail : "ok";
+  if (g_fail[0]) g_status = 1;
+  if (g_fail[0] || value == 0.0) value = NAN; /* nothing (valid) was measured */
+  printf("%s\t%.6g\t%s\t%s%s\t%s\n", name, value, unit, g_fail[0] ? "FAIL: " : "", check,
+         note ? note : "");
+  fflush(stdout);
+}
+
+/* checks that every named symbol resolved; otherwise prints a "missing" line for each result */
+static bool need(const char *const *results, const int *syms, int nsyms) {
+  for (int i = 0; i < nsyms; ++i) {
+    if (!api_ptrs[syms[i]]) {
+      for (const char *const *r = results; *r; ++r)
+        printf("%s\tnan\t-\tmissing: %s\t\n", *r, api_names[syms[i]]);
+      fflush(stdout);
+      if (g_status == 0) g_status = 2;
+      return false;
+    }
+  }
+  g_fail[0] = '\0';
+  return true;
+}
+#define NEED(results, ...)                                                  \
+  need((const char *const[]){results, NULL}, (const int[]){__VA_ARGS__},   \
+       (int)(sizeof((const int[]){__VA_ARGS__}) / sizeof(int)))
+#define NEED2(r1, r2, ...)                                                  \
+  need((const char *const[]){r1, r2, NULL}, (const int[]){__VA_ARGS__},     \
+       (int)(sizeof((const int[]){__VA_ARGS__}) / sizeof(int)))
+
+static int create_f(const uint32_t *shape, uint32_t ndim, int dtype, NDArrayHandle *out) {
+  return MX(MXNDArrayCreateEx)(shape, ndim, 1, 0, 0, dtype, out);
+}
+
+static void free_all(NDArrayHandle *h, int n) {
+  for (int i = 0; i < n; ++i)
+    if (h[i]) {
+      MX(MXNDArrayFree)(h[i]);
+      h[i] = NULL;
+    }
+}
+
+/* ---- engine workloads ----------------------------------------------------------------------- */
+#define NVARS 64
+
+/* one counter per var, each on its own cache line */
+struct padded_counter {
+  long n;
+  char pad[64 - sizeof(long)];
+};
+static struct padded_counter g_counts[NVARS];
+
+static void op_count(void *rctx, void *param) {
+  (void)rctx;
+  ((struct padded_counter *)param)->n++;
+}
+
+static void op_nothing(void *rctx, void *param) {
+  (void)rctx;
+  (void)param;
+}
+
+static void engine_sync_independent(void) {
+  const char *name = "engine.sync_64vars_200k";
+  if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND, E_MXNDArrayWaitAll))
+    return;
+  const int n = 200000;
+  NDArrayHandle vars[NVARS] = {0};
+  double rates[16];
+  int done = 0;
+  uint32_t shape[1] = {1};
+  for (int i = 0; i < NVARS; ++i) CALL(create_f(shape, 1, 0, &vars[i]));
+  CALL(MX(MXNDArrayWaitAll)());
+  for (int r = 0; r < g_repeats; ++r) {
+    memset(g_counts, 0, sizeof g_counts);
+    double t0 = now_s();
+    for (int i = 0; i < n; ++i)
+      CALL(MX(MXEnginePushSyncND)(op_count, &g_counts[i % NVARS], NULL, &CPU0, NULL, 0,
+                                  &vars[i % NVARS], 1, NULL, 0, NULL));
+    CALL(MX(MXNDArrayWaitAll)());
+    rates[done++] = n / (now_s() - t0);
+    for (int v = 0; v < NVARS; ++v) {
+      long want = n / NVARS + (v < n % NVARS ? 1 : 0);
+      if (g_counts[v].n != want) {
+        fail("var %d ran %ld ops, expected %ld", v, g_counts[v].n, want);
+        goto out;
+      }
+    }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(vars, NVARS);
+  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
+}
+
+static long *g_order_log;
+static long g_order_pos;
+
+static void op_append(void *rctx, void *param) {
+  (void)rctx;
+  g_order_log[g_order_pos++] = (long)(intptr_t)param;
+}
+
+static void engine_sync_one_var(void) {
+  const char *name = "engine.sync_1var_ordered_200k";
+  if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND, E_MXNDArrayWaitAll))
+    return;
+  const long n = 200000;
+  NDArrayHandle var = NULL;
+  double rates[16];
+  int done = 0;
+  uint32_t shape[1] = {1};
+  g_order_log = calloc((size_t)n, sizeof(long));
+  CALL(create_f(shape, 1, 0, &var));
+  for (int r = 0; r < g_repeats; ++r) {
+    g_order_pos = 0;
+    double t0 = now_s();
+    for (long i = 0; i < n; ++i)
+      CALL(MX(MXEnginePushSyncND)(op_append, (void *)(intptr_t)i, NULL, &CPU0, NULL, 0, &var, 1,
+                                  NULL, 0, NULL));
+    CALL(MX(MXNDArrayWaitAll)());
+    rates[done++] = n / (now_s() - t0);
+    if (g_order_pos != n) {
+      fail("%ld ops ran, expected %ld", g_order_pos, n);
+      goto out;
+    }
+    for (long i = 0; i < n; ++i)
+      if (g_order_log[i] != i) {
+        fail("position %ld holds op %ld (writes to one var ran out of order)", i, g_order_log[i]);
+        goto out;
+      }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(&var, 1);
+  free(g_order_log);
+  g_order_log = NULL;
+  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
+}
+
+/* completion queue served by a separate C thread */
+#define QCAP (1 << 17)
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct CallbackOnComplete *items;
+  size_t head, tail; /* tail - head = queued */
+  bool stop;
+  bool overflow;
+  long completed;
+} g_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, false, false, 0};
+
+static void op_async_enqueue(void *rctx, void *on_complete, void *param) {
+  (void)rctx;
+  ((struct padded_counter *)param)->n++;
+  pthread_mutex_lock(&g_q.mu);
+  if (g_q.tail - g_q.head >= QCAP) {
+    g_q.overflow = true;
+    pthread_mutex_unlock(&g_q.mu);
+    struct CallbackOnComplete cb;
+    memcpy(&cb, on_complete, sizeof cb);
+    cb.callback(cb.engine, cb.param, NULL);
+    return;
+  }
+  /* the struct dies when this function returns: copy its 24 bytes */
+  memcpy(&g_q.items[g_q.tail % QCAP], on_complete, sizeof(struct CallbackOnComplete));
+  g_q.tail++;
+  pthread_cond_signal(&g_q.cv);
+  pthread_mutex_unlock(&g_q.mu);
+}
+
+static void *completer_main(void *arg) {
+  (void)arg;
+  struct CallbackOnComplete batch[256];
+  for (;;) {
+    pthread_mutex_lock(&g_q.mu);
+    while (g_q.tail == g_q.head && !g_q.stop) pthread_cond_wait(&g_q.cv, &g_q.mu);
+    if (g_q.tail == g_q.head && g_q.stop) {
+      pthread_mutex_unlock(&g_q.mu);
+      return NULL;
+    }
+    size_t k = 0;
+    while (g_q.head != g_q.tail && k < 256) batch[k++] = g_q.items[g_q.head++ % QCAP];
+    pthread_mutex_unlock(&g_q.mu);
+    for (size_t i = 0; i < k; ++i) batch[i].callback(batch[i].engine, batch[i].param, NULL);
+    __atomic_add_fetch(&g_q.completed, (long)k, __ATOMIC_RELAXED);
+  }
+}
+
+static void engine_async_completer(void) {
+  const char *name = "engine.async_thread_complete_100k";
+  if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushAsyncND,
+            E_MXNDArrayWaitAll))
+    return;
+  const int n = 100000;
+  NDArrayHandle vars[NVARS] = {0};
+  double rates[16];
+  int done = 0;
+  uint32_t shape[1] = {1};
+  pthread_t th;
+  bool started = false;
+  g_q.items = calloc(QCAP, sizeof(struct CallbackOnComplete));
+  g_q.head = g_q.tail = 0;
+  g_q.stop = g_q.overflow = false;
+  g_q.completed = 0;
+  for (int i = 0; i < NVARS; ++i) CALL(create_f(shape, 1, 0, &vars[i]));
+  CALL(MX(MXNDArrayWaitAll)());
+  if (pthread_create(&th, NULL, completer_main, NULL) != 0) {
+    fail("pthread_create failed");
+    goto out;
+  }
+  started = true;
+  for (int r = 0; r < g_repeats; ++r) {
+    memset(g_counts, 0, sizeof g_counts);
+    long before = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED);
+    double t0 = now_s();
+    for (int i = 0; i < n; ++i)
+      CALL(MX(MXEnginePushAsyncND)(op_async_enqueue, &g_counts[i % NVARS], NULL, &CPU0, NULL, 0,
+                                   &vars[i % NVARS], 1, NULL, 0, NULL, false));
+    CALL(MX(MXNDArrayWaitAll)());
+    rates[done++] = n / (now_s() - t0);
+    long completed = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) - before;
+    if (g_q.overflow) {
+      fail("completion queue overflow");
+      goto out;
+    }
+    /* WaitAll returns once every op completed; the completer counts after calling back */
+    for (int spin = 0; completed < n && spin < 1000; ++spin) {
+      spin_us(100);
+      completed = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) - before;
+    }
+    if (completed != n) {
+      fail("%ld completions, expected %d", completed, n);
+      goto out;
+    }
+    for (int v = 0; v < NVARS; ++v) {
+      long want = n / NVARS + (v < n % NVARS ? 1 : 0);
+      if (g_counts[v].n != want) {
+        fail("var %d ran %ld ops, expected %ld", v, g_counts[v].n, want);
+        goto out;
+      }
+    }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  if (started) {
+    pthread_mutex_lock(&g_q.mu);
+    g_q.stop = true;
+    pthread_cond_broadcast(&g_q.cv);
+    pthread_mutex_unlock(&g_q.mu);
+    pthread_join(th, NULL);
+  }
+  free_all(vars, NVARS);
+  free(g_q.items);
+  g_q.items = NULL;
+  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
+}
+
+/* fan-out / fan-in: A -> 16 x B_i -> C, checked against per-op round counters */
+#define FAN 16
+static struct {
+  long a;              /* written by the A op */
+  long a_round;        /* A op's own round counter */
+  long b[FAN];         /* written by B_i */
+  long b_round[FAN];   /* B_i's own round counter */
+  long c_round;        /* C op's own round counter */
+  long c_sum;          /* accumulated by C */
+  long mismatches;     /* written only by B/C ops on distinct fields: see below */
+  long b_bad[FAN];
+} g_fan;
+static int g_fan_idx[FAN];
+
+static void op_fan_a(void *rctx, void *param) {
+  (void)rctx;
+  (void)param;
+  g_fan.a = ++g_fan.a_round;
+}
+
+static void op_fan_b(void *rctx, void *param) {
+  (void)rctx;
+  int i = *(const int *)param;
+  long round = ++g_fan.b_round[i];
+  if (g_fan.a != round) g_fan.b_bad[i]++;
+  g_fan.b[i] = g_fan.a + i;
+}
+
+static void op_fan_c(void *rctx, void *param) {
+  (void)rctx;
+  (void)param;
+  long round = ++g_fan.c_round;
+  long sum = 0;
+  for (int i = 0; i < FAN; ++i) sum += g_fan.b[i];
+  if (sum != FAN * round + FAN * (FAN - 1) / 2) g_fan.mismatches++;
+  g_fan.c_sum += sum;
+}
+
+static void engine_fan(void) {
+  const char *name = "engine.fanout_fanin_18ops";
+  if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND, E_MXNDArrayWaitAll))
+    return;
+  const int rounds = 10000;
+  NDArrayHandle a = NULL, c = NULL, b[FAN] = {0};
+  double rates[16];
+  int done = 0;
+  uint32_t shape[1] = {1};
+  CALL(create_f(shape, 1, 0, &a));
+  CALL(create_f(shape, 1, 0, &c));
+  for (int i = 0; i < FAN; ++i) {
+    CALL(create_f(shape, 1, 0, &b[i]));
+    g_fan_idx[i] = i;
+  }
+  CALL(MX(MXNDArrayWaitAll)());
+  for (int r = 0; r < g_repeats; ++r) {
+    memset(&g_fan, 0, sizeof g_fan);
+    double t0 = now_s();
+    for (int k = 0; k < rounds; ++k) {
+      CALL(MX(MXEnginePushSyncND)(op_fan_a, NULL, NULL, &CPU0, NULL, 0, &a, 1, NULL, 0, NULL));
+      for (int i = 0; i < FAN; ++i)
+        CALL(MX(MXEnginePushSyncND)(op_fan_b, &g_fan_idx[i], NULL, &CPU0, &a, 1, &b[i], 1, NULL,
+                                    0, NULL));
+      CALL(MX(MXEnginePushSyncND)(op_fan_c, NULL, NULL, &CPU0, b, FAN, &c, 1, NULL, 0, NULL));
+    }
+    CALL(MX(MXNDArrayWaitAll)());
+    rates[done++] = (double)rounds * (FAN + 2) / (now_s() - t0);
+    long bad = g_fan.mismatches;
+    for (int i = 0; i < FAN; ++i) bad += g_fan.b_bad[i];
+    long want = (long)FAN * rounds * (rounds + 1) / 2 + (long)rounds * FAN * (FAN - 1) / 2;
+    if (g_fan.c_round != rounds || bad != 0 || g_fan.c_sum != want) {
+      fail("C ran %ld rounds, %ld ordering mismatches, sum %ld (want %ld)", g_fan.c_round, bad,
+           g_fan.c_sum, want);
+      goto out;
+    }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(&a, 1);
+  free_all(&c, 1);
+  free_all(b, FAN);
+  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
+}
+
+/* RandSumExpr (after MXNet's tests/cpp/engine threaded_engine_test.cc): 10000 ops over 100 vars,
+ * each reads 2..19 random vars (duplicates possible) and writes one:
+ *   data[write] = sum(data[reads]) / (nreads + 1), then spins 1..9 us. */
+#define RS_OPS 10000
+#define RS_VARS 100
+struct rs_op {
+  int write;
+  int nreads;
+  int reads[19];
+  int spin;
+  double **ptrs; /* data pointers of the 100 arrays */
+};
+
+static uint64_t rng_state;
+static uint32_t rng_next(void) { /* splitmix64 */
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+static int rng_range(int lo, int hi) { return lo + (int)(rng_next() % (uint32_t)(hi - lo)); }
+
+static void rs_eval(const struct rs_op *op, double *data) {
+  double tmp = 0;
+  for (int i = 0; i < op->nreads; ++i) tmp += data[op->reads[i]];
+  data[op->write] = tmp / (op->nreads + 1);
+}
+
+static void op_randsum(void *rctx, void *param) {
+  (void)rctx;
+  const struct rs_op *op = param;
+  double tmp = 0;
+  for (int i = 0; i < op->nreads; ++i) tmp += *op->ptrs[op->reads[i]];
+  *op->ptrs[op->write] = tmp / (op->nreads + 1);
+  spin_us(op->spin);
+}
+
+static void engine_randsum(void) {
+  const char *name = "engine.randsumexpr_10k";
+  if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND, E_MXNDArrayWaitAll,
+            E_MXNDArrayGetData, E_MXNDArraySyncCopyFromCPU))
+    return;
+  NDArrayHandle vars[RS_VARS] = {0};
+  double *ptrs[RS_VARS];
+  double serial[RS_VARS];
+  double secs[16], serial_secs[16];
+  int done = 0;
+  uint32_t shape[1] = {1};
+  struct rs_op *ops = calloc(RS_OPS, sizeof *ops);
+  for (int i = 0; i < RS_VARS; ++i) {
+    void *p = NULL;
+    CALL(create_f(shape, 1, 1 /* float64 */, &vars[i]));
+    CALL(MX(MXNDArrayGetData)(vars[i], &p));
+    ptrs[i] = p;
+  }
+  for (int r = 0; r < g_repeats; ++r) {
+    rng_state = 0xdeadbeefull + (uint64_t)r;
+    for (int k = 0; k < RS_OPS; ++k) {
+      ops[k].write = rng_range(0, RS_VARS);
+      ops[k].nreads = rng_range(2, 20);
+      for (int j = 0; j < ops[k].nreads; ++j) ops[k].reads[j] = rng_range(0, RS_VARS);
+      ops[k].spin = rng_range(1, 10);
+      ops[k].ptrs = ptrs;
+    }
+    const double one = 1.0;
+    for (int i = 0; i < RS_VARS; ++i) {
+      serial[i] = 1.0;
+      CALL(MX(MXNDArraySyncCopyFromCPU)(vars[i], &one, 1));
+    }
+    double t0 = now_s();
+    for (int k = 0; k < RS_OPS; ++k) {
+      rs_eval(&ops[k], serial);
+      spin_us(ops[k].spin);
+    }
+    serial_secs[done] = now_s() - t0;
+
+    t0 = now_s();
+    for (int k = 0; k < RS_OPS; ++k) {
+      /* engine dependencies: distinct reads, without the written var */
+      NDArrayHandle rd[19];
+      int nrd = 0;
+      for (int j = 0; j < ops[k].nreads; ++j) {
+        int v = ops[k].reads[j];
+        bool dup = (v == ops[k].write);
+        for (int q = 0; q < j && !dup; ++q) dup = (ops[k].reads[q] == v);
+        if (!dup) rd[nrd++] = vars[v];
+      }
+      CALL(MX(MXEnginePushSyncND)(op_randsum, &ops[k], NULL, &CPU0, rd, nrd, &vars[ops[k].write],
+                                  1, NULL, 0, NULL));
+    }
+    CALL(MX(MXNDArrayWaitAll)());
+    secs[done++] = now_s() - t0;
+    for (int i = 0; i < RS_VARS; ++i)
+      if (memcmp(ptrs[i], &serial[i], sizeof(double)) != 0) {
+        fail("var %d = %.17g, serial evaluation gives %.17g", i, *ptrs[i], serial[i]);
+        goto out;
+      }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(vars, RS_VARS);
+  free(ops);
+  char note[64];
+  snprintf(note, sizeof note, "serial %.4f s", done ? median(serial_secs, done) : 0.0);
+  report(name, done ? median(secs, done) : 0.0, "s", note);
+}
+
+static void engine_rss(void) {
+  const char *n1 = "engine.rss_after_10k_pushes", *n2 = "engine.rss_after_1m_pushes";
+  const char *n3 = "engine.rss_growth_10k_to_1m";
+  if (!need((const char *const[]){n1, n2, n3, NULL},
+            (const int[]){E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND,
+                          E_MXNDArrayWaitAll},
+            4))
+    return;
+  NDArrayHandle vars[NVARS] = {0};
+  uint32_t shape[1] = {1};
+  double base = rss_mib(), after10k = 0, after1m = 0;
+  long pushed = 0;
+  char note[96];
+  for (int i = 0; i < NVARS; ++i) CALL(create_f(shape, 1, 0, &vars[i]));
+  for (; pushed < 10000; ++pushed)
+    CALL(MX(MXEnginePushSyncND)(op_nothing, NULL, NULL, &CPU0, NULL, 0, &vars[pushed % NVARS], 1,
+                                NULL, 0, NULL));
+  CALL(MX(MXNDArrayWaitAll)());
+  after10k = rss_mib();
+  for (; pushed < 1000000; ++pushed)
+    CALL(MX(MXEnginePushSyncND)(op_nothing, NULL, NULL, &CPU0, NULL, 0, &vars[pushed % NVARS], 1,
+                                NULL, 0, NULL));
+  CALL(MX(MXNDArrayWaitAll)());
+  after1m = rss_mib();
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(vars, NVARS);
+  snprintf(note, sizeof note, "%+.1f MiB vs before (%.1f MiB)", after10k - base, base);
+  report(n1, after10k, "MiB", note);
+  report(n2, after1m, "MiB", NULL);
+  /* growth between the two points: a leak per push shows here (0 is reported as 0, not n/a) */
+  if (g_fail[0])
+    report(n3, 0.0, "MiB", NULL);
+  else
+    printf("%s\t%.6g\tMiB\tok\t\n", n3, after1m - after10k);
+}
+
+/* ---- ndarray workloads ---------------------------------------------------------------------- */
+static void ndarray_copy_small(void) {
+  const char *name = "ndarray.sync_copy_from_cpu_1KiB";
+  if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXNDArraySyncCopyFromCPU,
+            E_MXNDArraySyncCopyToCPU, E_MXNDArrayWaitAll))
+    return;
+  const int n = 200000;
+  NDArrayHandle h = NULL;
+  uint32_t shape[1] = {256};
+  float src[256], back[256];
+  double us[16];
+  int done = 0;
+  CALL(create_f(shape, 1, 0, &h));
+  for (int r = 0; r < g_repeats; ++r) {
+    double t0 = now_s();
+    for (int i = 0; i < n; ++i) {
+      src[i & 255] = (float)i;
+      CALL(MX(MXNDArraySyncCopyFromCPU)(h, src, 256));
+    }
+    us[done++] = (now_s() - t0) * 1e6 / n;
+    CALL(MX(MXNDArraySyncCopyToCPU)(h, back, 256));
+    if (memcmp(src, back, sizeof src) != 0) {
+      fail("data read back differs from the last copy");
+      goto out;
+    }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(&h, 1);
+  report(name, done ? median(us, done) : 0.0, "us/call", NULL);
+}
+
+static void ndarray_copy_big(void) {
+  const char *n_in = "ndarray.copy_in_64MiB", *n_out = "ndarray.copy_out_64MiB";
+  const char *n_mem = "ndarray.memcpy_64MiB_limit";
+  if (!NEED2(n_in, n_out, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXNDArraySyncCopyFromCPU,
+             E_MXNDArraySyncCopyToCPU, E_MXNDArrayWaitAll))
+    return;
+  const size_t count = 16u << 20; /* floats: 64 MiB */
+  const size_t bytes = count * sizeof(float);
+  const int iters = 5;
+  NDArrayHandle h = NULL;
+  uint32_t shape[1] = {(uint32_t)count};
+  float *src = malloc(bytes), *dst = malloc(bytes);
+  double gin[16], gout[16], gmem[16];
+  int done = 0;
+  if (!src || !dst) {
+    fail("out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < count; ++i) src[i] = (float)(i % 1000003);
+  memset(dst, 0, bytes);
+  CALL(create_f(shape, 1, 0, &h));
+  CALL(MX(MXNDArraySyncCopyFromCPU)(h, src, count)); /* warm: first touch */
+  for (int r = 0; r < g_repeats; ++r) {
+    double t0 = now_s();
+    for (int i = 0; i < iters; ++i) CALL(MX(MXNDArraySyncCopyFromCPU)(h, src, count));
+    gin[done] = (double)bytes * iters / (now_s() - t0) / 1e9;
+    t0 = now_s();
+    for (int i = 0; i < iters; ++i) CALL(MX(MXNDArraySyncCopyToCPU)(h, dst, count));
+    gout[done] = (double)bytes * iters / (now_s() - t0) / 1e9;
+    if (memcmp(src, dst, bytes) != 0) {
+      fail("64 MiB round trip differs");
+      goto out;
+    }
+    memset(dst, 0, bytes);
+    t0 = now_s();
+    for (int i = 0; i < iters; ++i) {
+      memcpy(dst, src, bytes);
+      __asm__ __volatile__("" ::"r"(dst) : "memory");
+    }
+    gmem[done++] = (double)bytes * iters / (now_s() - t0) / 1e9;
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(&h, 1);
+  free(src);
+  free(dst);
+  report(n_in, done ? median(gin, done) : 0.0, "GB/s", NULL);
+  report(n_out, done ? median(gout, done) : 0.0, "GB/s", NULL);
+  g_fail[0] = '\0';
+  report(n_mem, done ? median(gmem, done) : 0.0, "GB/s", "plain memcpy, same buffers");
+}
+
+static void ndarray_create_free(void) {
+  const char *name = "ndarray.create_free_256_f32";
+  if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXNDArrayWaitAll)) return;
+  const int n = 200000;
+  uint32_t shape[1] = {256};
+  double rates[16];
+  int done = 0;
+  for (int r = 0; r < g_repeats; ++r) {
+    double t0 = now_s();
+    for (int i = 0; i < n; ++i) {
+      NDArrayHandle h = NULL;
+      CALL(create_f(shape, 1, 0, &h));
+      if (!h) {
+        fail("MXNDArrayCreateEx returned 0 and a NULL handle");
+        goto out;
+      }
+      CALL(MX(MXNDArrayFree)(h));
+    }
+    CALL(MX(MXNDArrayWaitAll)());
+    rates[done++] = n / (now_s() - t0);
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
+}
+
+/* ---- kvstore workloads ---------------------------------------------------------------------- */
+#define KV_N (1u << 20) /* floats: 4 MiB */
+#define KV_VALS 4
+
+static void kvstore_bench(bool str_keys) {
+  const char *n_rounds = str_keys ? "kvstore.str_key_push4_pull4_4MiB" :
+                                    "kvstore.int_key_push4_pull4_4MiB";
+  const char *n_gbps = str_keys ? "kvstore.str_key_reduce_input" : "kvstore.int_key_reduce_input";
+  bool ok = str_keys ? NEED2(n_rounds, n_gbps, E_MXKVStoreCreate, E_MXKVStoreFree,
+                             E_MXKVStoreInitEx, E_MXKVStorePushEx, E_MXKVStorePullEx,
+                             E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXNDArraySyncCopyFromCPU,
+                             E_MXNDArraySyncCopyToCPU, E_MXNDArrayWaitAll)
+                     : NEED2(n_rounds, n_gbps, E_MXKVStoreCreate, E_MXKVStoreFree,
+                             E_MXKVStoreInit, E_MXKVStorePush, E_MXKVStorePull,
+                             E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXNDArraySyncCopyFromCPU,
+                             E_MXNDArraySyncCopyToCPU, E_MXNDArrayWaitAll);
+  if (!ok) return;
+  const int rounds = 50;
+  KVStoreHandle kv = NULL;
+  NDArrayHandle init = NULL, in[KV_VALS] = {0}, outs[KV_VALS] = {0};
+  uint32_t shape[1] = {KV_N};
+  float *host = malloc(KV_N * sizeof(float));
+  double rps[16], gbps[16];
+  int done = 0;
+  const int ikeys[KV_VALS] = {3, 3, 3, 3};
+  const char *skeys[KV_VALS] = {"weight", "weight", "weight", "weight"};
+  if (!host) {
+    fail("out of memory");
+    goto out;
+  }
+  CALL(MX(MXKVStoreCreate)("local", &kv));
+  CALL(create_f(shape, 1, 0, &init));
+  memset(host, 0, KV_N * sizeof(float));
+  CALL(MX(MXNDArraySyncCopyFromCPU)(init, host, KV_N));
+  if (str_keys)
+    CALL(MX(MXKVStoreInitEx)(kv, 1, skeys, &init));
+  else
+    CALL(MX(MXKVStoreInit)(kv, 1, ikeys, &init));
+  for (int j = 0; j < KV_VALS; ++j) {
+    CALL(create_f(shape, 1, 0, &in[j]));
+    CALL(create_f(shape, 1, 0, &outs[j]));
+    for (size_t e = 0; e < KV_N; ++e) host[e] = (float)(j + 1) + (float)(e % 7);
+    CALL(MX(MXNDArraySyncCopyFromCPU)(in[j], host, KV_N));
+  }
+  CALL(MX(MXNDArrayWaitAll)());
+  for (int r = 0; r < g_repeats; ++r) {
+    double t0 = now_s();
+    for (int k = 0; k < rounds; ++k) {
+      if (str_keys) {
+        CALL(MX(MXKVStorePushEx)(kv, KV_VALS, skeys, in, 0));
+        CALL(MX(MXKVStorePullEx)(kv, KV_VALS, skeys, outs, 0));
+      } else {
+        CALL(MX(MXKVStorePush)(kv, KV_VALS, ikeys, in, 0));
+        CALL(MX(MXKVStorePull)(kv, KV_VALS, ikeys, outs, 0));
+      }
+    }
+    CALL(MX(MXNDArrayWaitAll)());
+    double dt = now_s() - t0;
+    rps[done] = rounds / dt;
+    gbps[done++] = (double)rounds * KV_VALS * KV_N * sizeof(float) / dt / 1e9;
+    for (int j = 0; j < KV_VALS; ++j) {
+      CALL(MX(MXNDArraySyncCopyToCPU)(outs[j], host, KV_N));
+      for (size_t e = 0; e < KV_N; ++e) {
+        float want = 10.0f + 4.0f * (float)(e % 7); /* (1+2+3+4) + 4*(e%7) */
+        if (host[e] != want) {
+          fail("output %d element %zu = %g, expected %g", j, e, (double)host[e], (double)want);
+          goto out;
+        }
+      }
+      memset(host, 0, KV_N * sizeof(float));
+      CALL(MX(MXNDArraySyncCopyFromCPU)(outs[j], host, KV_N)); /* stale data must not pass */
+    }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(in, KV_VALS);
+  free_all(outs, KV_VALS);
+  free_all(&init, 1);
+  if (kv) MX(MXKVStoreFree)(kv);
+  free(host);
+  report(n_rounds, done ? median(rps, done) : 0.0, "rounds/s", "50 rounds, \"local\"");
+  report(n_gbps, done ? median(gbps, done) : 0.0, "GB/s", "4 x 4 MiB reduced per round");
+}
+
+static void kvstore_int(void) { kvstore_bench(false); }
+static void kvstore_str(void) { kvstore_bench(true); }
+
+/* ---- main ----------------------------------------------------------------------------------- */
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s LIB.so engine|ndarray|kvstore|all\n", argv[0]);
+    return 64;
+  }
+  const char *group = argv[2];
+  bool all = strcmp(group, "all") == 0;
+  bool g_engine = all || strcmp(group, "engine") == 0;
+  bool g_ndarray = all || strcmp(group, "ndarray") == 0;
+  bool g_kvstore = all || strcmp(group, "kvstore") == 0;
+  if (!g_engine && !g_ndarray && !g_kvstore) {
+    fprintf(stderr, "unknown group '%s' (engine|ndarray|kvstore|all)\n", group);
+    return 64;
+  }
+  const char *rep = getenv("MXBENCH_REPEATS");
+  if (rep && atoi(rep) > 0) g_repeats = atoi(rep) > 15 ? 15 : atoi(rep);
+
+  void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "dlopen %s: %s\n", argv[1], dlerror());
+    return 64;
+  }
+  int missing = 0;
+  for (int i = 0; i < E_COUNT; ++i) {
+    api_ptrs[i] = dlsym(lib, api_names[i]);
+    if (!api_ptrs[i]) missing++;
+  }
+  int version = -1;
+  if (api_ptrs[E_MXGetVersion]) MX(MXGetVersion)(&version);
+  const char *nt = getenv("MXNET_CPU_WORKER_NTHREADS");
+  printf("# lib %s\n# MXGetVersion %d, MXNET_CPU_WORKER_NTHREADS=%s, repeats %d, %d of %d symbols "
+         "missing\n",
+         argv[1], version, nt ? nt : "(unset)", g_repeats, missing, (int)E_COUNT);
+  printf("# name\tvalue\tunit\tcheck\tnote\n");
+  fflush(stdout);
+
+  if (g_engine) {
+    engine_sync_independent();
+    engine_sync_one_var();
+    engine_async_completer();
+    engine_fan();
+    engine_randsum();
+    engine_rss();
+  }
+  if (g_ndarray) {
+    ndarray_copy_small();
+    ndarray_copy_big();
+    ndarray_create_free();
+  }
+  if (g_kvstore) {
+    kvstore_int();
+    kvstore_str();
+  }
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  if (api_ptrs[E_MXNotifyShutdown]) MX(MXNotifyShutdown)();
+  fflush(stdout);
+  return g_status;
+}
