@@ -11,3 +11,4 @@ pub mod global;
 pub(crate) mod handle;
 pub mod profiler;
 pub mod types;
+pub mod ndarray;

@@ -277,8 +277,15 @@ impl StorageManager for SharedMemoryManager {
                 )
             };
             if fd < 0 {
-                last_err = Some(os_err("shm_open", &name));
-                continue;
+                let e = std::io::Error::last_os_error();
+                let exists = e.kind() == std::io::ErrorKind::AlreadyExists;
+                last_err = Some(Error::io(format!(
+                    "Failed to open shared memory. shm_open of {name} failed: {e}"
+                )));
+                if exists {
+                    continue; // name taken: try another id
+                }
+                break;
             }
             // SAFETY: `fd` is the segment just created.
             if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
@@ -315,7 +322,7 @@ impl StorageManager for SharedMemoryManager {
             self.record(MemoryEventKind::Alloc, size);
             return Ok(data);
         }
-        Err(last_err.unwrap_or_else(|| Error::internal("shm_open failed")))
+        Err(last_err.expect("the loop runs at least once"))
     }
 
     unsafe fn free(&self, ptr: NonNull<u8>, size: usize) {

@@ -1,0 +1,375 @@
+//! `NDArray`: a typed, shaped view of a chunk. Every data access goes through the engine (ops on
+//! the chunk's variable, or a lease for synchronous copies), so it composes with user ops.
+
+use super::chunk::{Chunk, Memory};
+use super::format::{self, NpShape, RecordRef, SavedContext, StorageType};
+use super::shape::{self, Shape};
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::engine::{Engine, FnProperty, PushArgs, Var};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// A dense n-dimensional array, or a "none" array (no shape, no data) as MXNet has.
+#[derive(Clone)]
+pub struct NDArray {
+    chunk: Option<Arc<Chunk>>,
+    shape: Shape,
+    dtype: DType,
+    /// Byte offset of this view into its chunk.
+    offset: usize,
+}
+
+fn engine() -> Result<&'static Engine> {
+    Engine::global()
+}
+
+/// A raw pointer that may cross threads inside an engine op (the engine orders the accesses).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: only dereferenced inside ops whose variable dependencies make the access exclusive (or
+// shared read-only) for the duration of the op.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+
+impl NDArray {
+    /// A "none" array: no storage, dtype/shape queries report "unknown".
+    pub fn none() -> NDArray {
+        NDArray { chunk: None, shape: Shape::new(), dtype: DType::F32, offset: 0 }
+    }
+
+    /// A new dense array. With `delay_alloc` the memory is allocated on first use.
+    pub fn new(shape: &[i64], ctx: Context, dtype: DType, delay_alloc: bool) -> Result<NDArray> {
+        let bytes = shape::num_bytes(shape, dtype.size())?;
+        // creates the device's manager: an unusable device (no GPU, bad pool settings) fails now
+        crate::storage::Storage::global().alloc(ctx, 0)?;
+        let chunk = Chunk::new(ctx, bytes, delay_alloc)?;
+        Ok(NDArray { chunk: Some(Arc::new(chunk)), shape: Shape::from_slice(shape), dtype, offset: 0 })
+    }
+
+    /// An array over cpu_shared memory made by another process (`MXNDArrayCreateFromSharedMem`).
+    pub fn from_shared(shared_pid: i32, shared_id: i32, shape: &[i64], dtype: DType) -> Result<NDArray> {
+        let bytes = shape::num_bytes(shape, dtype.size())?;
+        let alloc = crate::storage::Storage::global().attach_shared(shared_pid, shared_id, bytes)?;
+        let (ctx, len) = (alloc.ctx(), alloc.len());
+        let chunk = Chunk::from_memory(Memory::Storage(alloc), ctx, len);
+        Ok(NDArray { chunk: Some(Arc::new(chunk)), shape: Shape::from_slice(shape), dtype, offset: 0 })
+    }
+
+    /// An array over foreign memory (`bytes` at `ptr`, on a host context) that calls `release`
+    /// once the array and every op using it are gone (DLPack import).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `shape`'s bytes until `release` runs.
+    pub unsafe fn from_foreign(
+        ptr: *mut u8,
+        shape: &[i64],
+        dtype: DType,
+        ctx: Context,
+        release: Box<dyn FnOnce() + Send>,
+    ) -> Result<NDArray> {
+        let bytes = shape::num_bytes(shape, dtype.size())?;
+        let chunk = Chunk::from_memory(Memory::Foreign { ptr, release: Some(release) }, ctx, bytes);
+        Ok(NDArray { chunk: Some(Arc::new(chunk)), shape: Shape::from_slice(shape), dtype, offset: 0 })
+    }
+
+    pub fn is_none(&self) -> bool {
+        self.chunk.is_none()
+    }
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The device; cpu(0)-like `None` for a none array.
+    pub fn ctx(&self) -> Option<Context> {
+        self.chunk.as_ref().map(|c| c.ctx)
+    }
+    /// The engine variable ordering ops on this array's memory (shared by its views).
+    pub fn var(&self) -> Option<&Var> {
+        self.chunk.as_ref().map(|c| &c.var)
+    }
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        if self.is_none() { 0 } else { shape::num_elements(&self.shape).unwrap_or(0) }
+    }
+    /// Bytes of data this view covers.
+    pub fn nbytes(&self) -> usize {
+        self.size() * self.dtype.size()
+    }
+    /// True if both views share one chunk (and so one variable).
+    pub fn shares_memory_with(&self, other: &NDArray) -> bool {
+        match (&self.chunk, &other.chunk) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    fn chunk(&self, what: &str) -> Result<&Arc<Chunk>> {
+        self.chunk.as_ref().ok_or_else(|| Error::invalid(format!("{what}: the array is a none array (no shape, no data)")))
+    }
+
+    /// Start of this view's data, allocating delayed storage; does not wait for pending ops
+    /// (MXNet's `MXNDArrayGetData`). Null for a 0-byte array.
+    pub fn data_ptr(&self) -> Result<*mut u8> {
+        let p = self.chunk("data")?.data()?;
+        // SAFETY: `offset` lies within the chunk (views are checked when made).
+        Ok(if p.is_null() { p } else { unsafe { p.add(self.offset) } })
+    }
+
+    /// Waits for the writes pushed before; reports (once) an error the array carries.
+    pub fn wait_to_read(&self) -> Result<()> {
+        match &self.chunk {
+            Some(c) => engine()?.wait_for_var(&c.var),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every read and write pushed before (MXNet pushes an empty write and waits).
+    pub fn wait_to_write(&self) -> Result<()> {
+        match &self.chunk {
+            Some(c) => drop(engine()?.lease(&c.var, true)?),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Copies `src` (exactly `nbytes()` bytes) into the array on the calling thread, after the
+    /// ops pushed before and before the ops pushed after.
+    pub fn sync_copy_from_bytes(&self, src: &[u8]) -> Result<()> {
+        if src.len() != self.nbytes() {
+            return Err(Error::invalid(format!(
+                "Memory size do not match: {} bytes given, the array holds {}",
+                src.len(),
+                self.nbytes()
+            )));
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        let chunk = self.chunk("SyncCopyFromCPU")?;
+        let _lease = engine()?.lease(&chunk.var, true)?;
+        let dst = self.data_ptr()?;
+        // SAFETY: `dst` has `nbytes` writable bytes; the write lease excludes every other access
+        // through the engine; `src` is a distinct caller buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
+    /// Copies the array into `dst` (exactly `nbytes()` bytes) on the calling thread, after the
+    /// writes pushed before. Reports (once) an error the array carries.
+    pub fn sync_copy_to_bytes(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() != self.nbytes() {
+            return Err(Error::invalid(format!(
+                "Memory size do not match: {} bytes given, the array holds {}",
+                dst.len(),
+                self.nbytes()
+            )));
+        }
+        let chunk = self.chunk("SyncCopyToCPU")?;
+        let _lease = engine()?.lease(&chunk.var, false)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let src = self.data_ptr()?;
+        // SAFETY: `src` has `nbytes` readable bytes and the read lease keeps writers out.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// The array's bytes (waits for pending writes).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; self.nbytes()];
+        self.sync_copy_to_bytes(&mut v)?;
+        Ok(v)
+    }
+
+    /// Pushes a copy of `src` into this array (an engine op: returns at once). Shapes and dtypes
+    /// must match.
+    pub fn copy_from(&self, src: &NDArray, priority: i32, prop: FnProperty) -> Result<()> {
+        let (s, d) = (src.chunk("copy source")?, self.chunk("copy destination")?);
+        if src.shape != self.shape {
+            return Err(Error::invalid(format!(
+                "operands shape mismatch from.shape = {:?} to.shape = {:?}",
+                src.shape(),
+                self.shape()
+            )));
+        }
+        if src.dtype != self.dtype {
+            return Err(Error::invalid(format!(
+                "operands dtype mismatch: from {} to {}",
+                src.dtype.name(),
+                self.dtype.name()
+            )));
+        }
+        let n = self.nbytes();
+        if n == 0 {
+            return Ok(());
+        }
+        let (sp, dp) = (SendPtr(src.data_ptr()?), SendPtr(self.data_ptr()?));
+        // keep both chunks alive until the op has run
+        let (keep_s, keep_d) = (s.clone(), d.clone());
+        let reads = [s.var.clone()];
+        let writes = [d.var.clone()];
+        let same = Arc::ptr_eq(s, d);
+        let args = PushArgs::new(d.ctx).reads(if same { &[] } else { &reads }).writes(&writes).priority(priority).prop(prop).name("CopyCPU2CPU");
+        engine()?.push_fn(args, move |_| {
+            let _ = (&keep_s, &keep_d);
+            // SAFETY: both ranges lie in live chunks; the engine grants this op write access to
+            // the destination and read access to the source; `copy` handles overlap.
+            unsafe { std::ptr::copy(sp.get(), dp.get(), n) };
+            Ok(())
+        })
+    }
+
+    /// Rows `[begin, end)` of axis 0, sharing memory and variable.
+    pub fn slice(&self, begin: i64, end: i64) -> Result<NDArray> {
+        self.chunk("Slice")?;
+        let Some(&rows) = self.shape.first() else {
+            return Err(Error::invalid("Slice: cannot slice a 0-dimensional array"));
+        };
+        if begin < 0 || begin > end {
+            return Err(Error::invalid(format!("Invalid slicing range [{begin}, {end})")));
+        }
+        if end > rows {
+            return Err(Error::invalid(format!("Slice end index out of range: end {end} > {rows} rows")));
+        }
+        let row_bytes = shape::num_elements(&self.shape[1..])? * self.dtype.size();
+        let mut shape = self.shape.clone();
+        shape[0] = end - begin;
+        Ok(NDArray { chunk: self.chunk.clone(), shape, dtype: self.dtype, offset: self.offset + begin as usize * row_bytes })
+    }
+
+    /// Row `idx` of axis 0; the axis is dropped when the array has more than one dimension, or
+    /// always in numpy-shape mode.
+    pub fn at(&self, idx: i64) -> Result<NDArray> {
+        let rows = self.shape.first().copied().unwrap_or(0);
+        if idx < 0 || idx >= rows {
+            return Err(Error::invalid(format!("index {idx} out of range for axis 0 of size {rows}")));
+        }
+        let mut v = self.slice(idx, idx + 1)?;
+        if self.shape.len() > 1 || super::np_shape::current().is_on() {
+            v.shape.remove(0);
+        }
+        Ok(v)
+    }
+
+    /// A view with another shape over the same memory; it may cover fewer elements, not more.
+    pub fn reshape(&self, shape: &[i64]) -> Result<NDArray> {
+        self.chunk("Reshape")?;
+        let n = shape::num_elements(shape)?;
+        if n > self.size() {
+            return Err(Error::invalid(format!(
+                "target shape size is larger than the current shape: {shape:?} ({n}) vs {:?} ({})",
+                self.shape(),
+                self.size()
+            )));
+        }
+        Ok(NDArray { chunk: self.chunk.clone(), shape: Shape::from_slice(shape), dtype: self.dtype, offset: self.offset })
+    }
+
+    /// For cpu_shared arrays: a cross-process handle `(pid, fd)` another process passes to
+    /// [`NDArray::from_shared`]. Waits for pending writes first.
+    pub fn shared_handle(&self) -> Result<(i32, i32)> {
+        let chunk = self.chunk("GetSharedMemHandle")?;
+        self.wait_to_read()?;
+        chunk.with_allocation(|a| a.share_fd())
+    }
+
+    /// The array as a file record borrowing its data.
+    ///
+    /// # Safety
+    /// The caller must hold a read lease on the array's variable while the record is used.
+    unsafe fn record_ref(&self) -> Result<RecordRef<'_>> {
+        let chunk = self.chunk("Save")?;
+        let n = self.nbytes();
+        let data: &[u8] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: the view's `n` bytes are allocated; the caller's read lease keeps writers
+            // out while the record lives.
+            unsafe { std::slice::from_raw_parts(self.data_ptr()?, n) }
+        };
+        Ok(RecordRef {
+            stype: StorageType::Default,
+            shape: Some(&self.shape),
+            ctx: SavedContext::from(chunk.ctx),
+            dtype: self.dtype,
+            data,
+            storage_shape: None,
+            aux: Vec::new(),
+        })
+    }
+
+    /// An array made from a file record: dense only; data goes to CPU (saved GPU arrays load on
+    /// the CPU, as in MXNet without GPUs).
+    pub fn from_record(rec: &format::Record) -> Result<NDArray> {
+        if rec.stype != StorageType::Default {
+            return Err(Error::not_supported(format!(
+                "{} arrays are not supported yet (sparse storage is not built)",
+                rec.stype.name()
+            )));
+        }
+        let Some(shape) = &rec.shape else { return Ok(NDArray::none()) };
+        // MXNet loads into cpu(0); a saved GPU array stays there when no GPU is present.
+        let a = NDArray::new(shape, Context::cpu(0), rec.dtype, false)?;
+        a.sync_copy_from_bytes(&rec.data)?;
+        Ok(a)
+    }
+}
+
+/// Read leases on the distinct chunks of `arrays` (each chunk once: leasing a chunk twice could
+/// wait behind a write queued between the two leases).
+fn read_leases(arrays: &[&NDArray]) -> Result<Vec<crate::engine::VarLease<'static>>> {
+    let engine = engine()?;
+    let mut seen: Vec<&Arc<Chunk>> = Vec::new();
+    let mut leases = Vec::new();
+    for (i, a) in arrays.iter().enumerate() {
+        let c = a.chunk.as_ref().ok_or_else(|| {
+            Error::invalid(format!("array {i} is a none array (Unknown storage type-1)"))
+        })?;
+        if !seen.iter().any(|s| Arc::ptr_eq(s, c)) {
+            seen.push(c);
+            leases.push(engine.lease(&c.var, false)?);
+        }
+    }
+    Ok(leases)
+}
+
+/// Writes `arrays` (with one name each, or no names) as an MXNet list file to `w`, after the
+/// writes pushed to them before.
+pub fn save_list<W: std::io::Write>(w: &mut W, arrays: &[&NDArray], names: &[&str], np: NpShape) -> Result<()> {
+    let _leases = read_leases(arrays)?;
+    // SAFETY: read leases on every chunk are held until the records are written.
+    let records = arrays.iter().map(|a| unsafe { a.record_ref() }).collect::<Result<Vec<_>>>()?;
+    format::write_list(w, &records, names, np)
+}
+
+/// One array as a single record (`MXNDArraySaveRawBytes`).
+pub fn save_record(array: &NDArray, np: NpShape) -> Result<Vec<u8>> {
+    let _leases = read_leases(&[array])?;
+    // SAFETY: the read lease is held until the record is written.
+    let rec = unsafe { array.record_ref()? };
+    let mut out = Vec::with_capacity(format::record_len(&rec, np)?);
+    format::write_record(&mut out, &rec, np)?;
+    Ok(out)
+}
+
+/// Arrays and names of an MXNet list file held in memory.
+pub fn load_list(bytes: &[u8], np: NpShape) -> Result<(Vec<NDArray>, Vec<String>)> {
+    let (records, names) = format::read_list(bytes, np)?;
+    let arrays = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| NDArray::from_record(r).map_err(|e| e.context(format_args!("array {i}"))))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((arrays, names))
+}
