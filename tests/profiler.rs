@@ -1124,3 +1124,46 @@ fn hook_cost() {
     );
     assert!(off < 5.0, "off path {off} ns");
 }
+
+#[test]
+fn storage_allocations_are_counted() {
+    use mxrt::storage::Storage;
+    let _g = lock();
+    let path = fresh(
+        "storage.json",
+        &[("continuous_dump", "false"), ("aggregate_stats", "true")],
+    );
+    let before = Storage::global().alloc(Context::cpu(0), 4096).unwrap();
+    drop(before); // not recorded: not running
+    assert_eq!(MXSetProfilerState(1), 0);
+    let a = Storage::global().alloc(Context::cpu(0), 1 << 20).unwrap();
+    let b = Storage::global().alloc(Context::cpu(0), 1 << 16).unwrap();
+    drop(a);
+    drop(b);
+    assert_eq!(MXSetProfilerState(0), 0);
+    assert_eq!(MXDumpProfile(1), 0);
+    let v = read_trace(&path);
+    let vals: Vec<u64> = events(&v)
+        .iter()
+        .filter(|e| e["name"] == "Memory: cpu/0")
+        .map(|e| {
+            assert_eq!(
+                (ph(e), e["cat"].as_str(), e["pid"].as_u64()),
+                ("C", Some("Device Storage"), Some(0))
+            );
+            e["args"]["Memory: cpu/0"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(vals.len(), 4, "{vals:?}");
+    // in use grows by each block, then shrinks by each block
+    assert!(
+        vals[0] >= 1 << 20 && vals[1] >= vals[0] + (1 << 16),
+        "{vals:?}"
+    );
+    // freeing b gives back what allocating it took; freeing a gives back at least its size
+    assert_eq!(vals[2] - vals[3], vals[1] - vals[0], "{vals:?}");
+    assert!(vals[1] - vals[2] >= 1 << 20, "{vals:?}");
+    assert!(vals[3] < vals[2] && vals[2] < vals[1], "{vals:?}");
+    let j: Value = serde_json::from_str(&stats(1, 0, 0, 0)).unwrap();
+    assert_eq!(j["Memory"]["Device Storage"]["Memory: cpu/0"]["Count"], 4);
+}

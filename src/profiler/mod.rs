@@ -67,7 +67,7 @@ use crate::error::{Error, Result};
 use buffer::{Payload, Record, Style, push};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use trace::TraceWriter;
 
@@ -376,6 +376,22 @@ fn recompute(c: &Core) {
     }
     FLAGS.store(f, Ordering::Relaxed);
     crate::engine::profiling::set_op_recording(engine_op_sink, f & F_OPS != 0);
+    // The process-wide storage reports allocations and frees only while memory is recorded.
+    let memory = f & F_MEMORY != 0;
+    if MEMORY_HOOKED.swap(memory, Ordering::Relaxed) != memory {
+        let hook: Option<crate::storage::MemoryHook> =
+            if memory { Some(storage_hook) } else { None };
+        crate::storage::Storage::global().set_memory_hook(hook);
+    }
+}
+
+static MEMORY_HOOKED: AtomicBool = AtomicBool::new(false);
+
+/// The storage's memory hook: one counter record of the bytes in use per allocation or free.
+fn storage_hook(event: &crate::storage::MemoryEvent) {
+    if memory_enabled() {
+        record_memory(event.ctx, event.bytes_in_use as u64);
+    }
 }
 
 /// The engine's op sink. The engine measures with its own monotonic clock, so the interval is
