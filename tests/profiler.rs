@@ -1167,3 +1167,48 @@ fn storage_allocations_are_counted() {
     let j: Value = serde_json::from_str(&stats(1, 0, 0, 0)).unwrap();
     assert_eq!(j["Memory"]["Device Storage"]["Memory: cpu/0"]["Count"], 4);
 }
+
+/// Run by `autostart_from_env` in a child process with MXNET_PROFILER_AUTOSTART=1.
+#[test]
+#[ignore = "helper run in a child process by autostart_from_env"]
+fn autostart_child() {
+    if std::env::var("MXNET_PROFILER_AUTOSTART").is_err() {
+        return;
+    }
+    let st = profiler::status();
+    assert!(st.running && st.output_enabled, "{st:?}");
+    assert_eq!(st.mode, 2, "MXNET_PROFILER_MODE=2");
+    assert!(profiler::ops_enabled() && !profiler::api_enabled());
+    profiler::record_op("autostarted", Context::cpu(0), 1, 2);
+}
+
+#[test]
+fn autostart_from_env() {
+    let dir = tmp("autostart");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "autostart_child",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env("MXNET_PROFILER_AUTOSTART", "1")
+        .env("MXNET_PROFILER_MODE", "2")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let v = read_trace(&dir.join("profile.json"));
+    assert_eq!(
+        events(&v)
+            .iter()
+            .filter(|e| e["name"] == "autostarted")
+            .count(),
+        2
+    );
+}

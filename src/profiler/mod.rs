@@ -431,8 +431,22 @@ pub fn status() -> Status {
     }
 }
 
-/// Applies `MXNET_PROFILER_AUTOSTART` (run at once, writing `profile.json`). The initial mode comes
-/// from `MXNET_PROFILER_MODE` when the profiler is first touched. Call once at library start-up.
+/// Runs [`init_from_env`] when the library is loaded (as MXNet's profiler singleton does at static
+/// initialisation), so `MXNET_PROFILER_AUTOSTART=1` works without any call.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static AUTOSTART_AT_LOAD: extern "C" fn() = {
+    extern "C" fn autostart() {
+        // Never unwind out of a loader constructor.
+        let _ = std::panic::catch_unwind(init_from_env);
+    }
+    autostart
+};
+
+/// Applies `MXNET_PROFILER_AUTOSTART` (`1`/`true`: run at once with the default configuration,
+/// writing `profile.json`). The initial mode comes from `MXNET_PROFILER_MODE` when the profiler
+/// is first touched. Runs automatically at library load on Linux.
 pub fn init_from_env() {
     let on = std::env::var("MXNET_PROFILER_AUTOSTART")
         .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
