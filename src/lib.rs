@@ -12,6 +12,7 @@ pub mod error;
 pub mod engine;
 pub mod ndarray;
 pub mod storage;
+pub mod profiler;
 
 pub mod capi;
 
