@@ -54,6 +54,16 @@ typedef const void *EngineFnPropertyHandle;
 typedef void (*EngineSyncFunc)(void*, void*);
 
 /**
+ * A KVStore.
+ */
+typedef void *KVStoreHandle;
+
+/**
+ * A profiler object (domain, task, frame, event or counter).
+ */
+typedef void *ProfileHandle;
+
+/**
  * An NDArray.
  */
 typedef void *NDArrayHandle;
@@ -107,16 +117,6 @@ typedef uint32_t mx_uint;
  * Float, MXNet's `mx_float`.
  */
 typedef float mx_float;
-
-/**
- * A KVStore.
- */
-typedef void *KVStoreHandle;
-
-/**
- * A profiler object (domain, task, frame, event or counter).
- */
-typedef void *ProfileHandle;
 
 /**
  * A DLPack `DLManagedTensor`.
@@ -284,6 +284,166 @@ int MXGetEnv(const char *name, const char **value);
  * type, worker counts) only take effect before first use. (MXNet's test helper.)
  */
 int MXSetEnv(const char *name, const char *value);
+
+/**
+ * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].
+ *
+ * # Safety
+ * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ */
+int MXSetProfilerConfig(int num_params, const char *const *keys, const char *const *vals);
+
+/**
+ * Sets the profiler configuration from `num_params` key/value strings. Keys not given take their
+ * defaults: profile_all=false, profile_symbolic/imperative/memory/api=true,
+ * filename="profile.json", continuous_dump=true, dump_period=1.0, aggregate_stats=false,
+ * profile_process="worker", and mxrt's own `timeline` (false; true = an HTML timeline next to the
+ * trace, or a path ending in .html or .svg). The trace file is deleted at once. An unknown key or
+ * a bad value fails naming the key. With profile_process="server" the configuration is meant for
+ * a KVStore server: `kvstoreHandle` must not be NULL (nothing else happens in this build).
+ *
+ * # Safety
+ * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ */
+int MXSetProcessProfilerConfig(int num_params,
+                               const char *const *keys,
+                               const char *const *vals,
+                               KVStoreHandle kvstoreHandle);
+
+/**
+ * Sets the profiler state of this process: 1 runs (enables output, unpauses), 0 stops (pauses).
+ */
+int MXSetProfilerState(int state);
+
+/**
+ * Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
+ * fails. `profile_process` is 0 (worker, this process) or 1 (server: `kvStoreHandle` must not
+ * be NULL; nothing else happens in this build).
+ */
+int MXSetProcessProfilerState(int state, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Writes the records collected so far to the trace file; see [`MXDumpProcessProfile`].
+ */
+int MXDumpProfile(int finished);
+
+/**
+ * Writes the records collected so far to the trace file, which is complete, valid JSON after
+ * every dump. Fails unless the profiler has been run since the last final dump. When `finished`
+ * is non-zero, or continuous_dump is off, output is disabled afterwards.
+ */
+int MXDumpProcessProfile(int finished, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Prints the aggregate stats as a table sorted by total time, descending; see
+ * [`MXAggregateProfileStatsPrintEx`].
+ *
+ * # Safety
+ * `out_str` must be valid for a write of one pointer.
+ */
+int MXAggregateProfileStatsPrint(const char **out_str, int reset);
+
+/**
+ * Flushes pending records (a dump, if output is enabled), then prints the aggregate stats:
+ * `format` 0 table, 1 JSON; `sort_by` 0 total, 1 avg, 2 min, 3 max, 4 count; `ascending` 0/1.
+ * The text is empty when aggregate_stats is off. `reset` non-zero clears the stats afterwards.
+ * `*out_str` points to a thread-local buffer valid until the next call of this function on the
+ * same thread.
+ *
+ * # Safety
+ * `out_str` must be valid for a write of one pointer.
+ */
+int MXAggregateProfileStatsPrintEx(const char **out_str,
+                                   int reset,
+                                   int format,
+                                   int sort_by,
+                                   int ascending);
+
+/**
+ * Pauses (non-zero) or resumes (0) recording in this process.
+ */
+int MXProfilePause(int paused);
+
+/**
+ * Pauses (non-zero) or resumes (0) recording. `profile_process` as for
+ * [`MXSetProcessProfilerState`].
+ */
+int MXProcessProfilePause(int paused, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Creates a domain named `domain`. Domains are never destroyed.
+ *
+ * # Safety
+ * `domain` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateDomain(const char *domain, ProfileHandle *out);
+
+/**
+ * Creates a task of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `task_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateTask(ProfileHandle domain, const char *task_name, ProfileHandle *out);
+
+/**
+ * Creates a frame of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `frame_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateFrame(ProfileHandle domain, const char *frame_name, ProfileHandle *out);
+
+/**
+ * Creates an event. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `event_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateEvent(const char *event_name, ProfileHandle *out);
+
+/**
+ * Creates a counter (initially 0) of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `counter_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateCounter(ProfileHandle domain, const char *counter_name, ProfileHandle *out);
+
+/**
+ * Frees a task, frame, event or counter handle. NULL, or a freed handle, fails; a domain handle
+ * is accepted and ignored (domains live for the whole process).
+ */
+int MXProfileDestroyHandle(ProfileHandle frame_handle);
+
+/**
+ * Starts (or restarts) a task, frame or event.
+ */
+int MXProfileDurationStart(ProfileHandle duration_handle);
+
+/**
+ * Stops a task, frame or event and records it (unless paused). Fails if it was not started.
+ */
+int MXProfileDurationStop(ProfileHandle duration_handle);
+
+/**
+ * Sets a counter's value; records the change (unless paused).
+ */
+int MXProfileSetCounter(ProfileHandle counter_handle, uint64_t value);
+
+/**
+ * Adds `value` (possibly negative) to a counter; records the change (unless paused).
+ */
+int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
+
+/**
+ * Records an instant marker named `instant_marker_name` in `domain`. `scope` is one of
+ * "global", "process", "thread", "task", "marker"; anything else fails.
+ *
+ * # Safety
+ * `instant_marker_name` and `scope` must be NUL-terminated strings.
+ */
+int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
 
 /**
  * Creates a "none" array: no shape, no data (shape queries report ndim 0, dtype -1).
