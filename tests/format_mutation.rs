@@ -10,6 +10,10 @@
 //! A counting global allocator records the largest single allocation a parse makes, so a
 //! reader that sized a buffer from a declared count or shape would fail here even if the
 //! allocation itself succeeded.
+//!
+//! The counting allocator conflicts with mxrt's mimalloc, so this file builds only without it:
+//! `cargo test --no-default-features --test format_mutation` (as `make test` runs it).
+#![cfg(not(feature = "mimalloc"))]
 
 use mxrt::DType;
 use mxrt::ErrorKind;

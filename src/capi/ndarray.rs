@@ -552,7 +552,7 @@ pub unsafe extern "C" fn MXNDArrayGetGradState(handle: NDArrayHandle, out: *mut 
 unsafe fn handles_arg(ptr: *mut NDArrayHandle, n: usize, name: &str) -> Result<Vec<Arc<NDArray>>> {
     // SAFETY: API contract: `n` handles.
     let hs = unsafe { args::slice(ptr as *const NDArrayHandle, n, name)? };
-    hs.iter().enumerate().map(|(i, &h)| nd(h, &format!("{name}[{i}]"))).collect()
+    hs.iter().enumerate().map(|(i, &h)| handle::borrow_at::<NDArray>(h, name, i)).collect()
 }
 
 /// Saves `num_args` arrays to `fname` in MXNet's format (byte-compatible with MXNet 1.9.1), with
@@ -821,7 +821,7 @@ unsafe fn nd_vars(c: *mut NDArrayHandle, nc: c_int, m: *mut NDArrayHandle, nm: c
         hs.iter()
             .enumerate()
             .map(|(i, &h)| {
-                let a = nd(h, &format!("{name}[{i}]"))?;
+                let a = handle::borrow_at::<NDArray>(h, name, i)?;
                 a.var().cloned().ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))
             })
             .collect()
