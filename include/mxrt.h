@@ -22,6 +22,9 @@
 /** The MXNet version whose C ABI mxrt implements (MXGetVersion reports it). */
 #define MXRT_MXNET_VERSION 10901
 
+/** MXNet's feature entry; defined by mxnet/c_api.h, read it through MXRTLibFeature here. */
+typedef struct LibFeature LibFeature;
+
 
 /**
  * Body of an async op: `(RunContext *run_ctx, CallbackOnComplete *on_complete, void *param)`.
@@ -74,6 +77,38 @@ typedef void *NDArrayHandle;
 typedef int64_t dim_t;
 
 /**
+ * Pool statistics of one device's storage manager (MXStorageGetStats). Byte counts are after the
+ * pool's size rounding.
+ */
+typedef struct {
+  /**
+   * Bytes handed out and not yet freed.
+   */
+  uint64_t bytes_in_use;
+  /**
+   * Bytes kept by the pool for reuse.
+   */
+  uint64_t bytes_cached;
+  /**
+   * Highest `bytes_in_use` seen.
+   */
+  uint64_t peak_in_use;
+  /**
+   * Allocations served from the cache.
+   */
+  uint64_t hits;
+  /**
+   * Allocations that needed new memory from the device.
+   */
+  uint64_t misses;
+  /**
+   * Allocations and frees requested.
+   */
+  uint64_t allocs;
+  uint64_t frees;
+} MXStorageStats;
+
+/**
  * MXNet's `engine::CallbackOnComplete`, as C code sees it.
  */
 typedef struct {
@@ -107,6 +142,15 @@ typedef struct {
    */
   bool is_bulk;
 } RunContext;
+
+/**
+ * Layout of one MXLibInfoFeatures entry: `{const char *name; bool enabled;}` (MXNet's
+ * `struct LibFeature`).
+ */
+typedef struct {
+  const char *name;
+  bool enabled;
+} MXRTLibFeature;
 
 /**
  * Unsigned int, MXNet's `mx_uint`.
@@ -284,6 +328,36 @@ int MXGetEnv(const char *name, const char **value);
  * type, worker counts) only take effect before first use. (MXNet's test helper.)
  */
 int MXSetEnv(const char *name, const char *value);
+
+/**
+ * The features of this build: a static array of 32 entries in MXNet's order (CUDA, CUDNN, ...,
+ * TVM_OP); read them as `const MXRTLibFeature *`. PROFILER and INT64_TENSOR_SIZE are on, the CPU_*
+ * flags follow the instruction sets mxrt was compiled for, the rest (CUDA, BLAS, OPENMP, ...) are
+ * off.
+ */
+int MXLibInfoFeatures(const LibFeature **lib_feature, size_t *size);
+
+/**
+ * Number of GPUs: 0, since GPU support is not built into this mxrt yet.
+ */
+int MXGetGPUCount(int *out);
+
+/**
+ * GPU memory of device `dev`: always -1 here (GPU support is not built into this mxrt yet).
+ */
+int MXGetGPUMemoryInformation64(int dev, uint64_t *free_mem, uint64_t *total_mem);
+
+/**
+ * Sets numpy-shape semantics: 0 off (clears the process-wide and this thread's flag), 1 on for
+ * the calling thread, 2 on for the whole process. `*prev` gets whether it was on before (0 or 1,
+ * as MXNet reports).
+ */
+int MXSetIsNumpyShape(int is_np_shape, int *prev);
+
+/**
+ * The calling thread's numpy-shape state: 2 on globally, 1 on for this thread, 0 off.
+ */
+int MXIsNumpyShape(int *curr);
 
 /**
  * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].
@@ -688,10 +762,7 @@ int MXNDArrayGetGradState(NDArrayHandle handle, int *out);
  * Saves `num_args` arrays to `fname` in MXNet's format (byte-compatible with MXNet 1.9.1), with
  * names `keys[i]` or no names when `keys` is NULL. Waits for pending writes to the arrays.
  */
-int MXNDArraySave(const char *fname,
-                  uint32_t num_args,
-                  NDArrayHandle *args,
-                  const char *const *keys);
+int MXNDArraySave(const char *fname, uint32_t num_args, NDArrayHandle *args, const char **keys);
 
 /**
  * Loads an MXNet array file: `*out_arr` holds `*out_size` new handles (the caller frees each),
@@ -788,6 +859,18 @@ int MXEnginePushSyncND(EngineSyncFunc sync_func,
                        EngineFnPropertyHandle prop_handle,
                        int priority,
                        const char *opr_name);
+
+/**
+ * Releases the memory the storage pool of (`dev_type`, `dev_id`) keeps cached for reuse. For a
+ * gpu that never allocated it fails as MXNet does; host devices always succeed.
+ */
+int MXStorageEmptyCache(int dev_type, int dev_id);
+
+/**
+ * mxrt addition. Writes the pool statistics of (`dev_type`, `dev_id`) into `*out`; all zero for a
+ * device nothing was allocated on yet. cpu ids share one pool, as do cpu_shared ids.
+ */
+int MXStorageGetStats(int dev_type, int dev_id, MXStorageStats *out);
 
 #ifdef __cplusplus
 }  // extern "C"

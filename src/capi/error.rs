@@ -35,6 +35,8 @@ pub(crate) fn api_call<F>(func: &'static str, body: F) -> c_int
 where
     F: FnOnce() -> crate::Result<()>,
 {
+    // records the call when the profiler traces API calls (one atomic load otherwise)
+    let _scope = crate::profiler::ApiScope::begin(func);
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => 0,
         Ok(Err(err)) => {

@@ -101,3 +101,128 @@ pub unsafe extern "C" fn MXSetEnv(name: *const c_char, value: *const c_char) -> 
         Ok(())
     })
 }
+
+/// MXNet's `struct LibFeature`. Opaque here so that this header and `mxnet/c_api.h` (which
+/// defines it) can be included together in any order; read the entries through
+/// [`MXRTLibFeature`], which has the same layout.
+#[allow(dead_code)]
+pub struct LibFeature {
+    _opaque: [u8; 0],
+}
+
+/// Layout of one MXLibInfoFeatures entry: `{const char *name; bool enabled;}` (MXNet's
+/// `struct LibFeature`).
+#[repr(C)]
+pub struct MXRTLibFeature {
+    pub name: *const c_char,
+    pub enabled: bool,
+}
+
+struct FeatureTable([MXRTLibFeature; 32]);
+// SAFETY: the table only holds pointers to static C string literals and is never mutated.
+unsafe impl Sync for FeatureTable {}
+
+const X86: bool = cfg!(any(target_arch = "x86", target_arch = "x86_64"));
+
+macro_rules! feature {
+    ($name:literal, $on:expr) => {
+        MXRTLibFeature { name: $name.as_ptr(), enabled: $on }
+    };
+}
+
+/// MXNet's 32 features in its order; enabled only where this build really has the feature
+/// (CPU flags are the ones mxrt was compiled for).
+static FEATURES: FeatureTable = FeatureTable([
+    feature!(c"CUDA", false),
+    feature!(c"CUDNN", false),
+    feature!(c"NCCL", false),
+    feature!(c"CUDA_RTC", false),
+    feature!(c"TENSORRT", false),
+    feature!(c"CPU_SSE", X86 && cfg!(target_feature = "sse")),
+    feature!(c"CPU_SSE2", X86 && cfg!(target_feature = "sse2")),
+    feature!(c"CPU_SSE3", X86 && cfg!(target_feature = "sse3")),
+    feature!(c"CPU_SSE4_1", X86 && cfg!(target_feature = "sse4.1")),
+    feature!(c"CPU_SSE4_2", X86 && cfg!(target_feature = "sse4.2")),
+    feature!(c"CPU_SSE4A", X86 && cfg!(target_feature = "sse4a")),
+    feature!(c"CPU_AVX", X86 && cfg!(target_feature = "avx")),
+    feature!(c"CPU_AVX2", X86 && cfg!(target_feature = "avx2")),
+    feature!(c"OPENMP", false),
+    feature!(c"SSE", X86 && cfg!(target_feature = "sse")),
+    feature!(c"F16C", X86 && cfg!(target_feature = "f16c")),
+    feature!(c"JEMALLOC", false),
+    feature!(c"BLAS_OPEN", false),
+    feature!(c"BLAS_ATLAS", false),
+    feature!(c"BLAS_MKL", false),
+    feature!(c"BLAS_APPLE", false),
+    feature!(c"LAPACK", false),
+    feature!(c"MKLDNN", false),
+    feature!(c"OPENCV", false),
+    feature!(c"CAFFE", false),
+    feature!(c"PROFILER", true),
+    feature!(c"DIST_KVSTORE", false),
+    feature!(c"CXX14", false),
+    feature!(c"INT64_TENSOR_SIZE", true),
+    feature!(c"SIGNAL_HANDLER", false),
+    feature!(c"DEBUG", cfg!(debug_assertions)),
+    feature!(c"TVM_OP", false),
+]);
+
+/// The features of this build: a static array of 32 entries in MXNet's order (CUDA, CUDNN, ...,
+/// TVM_OP); read them as `const MXRTLibFeature *`. PROFILER and INT64_TENSOR_SIZE are on, the CPU_*
+/// flags follow the instruction sets mxrt was compiled for, the rest (CUDA, BLAS, OPENMP, ...) are
+/// off.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXLibInfoFeatures(lib_feature: *mut *const LibFeature, size: *mut usize) -> c_int {
+    api_call("MXLibInfoFeatures", || {
+        // SAFETY: API contract: out-parameters.
+        let (f, n) = unsafe { (args::out(lib_feature, "libFeature")?, args::out(size, "size")?) };
+        *f = FEATURES.0.as_ptr() as *const LibFeature;
+        *n = FEATURES.0.len();
+        Ok(())
+    })
+}
+
+/// Number of GPUs: 0, since GPU support is not built into this mxrt yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
+    api_call("MXGetGPUCount", || {
+        // SAFETY: API contract: out-parameter.
+        *unsafe { args::out(out, "out")? } = 0;
+        Ok(())
+    })
+}
+
+/// GPU memory of device `dev`: always -1 here (GPU support is not built into this mxrt yet).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, total_mem: *mut u64) -> c_int {
+    let _ = (free_mem, total_mem);
+    api_call("MXGetGPUMemoryInformation64", || {
+        Err(Error::not_supported(format!(
+            "cannot query gpu({dev}): this call is only supported with GPU support, which this mxrt build does not have"
+        )))
+    })
+}
+
+/// Sets numpy-shape semantics: 0 off (clears the process-wide and this thread's flag), 1 on for
+/// the calling thread, 2 on for the whole process. `*prev` gets whether it was on before (0 or 1,
+/// as MXNet reports).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXSetIsNumpyShape(is_np_shape: c_int, prev: *mut c_int) -> c_int {
+    api_call("MXSetIsNumpyShape", || {
+        // SAFETY: API contract: out-parameter.
+        let prev = unsafe { args::out(prev, "prev")? };
+        let state = crate::ndarray::format::NpShape::from_code(is_np_shape)?;
+        *prev = crate::ndarray::np_shape::set(state) as c_int;
+        Ok(())
+    })
+}
+
+/// The calling thread's numpy-shape state: 2 on globally, 1 on for this thread, 0 off.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXIsNumpyShape(curr: *mut c_int) -> c_int {
+    api_call("MXIsNumpyShape", || {
+        // SAFETY: API contract: out-parameter.
+        *unsafe { args::out(curr, "curr")? } = crate::ndarray::np_shape::current().code();
+        Ok(())
+    })
+}

@@ -12,3 +12,4 @@ pub(crate) mod handle;
 pub mod profiler;
 pub mod types;
 pub mod ndarray;
+pub mod storage;

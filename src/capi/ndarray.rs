@@ -558,7 +558,7 @@ unsafe fn handles_arg(ptr: *mut NDArrayHandle, n: usize, name: &str) -> Result<V
 /// Saves `num_args` arrays to `fname` in MXNet's format (byte-compatible with MXNet 1.9.1), with
 /// names `keys[i]` or no names when `keys` is NULL. Waits for pending writes to the arrays.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args: *mut NDArrayHandle, keys: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args: *mut NDArrayHandle, keys: *mut *const c_char) -> c_int {
     api_call("MXNDArraySave", || {
         // SAFETY: API contract: NUL-terminated path.
         let path = unsafe { args::c_str(fname, "fname")? };
@@ -568,7 +568,7 @@ pub unsafe extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args
             Vec::new()
         } else {
             // SAFETY: API contract: `num_args` names.
-            let ks = unsafe { args::slice(keys, num_args as usize, "keys")? };
+            let ks = unsafe { args::slice(keys as *const *const c_char, num_args as usize, "keys")? };
             ks.iter()
                 .enumerate()
                 // SAFETY: API contract: each key is a NUL-terminated string.
