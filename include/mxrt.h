@@ -109,6 +109,11 @@ typedef struct {
 } MXStorageStats;
 
 /**
+ * A DLPack `DLManagedTensor`.
+ */
+typedef void *DLManagedTensorHandle;
+
+/**
  * MXNet's `engine::CallbackOnComplete`, as C code sees it.
  */
 typedef struct {
@@ -161,11 +166,6 @@ typedef uint32_t mx_uint;
  * Float, MXNet's `mx_float`.
  */
 typedef float mx_float;
-
-/**
- * A DLPack `DLManagedTensor`.
- */
-typedef void *DLManagedTensorHandle;
 
 #ifdef __cplusplus
 extern "C" {
@@ -871,6 +871,34 @@ int MXStorageEmptyCache(int dev_type, int dev_id);
  * device nothing was allocated on yet. cpu ids share one pool, as do cpu_shared ids.
  */
 int MXStorageGetStats(int dev_type, int dev_id, MXStorageStats *out);
+
+/**
+ * Exports the array as a DLPack v0.2 `DLManagedTensor` that keeps the array's memory alive until
+ * its `deleter` is called (or MXNDArrayCallDLPackDeleter). Does not wait for pending writes
+ * (call MXNDArrayWaitToRead first). `strides` is NULL (compact row-major).
+ */
+int MXNDArrayToDLPack(NDArrayHandle handle, DLManagedTensorHandle *out_dlpack);
+
+/**
+ * Wraps a DLPack tensor as an array without copying; the tensor's deleter runs when the array's
+ * memory is released (MXNDArrayFromDLPackEx with transient_handle = false).
+ */
+int MXNDArrayFromDLPack(DLManagedTensorHandle dlpack, NDArrayHandle *out_handle);
+
+/**
+ * Wraps a DLPack tensor as an array without copying. With `transient_handle` the
+ * DLManagedTensor struct itself may be freed by the caller after this call: mxrt keeps a copy and
+ * passes the copy to the deleter.
+ */
+int MXNDArrayFromDLPackEx(DLManagedTensorHandle dlpack,
+                          bool transient_handle,
+                          NDArrayHandle *out_handle);
+
+/**
+ * Calls `dlpack->deleter(dlpack)` if both are non-NULL (NULL is accepted and ignored, as in
+ * MXNet).
+ */
+int MXNDArrayCallDLPackDeleter(DLManagedTensorHandle dlpack);
 
 #ifdef __cplusplus
 }  // extern "C"

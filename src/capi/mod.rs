@@ -13,3 +13,4 @@ pub mod profiler;
 pub mod types;
 pub mod ndarray;
 pub mod storage;
+pub mod dlpack;
