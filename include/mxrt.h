@@ -54,6 +54,39 @@ typedef const void *EngineFnPropertyHandle;
 typedef void (*EngineSyncFunc)(void*, void*);
 
 /**
+ * A KVStore.
+ */
+typedef void *KVStoreHandle;
+
+/**
+ * An NDArray.
+ */
+typedef void *NDArrayHandle;
+
+/**
+ * Unsigned int, MXNet's `mx_uint`.
+ */
+typedef uint32_t mx_uint;
+
+/**
+ * `MXKVStoreUpdater` (MXNet declares the function type; parameters decay to this pointer).
+ */
+typedef void (*KVStoreUpdaterFn)(int key, NDArrayHandle recv, NDArrayHandle local, void *handle);
+
+/**
+ * `MXKVStoreStrUpdater`.
+ */
+typedef void (*KVStoreStrUpdaterFn)(const char *key,
+                                    NDArrayHandle recv,
+                                    NDArrayHandle local,
+                                    void *handle);
+
+/**
+ * `MXKVStoreServerController`.
+ */
+typedef void (*KVStoreServerControllerFn)(int head, const char *body, void *controller_handle);
+
+/**
  * MXNet's `engine::CallbackOnComplete`, as C code sees it.
  */
 typedef struct {
@@ -89,11 +122,6 @@ typedef struct {
 } RunContext;
 
 /**
- * Unsigned int, MXNet's `mx_uint`.
- */
-typedef uint32_t mx_uint;
-
-/**
  * Float, MXNet's `mx_float`.
  */
 typedef float mx_float;
@@ -102,16 +130,6 @@ typedef float mx_float;
  * Dimension type of shapes, MXNet's `dim_t`.
  */
 typedef int64_t dim_t;
-
-/**
- * An NDArray.
- */
-typedef void *NDArrayHandle;
-
-/**
- * A KVStore.
- */
-typedef void *KVStoreHandle;
 
 /**
  * A profiler object (domain, task, frame, event or counter).
@@ -284,6 +302,242 @@ int MXGetEnv(const char *name, const char **value);
  * type, worker counts) only take effect before first use. (MXNet's test helper.)
  */
 int MXSetEnv(const char *name, const char *value);
+
+/**
+ * Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",
+ * "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("device" reduces where
+ * the values live; without GPUs it is the same as "local"). "dist_*" and "nccl" fail: mxrt does
+ * not build those stores.
+ */
+int MXKVStoreCreate(const char *type_, KVStoreHandle *out);
+
+/**
+ * Frees a store (NULL is a no-op). Engine ops already pushed keep the arrays they use alive.
+ */
+int MXKVStoreFree(KVStoreHandle handle);
+
+/**
+ * Not supported yet: fails with a message (the arguments are still checked).
+ */
+int MXKVStoreSetGradientCompression(KVStoreHandle handle,
+                                    uint32_t num_params,
+                                    const char *const *keys,
+                                    const char *const *vals);
+
+/**
+ * Stores a copy of each value under its int key (each key once).
+ */
+int MXKVStoreInit(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals);
+
+/**
+ * Stores a copy of each value under its string key (each key once).
+ */
+int MXKVStoreInitEx(KVStoreHandle handle,
+                    uint32_t num,
+                    const char *const *keys,
+                    NDArrayHandle *vals);
+
+/**
+ * Sums the values given for each key and folds the sum into the stored value (through the
+ * updater if set). Returns before the sums run.
+ */
+int MXKVStorePush(KVStoreHandle handle,
+                  uint32_t num,
+                  const int *keys,
+                  NDArrayHandle *vals,
+                  int priority);
+
+/**
+ * [`MXKVStorePush`] with string keys.
+ */
+int MXKVStorePushEx(KVStoreHandle handle,
+                    uint32_t num,
+                    const char *const *keys,
+                    NDArrayHandle *vals,
+                    int priority);
+
+/**
+ * Copies each key's value into the outputs given for it (engine ops).
+ */
+int MXKVStorePull(KVStoreHandle handle,
+                  uint32_t num,
+                  const int *keys,
+                  NDArrayHandle *vals,
+                  int priority);
+
+/**
+ * [`MXKVStorePull`] with string keys.
+ */
+int MXKVStorePullEx(KVStoreHandle handle,
+                    uint32_t num,
+                    const char *const *keys,
+                    NDArrayHandle *vals,
+                    int priority);
+
+/**
+ * [`MXKVStorePull`]; `ignore_sparse` has no effect (all arrays are dense).
+ */
+int MXKVStorePullWithSparse(KVStoreHandle handle,
+                            uint32_t num,
+                            const int *keys,
+                            NDArrayHandle *vals,
+                            int priority,
+                            bool ignore_sparse);
+
+/**
+ * [`MXKVStorePullWithSparse`] with string keys.
+ */
+int MXKVStorePullWithSparseEx(KVStoreHandle handle,
+                              uint32_t num,
+                              const char *const *keys,
+                              NDArrayHandle *vals,
+                              int priority,
+                              bool ignore_sparse);
+
+/**
+ * Not supported: mxrt has no row_sparse arrays. Fails with a message.
+ */
+int MXKVStorePullRowSparse(KVStoreHandle handle,
+                           uint32_t num,
+                           const int *keys,
+                           NDArrayHandle *vals,
+                           const NDArrayHandle *row_ids,
+                           int priority);
+
+/**
+ * [`MXKVStorePullRowSparse`] with string keys.
+ */
+int MXKVStorePullRowSparseEx(KVStoreHandle handle,
+                             uint32_t num,
+                             const char *const *keys,
+                             NDArrayHandle *vals,
+                             const NDArrayHandle *row_ids,
+                             int priority);
+
+/**
+ * Init(vkeys, vals) then Pull(okeys, outs).
+ */
+int MXKVStoreBroadcast(KVStoreHandle handle,
+                       mx_uint vnum,
+                       const int *vkeys,
+                       mx_uint onum,
+                       const int *okeys,
+                       NDArrayHandle *vals,
+                       NDArrayHandle *outs,
+                       int priority);
+
+/**
+ * [`MXKVStoreBroadcast`] with string keys.
+ */
+int MXKVStoreBroadcastEx(KVStoreHandle handle,
+                         mx_uint vnum,
+                         const char *const *vkeys,
+                         mx_uint onum,
+                         const char *const *okeys,
+                         NDArrayHandle *vals,
+                         NDArrayHandle *outs,
+                         int priority);
+
+/**
+ * Push(vkeys, vals) then Pull(okeys, outs).
+ */
+int MXKVStorePushPull(KVStoreHandle handle,
+                      mx_uint vnum,
+                      const int *vkeys,
+                      mx_uint onum,
+                      const int *okeys,
+                      NDArrayHandle *vals,
+                      NDArrayHandle *outs,
+                      int priority);
+
+/**
+ * [`MXKVStorePushPull`] with string keys.
+ */
+int MXKVStorePushPullEx(KVStoreHandle handle,
+                        mx_uint vnum,
+                        const char *const *vkeys,
+                        mx_uint onum,
+                        const char *const *okeys,
+                        NDArrayHandle *vals,
+                        NDArrayHandle *outs,
+                        int priority);
+
+/**
+ * Sets the int-key updater (NULL removes it). Called as `updater(key, recv, local, handle)` on
+ * the pushing thread; the callee owns `recv` and `local` and must free them.
+ */
+int MXKVStoreSetUpdater(KVStoreHandle handle, KVStoreUpdaterFn updater, void *updater_handle);
+
+/**
+ * Sets both updaters with one `updater_handle` (NULL removes either). String keys go to
+ * `str_updater` when set, else to `updater` with the key's id.
+ */
+int MXKVStoreSetUpdaterEx(KVStoreHandle handle,
+                          KVStoreUpdaterFn updater,
+                          KVStoreStrUpdaterFn str_updater,
+                          void *updater_handle);
+
+/**
+ * The lower-cased type string; the pointer stays valid while the store lives.
+ */
+int MXKVStoreGetType(KVStoreHandle handle, const char **type_);
+
+/**
+ * 0 for a local store.
+ */
+int MXKVStoreGetRank(KVStoreHandle handle, int *ret);
+
+/**
+ * 1 for a local store.
+ */
+int MXKVStoreGetGroupSize(KVStoreHandle handle, int *ret);
+
+/**
+ * 1: without a distributed build every process is a worker.
+ */
+int MXKVStoreIsWorkerNode(int *ret);
+
+/**
+ * 0: without a distributed build there are no servers.
+ */
+int MXKVStoreIsServerNode(int *ret);
+
+/**
+ * 0: without a distributed build there is no scheduler.
+ */
+int MXKVStoreIsSchedulerNode(int *ret);
+
+/**
+ * No-op for a local store (one worker).
+ */
+int MXKVStoreBarrier(KVStoreHandle handle);
+
+/**
+ * Records the flag (it only matters for distributed stores).
+ */
+int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle, int barrier_before_exit);
+
+/**
+ * Fails: a local store has no server to run.
+ */
+int MXKVStoreRunServer(KVStoreHandle handle,
+                       KVStoreServerControllerFn controller,
+                       void *controller_handle);
+
+/**
+ * Fails: a local store has no servers to send commands to.
+ */
+int MXKVStoreSendCommmandToServers(KVStoreHandle handle, int cmd_id, const char *cmd_body);
+
+/**
+ * 0 for a local store.
+ */
+int MXKVStoreGetNumDeadNode(KVStoreHandle handle, int node_id, int *number, int timeout_sec);
+
+/**
+ * Fails: the ps-lite environment exists only in distributed builds.
+ */
+int MXInitPSEnv(uint32_t num_vars, const char *const *keys, const char *const *vals);
 
 #ifdef __cplusplus
 }  // extern "C"
