@@ -9,6 +9,6 @@ pub mod engine;
 pub mod error;
 pub mod global;
 pub(crate) mod handle;
-pub mod kvstore;
-pub mod ndarray;
 pub mod types;
+pub mod ndarray;
+pub mod kvstore;
