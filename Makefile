@@ -46,6 +46,7 @@ check-header: lib
 
 rust-test:
 	$(CARGO) test --release
+	$(CARGO) test --release --no-default-features --test format_mutation
 
 test: rust-test check-header run-examples test-install
 	@echo "make test: all passed"

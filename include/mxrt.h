@@ -59,9 +59,19 @@ typedef void (*EngineSyncFunc)(void*, void*);
 typedef void *KVStoreHandle;
 
 /**
+ * A profiler object (domain, task, frame, event or counter).
+ */
+typedef void *ProfileHandle;
+
+/**
  * An NDArray.
  */
 typedef void *NDArrayHandle;
+
+/**
+ * Dimension type of shapes, MXNet's `dim_t`.
+ */
+typedef int64_t dim_t;
 
 /**
  * Unsigned int, MXNet's `mx_uint`.
@@ -125,16 +135,6 @@ typedef struct {
  * Float, MXNet's `mx_float`.
  */
 typedef float mx_float;
-
-/**
- * Dimension type of shapes, MXNet's `dim_t`.
- */
-typedef int64_t dim_t;
-
-/**
- * A profiler object (domain, task, frame, event or counter).
- */
-typedef void *ProfileHandle;
 
 /**
  * A DLPack `DLManagedTensor`.
@@ -302,6 +302,510 @@ int MXGetEnv(const char *name, const char **value);
  * type, worker counts) only take effect before first use. (MXNet's test helper.)
  */
 int MXSetEnv(const char *name, const char *value);
+
+/**
+ * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].
+ *
+ * # Safety
+ * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ */
+int MXSetProfilerConfig(int num_params, const char *const *keys, const char *const *vals);
+
+/**
+ * Sets the profiler configuration from `num_params` key/value strings. Keys not given take their
+ * defaults: profile_all=false, profile_symbolic/imperative/memory/api=true,
+ * filename="profile.json", continuous_dump=true, dump_period=1.0, aggregate_stats=false,
+ * profile_process="worker", and mxrt's own `timeline` (false; true = an HTML timeline next to the
+ * trace, or a path ending in .html or .svg). The trace file is deleted at once. An unknown key or
+ * a bad value fails naming the key. With profile_process="server" the configuration is meant for
+ * a KVStore server: `kvstoreHandle` must not be NULL (nothing else happens in this build).
+ *
+ * # Safety
+ * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ */
+int MXSetProcessProfilerConfig(int num_params,
+                               const char *const *keys,
+                               const char *const *vals,
+                               KVStoreHandle kvstoreHandle);
+
+/**
+ * Sets the profiler state of this process: 1 runs (enables output, unpauses), 0 stops (pauses).
+ */
+int MXSetProfilerState(int state);
+
+/**
+ * Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
+ * fails. `profile_process` is 0 (worker, this process) or 1 (server: `kvStoreHandle` must not
+ * be NULL; nothing else happens in this build).
+ */
+int MXSetProcessProfilerState(int state, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Writes the records collected so far to the trace file; see [`MXDumpProcessProfile`].
+ */
+int MXDumpProfile(int finished);
+
+/**
+ * Writes the records collected so far to the trace file, which is complete, valid JSON after
+ * every dump. Fails unless the profiler has been run since the last final dump. When `finished`
+ * is non-zero, or continuous_dump is off, output is disabled afterwards.
+ */
+int MXDumpProcessProfile(int finished, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Prints the aggregate stats as a table sorted by total time, descending; see
+ * [`MXAggregateProfileStatsPrintEx`].
+ *
+ * # Safety
+ * `out_str` must be valid for a write of one pointer.
+ */
+int MXAggregateProfileStatsPrint(const char **out_str, int reset);
+
+/**
+ * Flushes pending records (a dump, if output is enabled), then prints the aggregate stats:
+ * `format` 0 table, 1 JSON; `sort_by` 0 total, 1 avg, 2 min, 3 max, 4 count; `ascending` 0/1.
+ * The text is empty when aggregate_stats is off. `reset` non-zero clears the stats afterwards.
+ * `*out_str` points to a thread-local buffer valid until the next call of this function on the
+ * same thread.
+ *
+ * # Safety
+ * `out_str` must be valid for a write of one pointer.
+ */
+int MXAggregateProfileStatsPrintEx(const char **out_str,
+                                   int reset,
+                                   int format,
+                                   int sort_by,
+                                   int ascending);
+
+/**
+ * Pauses (non-zero) or resumes (0) recording in this process.
+ */
+int MXProfilePause(int paused);
+
+/**
+ * Pauses (non-zero) or resumes (0) recording. `profile_process` as for
+ * [`MXSetProcessProfilerState`].
+ */
+int MXProcessProfilePause(int paused, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Creates a domain named `domain`. Domains are never destroyed.
+ *
+ * # Safety
+ * `domain` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateDomain(const char *domain, ProfileHandle *out);
+
+/**
+ * Creates a task of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `task_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateTask(ProfileHandle domain, const char *task_name, ProfileHandle *out);
+
+/**
+ * Creates a frame of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `frame_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateFrame(ProfileHandle domain, const char *frame_name, ProfileHandle *out);
+
+/**
+ * Creates an event. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `event_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateEvent(const char *event_name, ProfileHandle *out);
+
+/**
+ * Creates a counter (initially 0) of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `counter_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateCounter(ProfileHandle domain, const char *counter_name, ProfileHandle *out);
+
+/**
+ * Frees a task, frame, event or counter handle. NULL, or a freed handle, fails; a domain handle
+ * is accepted and ignored (domains live for the whole process).
+ */
+int MXProfileDestroyHandle(ProfileHandle frame_handle);
+
+/**
+ * Starts (or restarts) a task, frame or event.
+ */
+int MXProfileDurationStart(ProfileHandle duration_handle);
+
+/**
+ * Stops a task, frame or event and records it (unless paused). Fails if it was not started.
+ */
+int MXProfileDurationStop(ProfileHandle duration_handle);
+
+/**
+ * Sets a counter's value; records the change (unless paused).
+ */
+int MXProfileSetCounter(ProfileHandle counter_handle, uint64_t value);
+
+/**
+ * Adds `value` (possibly negative) to a counter; records the change (unless paused).
+ */
+int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
+
+/**
+ * Records an instant marker named `instant_marker_name` in `domain`. `scope` is one of
+ * "global", "process", "thread", "task", "marker"; anything else fails.
+ *
+ * # Safety
+ * `instant_marker_name` and `scope` must be NUL-terminated strings.
+ */
+int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
+
+/**
+ * Creates a "none" array: no shape, no data (shape queries report ndim 0, dtype -1).
+ */
+int MXNDArrayCreateNone(NDArrayHandle *out);
+
+/**
+ * Creates a dense float32 array of `shape[0..ndim)` on (`dev_type`, `dev_id`); with
+ * `delay_alloc` != 0 the memory is allocated on first use.
+ */
+int MXNDArrayCreate(const uint32_t *shape,
+                    uint32_t ndim,
+                    int dev_type,
+                    int dev_id,
+                    int delay_alloc,
+                    NDArrayHandle *out);
+
+/**
+ * Creates a dense array of type `dtype` (MXNet's type codes 0-7 and 12; mxrt also accepts 8-11:
+ * int16, uint16, uint32, uint64).
+ */
+int MXNDArrayCreateEx(const uint32_t *shape,
+                      uint32_t ndim,
+                      int dev_type,
+                      int dev_id,
+                      int delay_alloc,
+                      int dtype,
+                      NDArrayHandle *out);
+
+/**
+ * MXNDArrayCreateEx with 64-bit dimensions.
+ */
+int MXNDArrayCreateEx64(const int64_t *shape,
+                        int ndim,
+                        int dev_type,
+                        int dev_id,
+                        int delay_alloc,
+                        int dtype,
+                        NDArrayHandle *out);
+
+/**
+ * Not supported: sparse storage is not built into this mxrt (always -1).
+ */
+int MXNDArrayCreateSparseEx(int storage_type,
+                            const uint32_t *shape,
+                            uint32_t ndim,
+                            int dev_type,
+                            int dev_id,
+                            int delay_alloc,
+                            int dtype,
+                            uint32_t num_aux,
+                            int *aux_type,
+                            uint32_t *aux_ndims,
+                            const uint32_t *aux_shape,
+                            NDArrayHandle *out);
+
+/**
+ * Not supported: sparse storage is not built into this mxrt (always -1).
+ */
+int MXNDArrayCreateSparseEx64(int storage_type,
+                              const int64_t *shape,
+                              int ndim,
+                              int dev_type,
+                              int dev_id,
+                              int delay_alloc,
+                              int dtype,
+                              uint32_t num_aux,
+                              int *aux_type,
+                              int *aux_ndims,
+                              const int64_t *aux_shape,
+                              NDArrayHandle *out);
+
+/**
+ * Frees a handle. The memory is released once no handle, view or pending op uses it. Freeing a
+ * handle twice is an error (-1), not a crash.
+ */
+int MXNDArrayFree(NDArrayHandle handle);
+
+/**
+ * A new handle sharing the array's memory, variable, shape and offset.
+ */
+int MXShallowCopyNDArray(NDArrayHandle src, NDArrayHandle *out);
+
+/**
+ * Copies `size` elements from `data` into the array (they must be exactly its size), after the
+ * ops pushed on it before. Runs on the calling thread; when no op is queued on the array it
+ * pushes no op at all.
+ */
+int MXNDArraySyncCopyFromCPU(NDArrayHandle handle, const void *data, size_t size);
+
+/**
+ * Copies the array (exactly `size` elements) into `data` after the writes pushed before;
+ * -1 with the op's message if the array carries an unreported error.
+ */
+int MXNDArraySyncCopyToCPU(NDArrayHandle handle, void *data, size_t size);
+
+/**
+ * Copies `handle_src` into `handle_dst` and waits (`i` = -1: the data; aux blobs (`i` >= 0)
+ * belong to sparse arrays, which are not supported).
+ */
+int MXNDArraySyncCopyFromNDArray(NDArrayHandle handle_dst, NDArrayHandle handle_src, int i);
+
+/**
+ * Checks a sparse array's structure. Dense arrays are always valid (0).
+ */
+int MXNDArraySyncCheckFormat(NDArrayHandle handle, bool full_check);
+
+/**
+ * Waits until the writes pushed to the array before have finished; -1 with the op's message if
+ * one of them failed (reported once).
+ */
+int MXNDArrayWaitToRead(NDArrayHandle handle);
+
+/**
+ * Waits until every read and write pushed to the array before has finished.
+ */
+int MXNDArrayWaitToWrite(NDArrayHandle handle);
+
+/**
+ * Waits for every pushed op; -1 with the first unreported error of a failed op.
+ */
+int MXNDArrayWaitAll(void);
+
+/**
+ * The address of the array's data (offset applied), without waiting; NULL for a none or empty
+ * array. Delayed storage is allocated here.
+ */
+int MXNDArrayGetData(NDArrayHandle handle, void **out_pdata);
+
+/**
+ * Slices rows [slice_begin, slice_end) of axis 0 into a new handle sharing memory.
+ */
+int MXNDArraySlice(NDArrayHandle handle,
+                   uint32_t slice_begin,
+                   uint32_t slice_end,
+                   NDArrayHandle *out);
+
+/**
+ * MXNDArraySlice with 64-bit bounds.
+ */
+int MXNDArraySlice64(NDArrayHandle handle,
+                     int64_t slice_begin,
+                     int64_t slice_end,
+                     NDArrayHandle *out);
+
+/**
+ * Row `idx` of axis 0 as a new handle sharing memory (axis 0 dropped if ndim > 1 or in
+ * numpy-shape mode).
+ */
+int MXNDArrayAt(NDArrayHandle handle, uint32_t idx, NDArrayHandle *out);
+
+/**
+ * MXNDArrayAt with a 64-bit index.
+ */
+int MXNDArrayAt64(NDArrayHandle handle, int64_t idx, NDArrayHandle *out);
+
+/**
+ * A view with shape `dims[0..ndim)` sharing memory: one -1 is inferred, 0 copies the source
+ * dimension; the new size may not exceed the old.
+ */
+int MXNDArrayReshape(NDArrayHandle handle, int ndim, int *dims, NDArrayHandle *out);
+
+/**
+ * A view with the reshape operator's codes (0 copy, -1 infer, -2 copy the rest, -3 merge two,
+ * -4 split one), matched right to left when `reverse`.
+ */
+int MXNDArrayReshape64(NDArrayHandle handle,
+                       int ndim,
+                       dim_t *dims,
+                       bool reverse,
+                       NDArrayHandle *out);
+
+/**
+ * Storage type: 0 (default/dense), or -1 for a none array.
+ */
+int MXNDArrayGetStorageType(NDArrayHandle handle, int *out_storage_type);
+
+/**
+ * Reports the shape as unsigned 32-bit dims in a thread-local buffer (valid until the next call
+ * on this thread); a none array has ndim 0.
+ */
+int MXNDArrayGetShape(NDArrayHandle handle, uint32_t *out_dim, const uint32_t **out_pdata);
+
+/**
+ * Reports the shape as int dims (thread-local buffer). In numpy-shape mode a none array has
+ * ndim -1. Dimensions above INT_MAX are an error (use MXNDArrayGetShapeEx64).
+ */
+int MXNDArrayGetShapeEx(NDArrayHandle handle, int *out_dim, const int **out_pdata);
+
+/**
+ * Reports the shape as 64-bit dims (thread-local buffer); numpy-shape rules as GetShapeEx.
+ */
+int MXNDArrayGetShapeEx64(NDArrayHandle handle, int *out_dim, const int64_t **out_pdata);
+
+/**
+ * The type code (see MXNDArrayCreateEx); -1 for a none array.
+ */
+int MXNDArrayGetDType(NDArrayHandle handle, int *out_dtype);
+
+/**
+ * The device; (0, 0) for a none array.
+ */
+int MXNDArrayGetContext(NDArrayHandle handle, int *out_dev_type, int *out_dev_id);
+
+/**
+ * Aux arrays belong to sparse storage, which is not supported (always -1).
+ */
+int MXNDArrayGetAuxType(NDArrayHandle handle, uint32_t i, int *out_type);
+
+/**
+ * Aux arrays belong to sparse storage, which is not supported (always -1).
+ */
+int MXNDArrayGetAuxNDArray(NDArrayHandle handle, uint32_t i, NDArrayHandle *out);
+
+/**
+ * A new dense array holding a copy of the data (waits for it).
+ */
+int MXNDArrayGetDataNDArray(NDArrayHandle handle, NDArrayHandle *out);
+
+/**
+ * mxrt has no autograd: no array has a gradient, so `*out` is NULL.
+ */
+int MXNDArrayGetGrad(NDArrayHandle handle, NDArrayHandle *out);
+
+/**
+ * A new handle to the same data with no autograd history (mxrt has no autograd, so this is a
+ * shallow copy).
+ */
+int MXNDArrayDetach(NDArrayHandle handle, NDArrayHandle *out);
+
+/**
+ * Without autograd no array is an autograd variable: fails as MXNet does for such arrays.
+ */
+int MXNDArraySetGradState(NDArrayHandle handle, int state);
+
+/**
+ * 0: without autograd no array is an autograd variable.
+ */
+int MXNDArrayGetGradState(NDArrayHandle handle, int *out);
+
+/**
+ * Saves `num_args` arrays to `fname` in MXNet's format (byte-compatible with MXNet 1.9.1), with
+ * names `keys[i]` or no names when `keys` is NULL. Waits for pending writes to the arrays.
+ */
+int MXNDArraySave(const char *fname,
+                  uint32_t num_args,
+                  NDArrayHandle *args,
+                  const char *const *keys);
+
+/**
+ * Loads an MXNet array file: `*out_arr` holds `*out_size` new handles (the caller frees each),
+ * `*out_names` holds `*out_name_size` names (0, or one per array). Both arrays are thread-local
+ * buffers valid until the next load on this thread. Corrupt or truncated files are -1 with a
+ * message; nothing is allocated beyond the file's size.
+ */
+int MXNDArrayLoad(const char *fname,
+                  uint32_t *out_size,
+                  NDArrayHandle **out_arr,
+                  uint32_t *out_name_size,
+                  const char ***out_names);
+
+/**
+ * MXNDArrayLoad from `size` bytes in memory.
+ */
+int MXNDArrayLoadFromBuffer(const void *ndarray_buffer,
+                            size_t size,
+                            uint32_t *out_size,
+                            NDArrayHandle **out_arr,
+                            uint32_t *out_name_size,
+                            const char ***out_names);
+
+/**
+ * Serialises one array as a single record (MXNet's pickle format) into a thread-local buffer
+ * valid until the next call on this thread.
+ */
+int MXNDArraySaveRawBytes(NDArrayHandle handle, size_t *out_size, const char **out_buf);
+
+/**
+ * Rebuilds an array from MXNDArraySaveRawBytes output.
+ */
+int MXNDArrayLoadFromRawBytes(const void *buf, size_t size, NDArrayHandle *out);
+
+/**
+ * Maps a cpu_shared block made by MXNDArrayGetSharedMemHandle (in this or another process) as a
+ * new array of `shape[0..ndim)` and `dtype`.
+ */
+int MXNDArrayCreateFromSharedMem(int shared_pid,
+                                 int shared_id,
+                                 const uint32_t *shape,
+                                 uint32_t ndim,
+                                 int dtype,
+                                 NDArrayHandle *out);
+
+/**
+ * MXNDArrayCreateFromSharedMem with int dims.
+ */
+int MXNDArrayCreateFromSharedMemEx(int shared_pid,
+                                   int shared_id,
+                                   const int *shape,
+                                   int ndim,
+                                   int dtype,
+                                   NDArrayHandle *out);
+
+/**
+ * Shares the array with another process: writes `(shared_pid, shared_id)` for
+ * MXNDArrayCreateFromSharedMem. For a cpu_shared array `shared_id` is a file descriptor the array
+ * keeps open (MXNet's Linux convention, for descriptor passing); any other array is first copied
+ * into a new cpu_shared block, named by `(pid, id)`, which lives until the receiver drops it.
+ */
+int MXNDArrayGetSharedMemHandle(NDArrayHandle handle, int *shared_pid, int *shared_id);
+
+/**
+ * Pushes an async op reading the arrays `const_nds_handle` and writing `mutable_nds_handle` (see
+ * MXEnginePushAsync). Invalid array arguments fail before `func_param` is taken over (the
+ * deleter is not called, as in MXNet); later failures call it.
+ */
+int MXEnginePushAsyncND(EngineAsyncFunc async_func,
+                        void *func_param,
+                        EngineFuncParamDeleter deleter,
+                        ContextHandle ctx_handle,
+                        NDArrayHandle *const_nds_handle,
+                        int num_const_nds,
+                        NDArrayHandle *mutable_nds_handle,
+                        int num_mutable_nds,
+                        EngineFnPropertyHandle prop_handle,
+                        int priority,
+                        const char *opr_name,
+                        bool wait);
+
+/**
+ * Pushes a sync op reading the arrays `const_nds_handle` and writing `mutable_nds_handle` (see
+ * MXEnginePushSync and MXEnginePushAsyncND).
+ */
+int MXEnginePushSyncND(EngineSyncFunc sync_func,
+                       void *func_param,
+                       EngineFuncParamDeleter deleter,
+                       ContextHandle ctx_handle,
+                       NDArrayHandle *const_nds_handle,
+                       int num_const_nds,
+                       NDArrayHandle *mutable_nds_handle,
+                       int num_mutable_nds,
+                       EngineFnPropertyHandle prop_handle,
+                       int priority,
+                       const char *opr_name);
 
 /**
  * Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",

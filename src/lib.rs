@@ -13,6 +13,7 @@ pub mod engine;
 pub mod kvstore;
 pub mod ndarray;
 pub mod storage;
+pub mod profiler;
 
 pub mod capi;
 
@@ -21,3 +22,9 @@ mod util;
 pub use context::{Context, DeviceType};
 pub use dtype::DType;
 pub use error::{Error, ErrorKind, Result};
+
+/// mimalloc: engine ops are allocated on the pushing thread and freed on a worker; glibc's
+/// per-thread caches handle that pattern poorly (arena lock contention), mimalloc well.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

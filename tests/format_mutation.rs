@@ -10,6 +10,10 @@
 //! A counting global allocator records the largest single allocation a parse makes, so a
 //! reader that sized a buffer from a declared count or shape would fail here even if the
 //! allocation itself succeeded.
+//!
+//! The counting allocator conflicts with mxrt's mimalloc, so this file builds only without it:
+//! `cargo test --no-default-features --test format_mutation` (as `make test` runs it).
+#![cfg(not(feature = "mimalloc"))]
 
 use mxrt::DType;
 use mxrt::ErrorKind;
@@ -67,9 +71,9 @@ static ALLOCATOR: Counting = Counting;
 
 /// The most any single allocation of a parse of `len` input bytes may take. Element data and
 /// names are copies of input bytes (<= len). The record vector holds at most one `Record` per
-/// 12 input bytes and may have doubled its capacity once; error messages and shapes are small.
+/// 8 input bytes and may have doubled its capacity once; error messages and shapes are small.
 fn alloc_cap(len: usize) -> usize {
-    let per_record = 2 * std::mem::size_of::<Record>() / 12 + 2;
+    let per_record = 2 * std::mem::size_of::<Record>() / 8 + 2;
     per_record.max(2) * len + 64 * 1024
 }
 

@@ -93,9 +93,21 @@ fn check(addr: usize, found: Option<&HandleKind>, want: HandleKind, arg: &str) -
 
 /// Looks up a live handle of type `T` and returns a new reference to its object.
 pub(crate) fn borrow<T: Handle>(ptr: *const c_void, arg: &str) -> Result<Arc<T>> {
+    borrow_named(ptr, || arg.to_owned())
+}
+
+/// [`borrow`] for element `index` of the C array `arg`; the name is only formatted on error.
+pub(crate) fn borrow_at<T: Handle>(ptr: *const c_void, arg: &str, index: usize) -> Result<Arc<T>> {
+    borrow_named(ptr, || format!("{arg}[{index}]"))
+}
+
+fn borrow_named<T: Handle>(ptr: *const c_void, arg: impl FnOnce() -> String) -> Result<Arc<T>> {
     let addr = ptr as usize;
     let map = shard(addr).read();
-    check(addr, map.get(&addr), T::KIND, arg)?;
+    let found = map.get(&addr);
+    if found != Some(&T::KIND) {
+        return Err(check(addr, found, T::KIND, &arg()).expect_err("kind differs"));
+    }
     // SAFETY: the registry holds `addr` with kind T::KIND, so it came from `Arc::<T>::into_raw`
     // and its reference is still owned by C (removal takes the write lock we are excluding).
     unsafe {
@@ -127,7 +139,7 @@ pub(crate) unsafe fn borrow_all<T: Handle>(
     let raw = unsafe { super::args::slice(ptr, len, arg)? };
     raw.iter()
         .enumerate()
-        .map(|(i, &h)| borrow::<T>(h, &format!("{arg}[{i}]")))
+        .map(|(i, &h)| borrow_at::<T>(h, arg, i))
         .collect()
 }
 

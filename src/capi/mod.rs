@@ -9,6 +9,7 @@ pub mod engine;
 pub mod error;
 pub mod global;
 pub(crate) mod handle;
+pub mod profiler;
 pub mod types;
 pub mod ndarray;
 pub mod kvstore;

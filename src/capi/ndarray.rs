@@ -22,3 +22,809 @@ pub(crate) fn nd(h: NDArrayHandle, arg: &str) -> Result<Arc<NDArray>> {
 pub(crate) fn new_handle(a: NDArray) -> NDArrayHandle {
     handle::into_handle(Arc::new(a))
 }
+
+use super::args::{self, count};
+use super::engine::{CFunc, CParam, push_c};
+use super::error::api_call;
+use super::types::*;
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::engine::{Engine, FnProperty, Var};
+use crate::error::Error;
+use crate::ndarray::format::{self, StorageType};
+use crate::ndarray::{self as nda, np_shape};
+use smallvec::SmallVec;
+use std::cell::RefCell;
+use std::ffi::{CString, c_char, c_int, c_void};
+
+const SPARSE_UNSUPPORTED: &str = "sparse storage (row_sparse, csr) is not supported by this mxrt build";
+
+thread_local! {
+    static SHAPE_U32: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    static SHAPE_I32: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    static SHAPE_I64: RefCell<Vec<i64>> = const { RefCell::new(Vec::new()) };
+    static LOAD_HANDLES: RefCell<Vec<NDArrayHandle>> = const { RefCell::new(Vec::new()) };
+    static LOAD_NAMES: RefCell<(Vec<CString>, Vec<*const c_char>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static RAW_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn create(shape: &[i64], dev_type: c_int, dev_id: c_int, delay_alloc: c_int, dtype: c_int) -> Result<NDArray> {
+    let dtype = DType::from_code(dtype)?;
+    let ctx = Context::from_codes(dev_type, dev_id)?;
+    NDArray::new(shape, ctx, dtype, delay_alloc != 0)
+}
+
+/// Creates a "none" array: no shape, no data (shape queries report ndim 0, dtype -1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayCreateNone(out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayCreateNone", || {
+        // SAFETY: API contract: out-parameter.
+        *unsafe { args::out(out, "out")? } = new_handle(NDArray::none());
+        Ok(())
+    })
+}
+
+/// Creates a dense float32 array of `shape[0..ndim)` on (`dev_type`, `dev_id`); with
+/// `delay_alloc` != 0 the memory is allocated on first use.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayCreate(
+    shape: *const u32,
+    ndim: u32,
+    dev_type: c_int,
+    dev_id: c_int,
+    delay_alloc: c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXNDArrayCreate", || {
+        // SAFETY: API contract: out-parameter and `ndim` dims.
+        let out = unsafe { args::out(out, "out")? };
+        // SAFETY: as above.
+        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }.iter().map(|&d| d as i64).collect();
+        *out = new_handle(create(&dims, dev_type, dev_id, delay_alloc, 0)?);
+        Ok(())
+    })
+}
+
+type Shape64 = SmallVec<[i64; 6]>;
+
+/// Creates a dense array of type `dtype` (MXNet's type codes 0-7 and 12; mxrt also accepts 8-11:
+/// int16, uint16, uint32, uint64).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayCreateEx(
+    shape: *const u32,
+    ndim: u32,
+    dev_type: c_int,
+    dev_id: c_int,
+    delay_alloc: c_int,
+    dtype: c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXNDArrayCreateEx", || {
+        // SAFETY: API contract: out-parameter and `ndim` dims.
+        let out = unsafe { args::out(out, "out")? };
+        // SAFETY: as above.
+        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }.iter().map(|&d| d as i64).collect();
+        *out = new_handle(create(&dims, dev_type, dev_id, delay_alloc, dtype)?);
+        Ok(())
+    })
+}
+
+/// MXNDArrayCreateEx with 64-bit dimensions.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayCreateEx64(
+    shape: *const i64,
+    ndim: c_int,
+    dev_type: c_int,
+    dev_id: c_int,
+    delay_alloc: c_int,
+    dtype: c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXNDArrayCreateEx64", || {
+        // SAFETY: API contract: out-parameter and `ndim` dims.
+        let out = unsafe { args::out(out, "out")? };
+        let n = count(ndim.into(), "ndim")?;
+        // SAFETY: as above.
+        let dims = unsafe { args::slice(shape, n, "shape")? };
+        *out = new_handle(create(dims, dev_type, dev_id, delay_alloc, dtype)?);
+        Ok(())
+    })
+}
+
+/// Not supported: sparse storage is not built into this mxrt (always -1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayCreateSparseEx(
+    storage_type: c_int,
+    shape: *const u32,
+    ndim: u32,
+    dev_type: c_int,
+    dev_id: c_int,
+    delay_alloc: c_int,
+    dtype: c_int,
+    num_aux: u32,
+    aux_type: *mut c_int,
+    aux_ndims: *mut u32,
+    aux_shape: *const u32,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    let _ = (storage_type, shape, ndim, dev_type, dev_id, delay_alloc, dtype, num_aux, aux_type, aux_ndims, aux_shape, out);
+    api_call("MXNDArrayCreateSparseEx", || Err(Error::not_supported(SPARSE_UNSUPPORTED)))
+}
+
+/// Not supported: sparse storage is not built into this mxrt (always -1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayCreateSparseEx64(
+    storage_type: c_int,
+    shape: *const i64,
+    ndim: c_int,
+    dev_type: c_int,
+    dev_id: c_int,
+    delay_alloc: c_int,
+    dtype: c_int,
+    num_aux: u32,
+    aux_type: *mut c_int,
+    aux_ndims: *mut c_int,
+    aux_shape: *const i64,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    let _ = (storage_type, shape, ndim, dev_type, dev_id, delay_alloc, dtype, num_aux, aux_type, aux_ndims, aux_shape, out);
+    api_call("MXNDArrayCreateSparseEx64", || Err(Error::not_supported(SPARSE_UNSUPPORTED)))
+}
+
+/// Frees a handle. The memory is released once no handle, view or pending op uses it. Freeing a
+/// handle twice is an error (-1), not a crash.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayFree(handle: NDArrayHandle) -> c_int {
+    api_call("MXNDArrayFree", || {
+        handle::take::<NDArray>(handle, "handle")?;
+        Ok(())
+    })
+}
+
+/// A new handle sharing the array's memory, variable, shape and offset.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXShallowCopyNDArray(src: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXShallowCopyNDArray", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        *out = new_handle((*nd(src, "src")?).clone());
+        Ok(())
+    })
+}
+
+/// Copies `size` elements from `data` into the array (they must be exactly its size), after the
+/// ops pushed on it before. Runs on the calling thread; when no op is queued on the array it
+/// pushes no op at all.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *const c_void, size: usize) -> c_int {
+    api_call("MXNDArraySyncCopyFromCPU", || {
+        let a = nd(handle, "handle")?;
+        if size != a.size() {
+            return Err(Error::invalid(format!("Memory size do not match: size {size} elements, the array has {}", a.size())));
+        }
+        // SAFETY: API contract: `data` holds `size` elements of the array's type.
+        let src = unsafe { args::slice(data as *const u8, a.nbytes(), "data")? };
+        a.sync_copy_from_bytes(src)
+    })
+}
+
+/// Copies the array (exactly `size` elements) into `data` after the writes pushed before;
+/// -1 with the op's message if the array carries an unreported error.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mut c_void, size: usize) -> c_int {
+    api_call("MXNDArraySyncCopyToCPU", || {
+        let a = nd(handle, "handle")?;
+        if size != a.size() {
+            return Err(Error::invalid(format!("Memory size do not match: size {size} elements, the array has {}", a.size())));
+        }
+        let n = a.nbytes();
+        if n > 0 && data.is_null() {
+            return Err(Error::invalid("data is NULL"));
+        }
+        let dst: &mut [u8] = if n == 0 {
+            &mut []
+        } else {
+            // SAFETY: API contract: `data` has room for `size` elements of the array's type.
+            unsafe { std::slice::from_raw_parts_mut(data as *mut u8, n) }
+        };
+        a.sync_copy_to_bytes(dst)
+    })
+}
+
+/// Copies `handle_src` into `handle_dst` and waits (`i` = -1: the data; aux blobs (`i` >= 0)
+/// belong to sparse arrays, which are not supported).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle, handle_src: NDArrayHandle, i: c_int) -> c_int {
+    api_call("MXNDArraySyncCopyFromNDArray", || {
+        let (dst, src) = (nd(handle_dst, "handle_dst")?, nd(handle_src, "handle_src")?);
+        if i != -1 {
+            return Err(Error::not_supported(format!("aux blob {i}: {SPARSE_UNSUPPORTED}")));
+        }
+        dst.copy_from(&src, 0, FnProperty::Normal)?;
+        dst.wait_to_read()
+    })
+}
+
+/// Checks a sparse array's structure. Dense arrays are always valid (0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySyncCheckFormat(handle: NDArrayHandle, full_check: bool) -> c_int {
+    let _ = full_check;
+    api_call("MXNDArraySyncCheckFormat", || {
+        nd(handle, "handle")?.wait_to_read()
+    })
+}
+
+/// Waits until the writes pushed to the array before have finished; -1 with the op's message if
+/// one of them failed (reported once).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
+    api_call("MXNDArrayWaitToRead", || nd(handle, "handle")?.wait_to_read())
+}
+
+/// Waits until every read and write pushed to the array before has finished.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
+    api_call("MXNDArrayWaitToWrite", || nd(handle, "handle")?.wait_to_write())
+}
+
+/// Waits for every pushed op; -1 with the first unreported error of a failed op.
+#[unsafe(no_mangle)]
+pub extern "C" fn MXNDArrayWaitAll() -> c_int {
+    api_call("MXNDArrayWaitAll", || Engine::global()?.wait_for_all())
+}
+
+/// The address of the array's data (offset applied), without waiting; NULL for a none or empty
+/// array. Delayed storage is allocated here.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetData(handle: NDArrayHandle, out_pdata: *mut *mut c_void) -> c_int {
+    api_call("MXNDArrayGetData", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out_pdata, "out_pdata")? };
+        let a = nd(handle, "handle")?;
+        *out = if a.is_none() { std::ptr::null_mut() } else { a.data_ptr()? as *mut c_void };
+        Ok(())
+    })
+}
+
+/// Slices rows [slice_begin, slice_end) of axis 0 into a new handle sharing memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySlice(handle: NDArrayHandle, slice_begin: u32, slice_end: u32, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArraySlice", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        *out = new_handle(nd(handle, "handle")?.slice(slice_begin.into(), slice_end.into())?);
+        Ok(())
+    })
+}
+
+/// MXNDArraySlice with 64-bit bounds.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySlice64(handle: NDArrayHandle, slice_begin: i64, slice_end: i64, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArraySlice64", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        *out = new_handle(nd(handle, "handle")?.slice(slice_begin, slice_end)?);
+        Ok(())
+    })
+}
+
+/// Row `idx` of axis 0 as a new handle sharing memory (axis 0 dropped if ndim > 1 or in
+/// numpy-shape mode).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayAt(handle: NDArrayHandle, idx: u32, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayAt", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        *out = new_handle(nd(handle, "handle")?.at(idx.into())?);
+        Ok(())
+    })
+}
+
+/// MXNDArrayAt with a 64-bit index.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayAt64(handle: NDArrayHandle, idx: i64, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayAt64", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        *out = new_handle(nd(handle, "handle")?.at(idx)?);
+        Ok(())
+    })
+}
+
+/// A view with shape `dims[0..ndim)` sharing memory: one -1 is inferred, 0 copies the source
+/// dimension; the new size may not exceed the old.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayReshape(handle: NDArrayHandle, ndim: c_int, dims: *mut c_int, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayReshape", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        let n = count(ndim.into(), "ndim")?;
+        // SAFETY: API contract: `ndim` dims.
+        let dims: Shape64 = unsafe { args::slice(dims as *const c_int, n, "dims")? }.iter().map(|&d| d.into()).collect();
+        let a = nd(handle, "handle")?;
+        let shape = nda::shape::reshape_simple(a.shape(), &dims)?;
+        *out = new_handle(a.reshape(&shape)?);
+        Ok(())
+    })
+}
+
+/// A view with the reshape operator's codes (0 copy, -1 infer, -2 copy the rest, -3 merge two,
+/// -4 split one), matched right to left when `reverse`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayReshape64(handle: NDArrayHandle, ndim: c_int, dims: *mut dim_t, reverse: bool, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayReshape64", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        let n = count(ndim.into(), "ndim")?;
+        // SAFETY: API contract: `ndim` dims.
+        let dims = unsafe { args::slice(dims as *const dim_t, n, "dims")? };
+        let a = nd(handle, "handle")?;
+        let shape = nda::shape::reshape_codes(a.shape(), dims, reverse)?;
+        *out = new_handle(a.reshape(&shape)?);
+        Ok(())
+    })
+}
+
+/// Storage type: 0 (default/dense), or -1 for a none array.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_storage_type: *mut c_int) -> c_int {
+    api_call("MXNDArrayGetStorageType", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out_storage_type, "out_storage_type")? };
+        *out = if nd(handle, "handle")?.is_none() { -1 } else { StorageType::Default.code() };
+        Ok(())
+    })
+}
+
+/// Reports the shape as unsigned 32-bit dims in a thread-local buffer (valid until the next call
+/// on this thread); a none array has ndim 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut u32, out_pdata: *mut *const u32) -> c_int {
+    api_call("MXNDArrayGetShape", || {
+        // SAFETY: API contract: out-parameters.
+        let (od, op) = unsafe { (args::out(out_dim, "out_dim")?, args::out(out_pdata, "out_pdata")?) };
+        let a = nd(handle, "handle")?;
+        SHAPE_U32.with(|b| {
+            let mut b = b.borrow_mut();
+            b.clear();
+            b.extend(a.shape().iter().map(|&d| d as u32));
+            *od = b.len() as u32;
+            *op = b.as_ptr();
+        });
+        Ok(())
+    })
+}
+
+fn np_ndim(a: &NDArray) -> Option<c_int> {
+    (a.is_none() && np_shape::current().is_on()).then_some(-1)
+}
+
+/// Reports the shape as int dims (thread-local buffer). In numpy-shape mode a none array has
+/// ndim -1. Dimensions above INT_MAX are an error (use MXNDArrayGetShapeEx64).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mut c_int, out_pdata: *mut *const c_int) -> c_int {
+    api_call("MXNDArrayGetShapeEx", || {
+        // SAFETY: API contract: out-parameters.
+        let (od, op) = unsafe { (args::out(out_dim, "out_dim")?, args::out(out_pdata, "out_pdata")?) };
+        let a = nd(handle, "handle")?;
+        let dims = a
+            .shape()
+            .iter()
+            .map(|&d| i32::try_from(d).map_err(|_| Error::invalid(format!("dimension {d} does not fit in int: use MXNDArrayGetShapeEx64"))))
+            .collect::<Result<Vec<_>>>()?;
+        SHAPE_I32.with(|b| {
+            let mut b = b.borrow_mut();
+            *b = dims;
+            *od = np_ndim(&a).unwrap_or(b.len() as c_int);
+            *op = b.as_ptr();
+        });
+        Ok(())
+    })
+}
+
+/// Reports the shape as 64-bit dims (thread-local buffer); numpy-shape rules as GetShapeEx.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetShapeEx64(handle: NDArrayHandle, out_dim: *mut c_int, out_pdata: *mut *const i64) -> c_int {
+    api_call("MXNDArrayGetShapeEx64", || {
+        // SAFETY: API contract: out-parameters.
+        let (od, op) = unsafe { (args::out(out_dim, "out_dim")?, args::out(out_pdata, "out_pdata")?) };
+        let a = nd(handle, "handle")?;
+        SHAPE_I64.with(|b| {
+            let mut b = b.borrow_mut();
+            b.clear();
+            b.extend_from_slice(a.shape());
+            *od = np_ndim(&a).unwrap_or(b.len() as c_int);
+            *op = b.as_ptr();
+        });
+        Ok(())
+    })
+}
+
+/// The type code (see MXNDArrayCreateEx); -1 for a none array.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mut c_int) -> c_int {
+    api_call("MXNDArrayGetDType", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out_dtype, "out_dtype")? };
+        let a = nd(handle, "handle")?;
+        *out = if a.is_none() { -1 } else { a.dtype().code() };
+        Ok(())
+    })
+}
+
+/// The device; (0, 0) for a none array.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type: *mut c_int, out_dev_id: *mut c_int) -> c_int {
+    api_call("MXNDArrayGetContext", || {
+        // SAFETY: API contract: out-parameters.
+        let (t, i) = unsafe { (args::out(out_dev_type, "out_dev_type")?, args::out(out_dev_id, "out_dev_id")?) };
+        match nd(handle, "handle")?.ctx() {
+            Some(c) => (*t, *i) = (c.dev_type.code(), c.dev_id),
+            None => (*t, *i) = (0, 0),
+        }
+        Ok(())
+    })
+}
+
+/// Aux arrays belong to sparse storage, which is not supported (always -1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, out_type: *mut c_int) -> c_int {
+    let _ = out_type;
+    api_call("MXNDArrayGetAuxType", || {
+        nd(handle, "handle")?;
+        Err(Error::not_supported(format!("aux array {i}: dense arrays have none; {SPARSE_UNSUPPORTED}")))
+    })
+}
+
+/// Aux arrays belong to sparse storage, which is not supported (always -1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, out: *mut NDArrayHandle) -> c_int {
+    let _ = out;
+    api_call("MXNDArrayGetAuxNDArray", || {
+        nd(handle, "handle")?;
+        Err(Error::not_supported(format!("aux array {i}: dense arrays have none; {SPARSE_UNSUPPORTED}")))
+    })
+}
+
+/// A new dense array holding a copy of the data (waits for it).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetDataNDArray(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayGetDataNDArray", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        let a = nd(handle, "handle")?;
+        let ctx = a.ctx().ok_or_else(|| Error::invalid("handle is a none array"))?;
+        let copy = NDArray::new(a.shape(), ctx, a.dtype(), false)?;
+        copy.copy_from(&a, 0, FnProperty::Normal)?;
+        copy.wait_to_read()?;
+        *out = new_handle(copy);
+        Ok(())
+    })
+}
+
+/// mxrt has no autograd: no array has a gradient, so `*out` is NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetGrad(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayGetGrad", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        nd(handle, "handle")?;
+        *out = std::ptr::null_mut();
+        Ok(())
+    })
+}
+
+/// A new handle to the same data with no autograd history (mxrt has no autograd, so this is a
+/// shallow copy).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayDetach(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayDetach", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        *out = new_handle((*nd(handle, "handle")?).clone());
+        Ok(())
+    })
+}
+
+/// Without autograd no array is an autograd variable: fails as MXNet does for such arrays.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySetGradState(handle: NDArrayHandle, state: c_int) -> c_int {
+    api_call("MXNDArraySetGradState", || {
+        nd(handle, "handle")?;
+        Err(Error::invalid(format!(
+            "cannot set grad state {state}: the array is not an autograd variable (mxrt has no autograd)"
+        )))
+    })
+}
+
+/// 0: without autograd no array is an autograd variable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetGradState(handle: NDArrayHandle, out: *mut c_int) -> c_int {
+    api_call("MXNDArrayGetGradState", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        nd(handle, "handle")?;
+        *out = 0;
+        Ok(())
+    })
+}
+
+unsafe fn handles_arg(ptr: *mut NDArrayHandle, n: usize, name: &str) -> Result<Vec<Arc<NDArray>>> {
+    // SAFETY: API contract: `n` handles.
+    let hs = unsafe { args::slice(ptr as *const NDArrayHandle, n, name)? };
+    hs.iter().enumerate().map(|(i, &h)| handle::borrow_at::<NDArray>(h, name, i)).collect()
+}
+
+/// Saves `num_args` arrays to `fname` in MXNet's format (byte-compatible with MXNet 1.9.1), with
+/// names `keys[i]` or no names when `keys` is NULL. Waits for pending writes to the arrays.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args: *mut NDArrayHandle, keys: *const *const c_char) -> c_int {
+    api_call("MXNDArraySave", || {
+        // SAFETY: API contract: NUL-terminated path.
+        let path = unsafe { args::c_str(fname, "fname")? };
+        // SAFETY: API contract: `num_args` handles.
+        let arrays = unsafe { handles_arg(args, num_args as usize, "args")? };
+        let names: Vec<&str> = if keys.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: API contract: `num_args` names.
+            let ks = unsafe { args::slice(keys, num_args as usize, "keys")? };
+            ks.iter()
+                .enumerate()
+                // SAFETY: API contract: each key is a NUL-terminated string.
+                .map(|(i, &k)| unsafe { args::c_str(k, &format!("keys[{i}]")) })
+                .collect::<Result<_>>()?
+        };
+        let refs: Vec<&NDArray> = arrays.iter().map(|a| &**a).collect();
+        let mut buf = Vec::new();
+        nda::save_list(&mut buf, &refs, &names, np_shape::current())?;
+        std::fs::write(path, &buf).map_err(|e| Error::io(format!("cannot write {path:?}: {e}")))
+    })
+}
+
+unsafe fn publish_loaded(
+    arrays: Vec<NDArray>,
+    names: Vec<String>,
+    out_size: *mut u32,
+    out_arr: *mut *mut NDArrayHandle,
+    out_name_size: *mut u32,
+    out_names: *mut *mut *const c_char,
+) -> Result<()> {
+    // SAFETY: API contract: out-parameters.
+    let (os, oa, ons, on) = unsafe {
+        (
+            args::out(out_size, "out_size")?,
+            args::out(out_arr, "out_arr")?,
+            args::out(out_name_size, "out_name_size")?,
+            args::out(out_names, "out_names")?,
+        )
+    };
+    let cnames = names
+        .iter()
+        .map(|n| CString::new(n.as_bytes()).map_err(|_| Error::format(format!("array name {n:?} contains a NUL byte"))))
+        .collect::<Result<Vec<_>>>()?;
+    LOAD_HANDLES.with(|h| {
+        let mut h = h.borrow_mut();
+        *h = arrays.into_iter().map(new_handle).collect();
+        *os = h.len() as u32;
+        *oa = h.as_mut_ptr();
+    });
+    LOAD_NAMES.with(|n| {
+        let mut n = n.borrow_mut();
+        n.1 = cnames.iter().map(|c| c.as_ptr()).collect();
+        n.0 = cnames;
+        *ons = n.1.len() as u32;
+        *on = n.1.as_mut_ptr();
+    });
+    Ok(())
+}
+
+/// Loads an MXNet array file: `*out_arr` holds `*out_size` new handles (the caller frees each),
+/// `*out_names` holds `*out_name_size` names (0, or one per array). Both arrays are thread-local
+/// buffers valid until the next load on this thread. Corrupt or truncated files are -1 with a
+/// message; nothing is allocated beyond the file's size.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayLoad(
+    fname: *const c_char,
+    out_size: *mut u32,
+    out_arr: *mut *mut NDArrayHandle,
+    out_name_size: *mut u32,
+    out_names: *mut *mut *const c_char,
+) -> c_int {
+    api_call("MXNDArrayLoad", || {
+        // SAFETY: API contract: NUL-terminated path.
+        let path = unsafe { args::c_str(fname, "fname")? };
+        let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read {path:?}: {e}")))?;
+        let (arrays, names) = nda::load_list(&bytes, np_shape::current())?;
+        // SAFETY: forwarded out-parameters.
+        unsafe { publish_loaded(arrays, names, out_size, out_arr, out_name_size, out_names) }
+    })
+}
+
+/// MXNDArrayLoad from `size` bytes in memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayLoadFromBuffer(
+    ndarray_buffer: *const c_void,
+    size: usize,
+    out_size: *mut u32,
+    out_arr: *mut *mut NDArrayHandle,
+    out_name_size: *mut u32,
+    out_names: *mut *mut *const c_char,
+) -> c_int {
+    api_call("MXNDArrayLoadFromBuffer", || {
+        // SAFETY: API contract: `size` readable bytes.
+        let bytes = unsafe { args::slice(ndarray_buffer as *const u8, size, "ndarray_buffer")? };
+        let (arrays, names) = nda::load_list(bytes, np_shape::current())?;
+        // SAFETY: forwarded out-parameters.
+        unsafe { publish_loaded(arrays, names, out_size, out_arr, out_name_size, out_names) }
+    })
+}
+
+/// Serialises one array as a single record (MXNet's pickle format) into a thread-local buffer
+/// valid until the next call on this thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySaveRawBytes(handle: NDArrayHandle, out_size: *mut usize, out_buf: *mut *const c_char) -> c_int {
+    api_call("MXNDArraySaveRawBytes", || {
+        // SAFETY: API contract: out-parameters.
+        let (os, ob) = unsafe { (args::out(out_size, "out_size")?, args::out(out_buf, "out_buf")?) };
+        let a = nd(handle, "handle")?;
+        let bytes = nda::save_record(&a, np_shape::current())?;
+        RAW_BYTES.with(|b| {
+            let mut b = b.borrow_mut();
+            *b = bytes;
+            *os = b.len();
+            *ob = b.as_ptr() as *const c_char;
+        });
+        Ok(())
+    })
+}
+
+/// Rebuilds an array from MXNDArraySaveRawBytes output.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayLoadFromRawBytes(buf: *const c_void, size: usize, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayLoadFromRawBytes", || {
+        // SAFETY: API contract: out-parameter and `size` readable bytes.
+        let out = unsafe { args::out(out, "out")? };
+        // SAFETY: as above.
+        let bytes = unsafe { args::slice(buf as *const u8, size, "buf")? };
+        let rec = format::read_record(bytes, np_shape::current())?;
+        *out = new_handle(NDArray::from_record(&rec)?);
+        Ok(())
+    })
+}
+
+/// Maps a cpu_shared block made by MXNDArrayGetSharedMemHandle (in this or another process) as a
+/// new array of `shape[0..ndim)` and `dtype`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayCreateFromSharedMem(
+    shared_pid: c_int,
+    shared_id: c_int,
+    shape: *const u32,
+    ndim: u32,
+    dtype: c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXNDArrayCreateFromSharedMem", || {
+        // SAFETY: API contract: out-parameter and `ndim` dims.
+        let out = unsafe { args::out(out, "out")? };
+        // SAFETY: as above.
+        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }.iter().map(|&d| d as i64).collect();
+        *out = new_handle(NDArray::from_shared(shared_pid, shared_id, &dims, DType::from_code(dtype)?)?);
+        Ok(())
+    })
+}
+
+/// MXNDArrayCreateFromSharedMem with int dims.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayCreateFromSharedMemEx(
+    shared_pid: c_int,
+    shared_id: c_int,
+    shape: *const c_int,
+    ndim: c_int,
+    dtype: c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXNDArrayCreateFromSharedMemEx", || {
+        // SAFETY: API contract: out-parameter and `ndim` dims.
+        let out = unsafe { args::out(out, "out")? };
+        let n = count(ndim.into(), "ndim")?;
+        // SAFETY: as above.
+        let dims: Shape64 = unsafe { args::slice(shape, n, "shape")? }.iter().map(|&d| d.into()).collect();
+        *out = new_handle(NDArray::from_shared(shared_pid, shared_id, &dims, DType::from_code(dtype)?)?);
+        Ok(())
+    })
+}
+
+/// Shares the array with another process: writes `(shared_pid, shared_id)` for
+/// MXNDArrayCreateFromSharedMem. For a cpu_shared array `shared_id` is a file descriptor the array
+/// keeps open (MXNet's Linux convention, for descriptor passing); any other array is first copied
+/// into a new cpu_shared block, named by `(pid, id)`, which lives until the receiver drops it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetSharedMemHandle(handle: NDArrayHandle, shared_pid: *mut c_int, shared_id: *mut c_int) -> c_int {
+    api_call("MXNDArrayGetSharedMemHandle", || {
+        // SAFETY: API contract: out-parameters.
+        let (op, oi) = unsafe { (args::out(shared_pid, "shared_pid")?, args::out(shared_id, "shared_id")?) };
+        let a = nd(handle, "handle")?;
+        let (pid, id) = match a.ctx() {
+            Some(c) if c.dev_type == crate::DeviceType::CpuShared => a.shared_handle()?,
+            Some(_) => {
+                let copy = NDArray::new(a.shape(), Context::cpu_shared(0), a.dtype(), false)?;
+                copy.copy_from(&a, 0, FnProperty::Normal)?;
+                copy.shared_name()?
+            }
+            None => return Err(Error::invalid("handle is a none array")),
+        };
+        (*op, *oi) = (pid, id);
+        Ok(())
+    })
+}
+
+/// Pushes an async op reading the arrays `const_nds_handle` and writing `mutable_nds_handle` (see
+/// MXEnginePushAsync). Invalid array arguments fail before `func_param` is taken over (the
+/// deleter is not called, as in MXNet); later failures call it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXEnginePushAsyncND(
+    async_func: EngineAsyncFunc,
+    func_param: *mut c_void,
+    deleter: EngineFuncParamDeleter,
+    ctx_handle: ContextHandle,
+    const_nds_handle: *mut NDArrayHandle,
+    num_const_nds: c_int,
+    mutable_nds_handle: *mut NDArrayHandle,
+    num_mutable_nds: c_int,
+    prop_handle: EngineFnPropertyHandle,
+    priority: c_int,
+    opr_name: *const c_char,
+    wait: bool,
+) -> c_int {
+    api_call("MXEnginePushAsyncND", || {
+        // SAFETY: API contract for the handle arrays.
+        let (c, m) = unsafe { nd_vars(const_nds_handle, num_const_nds, mutable_nds_handle, num_mutable_nds)? };
+        let param = CParam::new(func_param, deleter);
+        // SAFETY: forwarded API contract.
+        unsafe { push_c(CFunc::Async(async_func), param, ctx_handle, &c, &m, prop_handle, priority, opr_name, wait) }
+    })
+}
+
+/// Pushes a sync op reading the arrays `const_nds_handle` and writing `mutable_nds_handle` (see
+/// MXEnginePushSync and MXEnginePushAsyncND).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXEnginePushSyncND(
+    sync_func: EngineSyncFunc,
+    func_param: *mut c_void,
+    deleter: EngineFuncParamDeleter,
+    ctx_handle: ContextHandle,
+    const_nds_handle: *mut NDArrayHandle,
+    num_const_nds: c_int,
+    mutable_nds_handle: *mut NDArrayHandle,
+    num_mutable_nds: c_int,
+    prop_handle: EngineFnPropertyHandle,
+    priority: c_int,
+    opr_name: *const c_char,
+) -> c_int {
+    api_call("MXEnginePushSyncND", || {
+        // SAFETY: API contract for the handle arrays.
+        let (c, m) = unsafe { nd_vars(const_nds_handle, num_const_nds, mutable_nds_handle, num_mutable_nds)? };
+        let param = CParam::new(func_param, deleter);
+        // SAFETY: forwarded API contract.
+        unsafe { push_c(CFunc::Sync(sync_func), param, ctx_handle, &c, &m, prop_handle, priority, opr_name, false) }
+    })
+}
+
+type Vars = SmallVec<[Var; 4]>;
+
+unsafe fn nd_vars(c: *mut NDArrayHandle, nc: c_int, m: *mut NDArrayHandle, nm: c_int) -> Result<(Vars, Vars)> {
+    let one = |p: *mut NDArrayHandle, n: c_int, what: &str, name: &str| -> Result<Vars> {
+        let n = usize::try_from(n).map_err(|_| Error::invalid(format!("Non-negative number of {what} NDArrays expected ({name} count = {n})")))?;
+        // SAFETY: API contract: `n` handles.
+        let hs = unsafe { args::slice(p as *const NDArrayHandle, n, name)? };
+        hs.iter()
+            .enumerate()
+            .map(|(i, &h)| {
+                let a = handle::borrow_at::<NDArray>(h, name, i)?;
+                a.var().cloned().ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))
+            })
+            .collect()
+    };
+    Ok((one(c, nc, "const", "const_nds_handle")?, one(m, nm, "mutable", "mutable_nds_handle")?))
+}

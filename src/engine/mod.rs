@@ -217,6 +217,7 @@ impl Inner {
             name: spec.name,
             wait: AtomicUsize::new(waits),
             exception: Mutex::new(None),
+            has_exception: AtomicBool::new(false),
             done: if self.is_naive() {
                 Some(Arc::new(Signal::for_current_thread()))
             } else {

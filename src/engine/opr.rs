@@ -77,6 +77,8 @@ pub(crate) struct OprBlock {
     pub(crate) wait: AtomicUsize,
     /// The error this op carries: adopted from an input when it starts, or its own failure.
     pub(crate) exception: Mutex<Option<ExceptionRef>>,
+    /// True once `exception` was set (checked without the lock on the hot path).
+    pub(crate) has_exception: std::sync::atomic::AtomicBool,
     /// NaiveEngine: the pusher waits on this for the op to complete.
     pub(crate) done: Option<Arc<Signal>>,
 }

@@ -136,7 +136,7 @@ impl PoolShared {
                     if self.stop.load(Ordering::Relaxed) {
                         break;
                     }
-                    if i % 64 == 63 {
+                    if i % 1024 == 1023 {
                         std::thread::yield_now();
                     } else {
                         std::hint::spin_loop();

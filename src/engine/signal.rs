@@ -9,7 +9,7 @@ pub(crate) struct Signal {
     waiter: Thread,
 }
 
-/// Spin iterations before parking (each is a `spin_loop` hint; a yield every 64).
+/// Spin iterations before parking (each is a `spin_loop` hint; a yield every 1024).
 pub(crate) const SPIN_ITERATIONS: u32 = 4096;
 
 impl Signal {
@@ -49,7 +49,7 @@ pub(crate) fn spin_until(mut cond: impl FnMut() -> bool) -> bool {
         if cond() {
             return true;
         }
-        if i % 64 == 63 {
+        if i % 1024 == 1023 {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

@@ -49,6 +49,7 @@ pub(crate) fn execute(op: OprRef) {
             .find_map(|v| v.pending_exception())
         {
             *op.exception.lock() = Some(e);
+            op.has_exception.store(true, Ordering::Release);
             has_error = true;
         }
     }
@@ -108,9 +109,11 @@ impl Inner {
                 let e = ExceptionRef::new(msg.into());
                 engine.record_exception(&e);
                 *op.exception.lock() = Some(e.clone());
+                op.has_exception.store(true, Ordering::Release);
                 Some(e)
             }
-            None => op.exception.lock().clone(),
+            None if op.has_exception.load(Ordering::Acquire) => op.exception.lock().clone(),
+            None => None,
         };
         let mut ready = Ready::new();
         for v in &op.const_vars {

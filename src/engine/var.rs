@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A dependency variable. Cloning gives another reference to the same variable.
 #[derive(Clone)]
@@ -21,6 +22,8 @@ pub struct Var(pub(crate) Arc<VarInner>);
 
 pub(crate) struct VarInner {
     state: Mutex<VarState>,
+    /// Set while `state.exception` may hold an unreported error: lets ops skip the lock.
+    has_exception: AtomicBool,
 }
 
 struct Pending {
@@ -49,6 +52,7 @@ impl Var {
     pub fn new() -> Self {
         Var(Arc::new(VarInner {
             state: Mutex::new(VarState::default()),
+            has_exception: AtomicBool::new(false),
         }))
     }
 
@@ -148,6 +152,7 @@ impl Var {
         s.write_granted = false;
         if let Some(e) = exception {
             s.exception = Some(e.clone());
+            self.0.has_exception.store(true, Ordering::Release);
         }
         while let Some(front) = s.queue.front() {
             if front.write {
@@ -172,8 +177,19 @@ impl Var {
 
     /// The variable's unreported error, if any.
     pub(crate) fn pending_exception(&self) -> Option<ExceptionRef> {
-        let s = self.0.state.lock();
-        s.exception.as_ref().filter(|e| e.is_pending()).cloned()
+        if !self.0.has_exception.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut s = self.0.state.lock();
+        match &s.exception {
+            Some(e) if e.is_pending() => Some(e.clone()),
+            _ => {
+                // reported since: forget it so later ops skip the lock again
+                s.exception = None;
+                self.0.has_exception.store(false, Ordering::Release);
+                None
+            }
+        }
     }
 
     /// Bumps the version without queueing (NaiveEngine runs ops without dependency tracking).

@@ -284,6 +284,14 @@ impl NDArray {
         chunk.with_allocation(|a| a.share_fd())
     }
 
+    /// Shares the (cpu_shared) array by name: `(pid, id)`, valid across processes until the
+    /// receiver attaches and drops it. Waits for pending writes first.
+    pub fn shared_name(&self) -> Result<(i32, i32)> {
+        let chunk = self.chunk("GetSharedMemHandle")?;
+        self.wait_to_read()?;
+        chunk.with_allocation(|a| a.share())
+    }
+
     /// The array as a file record borrowing its data.
     ///
     /// # Safety

@@ -19,7 +19,7 @@
 //!
 //! Readers never panic and never allocate more than the bytes they were given (plus small
 //! constants): every declared count, length and shape is checked against the bytes that remain
-//! before anything is allocated. Failures are [`ErrorKind::Format`] errors whose message starts
+//! before anything is allocated. Failures are [`ErrorKind::Format`](crate::ErrorKind::Format) errors whose message starts
 //! with MXNet's own wording ("Invalid NDArray file format" for lists, "Invalid NDArray
 //! serialization format" for single records) and says what is wrong at which byte offset. The
 //! numpy-shape mismatches use MXNet's exact messages.
@@ -45,9 +45,10 @@ pub const RECORD_V3_MAGIC: u32 = 0xF993_FACA;
 /// writes can be read back.
 pub const MAX_NDIM: usize = 32;
 
-/// The smallest number of bytes any record can take (a V2/V3 "none" record: magic, stype, ndim).
+/// The smallest number of bytes any record can take: a V1 record of unknown shape (magic and
+/// `ndim == -1`) is a complete none record.
 /// Used to reject array counts that the input cannot possibly hold.
-const MIN_RECORD_BYTES: usize = 12;
+const MIN_RECORD_BYTES: usize = 8;
 /// The smallest number of bytes a name can take (its `u64` length).
 const MIN_NAME_BYTES: usize = 8;
 
@@ -348,8 +349,8 @@ struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
     prefix: &'static str,
-    /// Put in front of every message after the prefix, e.g. "array 3 (record at byte 120): ".
-    scope: String,
+    /// The list entry being read (index, offset of its record), named in error messages.
+    scope: Option<(u64, usize)>,
 }
 
 impl<'a> Reader<'a> {
@@ -358,7 +359,7 @@ impl<'a> Reader<'a> {
             buf,
             pos: 0,
             prefix,
-            scope: String::new(),
+            scope: None,
         }
     }
 
@@ -367,10 +368,13 @@ impl<'a> Reader<'a> {
     }
 
     fn err(&self, at: usize, msg: impl std::fmt::Display) -> Error {
-        Error::format(format!(
-            "{}: {}{} at byte {}",
-            self.prefix, self.scope, msg, at
-        ))
+        let prefix = self.prefix;
+        Error::format(match self.scope {
+            Some((i, rec_at)) => {
+                format!("{prefix}: array {i} (record at byte {rec_at}): {msg} at byte {at}")
+            }
+            None => format!("{prefix}: {msg} at byte {at}"),
+        })
     }
 
     fn take(&mut self, n: u64, what: &dyn std::fmt::Display) -> Result<&'a [u8]> {
@@ -667,10 +671,10 @@ pub fn read_list(buf: &[u8], np: NpShape) -> Result<(Vec<Record>, Vec<String>)> 
     // Grows with the records actually parsed; the count alone never sizes an allocation.
     let mut records = Vec::new();
     for i in 0..count {
-        r.scope = format!("array {i} (record at byte {}): ", r.pos);
+        r.scope = Some((i, r.pos));
         records.push(r.record(np)?);
     }
-    r.scope.clear();
+    r.scope = None;
 
     let names_at = r.pos;
     let n_names = r.u64(&"name count")?;
@@ -1416,6 +1420,26 @@ mod tests {
     }
 
     #[test]
+    fn smallest_records_fill_a_list_exactly() {
+        // V1 records of unknown shape are 8 bytes each: the count check must allow them.
+        let mut file = B::default().u64(0x112).u64(0).u64(3);
+        for _ in 0..3 {
+            file = file.u32(RECORD_V1_MAGIC).i32(-1);
+        }
+        let file = file.u64(0).0;
+        let (recs, names) = read_list(&file, NpShape::Off).unwrap();
+        assert!(names.is_empty() && recs.len() == 3 && recs.iter().all(Record::is_none));
+        // One more than the remaining bytes could hold is refused up front.
+        let mut more = file.clone();
+        more[16..24].copy_from_slice(&5u64.to_le_bytes());
+        assert_eq!(
+            format_err(read_list(&more, NpShape::Off)),
+            "Invalid NDArray file format: array count 5 cannot fit in the 32 bytes that follow \
+             (a record takes at least 8) at byte 16"
+        );
+    }
+
+    #[test]
     fn every_truncation_is_an_error_naming_the_offset() {
         let bytes = walkthrough();
         for len in 0..bytes.len() {
@@ -1479,7 +1503,7 @@ mod tests {
         assert_eq!(
             list(&patched(16, &u64::MAX.to_le_bytes())),
             format!(
-                "Invalid NDArray file format: array count {} cannot fit in the 126 bytes that follow (a record takes at least 12) at byte 16",
+                "Invalid NDArray file format: array count {} cannot fit in the 126 bytes that follow (a record takes at least 8) at byte 16",
                 u64::MAX
             )
         );
