@@ -428,7 +428,10 @@ fn an_updater_that_pushes_engine_ops_is_ordered_with_pulls() {
                 .push_fn(
                     PushArgs::new(Context::cpu(0)).reads(&reads).writes(&writes),
                     move |_| {
-                        let (mp, sp) = (m.data_ptr().unwrap() as *const f32, s.data_ptr().unwrap() as *mut f32);
+                        let (mp, sp) = (
+                            m.data_ptr().unwrap() as *const f32,
+                            s.data_ptr().unwrap() as *mut f32,
+                        );
                         for i in 0..s.size() {
                             // SAFETY: both arrays hold s.size() f32s; the engine orders this op.
                             unsafe { *sp.add(i) -= 0.5 * *mp.add(i) };
@@ -544,4 +547,39 @@ fn a_value_pushed_from_the_stored_array_itself_is_handled() {
     let out = arr(&[0.0, 0.0]);
     kv.pull(Keys::Int(&[0]), &[&out], 0, true).unwrap();
     assert_eq!(read(&out), vec![2.0, 3.0]);
+}
+
+/// Timing of the kernels alone (run with `cargo test --release --test kvstore -- --ignored`).
+#[test]
+#[ignore]
+fn kernel_timing() {
+    let n = 1 << 20;
+    let ins: Vec<Vec<f32>> = (0..4).map(|k| vec![k as f32; n]).collect();
+    let mut out = vec![0f32; n];
+    let ptrs: Vec<*const u8> = ins.iter().map(|v| v.as_ptr() as *const u8).collect();
+    for threads in [1, 2, 4] {
+        let cfg = ReduceConfig {
+            bigarray_bound: 1_000_000,
+            nthreads: threads,
+        };
+        let t = std::time::Instant::now();
+        for _ in 0..200 {
+            // SAFETY: 4 inputs and one distinct output of n f32s.
+            unsafe { reduce::reduce(DType::F32, out.as_mut_ptr() as *mut u8, &ptrs, n, &cfg) };
+        }
+        let dt = t.elapsed().as_secs_f64() / 200.0;
+        let mut outs: Vec<Vec<f32>> = (0..4).map(|_| vec![0f32; n]).collect();
+        let dsts: Vec<*mut u8> = outs.iter_mut().map(|v| v.as_mut_ptr() as *mut u8).collect();
+        let t = std::time::Instant::now();
+        for _ in 0..200 {
+            // SAFETY: distinct buffers of n f32s.
+            unsafe { reduce::broadcast(out.as_ptr() as *const u8, &dsts, n * 4, n, &cfg) };
+        }
+        let db = t.elapsed().as_secs_f64() / 200.0;
+        println!(
+            "threads {threads}: reduce 4x4MiB {:.0} us, broadcast 4x4MiB {:.0} us",
+            dt * 1e6,
+            db * 1e6
+        );
+    }
 }

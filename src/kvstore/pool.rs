@@ -94,10 +94,15 @@ impl Pool {
         Pool { shared, threads }
     }
 
-    /// The process-wide pool with `threads` threads (one pool per distinct count).
+    /// The process-wide pool with `threads` threads (one pool per distinct count), capped at the
+    /// machine's available parallelism: the loops are memory-bound, and threads beyond the cores
+    /// only add context switches.
     pub fn global(threads: usize) -> Arc<Pool> {
         static POOLS: OnceLock<Mutex<HashMap<usize, Arc<Pool>>>> = OnceLock::new();
-        let threads = threads.max(1);
+        static CORES: OnceLock<usize> = OnceLock::new();
+        let cores =
+            *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads = threads.min(cores).max(1);
         POOLS
             .get_or_init(Default::default)
             .lock()

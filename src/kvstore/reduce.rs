@@ -144,9 +144,40 @@ impl Elem for Bool {
     }
 }
 
-/// Sums `ins` element-wise into `out` (all the same length), block by block.
+/// Sums `ins` element-wise into `out` (all the same length).
 #[inline(always)]
 fn sum_into<T: Elem>(out: &mut [T], ins: &[&[T]]) {
+    // two to four inputs: one fused pass, no accumulator
+    let n = out.len();
+    match ins {
+        [a, b] => {
+            for (i, o) in out.iter_mut().enumerate().take(n) {
+                *o = T::store(T::add(a[i].load(), b[i]));
+            }
+            return;
+        }
+        [a, b, c] => {
+            let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+            for i in 0..n {
+                out[i] = T::store(T::add(T::add(a[i].load(), b[i]), c[i]));
+            }
+            return;
+        }
+        [a, b, c, d] => {
+            let (a, b, c, d) = (&a[..n], &b[..n], &c[..n], &d[..n]);
+            for i in 0..n {
+                out[i] = T::store(T::add(T::add(T::add(a[i].load(), b[i]), c[i]), d[i]));
+            }
+            return;
+        }
+        _ => {}
+    }
+    sum_blocked(out, ins)
+}
+
+/// Sums `ins` element-wise into `out` block by block through an accumulator.
+#[inline(always)]
+fn sum_blocked<T: Elem>(out: &mut [T], ins: &[&[T]]) {
     let mut acc = [T::Acc::default(); BLOCK];
     let mut start = 0;
     for out_block in out.chunks_mut(BLOCK) {
