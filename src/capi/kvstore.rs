@@ -8,6 +8,11 @@
 //! aliases the pushed array); `RunServer`, `SendCommmandToServers` and `MXInitPSEnv` fail with a
 //! message (a local store has no servers), and so do distributed/NCCL store types, gradient
 //! compression and row-sparse pulls, which mxrt does not build.
+//!
+//! # Safety
+//! Every export has MXNet's C contract: pointer arguments are NULL or valid for the counts given,
+//! strings are NUL-terminated, handles come from mxrt. NULL and stale handles are reported (-1).
+#![allow(clippy::missing_safety_doc)]
 
 use super::args;
 use super::error::api_call;
@@ -723,4 +728,94 @@ pub unsafe extern "C" fn MXInitPSEnv(
             "the ps-lite environment belongs to distributed kvstores, which mxrt does not build",
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Context;
+    use crate::dtype::DType;
+    use std::ffi::CStr;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static LAST_KEY: AtomicI32 = AtomicI32::new(-100);
+
+    unsafe extern "C" fn updater(
+        key: c_int,
+        recv: NDArrayHandle,
+        local: NDArrayHandle,
+        user: *mut c_void,
+    ) {
+        LAST_KEY.store(key, Ordering::SeqCst);
+        // the callee owns both handles: taking them back must succeed exactly once
+        let r = handle::take::<NDArray>(recv, "recv").unwrap();
+        let l = handle::take::<NDArray>(local, "local").unwrap();
+        assert_eq!(r.to_bytes().unwrap(), 7f32.to_le_bytes());
+        l.sync_copy_from_bytes(&42f32.to_le_bytes()).unwrap();
+        // SAFETY: the test passes a pointer to an i32 counter.
+        unsafe { *(user as *mut i32) += 1 };
+    }
+
+    fn last_error() -> String {
+        // SAFETY: MXGetLastError returns this thread's live message.
+        unsafe { CStr::from_ptr(super::super::error::MXGetLastError()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn c_updater_owns_its_handles_and_stale_stores_are_errors() {
+        let mk = |x: f32| {
+            let a = NDArray::new(&[1], Context::cpu(0), DType::F32, false).unwrap();
+            a.sync_copy_from_bytes(&x.to_le_bytes()).unwrap();
+            super::super::ndarray::new_handle(a)
+        };
+        let mut kv: KVStoreHandle = std::ptr::null_mut();
+        let mut calls = 0i32;
+        // SAFETY: valid C strings, out-pointers and handles throughout.
+        unsafe {
+            assert_eq!(MXKVStoreCreate(c"LOCAL".as_ptr(), &mut kv), 0);
+            let mut t: *const c_char = std::ptr::null();
+            assert_eq!(MXKVStoreGetType(kv, &mut t), 0);
+            assert_eq!(CStr::from_ptr(t).to_str().unwrap(), "local");
+            assert_eq!(
+                MXKVStoreSetUpdater(kv, Some(updater), &mut calls as *mut i32 as *mut c_void),
+                0
+            );
+            let mut init = [mk(1.0)];
+            assert_eq!(MXKVStoreInit(kv, 1, [11].as_ptr(), init.as_mut_ptr()), 0);
+            let mut vals = [mk(3.0), mk(4.0)];
+            assert_eq!(
+                MXKVStorePush(kv, 2, [11, 11].as_ptr(), vals.as_mut_ptr(), 0),
+                0
+            );
+            assert_eq!((LAST_KEY.load(Ordering::SeqCst), calls), (11, 1));
+            let mut out = [mk(0.0)];
+            assert_eq!(MXKVStorePull(kv, 1, [11].as_ptr(), out.as_mut_ptr(), 0), 0);
+            assert_eq!(
+                super::super::ndarray::nd(out[0], "o")
+                    .unwrap()
+                    .to_bytes()
+                    .unwrap(),
+                42f32.to_le_bytes()
+            );
+            let mut null = [std::ptr::null_mut()];
+            assert_eq!(
+                MXKVStorePull(kv, 1, [11].as_ptr(), null.as_mut_ptr(), 0),
+                -1
+            );
+            assert_eq!(last_error(), "MXKVStorePull: vals[0] is NULL");
+            assert_eq!(MXKVStoreFree(kv), 0);
+            assert_eq!(MXKVStorePull(kv, 1, [11].as_ptr(), out.as_mut_ptr(), 0), -1);
+            assert!(
+                last_error().contains("not a live KVStore handle"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(MXKVStoreFree(std::ptr::null_mut()), 0);
+            for h in init.into_iter().chain(vals).chain(out) {
+                drop(handle::take::<NDArray>(h, "h").unwrap());
+            }
+        }
+    }
 }

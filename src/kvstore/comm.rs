@@ -63,7 +63,7 @@ fn host_ptr(a: &NDArray, what: &str) -> Result<*mut u8> {
         }
     }
     let p = a.data_ptr()?;
-    if (p as usize) % a.dtype().size() != 0 {
+    if !(p as usize).is_multiple_of(a.dtype().size()) {
         return Err(Error::invalid(format!(
             "{what}: data at {p:p} is not aligned for {}",
             a.dtype().name()
