@@ -7,8 +7,8 @@ use super::error::api_call;
 use super::handle::{self, Handle, HandleKind};
 use super::types::*;
 use crate::context::Context;
-use crate::engine::{
-    AsyncFn, Completion, Engine, FnProperty, Operator, PushArgs, RunContext, SyncFn, Var, VarInner,
+use crate::engine::{OpResult, 
+    Completion, Engine, FnProperty, Operator, PushArgs, RunContext, Var, VarInner,
 };
 use crate::error::{Error, Result};
 use smallvec::SmallVec;
@@ -100,8 +100,8 @@ thread_local! {
 pub(crate) fn c_sync_body(
     f: unsafe extern "C" fn(*mut c_void, *mut c_void),
     param: CParam,
-) -> Arc<SyncFn> {
-    Arc::new(move |rc: &RunContext| {
+) -> impl Fn(&RunContext) -> OpResult + Send + Sync + 'static {
+    move |rc: &RunContext| {
         let outer = OP_ERROR.with(|e| e.borrow_mut().replace(None));
         // SAFETY: calling the user's function with MXNet's arguments: a RunContext pointer valid
         // for the call and the user's own parameter.
@@ -111,15 +111,15 @@ pub(crate) fn c_sync_body(
             Some(msg) => Err(msg),
             None => Ok(()),
         }
-    })
+    }
 }
 
 /// Wraps a C async function as an engine body.
 pub(crate) fn c_async_body(
     f: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void),
     param: CParam,
-) -> Arc<AsyncFn> {
-    Arc::new(move |rc: &RunContext, done: Completion| {
+) -> impl Fn(&RunContext, Completion) + Send + Sync + 'static {
+    move |rc: &RunContext, done: Completion| {
         let mut cb = completion::register(done);
         // SAFETY: MXNet's calling convention: RunContext and CallbackOnComplete pointers valid for
         // the call (C copies the latter to complete later) and the user's parameter.
@@ -130,7 +130,7 @@ pub(crate) fn c_async_body(
                 param.ptr(),
             )
         };
-    })
+    }
 }
 
 pub(crate) enum CFunc {
@@ -168,11 +168,11 @@ pub(crate) unsafe fn push_c(
     match func {
         CFunc::Sync(f) => {
             let f = f.ok_or_else(|| Error::invalid("sync_func is NULL"))?;
-            engine.push_sync(c_sync_body(f, param), a)
+            engine.push_fn(a, c_sync_body(f, param))
         }
         CFunc::Async(f) => {
             let f = f.ok_or_else(|| Error::invalid("async_func is NULL"))?;
-            engine.push_async(c_async_body(f, param), a)
+            engine.push_async_fn(a, c_async_body(f, param))
         }
     }
 }
@@ -432,7 +432,7 @@ pub unsafe extern "C" fn MXEngineNewOperator(
         // SAFETY: API contract.
         let name = unsafe { args::opt_c_str(name, "name")? };
         let f = fn_.ok_or_else(|| Error::invalid("fn is NULL"))?;
-        let op = engine()?.new_operator(c_async_body(f, param), &c, &m, prop, name)?;
+        let op = engine()?.new_operator(Arc::new(c_async_body(f, param)), &c, &m, prop, name)?;
         *out = handle::into_handle(op);
         Ok(())
     })

@@ -53,7 +53,7 @@ use crate::context::{Context, DeviceType};
 use crate::error::{Error, ErrorKind, Result};
 use exception::ExceptionRef;
 use executor::{Executor, PerDevice, Pooled};
-use opr::{Body, OprBlock, OprRef, VarList};
+use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody, VarList};
 use parking_lot::{Condvar, Mutex};
 use signal::{Signal, spin_until};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -195,9 +195,9 @@ impl Inner {
         self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
-    fn new_op(
+    fn new_op<B: OpBody + 'static>(
         &self,
-        body: Body,
+        body: B,
         const_vars: VarList,
         mutable_vars: VarList,
         spec: OpSpec,
@@ -273,7 +273,7 @@ impl Inner {
         Ok(())
     }
 
-    fn push_body(&self, body: Body, args: &PushArgs<'_>, run_inline: bool) -> Result<()> {
+    fn push_body<B: OpBody + 'static>(&self, body: B, args: &PushArgs<'_>, run_inline: bool) -> Result<()> {
         self.check_push(args.ctx, args.prop)?;
         self.flush_bulk()?;
         let (c, m) = dedup(args.const_vars, args.mutable_vars);
@@ -292,10 +292,10 @@ impl Inner {
         let (c, m) = dedup(&seg.const_vars, &seg.mutable_vars);
         let fns = seg.fns;
         let ctx = seg.ctx;
-        let body = Body::Sync(Arc::new(move |_rc: &RunContext| {
+        let body = SyncBody(move |_rc: &RunContext| {
             let rc = RunContext::new(ctx, true);
             fns.iter().try_for_each(|f| f(&rc))
-        }));
+        });
         let spec = OpSpec {
             ctx,
             prop: FnProperty::Normal,
@@ -437,17 +437,33 @@ impl Engine {
 
     /// Pushes an asynchronous op: `body` gets a [`Completion`] it must consume, from any thread.
     pub fn push_async(&self, body: Arc<AsyncFn>, args: PushArgs<'_>) -> Result<()> {
-        self.inner.push_body(Body::Async(body), &args, false)
+        self.push_async_fn(args, move |rc, done| body(rc, done))
+    }
+
+    /// [`push_async`](Self::push_async) with a closure (stored inline in the op: one allocation).
+    pub fn push_async_fn<F>(&self, args: PushArgs<'_>, f: F) -> Result<()>
+    where
+        F: Fn(&RunContext, Completion) + Send + Sync + 'static,
+    {
+        self.inner.push_body(AsyncBody(f), &args, false)
     }
 
     /// Pushes a synchronous op (it completes when `f` returns). Eligible for bulking.
     pub fn push_sync(&self, f: Arc<SyncFn>, args: PushArgs<'_>) -> Result<()> {
-        let inner = &*self.inner;
-        if !inner.is_naive()
+        self.push_fn(args, move |rc| f(rc))
+    }
+
+    /// True when a sync push with `args` joins the calling thread's bulk segment.
+    fn bulks(&self, args: &PushArgs<'_>) -> bool {
+        !self.inner.is_naive()
             && args.prop == FnProperty::Normal
             && args.priority == 0
             && !args.wait
             && bulk::size() > 0
+    }
+
+    fn append_bulk(&self, f: Arc<SyncFn>, args: &PushArgs<'_>) -> Result<()> {
+        let inner = &*self.inner;
         {
             inner.check_push(args.ctx, args.prop)?;
             let flush = bulk::append(inner.ptr(), args.ctx, f, args.const_vars, args.mutable_vars);
@@ -458,17 +474,19 @@ impl Engine {
             if let Some(seg) = flush.full {
                 inner.push_segment(seg)?;
             }
-            return Ok(());
         }
-        inner.push_body(Body::Sync(f), &args, false)
+        Ok(())
     }
 
-    /// [`push_sync`](Self::push_sync) with a closure.
+    /// [`push_sync`](Self::push_sync) with a closure (stored inline in the op: one allocation).
     pub fn push_fn<F>(&self, args: PushArgs<'_>, f: F) -> Result<()>
     where
         F: Fn(&RunContext) -> OpResult + Send + Sync + 'static,
     {
-        self.push_sync(Arc::new(f), args)
+        if self.bulks(&args) {
+            return self.append_bulk(Arc::new(f), &args);
+        }
+        self.inner.push_body(SyncBody(f), &args, false)
     }
 
     /// Creates a reusable operator; each [`push_operator`](Self::push_operator) runs it once.
@@ -483,7 +501,7 @@ impl Engine {
         let (c, m) = dedup(const_vars, mutable_vars);
         Ok(Arc::new(Operator {
             engine_id: self.inner.id,
-            body: Body::Async(body),
+            body,
             const_vars: c,
             mutable_vars: m,
             prop,
@@ -506,8 +524,9 @@ impl Engine {
             wait: false,
             run_inline: false,
         };
+        let body = op.body.clone();
         let block = inner.new_op(
-            op.body.clone(),
+            AsyncBody(move |rc: &RunContext, done: Completion| body(rc, done)),
             op.const_vars.clone(),
             op.mutable_vars.clone(),
             spec,
@@ -532,7 +551,7 @@ impl Engine {
             .writes(&vars)
             .prop(FnProperty::DeleteVar)
             .name("DeleteOperator");
-        self.inner.push_body(Body::Sync(Arc::new(f)), &args, false)
+        self.inner.push_body(SyncBody(f), &args, false)
     }
 
     /// Deletes `var` after every op queued on it: `on_delete` runs then (on the worker that runs
@@ -555,7 +574,7 @@ impl Engine {
             .writes(&vars)
             .prop(FnProperty::DeleteVar)
             .name("DeleteVariable");
-        self.inner.push_body(Body::Sync(Arc::new(f)), &args, false)
+        self.inner.push_body(SyncBody(f), &args, false)
     }
 
     /// Waits until every write pushed to `var` before this call has finished, then reports (once)
@@ -570,10 +589,10 @@ impl Engine {
         if var.has_pending_write() {
             let signal = Arc::new(Signal::for_current_thread());
             let s = signal.clone();
-            let body = Body::Sync(Arc::new(move |_: &RunContext| {
+            let body = SyncBody(move |_: &RunContext| {
                 s.set();
                 Ok(())
-            }));
+            });
             let vars = [var.clone()];
             let args = PushArgs::new(Context::cpu(0))
                 .reads(&vars)
@@ -688,7 +707,7 @@ impl Engine {
         let slot: Arc<Mutex<Option<Completion>>> = Arc::new(Mutex::new(None));
         let signal = Arc::new(Signal::for_current_thread());
         let (slot2, signal2) = (slot.clone(), signal.clone());
-        let body: Arc<AsyncFn> = Arc::new(move |_: &RunContext, done: Completion| {
+        let body = AsyncBody(move |_: &RunContext, done: Completion| {
             *slot2.lock() = Some(done);
             signal2.set();
         });
@@ -700,7 +719,7 @@ impl Engine {
         };
         let (c, m) = dedup(args.const_vars, args.mutable_vars);
         let op = inner.new_op(
-            Body::Async(body),
+            body,
             c,
             m,
             OpSpec::from_args(&args.wait(true).name("VarLease"), true),

@@ -25,11 +25,47 @@ pub type AsyncFn = dyn Fn(&RunContext, Completion) + Send + Sync;
 /// Body of a synchronous op: the op completes when it returns.
 pub type SyncFn = dyn Fn(&RunContext) -> OpResult + Send + Sync;
 
-/// What an op runs.
-#[derive(Clone)]
-pub(crate) enum Body {
-    Async(Arc<AsyncFn>),
-    Sync(Arc<SyncFn>),
+/// What an op runs. Stored inline in its `OprBlock` (one allocation per push).
+pub(crate) trait OpBody: Send + Sync {
+    /// Runs the body. A synchronous body returns its result; an asynchronous one takes its
+    /// completion from `pending` and returns `None`.
+    fn run(&self, rc: &RunContext, pending: Pending<'_>) -> Option<OpResult>;
+    /// True for asynchronous bodies (their completion is theirs to call, even on panic).
+    fn is_async(&self) -> bool;
+}
+
+/// Hands an asynchronous body its completion (making one costs a reference count).
+pub(crate) struct Pending<'a>(pub(crate) &'a OprRef);
+
+impl Pending<'_> {
+    pub(crate) fn completion(self) -> Completion {
+        Completion::new(self.0.clone())
+    }
+}
+
+/// A synchronous closure as an op body.
+pub(crate) struct SyncBody<F>(pub(crate) F);
+
+impl<F: Fn(&RunContext) -> OpResult + Send + Sync> OpBody for SyncBody<F> {
+    fn run(&self, rc: &RunContext, _: Pending<'_>) -> Option<OpResult> {
+        Some((self.0)(rc))
+    }
+    fn is_async(&self) -> bool {
+        false
+    }
+}
+
+/// An asynchronous closure as an op body.
+pub(crate) struct AsyncBody<F>(pub(crate) F);
+
+impl<F: Fn(&RunContext, Completion) + Send + Sync> OpBody for AsyncBody<F> {
+    fn run(&self, rc: &RunContext, pending: Pending<'_>) -> Option<OpResult> {
+        (self.0)(rc, pending.completion());
+        None
+    }
+    fn is_async(&self) -> bool {
+        true
+    }
 }
 
 /// Passed to every body; layout is MXNet's `RunContext` (32 bytes on LP64) so the C layer can hand
@@ -59,10 +95,10 @@ impl RunContext {
 }
 
 /// One pushed operation, from push until its last reference is dropped (which is what
-/// `WaitForAll` waits for, so the op's parameters are released before it returns).
-pub(crate) struct OprBlock {
+/// `WaitForAll` waits for, so the op's parameters are released before it returns). The body is the
+/// last field, stored inline: `OprRef` is `Arc<OprBlock<dyn OpBody>>`.
+pub(crate) struct OprBlock<B: ?Sized> {
     pub(crate) engine: EnginePtr,
-    pub(crate) body: ManuallyDrop<Body>,
     pub(crate) const_vars: VarList,
     pub(crate) mutable_vars: VarList,
     pub(crate) ctx: Context,
@@ -81,11 +117,12 @@ pub(crate) struct OprBlock {
     pub(crate) has_exception: std::sync::atomic::AtomicBool,
     /// NaiveEngine: the pusher waits on this for the op to complete.
     pub(crate) done: Option<Arc<Signal>>,
+    pub(crate) body: ManuallyDrop<B>,
 }
 
-pub(crate) type OprRef = Arc<OprBlock>;
+pub(crate) type OprRef = Arc<OprBlock<dyn OpBody>>;
 
-impl OprBlock {
+impl<B: ?Sized> OprBlock<B> {
     pub(crate) fn engine(&self) -> &Inner {
         // SAFETY: an engine outlives every op it created: dropping an Engine waits until its
         // pending-op count is zero, and each OprBlock holds one count until it is dropped.
@@ -93,7 +130,7 @@ impl OprBlock {
     }
 }
 
-impl Drop for OprBlock {
+impl<B: ?Sized> Drop for OprBlock<B> {
     fn drop(&mut self) {
         // SAFETY: the body is dropped exactly once, here; nothing reads it afterwards.
         unsafe { ManuallyDrop::drop(&mut self.body) };
@@ -150,7 +187,7 @@ impl std::fmt::Debug for Completion {
 /// A reusable operator (`NewOperator`): the body and variables are fixed, each push runs it once.
 pub struct Operator {
     pub(crate) engine_id: u64,
-    pub(crate) body: Body,
+    pub(crate) body: Arc<AsyncFn>,
     pub(crate) const_vars: VarList,
     pub(crate) mutable_vars: VarList,
     pub(crate) prop: FnProperty,

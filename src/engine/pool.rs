@@ -15,7 +15,8 @@ use parking_lot::{Condvar, Mutex};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crossbeam_queue::SegQueue;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::thread::JoinHandle;
 
 /// How a pool orders its queue.
@@ -53,42 +54,74 @@ impl Ord for PrioEntry {
     }
 }
 
+/// The queue of ready ops. FIFO pools use a lock-free queue (pusher and worker never wait on each
+/// other), plus a rarely used locked side queue for ops that jump ahead (kDeleteVar).
 enum TaskQueue {
-    Fifo(VecDeque<OprRef>),
+    Fifo {
+        main: SegQueue<OprRef>,
+        front: Mutex<VecDeque<OprRef>>,
+        front_len: AtomicUsize,
+    },
     Priority {
-        heap: BinaryHeap<PrioEntry>,
-        seq: u64,
+        heap: Mutex<(BinaryHeap<PrioEntry>, u64)>,
+        len: AtomicUsize,
     },
 }
 
 impl TaskQueue {
-    fn push(&mut self, op: OprRef, front: bool) {
+    fn push(&self, op: OprRef, front: bool) {
         match self {
-            TaskQueue::Fifo(q) if front => q.push_front(op),
-            TaskQueue::Fifo(q) => q.push_back(op),
-            TaskQueue::Priority { heap, seq } => {
+            TaskQueue::Fifo { front: q, front_len, .. } if front => {
+                q.lock().push_back(op);
+                front_len.fetch_add(1, Ordering::SeqCst);
+            }
+            TaskQueue::Fifo { main, .. } => main.push(op),
+            TaskQueue::Priority { heap, len } => {
                 // a front push (kDeleteVar) goes ahead of everything queued
                 let priority = if front { i32::MAX } else { op.priority };
-                *seq += 1;
-                heap.push(PrioEntry {
-                    priority,
-                    seq: *seq,
-                    op,
-                });
+                let mut h = heap.lock();
+                h.1 += 1;
+                let seq = h.1;
+                h.0.push(PrioEntry { priority, seq, op });
+                len.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
-    fn pop(&mut self) -> Option<OprRef> {
+    fn pop(&self) -> Option<OprRef> {
         match self {
-            TaskQueue::Fifo(q) => q.pop_front(),
-            TaskQueue::Priority { heap, .. } => heap.pop().map(|e| e.op),
+            TaskQueue::Fifo { main, front, front_len } => {
+                if front_len.load(Ordering::Relaxed) > 0 {
+                    if let Some(op) = front.lock().pop_front() {
+                        front_len.fetch_sub(1, Ordering::SeqCst);
+                        return Some(op);
+                    }
+                }
+                main.pop()
+            }
+            TaskQueue::Priority { heap, len } => {
+                if len.load(Ordering::Relaxed) == 0 {
+                    return None;
+                }
+                let op = heap.lock().0.pop().map(|e| e.op);
+                if op.is_some() {
+                    len.fetch_sub(1, Ordering::SeqCst);
+                }
+                op
+            }
+        }
+    }
+    fn is_empty(&self) -> bool {
+        match self {
+            TaskQueue::Fifo { main, front_len, .. } => {
+                front_len.load(Ordering::SeqCst) == 0 && main.is_empty()
+            }
+            TaskQueue::Priority { len, .. } => len.load(Ordering::SeqCst) == 0,
         }
     }
 }
 
 struct PoolShared {
-    queue: Mutex<TaskQueue>,
-    len: AtomicUsize,
+    queue: TaskQueue,
     spinners: AtomicUsize,
     sleepers: AtomicUsize,
     park_lock: Mutex<()>,
@@ -101,14 +134,7 @@ const WORKER_SPIN_ITERATIONS: u32 = 1 << 14;
 
 impl PoolShared {
     fn try_pop(&self) -> Option<OprRef> {
-        if self.len.load(Ordering::SeqCst) == 0 {
-            return None;
-        }
-        let op = self.queue.lock().pop();
-        if op.is_some() {
-            self.len.fetch_sub(1, Ordering::SeqCst);
-        }
-        op
+        self.queue.pop()
     }
 
     fn wake_one(&self) {
@@ -151,7 +177,8 @@ impl PoolShared {
             }
             let mut guard = self.park_lock.lock();
             self.sleepers.fetch_add(1, Ordering::SeqCst);
-            if self.len.load(Ordering::SeqCst) == 0 && !self.stop.load(Ordering::SeqCst) {
+            fence(Ordering::SeqCst);
+            if self.queue.is_empty() && !self.stop.load(Ordering::SeqCst) {
                 self.park_cv.wait(&mut guard);
             }
             self.sleepers.fetch_sub(1, Ordering::SeqCst);
@@ -169,15 +196,18 @@ impl WorkerPool {
     /// Starts `nthreads` workers named `name-N` that call `run` for each op.
     pub(crate) fn new(name: &str, nthreads: usize, order: QueueOrder, run: fn(OprRef)) -> Self {
         let queue = match order {
-            QueueOrder::Fifo => TaskQueue::Fifo(VecDeque::with_capacity(256)),
+            QueueOrder::Fifo => TaskQueue::Fifo {
+                main: SegQueue::new(),
+                front: Mutex::new(VecDeque::new()),
+                front_len: AtomicUsize::new(0),
+            },
             QueueOrder::Priority => TaskQueue::Priority {
-                heap: BinaryHeap::new(),
-                seq: 0,
+                heap: Mutex::new((BinaryHeap::new(), 0)),
+                len: AtomicUsize::new(0),
             },
         };
         let shared = Arc::new(PoolShared {
-            queue: Mutex::new(queue),
-            len: AtomicUsize::new(0),
+            queue,
             spinners: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
@@ -202,8 +232,9 @@ impl WorkerPool {
     /// Queues `op`; `front` puts it ahead of everything queued.
     pub(crate) fn push(&self, op: OprRef, front: bool) {
         let s = &*self.shared;
-        s.queue.lock().push(op, front);
-        s.len.fetch_add(1, Ordering::SeqCst);
+        s.queue.push(op, front);
+        // pairs with the worker's fence between registering as a sleeper and re-checking
+        fence(Ordering::SeqCst);
         if s.spinners.load(Ordering::SeqCst) == 0 && s.sleepers.load(Ordering::SeqCst) > 0 {
             s.wake_one();
         }
@@ -234,7 +265,7 @@ impl Drop for WorkerPool {
 fn worker_main(shared: &PoolShared, run: fn(OprRef)) {
     while let Some(op) = shared.next() {
         // more work queued and nobody looking for it: bring in another worker
-        if shared.len.load(Ordering::SeqCst) > 0
+        if !shared.queue.is_empty()
             && shared.spinners.load(Ordering::SeqCst) == 0
             && shared.sleepers.load(Ordering::SeqCst) > 0
         {

@@ -1,7 +1,7 @@
 //! The engine's hook for the profiler: when op recording is off, each op costs one relaxed atomic
 //! load here. The profiler switches recording on and installs its sink.
 
-use super::opr::OprBlock;
+use super::opr::{OpBody, OprBlock};
 use crate::context::Context;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +32,7 @@ fn now_us() -> u64 {
 }
 
 #[inline]
-pub(crate) fn begin(op: &OprBlock) -> Option<u64> {
+pub(crate) fn begin(op: &OprBlock<dyn OpBody>) -> Option<u64> {
     if recording() && op.name.is_some() {
         Some(now_us())
     } else {
@@ -41,7 +41,7 @@ pub(crate) fn begin(op: &OprBlock) -> Option<u64> {
 }
 
 #[inline]
-pub(crate) fn end(start: Option<u64>, op: &OprBlock) {
+pub(crate) fn end(start: Option<u64>, op: &OprBlock<dyn OpBody>) {
     if let (Some(start), Some(sink), Some(name)) = (start, SINK.get(), op.name.as_deref()) {
         sink(name, op.ctx, start, now_us());
     }

@@ -3,7 +3,7 @@
 
 use super::Inner;
 use super::exception::ExceptionRef;
-use super::opr::{Body, Completion, OprRef, RunContext};
+use super::opr::{OprRef, Pending, RunContext};
 use super::property::FnProperty;
 use super::var::Ready;
 use crate::util::panic_text;
@@ -62,27 +62,19 @@ pub(crate) fn execute(op: OprRef) {
     let rc = RunContext::new(op.ctx, false);
     let _depth = OpDepthGuard::enter();
     let profile = super::profiling::begin(&op);
-    match &*op.body {
-        Body::Sync(f) => {
-            let result = match catch_unwind(AssertUnwindSafe(|| f(&rc))) {
-                Ok(r) => r,
-                Err(p) => Err(format!(
-                    "engine operation '{}' panicked: {}",
-                    op.name.as_deref().unwrap_or("unnamed"),
-                    panic_text(&*p)
-                )),
-            };
-            super::profiling::end(profile, &op);
-            Inner::on_complete(op, result.err());
-        }
-        Body::Async(f) => {
-            let f = f.clone();
-            let keep = op.clone();
-            // A panic drops the Completion during unwinding, which fails the op; nothing else to do.
-            let _ = catch_unwind(AssertUnwindSafe(|| f(&rc, Completion::new(op))));
-            super::profiling::end(profile, &keep);
-            drop(keep);
-        }
+    // A panicking async body drops its Completion while unwinding, which fails the op.
+    let result = match catch_unwind(AssertUnwindSafe(|| op.body.run(&rc, Pending(&op)))) {
+        Ok(r) => r,
+        Err(_) if op.body.is_async() => None,
+        Err(p) => Some(Err(format!(
+            "engine operation '{}' panicked: {}",
+            op.name.as_deref().unwrap_or("unnamed"),
+            panic_text(&*p)
+        ))),
+    };
+    super::profiling::end(profile, &op);
+    if let Some(result) = result {
+        Inner::on_complete(op, result.err());
     }
 }
 
