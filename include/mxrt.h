@@ -27,6 +27,16 @@ typedef struct LibFeature LibFeature;
 
 
 /**
+ * An NDArray.
+ */
+typedef void *NDArrayHandle;
+
+/**
+ * A DLPack `DLManagedTensor`.
+ */
+typedef void *DLManagedTensorHandle;
+
+/**
  * Body of an async op: `(RunContext *run_ctx, CallbackOnComplete *on_complete, void *param)`.
  */
 typedef void (*EngineAsyncFunc)(void*, void*, void*);
@@ -62,19 +72,37 @@ typedef void (*EngineSyncFunc)(void*, void*);
 typedef void *KVStoreHandle;
 
 /**
- * A profiler object (domain, task, frame, event or counter).
+ * Unsigned int, MXNet's `mx_uint`.
  */
-typedef void *ProfileHandle;
+typedef uint32_t mx_uint;
 
 /**
- * An NDArray.
+ * `MXKVStoreUpdater` (MXNet declares the function type; parameters decay to this pointer).
  */
-typedef void *NDArrayHandle;
+typedef void (*KVStoreUpdaterFn)(int key, NDArrayHandle recv, NDArrayHandle local, void *handle);
+
+/**
+ * `MXKVStoreStrUpdater`.
+ */
+typedef void (*KVStoreStrUpdaterFn)(const char *key,
+                                    NDArrayHandle recv,
+                                    NDArrayHandle local,
+                                    void *handle);
+
+/**
+ * `MXKVStoreServerController`.
+ */
+typedef void (*KVStoreServerControllerFn)(int head, const char *body, void *controller_handle);
 
 /**
  * Dimension type of shapes, MXNet's `dim_t`.
  */
 typedef int64_t dim_t;
+
+/**
+ * A profiler object (domain, task, frame, event or counter).
+ */
+typedef void *ProfileHandle;
 
 /**
  * Pool statistics of one device's storage manager (MXStorageGetStats). Byte counts are after the
@@ -107,11 +135,6 @@ typedef struct {
   uint64_t allocs;
   uint64_t frees;
 } MXStorageStats;
-
-/**
- * A DLPack `DLManagedTensor`.
- */
-typedef void *DLManagedTensorHandle;
 
 /**
  * MXNet's `engine::CallbackOnComplete`, as C code sees it.
@@ -158,11 +181,6 @@ typedef struct {
 } MXRTLibFeature;
 
 /**
- * Unsigned int, MXNet's `mx_uint`.
- */
-typedef uint32_t mx_uint;
-
-/**
  * Float, MXNet's `mx_float`.
  */
 typedef float mx_float;
@@ -170,6 +188,34 @@ typedef float mx_float;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Exports the array as a DLPack v0.2 `DLManagedTensor` that keeps the array's memory alive until
+ * its `deleter` is called (or MXNDArrayCallDLPackDeleter). Does not wait for pending writes
+ * (call MXNDArrayWaitToRead first). `strides` is NULL (compact row-major).
+ */
+int MXNDArrayToDLPack(NDArrayHandle handle, DLManagedTensorHandle *out_dlpack);
+
+/**
+ * Wraps a DLPack tensor as an array without copying; the tensor's deleter runs when the array's
+ * memory is released (MXNDArrayFromDLPackEx with transient_handle = false).
+ */
+int MXNDArrayFromDLPack(DLManagedTensorHandle dlpack, NDArrayHandle *out_handle);
+
+/**
+ * Wraps a DLPack tensor as an array without copying. With `transient_handle` the
+ * DLManagedTensor struct itself may be freed by the caller after this call: mxrt keeps a copy and
+ * passes the copy to the deleter.
+ */
+int MXNDArrayFromDLPackEx(DLManagedTensorHandle dlpack,
+                          bool transient_handle,
+                          NDArrayHandle *out_handle);
+
+/**
+ * Calls `dlpack->deleter(dlpack)` if both are non-NULL (NULL is accepted and ignored, as in
+ * MXNet).
+ */
+int MXNDArrayCallDLPackDeleter(DLManagedTensorHandle dlpack);
 
 /**
  * Pushes an asynchronous operation (MXNet 1.9.1). `async_func(run_ctx, on_complete, func_param)`
@@ -360,164 +406,240 @@ int MXSetIsNumpyShape(int is_np_shape, int *prev);
 int MXIsNumpyShape(int *curr);
 
 /**
- * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].
- *
- * # Safety
- * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ * Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",
+ * "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("device" reduces where
+ * the values live; without GPUs it is the same as "local"). "dist_*" and "nccl" fail: mxrt does
+ * not build those stores.
  */
-int MXSetProfilerConfig(int num_params, const char *const *keys, const char *const *vals);
+int MXKVStoreCreate(const char *type_, KVStoreHandle *out);
 
 /**
- * Sets the profiler configuration from `num_params` key/value strings. Keys not given take their
- * defaults: profile_all=false, profile_symbolic/imperative/memory/api=true,
- * filename="profile.json", continuous_dump=true, dump_period=1.0, aggregate_stats=false,
- * profile_process="worker", and mxrt's own `timeline` (false; true = an HTML timeline next to the
- * trace, or a path ending in .html or .svg). The trace file is deleted at once. An unknown key or
- * a bad value fails naming the key. With profile_process="server" the configuration is meant for
- * a KVStore server: `kvstoreHandle` must not be NULL (nothing else happens in this build).
- *
- * # Safety
- * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ * Frees a store (NULL is a no-op). Engine ops already pushed keep the arrays they use alive.
  */
-int MXSetProcessProfilerConfig(int num_params,
-                               const char *const *keys,
-                               const char *const *vals,
-                               KVStoreHandle kvstoreHandle);
+int MXKVStoreFree(KVStoreHandle handle);
 
 /**
- * Sets the profiler state of this process: 1 runs (enables output, unpauses), 0 stops (pauses).
+ * Not supported yet: fails with a message (the arguments are still checked).
  */
-int MXSetProfilerState(int state);
+int MXKVStoreSetGradientCompression(KVStoreHandle handle,
+                                    uint32_t num_params,
+                                    const char *const *keys,
+                                    const char *const *vals);
 
 /**
- * Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
- * fails. `profile_process` is 0 (worker, this process) or 1 (server: `kvStoreHandle` must not
- * be NULL; nothing else happens in this build).
+ * Stores a copy of each value under its int key (each key once).
  */
-int MXSetProcessProfilerState(int state, int profile_process, KVStoreHandle kvStoreHandle);
+int MXKVStoreInit(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals);
 
 /**
- * Writes the records collected so far to the trace file; see [`MXDumpProcessProfile`].
+ * Stores a copy of each value under its string key (each key once).
  */
-int MXDumpProfile(int finished);
+int MXKVStoreInitEx(KVStoreHandle handle,
+                    uint32_t num,
+                    const char *const *keys,
+                    NDArrayHandle *vals);
 
 /**
- * Writes the records collected so far to the trace file, which is complete, valid JSON after
- * every dump. Fails unless the profiler has been run since the last final dump. When `finished`
- * is non-zero, or continuous_dump is off, output is disabled afterwards.
+ * Sums the values given for each key and folds the sum into the stored value (through the
+ * updater if set). Returns before the sums run.
  */
-int MXDumpProcessProfile(int finished, int profile_process, KVStoreHandle kvStoreHandle);
+int MXKVStorePush(KVStoreHandle handle,
+                  uint32_t num,
+                  const int *keys,
+                  NDArrayHandle *vals,
+                  int priority);
 
 /**
- * Prints the aggregate stats as a table sorted by total time, descending; see
- * [`MXAggregateProfileStatsPrintEx`].
- *
- * # Safety
- * `out_str` must be valid for a write of one pointer.
+ * [`MXKVStorePush`] with string keys.
  */
-int MXAggregateProfileStatsPrint(const char **out_str, int reset);
+int MXKVStorePushEx(KVStoreHandle handle,
+                    uint32_t num,
+                    const char *const *keys,
+                    NDArrayHandle *vals,
+                    int priority);
 
 /**
- * Flushes pending records (a dump, if output is enabled), then prints the aggregate stats:
- * `format` 0 table, 1 JSON; `sort_by` 0 total, 1 avg, 2 min, 3 max, 4 count; `ascending` 0/1.
- * The text is empty when aggregate_stats is off. `reset` non-zero clears the stats afterwards.
- * `*out_str` points to a thread-local buffer valid until the next call of this function on the
- * same thread.
- *
- * # Safety
- * `out_str` must be valid for a write of one pointer.
+ * Copies each key's value into the outputs given for it (engine ops).
  */
-int MXAggregateProfileStatsPrintEx(const char **out_str,
-                                   int reset,
-                                   int format,
-                                   int sort_by,
-                                   int ascending);
+int MXKVStorePull(KVStoreHandle handle,
+                  uint32_t num,
+                  const int *keys,
+                  NDArrayHandle *vals,
+                  int priority);
 
 /**
- * Pauses (non-zero) or resumes (0) recording in this process.
+ * [`MXKVStorePull`] with string keys.
  */
-int MXProfilePause(int paused);
+int MXKVStorePullEx(KVStoreHandle handle,
+                    uint32_t num,
+                    const char *const *keys,
+                    NDArrayHandle *vals,
+                    int priority);
 
 /**
- * Pauses (non-zero) or resumes (0) recording. `profile_process` as for
- * [`MXSetProcessProfilerState`].
+ * [`MXKVStorePull`]; `ignore_sparse` has no effect (all arrays are dense).
  */
-int MXProcessProfilePause(int paused, int profile_process, KVStoreHandle kvStoreHandle);
+int MXKVStorePullWithSparse(KVStoreHandle handle,
+                            uint32_t num,
+                            const int *keys,
+                            NDArrayHandle *vals,
+                            int priority,
+                            bool ignore_sparse);
 
 /**
- * Creates a domain named `domain`. Domains are never destroyed.
- *
- * # Safety
- * `domain` must be a NUL-terminated string; `out` must be valid for a write.
+ * [`MXKVStorePullWithSparse`] with string keys.
  */
-int MXProfileCreateDomain(const char *domain, ProfileHandle *out);
+int MXKVStorePullWithSparseEx(KVStoreHandle handle,
+                              uint32_t num,
+                              const char *const *keys,
+                              NDArrayHandle *vals,
+                              int priority,
+                              bool ignore_sparse);
 
 /**
- * Creates a task of `domain`. Free it with [`MXProfileDestroyHandle`].
- *
- * # Safety
- * `task_name` must be a NUL-terminated string; `out` must be valid for a write.
+ * Not supported: mxrt has no row_sparse arrays. Fails with a message.
  */
-int MXProfileCreateTask(ProfileHandle domain, const char *task_name, ProfileHandle *out);
+int MXKVStorePullRowSparse(KVStoreHandle handle,
+                           uint32_t num,
+                           const int *keys,
+                           NDArrayHandle *vals,
+                           const NDArrayHandle *row_ids,
+                           int priority);
 
 /**
- * Creates a frame of `domain`. Free it with [`MXProfileDestroyHandle`].
- *
- * # Safety
- * `frame_name` must be a NUL-terminated string; `out` must be valid for a write.
+ * [`MXKVStorePullRowSparse`] with string keys.
  */
-int MXProfileCreateFrame(ProfileHandle domain, const char *frame_name, ProfileHandle *out);
+int MXKVStorePullRowSparseEx(KVStoreHandle handle,
+                             uint32_t num,
+                             const char *const *keys,
+                             NDArrayHandle *vals,
+                             const NDArrayHandle *row_ids,
+                             int priority);
 
 /**
- * Creates an event. Free it with [`MXProfileDestroyHandle`].
- *
- * # Safety
- * `event_name` must be a NUL-terminated string; `out` must be valid for a write.
+ * Init(vkeys, vals) then Pull(okeys, outs).
  */
-int MXProfileCreateEvent(const char *event_name, ProfileHandle *out);
+int MXKVStoreBroadcast(KVStoreHandle handle,
+                       mx_uint vnum,
+                       const int *vkeys,
+                       mx_uint onum,
+                       const int *okeys,
+                       NDArrayHandle *vals,
+                       NDArrayHandle *outs,
+                       int priority);
 
 /**
- * Creates a counter (initially 0) of `domain`. Free it with [`MXProfileDestroyHandle`].
- *
- * # Safety
- * `counter_name` must be a NUL-terminated string; `out` must be valid for a write.
+ * [`MXKVStoreBroadcast`] with string keys.
  */
-int MXProfileCreateCounter(ProfileHandle domain, const char *counter_name, ProfileHandle *out);
+int MXKVStoreBroadcastEx(KVStoreHandle handle,
+                         mx_uint vnum,
+                         const char *const *vkeys,
+                         mx_uint onum,
+                         const char *const *okeys,
+                         NDArrayHandle *vals,
+                         NDArrayHandle *outs,
+                         int priority);
 
 /**
- * Frees a task, frame, event or counter handle. NULL, or a freed handle, fails; a domain handle
- * is accepted and ignored (domains live for the whole process).
+ * Push(vkeys, vals) then Pull(okeys, outs).
  */
-int MXProfileDestroyHandle(ProfileHandle frame_handle);
+int MXKVStorePushPull(KVStoreHandle handle,
+                      mx_uint vnum,
+                      const int *vkeys,
+                      mx_uint onum,
+                      const int *okeys,
+                      NDArrayHandle *vals,
+                      NDArrayHandle *outs,
+                      int priority);
 
 /**
- * Starts (or restarts) a task, frame or event.
+ * [`MXKVStorePushPull`] with string keys.
  */
-int MXProfileDurationStart(ProfileHandle duration_handle);
+int MXKVStorePushPullEx(KVStoreHandle handle,
+                        mx_uint vnum,
+                        const char *const *vkeys,
+                        mx_uint onum,
+                        const char *const *okeys,
+                        NDArrayHandle *vals,
+                        NDArrayHandle *outs,
+                        int priority);
 
 /**
- * Stops a task, frame or event and records it (unless paused). Fails if it was not started.
+ * Sets the int-key updater (NULL removes it). Called as `updater(key, recv, local, handle)` on
+ * the pushing thread; the callee owns `recv` and `local` and must free them.
  */
-int MXProfileDurationStop(ProfileHandle duration_handle);
+int MXKVStoreSetUpdater(KVStoreHandle handle, KVStoreUpdaterFn updater, void *updater_handle);
 
 /**
- * Sets a counter's value; records the change (unless paused).
+ * Sets both updaters with one `updater_handle` (NULL removes either). String keys go to
+ * `str_updater` when set, else to `updater` with the key's id.
  */
-int MXProfileSetCounter(ProfileHandle counter_handle, uint64_t value);
+int MXKVStoreSetUpdaterEx(KVStoreHandle handle,
+                          KVStoreUpdaterFn updater,
+                          KVStoreStrUpdaterFn str_updater,
+                          void *updater_handle);
 
 /**
- * Adds `value` (possibly negative) to a counter; records the change (unless paused).
+ * The lower-cased type string; the pointer stays valid while the store lives.
  */
-int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
+int MXKVStoreGetType(KVStoreHandle handle, const char **type_);
 
 /**
- * Records an instant marker named `instant_marker_name` in `domain`. `scope` is one of
- * "global", "process", "thread", "task", "marker"; anything else fails.
- *
- * # Safety
- * `instant_marker_name` and `scope` must be NUL-terminated strings.
+ * 0 for a local store.
  */
-int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
+int MXKVStoreGetRank(KVStoreHandle handle, int *ret);
+
+/**
+ * 1 for a local store.
+ */
+int MXKVStoreGetGroupSize(KVStoreHandle handle, int *ret);
+
+/**
+ * 1: without a distributed build every process is a worker.
+ */
+int MXKVStoreIsWorkerNode(int *ret);
+
+/**
+ * 0: without a distributed build there are no servers.
+ */
+int MXKVStoreIsServerNode(int *ret);
+
+/**
+ * 0: without a distributed build there is no scheduler.
+ */
+int MXKVStoreIsSchedulerNode(int *ret);
+
+/**
+ * No-op for a local store (one worker).
+ */
+int MXKVStoreBarrier(KVStoreHandle handle);
+
+/**
+ * Records the flag (it only matters for distributed stores).
+ */
+int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle, int barrier_before_exit);
+
+/**
+ * Fails: a local store has no server to run.
+ */
+int MXKVStoreRunServer(KVStoreHandle handle,
+                       KVStoreServerControllerFn controller,
+                       void *controller_handle);
+
+/**
+ * Fails: a local store has no servers to send commands to.
+ */
+int MXKVStoreSendCommmandToServers(KVStoreHandle handle, int cmd_id, const char *cmd_body);
+
+/**
+ * 0 for a local store.
+ */
+int MXKVStoreGetNumDeadNode(KVStoreHandle handle, int node_id, int *number, int timeout_sec);
+
+/**
+ * Fails: the ps-lite environment exists only in distributed builds.
+ */
+int MXInitPSEnv(uint32_t num_vars, const char *const *keys, const char *const *vals);
 
 /**
  * Creates a "none" array: no shape, no data (shape queries report ndim 0, dtype -1).
@@ -861,6 +983,166 @@ int MXEnginePushSyncND(EngineSyncFunc sync_func,
                        const char *opr_name);
 
 /**
+ * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].
+ *
+ * # Safety
+ * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ */
+int MXSetProfilerConfig(int num_params, const char *const *keys, const char *const *vals);
+
+/**
+ * Sets the profiler configuration from `num_params` key/value strings. Keys not given take their
+ * defaults: profile_all=false, profile_symbolic/imperative/memory/api=true,
+ * filename="profile.json", continuous_dump=true, dump_period=1.0, aggregate_stats=false,
+ * profile_process="worker", and mxrt's own `timeline` (false; true = an HTML timeline next to the
+ * trace, or a path ending in .html or .svg). The trace file is deleted at once. An unknown key or
+ * a bad value fails naming the key. With profile_process="server" the configuration is meant for
+ * a KVStore server: `kvstoreHandle` must not be NULL (nothing else happens in this build).
+ *
+ * # Safety
+ * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ */
+int MXSetProcessProfilerConfig(int num_params,
+                               const char *const *keys,
+                               const char *const *vals,
+                               KVStoreHandle kvstoreHandle);
+
+/**
+ * Sets the profiler state of this process: 1 runs (enables output, unpauses), 0 stops (pauses).
+ */
+int MXSetProfilerState(int state);
+
+/**
+ * Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
+ * fails. `profile_process` is 0 (worker, this process) or 1 (server: `kvStoreHandle` must not
+ * be NULL; nothing else happens in this build).
+ */
+int MXSetProcessProfilerState(int state, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Writes the records collected so far to the trace file; see [`MXDumpProcessProfile`].
+ */
+int MXDumpProfile(int finished);
+
+/**
+ * Writes the records collected so far to the trace file, which is complete, valid JSON after
+ * every dump. Fails unless the profiler has been run since the last final dump. When `finished`
+ * is non-zero, or continuous_dump is off, output is disabled afterwards.
+ */
+int MXDumpProcessProfile(int finished, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Prints the aggregate stats as a table sorted by total time, descending; see
+ * [`MXAggregateProfileStatsPrintEx`].
+ *
+ * # Safety
+ * `out_str` must be valid for a write of one pointer.
+ */
+int MXAggregateProfileStatsPrint(const char **out_str, int reset);
+
+/**
+ * Flushes pending records (a dump, if output is enabled), then prints the aggregate stats:
+ * `format` 0 table, 1 JSON; `sort_by` 0 total, 1 avg, 2 min, 3 max, 4 count; `ascending` 0/1.
+ * The text is empty when aggregate_stats is off. `reset` non-zero clears the stats afterwards.
+ * `*out_str` points to a thread-local buffer valid until the next call of this function on the
+ * same thread.
+ *
+ * # Safety
+ * `out_str` must be valid for a write of one pointer.
+ */
+int MXAggregateProfileStatsPrintEx(const char **out_str,
+                                   int reset,
+                                   int format,
+                                   int sort_by,
+                                   int ascending);
+
+/**
+ * Pauses (non-zero) or resumes (0) recording in this process.
+ */
+int MXProfilePause(int paused);
+
+/**
+ * Pauses (non-zero) or resumes (0) recording. `profile_process` as for
+ * [`MXSetProcessProfilerState`].
+ */
+int MXProcessProfilePause(int paused, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Creates a domain named `domain`. Domains are never destroyed.
+ *
+ * # Safety
+ * `domain` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateDomain(const char *domain, ProfileHandle *out);
+
+/**
+ * Creates a task of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `task_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateTask(ProfileHandle domain, const char *task_name, ProfileHandle *out);
+
+/**
+ * Creates a frame of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `frame_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateFrame(ProfileHandle domain, const char *frame_name, ProfileHandle *out);
+
+/**
+ * Creates an event. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `event_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateEvent(const char *event_name, ProfileHandle *out);
+
+/**
+ * Creates a counter (initially 0) of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `counter_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateCounter(ProfileHandle domain, const char *counter_name, ProfileHandle *out);
+
+/**
+ * Frees a task, frame, event or counter handle. NULL, or a freed handle, fails; a domain handle
+ * is accepted and ignored (domains live for the whole process).
+ */
+int MXProfileDestroyHandle(ProfileHandle frame_handle);
+
+/**
+ * Starts (or restarts) a task, frame or event.
+ */
+int MXProfileDurationStart(ProfileHandle duration_handle);
+
+/**
+ * Stops a task, frame or event and records it (unless paused). Fails if it was not started.
+ */
+int MXProfileDurationStop(ProfileHandle duration_handle);
+
+/**
+ * Sets a counter's value; records the change (unless paused).
+ */
+int MXProfileSetCounter(ProfileHandle counter_handle, uint64_t value);
+
+/**
+ * Adds `value` (possibly negative) to a counter; records the change (unless paused).
+ */
+int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
+
+/**
+ * Records an instant marker named `instant_marker_name` in `domain`. `scope` is one of
+ * "global", "process", "thread", "task", "marker"; anything else fails.
+ *
+ * # Safety
+ * `instant_marker_name` and `scope` must be NUL-terminated strings.
+ */
+int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
+
+/**
  * Releases the memory the storage pool of (`dev_type`, `dev_id`) keeps cached for reuse. For a
  * gpu that never allocated it fails as MXNet does; host devices always succeed.
  */
@@ -871,34 +1153,6 @@ int MXStorageEmptyCache(int dev_type, int dev_id);
  * device nothing was allocated on yet. cpu ids share one pool, as do cpu_shared ids.
  */
 int MXStorageGetStats(int dev_type, int dev_id, MXStorageStats *out);
-
-/**
- * Exports the array as a DLPack v0.2 `DLManagedTensor` that keeps the array's memory alive until
- * its `deleter` is called (or MXNDArrayCallDLPackDeleter). Does not wait for pending writes
- * (call MXNDArrayWaitToRead first). `strides` is NULL (compact row-major).
- */
-int MXNDArrayToDLPack(NDArrayHandle handle, DLManagedTensorHandle *out_dlpack);
-
-/**
- * Wraps a DLPack tensor as an array without copying; the tensor's deleter runs when the array's
- * memory is released (MXNDArrayFromDLPackEx with transient_handle = false).
- */
-int MXNDArrayFromDLPack(DLManagedTensorHandle dlpack, NDArrayHandle *out_handle);
-
-/**
- * Wraps a DLPack tensor as an array without copying. With `transient_handle` the
- * DLManagedTensor struct itself may be freed by the caller after this call: mxrt keeps a copy and
- * passes the copy to the deleter.
- */
-int MXNDArrayFromDLPackEx(DLManagedTensorHandle dlpack,
-                          bool transient_handle,
-                          NDArrayHandle *out_handle);
-
-/**
- * Calls `dlpack->deleter(dlpack)` if both are non-NULL (NULL is accepted and ignored, as in
- * MXNet).
- */
-int MXNDArrayCallDLPackDeleter(DLManagedTensorHandle dlpack);
 
 #ifdef __cplusplus
 }  // extern "C"

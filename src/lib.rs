@@ -10,6 +10,7 @@ pub mod dtype;
 pub mod error;
 
 pub mod engine;
+pub mod kvstore;
 pub mod ndarray;
 pub mod storage;
 pub mod profiler;

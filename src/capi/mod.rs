@@ -1,16 +1,18 @@
 //! The C ABI: MXNet 1.9.1's exported functions plus mxrt's additions.
 //!
 //! This layer only validates arguments, converts handles and calls the core modules. One file per
-//! group of the C API; `error` holds the guard every export goes through.
+//! group of the C API; `error` holds the guard every export goes through, `handle` the registry
+//! of live handles, `args` the checked pointer conversions, `types` MXNet's C typedefs.
 
 pub(crate) mod args;
 pub mod completion;
+pub mod dlpack;
 pub mod engine;
 pub mod error;
 pub mod global;
 pub(crate) mod handle;
-pub mod profiler;
-pub mod types;
+pub mod kvstore;
 pub mod ndarray;
+pub mod profiler;
 pub mod storage;
-pub mod dlpack;
+pub mod types;

@@ -1,0 +1,821 @@
+//! KVStore functions of MXNet 1.9.1's C API (local stores: "local", "device" and their aliases).
+//!
+//! A `KVStoreHandle` is an `Arc<CKVStore>` in the handle registry. Updaters are called on the
+//! thread that calls Push/PushPull, once per unique key, with two new NDArray handles (merged
+//! value, stored value) that the callee owns and must free with `MXNDArrayFree`, as in MXNet.
+//!
+//! Differences from MXNet, on purpose: a push without an updater stores a copy of the sum (MXNet
+//! aliases the pushed array); `RunServer`, `SendCommmandToServers` and `MXInitPSEnv` fail with a
+//! message (a local store has no servers), and so do distributed/NCCL store types, gradient
+//! compression and row-sparse pulls, which mxrt does not build.
+//!
+//! # Safety
+//! Every export has MXNet's C contract: pointer arguments are NULL or valid for the counts given,
+//! strings are NUL-terminated, handles come from mxrt. NULL and stale handles are reported (-1).
+#![allow(clippy::missing_safety_doc)]
+
+use super::args;
+use super::error::api_call;
+use super::handle::{self, Handle, HandleKind};
+use super::types::*;
+use crate::error::{Error, Result};
+use crate::kvstore::{IntUpdater, KVStore, Keys, StrUpdater};
+use crate::ndarray::NDArray;
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::sync::Arc;
+
+/// What a KVStoreHandle points to: the store and its type string for `MXKVStoreGetType`.
+pub(crate) struct CKVStore {
+    store: KVStore,
+    type_c: CString,
+}
+
+impl Handle for CKVStore {
+    const KIND: HandleKind = HandleKind::KVStore;
+}
+
+fn kv(h: KVStoreHandle) -> Result<Arc<CKVStore>> {
+    handle::borrow::<CKVStore>(h, "handle")
+}
+
+/// `MXKVStoreUpdater` (MXNet declares the function type; parameters decay to this pointer).
+pub type KVStoreUpdaterFn = Option<
+    unsafe extern "C" fn(
+        key: c_int,
+        recv: NDArrayHandle,
+        local: NDArrayHandle,
+        handle: *mut c_void,
+    ),
+>;
+/// `MXKVStoreStrUpdater`.
+pub type KVStoreStrUpdaterFn = Option<
+    unsafe extern "C" fn(
+        key: *const c_char,
+        recv: NDArrayHandle,
+        local: NDArrayHandle,
+        handle: *mut c_void,
+    ),
+>;
+/// `MXKVStoreServerController`.
+pub type KVStoreServerControllerFn =
+    Option<unsafe extern "C" fn(head: c_int, body: *const c_char, controller_handle: *mut c_void)>;
+
+/// The caller's `updater_handle`, passed back to its callbacks.
+#[derive(Clone, Copy)]
+struct UserPtr(*mut c_void);
+// SAFETY: MXNet calls updaters on the pushing thread with this pointer; mxrt does the same and
+// never dereferences it. Sending it along with the store is the caller's contract, as in MXNet.
+unsafe impl Send for UserPtr {}
+// SAFETY: as above.
+unsafe impl Sync for UserPtr {}
+
+impl UserPtr {
+    fn get(self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// Hands a merged/stored pair to C as two new handles the callee owns.
+fn handles(merged: &NDArray, stored: &NDArray) -> (NDArrayHandle, NDArrayHandle) {
+    (
+        super::ndarray::new_handle(merged.clone()),
+        super::ndarray::new_handle(stored.clone()),
+    )
+}
+
+fn make_int_updater(f: KVStoreUpdaterFn, user: *mut c_void) -> Option<IntUpdater> {
+    let f = f?;
+    let user = UserPtr(user);
+    Some(Arc::new(
+        move |key: i32, merged: &NDArray, stored: &NDArray| {
+            let (recv, local) = handles(merged, stored);
+            // SAFETY: `f` is the caller's updater with MXNet's signature; it owns the two handles.
+            unsafe { f(key, recv, local, user.get()) }
+        },
+    ))
+}
+
+fn make_str_updater(f: KVStoreStrUpdaterFn, user: *mut c_void) -> Option<StrUpdater> {
+    let f = f?;
+    let user = UserPtr(user);
+    Some(Arc::new(
+        move |key: &str, merged: &NDArray, stored: &NDArray| {
+            // keys came from C strings, so they hold no NUL
+            let key = CString::new(key).unwrap_or_default();
+            let (recv, local) = handles(merged, stored);
+            // SAFETY: `f` is the caller's updater with MXNet's signature; `key` lives for the call
+            // and the callee owns the two handles.
+            unsafe { f(key.as_ptr(), recv, local, user.get()) }
+        },
+    ))
+}
+
+/// `num` int keys.
+unsafe fn int_keys<'a>(keys: *const c_int, num: usize, name: &str) -> Result<&'a [i32]> {
+    // SAFETY: API contract: `keys` holds `num` ints.
+    unsafe { args::slice(keys, num, name) }
+}
+
+/// `num` string keys.
+unsafe fn str_keys<'a>(keys: *const *const c_char, num: usize, name: &str) -> Result<Vec<&'a str>> {
+    // SAFETY: API contract: `keys` holds `num` C strings.
+    let raw = unsafe { args::slice(keys, num, name)? };
+    raw.iter()
+        .enumerate()
+        // SAFETY: each entry is a NUL-terminated string per the API contract.
+        .map(|(i, &p)| unsafe { args::c_str(p, &format!("{name}[{i}]")) })
+        .collect()
+}
+
+/// `num` NDArray handles.
+unsafe fn arrays(vals: *const NDArrayHandle, num: usize, name: &str) -> Result<Vec<Arc<NDArray>>> {
+    // SAFETY: API contract: `vals` holds `num` handles.
+    let raw = unsafe { args::slice(vals, num, name)? };
+    raw.iter()
+        .enumerate()
+        .map(|(i, &h)| super::ndarray::nd(h, &format!("{name}[{i}]")))
+        .collect()
+}
+
+fn refs(v: &[Arc<NDArray>]) -> Vec<&NDArray> {
+    v.iter().map(|a| &**a).collect()
+}
+
+/// Keys of either kind, as parsed from C.
+enum CKeys<'a> {
+    Int(&'a [i32]),
+    Str(Vec<&'a str>),
+}
+
+impl CKeys<'_> {
+    fn keys(&self) -> Keys<'_> {
+        match self {
+            CKeys::Int(k) => Keys::Int(k),
+            CKeys::Str(k) => Keys::Str(k),
+        }
+    }
+}
+
+unsafe fn ckeys_int<'a>(keys: *const c_int, num: usize, name: &str) -> Result<CKeys<'a>> {
+    // SAFETY: forwarded contract.
+    Ok(CKeys::Int(unsafe { int_keys(keys, num, name)? }))
+}
+
+unsafe fn ckeys_str<'a>(keys: *const *const c_char, num: usize, name: &str) -> Result<CKeys<'a>> {
+    // SAFETY: forwarded contract.
+    Ok(CKeys::Str(unsafe { str_keys(keys, num, name)? }))
+}
+
+/// Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",
+/// "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("device" reduces where
+/// the values live; without GPUs it is the same as "local"). "dist_*" and "nccl" fail: mxrt does
+/// not build those stores.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStoreHandle) -> c_int {
+    api_call("MXKVStoreCreate", || {
+        // SAFETY: API contract: a C string and an out-parameter.
+        let (t, out) = unsafe { (args::c_str(type_, "type")?, args::out(out, "out")?) };
+        let store = KVStore::create(t)?;
+        let type_c =
+            CString::new(store.type_name()).map_err(|_| Error::invalid("type contains NUL"))?;
+        *out = handle::into_handle(Arc::new(CKVStore { store, type_c }));
+        Ok(())
+    })
+}
+
+/// Frees a store (NULL is a no-op). Engine ops already pushed keep the arrays they use alive.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
+    api_call("MXKVStoreFree", || {
+        if handle.is_null() {
+            return Ok(());
+        }
+        drop(handle::take::<CKVStore>(handle, "handle")?);
+        Ok(())
+    })
+}
+
+/// Not supported yet: fails with a message (the arguments are still checked).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreSetGradientCompression(
+    handle: KVStoreHandle,
+    num_params: u32,
+    keys: *const *const c_char,
+    vals: *const *const c_char,
+) -> c_int {
+    api_call("MXKVStoreSetGradientCompression", || {
+        let kv = kv(handle)?;
+        let n = num_params as usize;
+        // SAFETY: API contract: `num_params` strings each.
+        let (k, v) = unsafe { (str_keys(keys, n, "keys")?, str_keys(vals, n, "vals")?) };
+        let params: Vec<(&str, &str)> = k.into_iter().zip(v).collect();
+        kv.store.set_gradient_compression(&params)
+    })
+}
+
+fn init_impl(handle: KVStoreHandle, keys: CKeys<'_>, vals: &[Arc<NDArray>]) -> Result<()> {
+    kv(handle)?.store.init(keys.keys(), &refs(vals))
+}
+
+/// Stores a copy of each value under its int key (each key once).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreInit(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXKVStoreInit", || {
+        let n = num as usize;
+        // SAFETY: API contract: `num` keys and handles.
+        let (k, v) = unsafe { (ckeys_int(keys, n, "keys")?, arrays(vals, n, "vals")?) };
+        init_impl(handle, k, &v)
+    })
+}
+
+/// Stores a copy of each value under its string key (each key once).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreInitEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const *const c_char,
+    vals: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXKVStoreInitEx", || {
+        let n = num as usize;
+        // SAFETY: API contract: `num` keys and handles.
+        let (k, v) = unsafe { (ckeys_str(keys, n, "keys")?, arrays(vals, n, "vals")?) };
+        init_impl(handle, k, &v)
+    })
+}
+
+fn push_impl(
+    handle: KVStoreHandle,
+    keys: CKeys<'_>,
+    vals: &[Arc<NDArray>],
+    priority: c_int,
+) -> Result<()> {
+    kv(handle)?.store.push(keys.keys(), &refs(vals), priority)
+}
+
+/// Sums the values given for each key and folds the sum into the stored value (through the
+/// updater if set). Returns before the sums run.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePush(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call("MXKVStorePush", || {
+        let n = num as usize;
+        // SAFETY: API contract: `num` keys and handles.
+        let (k, v) = unsafe { (ckeys_int(keys, n, "keys")?, arrays(vals, n, "vals")?) };
+        push_impl(handle, k, &v, priority)
+    })
+}
+
+/// [`MXKVStorePush`] with string keys.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePushEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call("MXKVStorePushEx", || {
+        let n = num as usize;
+        // SAFETY: API contract: `num` keys and handles.
+        let (k, v) = unsafe { (ckeys_str(keys, n, "keys")?, arrays(vals, n, "vals")?) };
+        push_impl(handle, k, &v, priority)
+    })
+}
+
+fn pull_impl(
+    handle: KVStoreHandle,
+    keys: CKeys<'_>,
+    vals: &[Arc<NDArray>],
+    priority: c_int,
+    ignore_sparse: bool,
+) -> Result<()> {
+    kv(handle)?
+        .store
+        .pull(keys.keys(), &refs(vals), priority, ignore_sparse)
+}
+
+/// Copies each key's value into the outputs given for it (engine ops).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePull(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call("MXKVStorePull", || {
+        let n = num as usize;
+        // SAFETY: API contract: `num` keys and handles.
+        let (k, v) = unsafe { (ckeys_int(keys, n, "keys")?, arrays(vals, n, "vals")?) };
+        pull_impl(handle, k, &v, priority, true)
+    })
+}
+
+/// [`MXKVStorePull`] with string keys.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePullEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call("MXKVStorePullEx", || {
+        let n = num as usize;
+        // SAFETY: API contract: `num` keys and handles.
+        let (k, v) = unsafe { (ckeys_str(keys, n, "keys")?, arrays(vals, n, "vals")?) };
+        pull_impl(handle, k, &v, priority, true)
+    })
+}
+
+/// [`MXKVStorePull`]; `ignore_sparse` has no effect (all arrays are dense).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePullWithSparse(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
+    api_call("MXKVStorePullWithSparse", || {
+        let n = num as usize;
+        // SAFETY: API contract: `num` keys and handles.
+        let (k, v) = unsafe { (ckeys_int(keys, n, "keys")?, arrays(vals, n, "vals")?) };
+        pull_impl(handle, k, &v, priority, ignore_sparse)
+    })
+}
+
+/// [`MXKVStorePullWithSparse`] with string keys.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePullWithSparseEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const *const c_char,
+    vals: *mut NDArrayHandle,
+    priority: c_int,
+    ignore_sparse: bool,
+) -> c_int {
+    api_call("MXKVStorePullWithSparseEx", || {
+        let n = num as usize;
+        // SAFETY: API contract: `num` keys and handles.
+        let (k, v) = unsafe { (ckeys_str(keys, n, "keys")?, arrays(vals, n, "vals")?) };
+        pull_impl(handle, k, &v, priority, ignore_sparse)
+    })
+}
+
+/// Not supported: mxrt has no row_sparse arrays. Fails with a message.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePullRowSparse(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const c_int,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    let _ = (vals, row_ids, priority);
+    api_call("MXKVStorePullRowSparse", || {
+        // SAFETY: API contract: `num` keys.
+        let k = unsafe { ckeys_int(keys, num as usize, "keys")? };
+        kv(handle)?.store.pull_row_sparse(k.keys())
+    })
+}
+
+/// [`MXKVStorePullRowSparse`] with string keys.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePullRowSparseEx(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: *const *const c_char,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    let _ = (vals, row_ids, priority);
+    api_call("MXKVStorePullRowSparseEx", || {
+        // SAFETY: API contract: `num` keys.
+        let k = unsafe { ckeys_str(keys, num as usize, "keys")? };
+        kv(handle)?.store.pull_row_sparse(k.keys())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn two_phase(
+    handle: KVStoreHandle,
+    vkeys: CKeys<'_>,
+    okeys: CKeys<'_>,
+    vals: &[Arc<NDArray>],
+    outs: &[Arc<NDArray>],
+    priority: c_int,
+    broadcast: bool,
+) -> Result<()> {
+    let kv = kv(handle)?;
+    let (v, o) = (refs(vals), refs(outs));
+    if broadcast {
+        kv.store
+            .broadcast(vkeys.keys(), okeys.keys(), &v, &o, priority)
+    } else {
+        kv.store
+            .push_pull(vkeys.keys(), okeys.keys(), &v, &o, priority)
+    }
+}
+
+/// Init(vkeys, vals) then Pull(okeys, outs).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreBroadcast(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const c_int,
+    onum: mx_uint,
+    okeys: *const c_int,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call("MXKVStoreBroadcast", || {
+        let (vn, on) = (vnum as usize, onum as usize);
+        // SAFETY: API contract: `vnum` keys and values, `onum` keys and outputs.
+        let (vk, ok, v, o) = unsafe {
+            (
+                ckeys_int(vkeys, vn, "vkeys")?,
+                ckeys_int(okeys, on, "okeys")?,
+                arrays(vals, vn, "vals")?,
+                arrays(outs, on, "outs")?,
+            )
+        };
+        two_phase(handle, vk, ok, &v, &o, priority, true)
+    })
+}
+
+/// [`MXKVStoreBroadcast`] with string keys.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreBroadcastEx(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const *const c_char,
+    onum: mx_uint,
+    okeys: *const *const c_char,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call("MXKVStoreBroadcastEx", || {
+        let (vn, on) = (vnum as usize, onum as usize);
+        // SAFETY: API contract: `vnum` keys and values, `onum` keys and outputs.
+        let (vk, ok, v, o) = unsafe {
+            (
+                ckeys_str(vkeys, vn, "vkeys")?,
+                ckeys_str(okeys, on, "okeys")?,
+                arrays(vals, vn, "vals")?,
+                arrays(outs, on, "outs")?,
+            )
+        };
+        two_phase(handle, vk, ok, &v, &o, priority, true)
+    })
+}
+
+/// Push(vkeys, vals) then Pull(okeys, outs).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePushPull(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const c_int,
+    onum: mx_uint,
+    okeys: *const c_int,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call("MXKVStorePushPull", || {
+        let (vn, on) = (vnum as usize, onum as usize);
+        // SAFETY: API contract: `vnum` keys and values, `onum` keys and outputs.
+        let (vk, ok, v, o) = unsafe {
+            (
+                ckeys_int(vkeys, vn, "vkeys")?,
+                ckeys_int(okeys, on, "okeys")?,
+                arrays(vals, vn, "vals")?,
+                arrays(outs, on, "outs")?,
+            )
+        };
+        two_phase(handle, vk, ok, &v, &o, priority, false)
+    })
+}
+
+/// [`MXKVStorePushPull`] with string keys.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStorePushPullEx(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: *const *const c_char,
+    onum: mx_uint,
+    okeys: *const *const c_char,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+) -> c_int {
+    api_call("MXKVStorePushPullEx", || {
+        let (vn, on) = (vnum as usize, onum as usize);
+        // SAFETY: API contract: `vnum` keys and values, `onum` keys and outputs.
+        let (vk, ok, v, o) = unsafe {
+            (
+                ckeys_str(vkeys, vn, "vkeys")?,
+                ckeys_str(okeys, on, "okeys")?,
+                arrays(vals, vn, "vals")?,
+                arrays(outs, on, "outs")?,
+            )
+        };
+        two_phase(handle, vk, ok, &v, &o, priority, false)
+    })
+}
+
+/// Sets the int-key updater (NULL removes it). Called as `updater(key, recv, local, handle)` on
+/// the pushing thread; the callee owns `recv` and `local` and must free them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreSetUpdater(
+    handle: KVStoreHandle,
+    updater: KVStoreUpdaterFn,
+    updater_handle: *mut c_void,
+) -> c_int {
+    api_call("MXKVStoreSetUpdater", || {
+        kv(handle)?
+            .store
+            .set_updater(make_int_updater(updater, updater_handle));
+        Ok(())
+    })
+}
+
+/// Sets both updaters with one `updater_handle` (NULL removes either). String keys go to
+/// `str_updater` when set, else to `updater` with the key's id.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreSetUpdaterEx(
+    handle: KVStoreHandle,
+    updater: KVStoreUpdaterFn,
+    str_updater: KVStoreStrUpdaterFn,
+    updater_handle: *mut c_void,
+) -> c_int {
+    api_call("MXKVStoreSetUpdaterEx", || {
+        let kv = kv(handle)?;
+        kv.store
+            .set_updater(make_int_updater(updater, updater_handle));
+        kv.store
+            .set_str_updater(make_str_updater(str_updater, updater_handle));
+        Ok(())
+    })
+}
+
+/// The lower-cased type string; the pointer stays valid while the store lives.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreGetType(
+    handle: KVStoreHandle,
+    type_: *mut *const c_char,
+) -> c_int {
+    api_call("MXKVStoreGetType", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(type_, "type")? };
+        let kv = kv(handle)?;
+        // the CString lives in the store, which C keeps alive until MXKVStoreFree
+        *out = kv.type_c.as_ptr();
+        Ok(())
+    })
+}
+
+/// 0 for a local store.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
+    api_call("MXKVStoreGetRank", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(ret, "ret")? };
+        *out = kv(handle)?.store.rank();
+        Ok(())
+    })
+}
+
+/// 1 for a local store.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
+    api_call("MXKVStoreGetGroupSize", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(ret, "ret")? };
+        *out = kv(handle)?.store.group_size();
+        Ok(())
+    })
+}
+
+fn role_query(ret: *mut c_int, value: c_int, name: &'static str) -> c_int {
+    api_call(name, || {
+        // SAFETY: API contract: out-parameter.
+        *unsafe { args::out(ret, "ret")? } = value;
+        Ok(())
+    })
+}
+
+/// 1: without a distributed build every process is a worker.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
+    role_query(ret, 1, "MXKVStoreIsWorkerNode")
+}
+
+/// 0: without a distributed build there are no servers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
+    role_query(ret, 0, "MXKVStoreIsServerNode")
+}
+
+/// 0: without a distributed build there is no scheduler.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
+    role_query(ret, 0, "MXKVStoreIsSchedulerNode")
+}
+
+/// No-op for a local store (one worker).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
+    api_call("MXKVStoreBarrier", || {
+        kv(handle)?.store.barrier();
+        Ok(())
+    })
+}
+
+/// Records the flag (it only matters for distributed stores).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreSetBarrierBeforeExit(
+    handle: KVStoreHandle,
+    barrier_before_exit: c_int,
+) -> c_int {
+    api_call("MXKVStoreSetBarrierBeforeExit", || {
+        kv(handle)?
+            .store
+            .set_barrier_before_exit(barrier_before_exit != 0);
+        Ok(())
+    })
+}
+
+fn no_servers(handle: KVStoreHandle, what: &str) -> Result<()> {
+    let kv = kv(handle)?;
+    Err(Error::not_supported(format!(
+        "{what}: '{}' is a local kvstore, which has no servers; servers belong to distributed \
+         ('dist_*') stores, which mxrt does not build",
+        kv.store.type_name()
+    )))
+}
+
+/// Fails: a local store has no server to run.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreRunServer(
+    handle: KVStoreHandle,
+    controller: KVStoreServerControllerFn,
+    controller_handle: *mut c_void,
+) -> c_int {
+    let _ = (controller, controller_handle);
+    api_call("MXKVStoreRunServer", || {
+        no_servers(handle, "cannot run a server")
+    })
+}
+
+/// Fails: a local store has no servers to send commands to.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(
+    handle: KVStoreHandle,
+    cmd_id: c_int,
+    cmd_body: *const c_char,
+) -> c_int {
+    let _ = (cmd_id, cmd_body);
+    api_call("MXKVStoreSendCommmandToServers", || {
+        no_servers(handle, "cannot send a command to the servers")
+    })
+}
+
+/// 0 for a local store.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(
+    handle: KVStoreHandle,
+    node_id: c_int,
+    number: *mut c_int,
+    timeout_sec: c_int,
+) -> c_int {
+    api_call("MXKVStoreGetNumDeadNode", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(number, "number")? };
+        *out = kv(handle)?.store.num_dead_nodes(node_id, timeout_sec);
+        Ok(())
+    })
+}
+
+/// Fails: the ps-lite environment exists only in distributed builds.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXInitPSEnv(
+    num_vars: u32,
+    keys: *const *const c_char,
+    vals: *const *const c_char,
+) -> c_int {
+    api_call("MXInitPSEnv", || {
+        let n = num_vars as usize;
+        // SAFETY: API contract: `num_vars` strings each.
+        unsafe { (str_keys(keys, n, "keys")?, str_keys(vals, n, "vals")?) };
+        Err(Error::not_supported(
+            "the ps-lite environment belongs to distributed kvstores, which mxrt does not build",
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Context;
+    use crate::dtype::DType;
+    use std::ffi::CStr;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static LAST_KEY: AtomicI32 = AtomicI32::new(-100);
+
+    unsafe extern "C" fn updater(
+        key: c_int,
+        recv: NDArrayHandle,
+        local: NDArrayHandle,
+        user: *mut c_void,
+    ) {
+        LAST_KEY.store(key, Ordering::SeqCst);
+        // the callee owns both handles: taking them back must succeed exactly once
+        let r = handle::take::<NDArray>(recv, "recv").unwrap();
+        let l = handle::take::<NDArray>(local, "local").unwrap();
+        assert_eq!(r.to_bytes().unwrap(), 7f32.to_le_bytes());
+        l.sync_copy_from_bytes(&42f32.to_le_bytes()).unwrap();
+        // SAFETY: the test passes a pointer to an i32 counter.
+        unsafe { *(user as *mut i32) += 1 };
+    }
+
+    fn last_error() -> String {
+        // SAFETY: MXGetLastError returns this thread's live message.
+        unsafe { CStr::from_ptr(super::super::error::MXGetLastError()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn c_updater_owns_its_handles_and_stale_stores_are_errors() {
+        let mk = |x: f32| {
+            let a = NDArray::new(&[1], Context::cpu(0), DType::F32, false).unwrap();
+            a.sync_copy_from_bytes(&x.to_le_bytes()).unwrap();
+            super::super::ndarray::new_handle(a)
+        };
+        let mut kv: KVStoreHandle = std::ptr::null_mut();
+        let mut calls = 0i32;
+        // SAFETY: valid C strings, out-pointers and handles throughout.
+        unsafe {
+            assert_eq!(MXKVStoreCreate(c"LOCAL".as_ptr(), &mut kv), 0);
+            let mut t: *const c_char = std::ptr::null();
+            assert_eq!(MXKVStoreGetType(kv, &mut t), 0);
+            assert_eq!(CStr::from_ptr(t).to_str().unwrap(), "local");
+            assert_eq!(
+                MXKVStoreSetUpdater(kv, Some(updater), &mut calls as *mut i32 as *mut c_void),
+                0
+            );
+            let mut init = [mk(1.0)];
+            assert_eq!(MXKVStoreInit(kv, 1, [11].as_ptr(), init.as_mut_ptr()), 0);
+            let mut vals = [mk(3.0), mk(4.0)];
+            assert_eq!(
+                MXKVStorePush(kv, 2, [11, 11].as_ptr(), vals.as_mut_ptr(), 0),
+                0
+            );
+            assert_eq!((LAST_KEY.load(Ordering::SeqCst), calls), (11, 1));
+            let mut out = [mk(0.0)];
+            assert_eq!(MXKVStorePull(kv, 1, [11].as_ptr(), out.as_mut_ptr(), 0), 0);
+            assert_eq!(
+                super::super::ndarray::nd(out[0], "o")
+                    .unwrap()
+                    .to_bytes()
+                    .unwrap(),
+                42f32.to_le_bytes()
+            );
+            let mut null = [std::ptr::null_mut()];
+            assert_eq!(
+                MXKVStorePull(kv, 1, [11].as_ptr(), null.as_mut_ptr(), 0),
+                -1
+            );
+            assert_eq!(last_error(), "MXKVStorePull: vals[0] is NULL");
+            assert_eq!(MXKVStoreFree(kv), 0);
+            assert_eq!(MXKVStorePull(kv, 1, [11].as_ptr(), out.as_mut_ptr(), 0), -1);
+            assert!(
+                last_error().contains("not a live KVStore handle"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(MXKVStoreFree(std::ptr::null_mut()), 0);
+            for h in init.into_iter().chain(vals).chain(out) {
+                drop(handle::take::<NDArray>(h, "h").unwrap());
+            }
+        }
+    }
+}

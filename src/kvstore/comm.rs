@@ -1,0 +1,186 @@
+//! Communication between the pushed/pulled arrays and a key's buffers, as engine ops: the
+//! reduction ("KVStoreReduce", sum of N arrays straight into a target) and the broadcast of a
+//! stored value to pull outputs ("KVStoreBroadcast"). Both are `CpuPrioritized` ops, so the
+//! caller's priority orders them in the engine's CPU priority pool.
+
+use super::reduce::{self, ReduceConfig};
+use crate::context::Context;
+use crate::engine::{Engine, FnProperty, PushArgs, Var};
+use crate::error::{Error, Result};
+use crate::ndarray::NDArray;
+use smallvec::SmallVec;
+
+/// Where reductions and broadcasts run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommKind {
+    /// MXNet's CommCPU: merge buffers in pinned host memory.
+    Cpu,
+    /// MXNet's CommDevice: merge buffers where the pushed values live. Without GPUs every value
+    /// is in host memory and this reduces exactly like [`CommKind::Cpu`].
+    Device,
+}
+
+impl CommKind {
+    /// The context of a key's merge buffer for values on `values_ctx`.
+    pub fn merge_ctx(self, values_ctx: Context) -> Context {
+        match self {
+            CommKind::Cpu => Context::cpu_pinned(0),
+            CommKind::Device => values_ctx,
+        }
+    }
+}
+
+/// A raw data pointer moved into an engine op.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: dereferenced only inside ops whose variable dependencies give them read access to the
+// inputs and exclusive write access to the outputs while they run.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole Send wrapper).
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+
+/// The data pointer of a host array, checked for alignment (views keep element alignment, but
+/// foreign memory need not).
+fn host_ptr(a: &NDArray, what: &str) -> Result<*mut u8> {
+    match a.ctx() {
+        Some(ctx) if ctx.is_host() => {}
+        Some(ctx) => {
+            return Err(Error::not_supported(format!(
+                "{what} is on {ctx}: this build of mxrt has no GPU support"
+            )));
+        }
+        None => {
+            return Err(Error::invalid(format!(
+                "{what} is a none array (no shape, no data)"
+            )));
+        }
+    }
+    let p = a.data_ptr()?;
+    if !(p as usize).is_multiple_of(a.dtype().size()) {
+        return Err(Error::invalid(format!(
+            "{what}: data at {p:p} is not aligned for {}",
+            a.dtype().name()
+        )));
+    }
+    Ok(p)
+}
+
+fn push_vars(vars: &mut SmallVec<[Var; 8]>, v: &Var) {
+    if !vars.iter().any(|x| x.same_as(v)) {
+        vars.push(v.clone());
+    }
+}
+
+/// Pushes `target = inputs[0] + inputs[1] + ...` (in that order). All arrays must have the
+/// target's shape and dtype, and no input may share memory with the target. One input is a plain
+/// copy.
+pub fn reduce_into(
+    target: &NDArray,
+    inputs: &[&NDArray],
+    cfg: &ReduceConfig,
+    priority: i32,
+) -> Result<()> {
+    assert!(!inputs.is_empty(), "reduce_into of no inputs");
+    if inputs.iter().any(|a| a.shares_memory_with(target)) {
+        return Err(Error::internal(
+            "KVStoreReduce: an input shares memory with the target",
+        ));
+    }
+    if inputs.len() == 1 {
+        return target.copy_from(inputs[0], priority, FnProperty::CpuPrioritized);
+    }
+    let len = target.size();
+    if len == 0 {
+        return Ok(());
+    }
+    let out = SendPtr(host_ptr(target, "the reduction target")?);
+    let mut ins: SmallVec<[SendPtr; 8]> = SmallVec::new();
+    let mut reads: SmallVec<[Var; 8]> = SmallVec::new();
+    for (i, a) in inputs.iter().enumerate() {
+        ins.push(SendPtr(host_ptr(a, &format!("pushed value {i}"))?));
+        push_vars(&mut reads, a.var().expect("checked by host_ptr"));
+    }
+    let writes = [target.var().expect("checked by host_ptr").clone()];
+    let keep: SmallVec<[NDArray; 8]> = inputs
+        .iter()
+        .map(|&a| a.clone())
+        .chain([target.clone()])
+        .collect();
+    let (dtype, cfg) = (target.dtype(), *cfg);
+    let args = PushArgs::new(Context::cpu(0))
+        .reads(&reads)
+        .writes(&writes)
+        .prop(FnProperty::CpuPrioritized)
+        .priority(priority)
+        .name("KVStoreReduce");
+    Engine::global()?.push_fn(args, move |_| {
+        let _alive = &keep;
+        let ptrs: SmallVec<[*const u8; 8]> = ins.iter().map(|p| p.get() as *const u8).collect();
+        // SAFETY: `keep` holds every array, so the memory is live; each pointer covers `len`
+        // aligned elements of `dtype` (same shape and dtype as the target, checked by the
+        // caller); the target shares no memory with an input; the engine gives this op write
+        // access to the target and read access to the inputs.
+        unsafe { reduce::reduce(dtype, out.get(), &ptrs, len, &cfg) };
+        Ok(())
+    })
+}
+
+/// Pushes copies of `src` into every output (same shape and dtype as `src`). Outputs that are
+/// distinct memory are written by one op, split across threads for big arrays; outputs sharing
+/// memory with `src` or with each other fall back to one copy op each.
+pub fn broadcast(
+    src: &NDArray,
+    outs: &[&NDArray],
+    cfg: &ReduceConfig,
+    priority: i32,
+) -> Result<()> {
+    let disjoint = outs.iter().enumerate().all(|(i, o)| {
+        !o.shares_memory_with(src) && !outs[..i].iter().any(|p| p.shares_memory_with(o))
+    });
+    if !disjoint || outs.len() == 1 {
+        for o in outs {
+            o.copy_from(src, priority, FnProperty::CpuPrioritized)?;
+        }
+        return Ok(());
+    }
+    let bytes = src.nbytes();
+    if bytes == 0 || outs.is_empty() {
+        return Ok(());
+    }
+    let from = SendPtr(host_ptr(src, "the stored value")?);
+    let mut dsts: SmallVec<[SendPtr; 8]> = SmallVec::new();
+    let mut writes: SmallVec<[Var; 8]> = SmallVec::new();
+    for (i, o) in outs.iter().enumerate() {
+        dsts.push(SendPtr(host_ptr(o, &format!("pull output {i}"))?));
+        push_vars(&mut writes, o.var().expect("checked by host_ptr"));
+    }
+    let reads = [src.var().expect("checked by host_ptr").clone()];
+    let keep: SmallVec<[NDArray; 8]> = outs
+        .iter()
+        .map(|&a| a.clone())
+        .chain([src.clone()])
+        .collect();
+    let (len, cfg) = (src.size(), *cfg);
+    let args = PushArgs::new(Context::cpu(0))
+        .reads(&reads)
+        .writes(&writes)
+        .prop(FnProperty::CpuPrioritized)
+        .priority(priority)
+        .name("KVStoreBroadcast");
+    Engine::global()?.push_fn(args, move |_| {
+        let _alive = &keep;
+        let ptrs: SmallVec<[*mut u8; 8]> = dsts.iter().map(|p| p.get()).collect();
+        // SAFETY: `keep` holds every array; each covers `bytes` bytes; outputs share no memory
+        // with each other or the source (checked above); the engine gives this op read access to
+        // the source and write access to every output.
+        unsafe { reduce::broadcast(from.get(), &ptrs, bytes, len, &cfg) };
+        Ok(())
+    })
+}

@@ -1,0 +1,391 @@
+//! The local key-value store (MXNet's `KVStoreLocal`).
+
+use super::comm::{self, CommKind};
+use super::keys::{self, KeyKind, KeyRef, KeyTable, Keys};
+use super::reduce::ReduceConfig;
+use super::updater::{IntUpdater, StrUpdater, Updaters};
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ndarray::NDArray;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Where every stored value lives (MXNet's `pinned_ctx_`).
+pub const STORE_CTX: Context = Context::cpu_pinned(0);
+
+/// What a type string asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// A local store reducing on the CPU ("local", "local_allreduce_cpu", ...).
+    Local,
+    /// A local store reducing where the values live ("device", "local_allreduce_device", ...).
+    Device,
+}
+
+impl StoreKind {
+    /// Parses a type string as MXNet's `KVStore::Create` does (case-insensitive substring
+    /// matches): "dist" and "nccl" stores are not built and give an error naming what is missing.
+    pub fn parse(type_name: &str) -> Result<StoreKind> {
+        let t = type_name.to_lowercase();
+        if t.contains("dist") {
+            return Err(Error::not_supported(format!(
+                "kvstore type '{type_name}' is a distributed store (KVStoreDist over ps-lite); \
+                 mxrt has no distributed kvstore yet: use 'local' or 'device'"
+            )));
+        }
+        if t.contains("nccl") {
+            return Err(Error::not_supported(format!(
+                "kvstore type '{type_name}' needs NCCL (KVStoreNCCL) and GPUs, which this build \
+                 of mxrt does not have: use 'local' or 'device'"
+            )));
+        }
+        Ok(if t.contains("device") {
+            StoreKind::Device
+        } else {
+            StoreKind::Local
+        })
+    }
+}
+
+struct Entry {
+    /// The key's value: its own array, never an alias of a caller's array.
+    stored: NDArray,
+    /// Where several pushed values are summed before the updater sees them (allocated on first
+    /// need).
+    merge: Option<NDArray>,
+}
+
+#[derive(Default)]
+struct State {
+    keys: KeyTable,
+    entries: HashMap<i32, Entry>,
+}
+
+/// A local store: values are kept per key in host memory, pushes are summed and folded in, pulls
+/// copy the stored values out. Every data movement is an engine op, so calls return at once and
+/// ops on different keys overlap; the engine's variable order makes a pull see the pushes before
+/// it.
+///
+/// Unlike MXNet, a push without an updater *copies* the sum into the key's own array: writes to
+/// the pushed arrays after the push never change what a pull returns (MXNet aliases the stored
+/// value to the pushed array or its merge buffer).
+pub struct KVStore {
+    type_name: String,
+    comm: CommKind,
+    cfg: ReduceConfig,
+    state: Mutex<State>,
+    updaters: RwLock<Updaters>,
+    barrier_before_exit: AtomicBool,
+}
+
+impl std::fmt::Debug for KVStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KVStore")
+            .field("type", &self.type_name)
+            .field("comm", &self.comm)
+            .field("reduce", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_value(v: &NDArray, what: &dyn Fn() -> String) -> Result<()> {
+    if v.is_none() {
+        return Err(Error::invalid(format!(
+            "{} is a none array (no shape, no data)",
+            what()
+        )));
+    }
+    match v.ctx() {
+        Some(c) if !c.is_host() => Err(Error::not_supported(format!(
+            "{} is on {c}: this build of mxrt has no GPU support",
+            what()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn check_like(v: &NDArray, shape: &[i64], dtype: DType, what: &dyn Fn() -> String) -> Result<()> {
+    check_value(v, what)?;
+    if v.shape() != shape {
+        return Err(Error::invalid(format!(
+            "{}: operands shape mismatch: the array has shape {:?}, the key holds {:?}",
+            what(),
+            v.shape(),
+            shape
+        )));
+    }
+    if v.dtype() != dtype {
+        return Err(Error::invalid(format!(
+            "{}: dtype mismatch: the array is {}, the key holds {}",
+            what(),
+            v.dtype().name(),
+            dtype.name()
+        )));
+    }
+    Ok(())
+}
+
+fn check_len(keys: &Keys<'_>, n: usize, what: &str) -> Result<()> {
+    if keys.len() != n {
+        return Err(Error::invalid(format!(
+            "{} keys but {n} {what}: give one array per key",
+            keys.len()
+        )));
+    }
+    Ok(())
+}
+
+impl KVStore {
+    /// Creates a store from an MXNet type string ("local", "device", "local_allreduce_cpu", ...;
+    /// see [`StoreKind::parse`]), reading the reduction settings from the environment.
+    pub fn create(type_name: &str) -> Result<KVStore> {
+        let cfg = ReduceConfig::from_env()?;
+        Self::with_config(type_name, cfg)
+    }
+
+    /// Creates a store with explicit reduction settings.
+    pub fn with_config(type_name: &str, cfg: ReduceConfig) -> Result<KVStore> {
+        let comm = match StoreKind::parse(type_name)? {
+            StoreKind::Local => CommKind::Cpu,
+            StoreKind::Device => CommKind::Device,
+        };
+        Ok(KVStore {
+            type_name: type_name.to_lowercase(),
+            comm,
+            cfg,
+            state: Mutex::new(State::default()),
+            updaters: RwLock::new(Updaters::default()),
+            barrier_before_exit: AtomicBool::new(true),
+        })
+    }
+
+    /// The lower-cased type string the store was created with.
+    pub fn type_name(&self) -> &str {
+        &self.type_name
+    }
+    pub fn comm(&self) -> CommKind {
+        self.comm
+    }
+    pub fn reduce_config(&self) -> ReduceConfig {
+        self.cfg
+    }
+    /// The kind of keys the store uses, once a call fixed it.
+    pub fn key_kind(&self) -> Option<KeyKind> {
+        self.state.lock().keys.kind()
+    }
+    /// Rank of this worker: 0 for a local store.
+    pub fn rank(&self) -> i32 {
+        0
+    }
+    /// Number of workers: 1 for a local store.
+    pub fn group_size(&self) -> i32 {
+        1
+    }
+    /// Dead nodes: none in a local store.
+    pub fn num_dead_nodes(&self, _node_id: i32, _timeout_sec: i32) -> i32 {
+        0
+    }
+    /// A barrier across workers: a local store has one worker, so it returns at once.
+    pub fn barrier(&self) {}
+    /// Whether a barrier runs before exit (only meaningful for distributed stores).
+    pub fn set_barrier_before_exit(&self, on: bool) {
+        self.barrier_before_exit.store(on, Ordering::Relaxed);
+    }
+    pub fn barrier_before_exit(&self) -> bool {
+        self.barrier_before_exit.load(Ordering::Relaxed)
+    }
+
+    /// Sets (or with `None` removes) the int-key updater.
+    pub fn set_updater(&self, updater: Option<IntUpdater>) {
+        self.updaters.write().int = updater;
+    }
+    /// Sets (or with `None` removes) the string-key updater.
+    pub fn set_str_updater(&self, updater: Option<StrUpdater>) {
+        self.updaters.write().str = updater;
+    }
+
+    /// Stores a copy of each value under its key. A key may be initialised once; values must be
+    /// dense host arrays. Nothing is stored if any key or value is bad.
+    pub fn init(&self, keys: Keys<'_>, values: &[&NDArray]) -> Result<()> {
+        check_len(&keys, values.len(), "values")?;
+        let mut st = self.state.lock();
+        st.keys.check_kind(&keys)?;
+        let ids = st.keys.plan_init(&keys);
+        for (i, &id) in ids.iter().enumerate() {
+            if st.entries.contains_key(&id) || ids[..i].contains(&id) {
+                return Err(Error::invalid(format!(
+                    "duplicate init of key {}. Please double check if you called kv.init or \
+                     kv.broadcast with this key multiple times",
+                    keys.display(i)
+                )));
+            }
+            check_value(values[i], &|| format!("value for key {}", keys.display(i)))?;
+        }
+        let mut made = Vec::with_capacity(ids.len());
+        for v in values {
+            let stored = NDArray::new(v.shape(), STORE_CTX, v.dtype(), false)?;
+            stored.copy_from(v, 0, crate::engine::FnProperty::CpuPrioritized)?;
+            made.push(stored);
+        }
+        st.keys.commit_names(&keys);
+        for (id, stored) in ids.into_iter().zip(made) {
+            st.entries.insert(
+                id,
+                Entry {
+                    stored,
+                    merge: None,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Sums the values given for each key and folds the sum into the stored value: through the
+    /// updater when one applies (called on this thread, once per unique key, in key order, with
+    /// the merged and the stored value), else by storing the sum. Returns before the sums run.
+    pub fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
+        check_len(&keys, values.len(), "values")?;
+        let updaters = self.updaters.read().clone();
+        let use_updater = updaters.applies_to(keys.kind());
+        let mut calls: Vec<(i32, Option<String>, NDArray, NDArray)> = Vec::new();
+        {
+            let mut st = self.state.lock();
+            st.keys.check_kind(&keys)?;
+            let ids = {
+                let entries = &st.entries;
+                st.keys.lookup(&keys, |id| entries.contains_key(&id))?
+            };
+            for (i, v) in values.iter().enumerate() {
+                let stored = &st.entries[&ids[i]].stored;
+                check_like(v, stored.shape(), stored.dtype(), &|| {
+                    format!("value {i} pushed to key {}", keys.display(i))
+                })?;
+            }
+            let State {
+                keys: table,
+                entries,
+            } = &mut *st;
+            for (id, pos) in keys::group(&ids) {
+                let entry = entries.get_mut(&id).expect("looked up");
+                let inputs: Vec<&NDArray> = pos.iter().map(|&i| values[i]).collect();
+                let aliased = inputs.iter().any(|a| a.shares_memory_with(&entry.stored));
+                if use_updater && inputs.len() == 1 {
+                    // as in MXNet, a single value is the merged value itself
+                    calls.push((
+                        id,
+                        table.name(id).map(str::to_owned),
+                        inputs[0].clone(),
+                        entry.stored.clone(),
+                    ));
+                } else if use_updater || aliased {
+                    let merge = match &entry.merge {
+                        Some(m) => m.clone(),
+                        None => {
+                            let s = &entry.stored;
+                            let ctx = self.comm.merge_ctx(inputs[0].ctx().unwrap_or(STORE_CTX));
+                            let m = NDArray::new(s.shape(), ctx, s.dtype(), false)?;
+                            entry.merge = Some(m.clone());
+                            m
+                        }
+                    };
+                    comm::reduce_into(&merge, &inputs, &self.cfg, priority)?;
+                    if use_updater {
+                        calls.push((
+                            id,
+                            table.name(id).map(str::to_owned),
+                            merge,
+                            entry.stored.clone(),
+                        ));
+                    } else {
+                        comm::reduce_into(&entry.stored, &[&merge], &self.cfg, priority)?;
+                    }
+                } else {
+                    comm::reduce_into(&entry.stored, &inputs, &self.cfg, priority)?;
+                }
+            }
+        }
+        for (id, name, merged, stored) in calls {
+            let key = match (&name, keys.kind()) {
+                (Some(s), KeyKind::Str) => KeyRef::Str(s),
+                _ => KeyRef::Int(id),
+            };
+            updaters.call(key, id, &merged, &stored);
+        }
+        Ok(())
+    }
+
+    /// Copies each key's stored value into every output given for it (engine ops; a following
+    /// wait on an output sees the value). Outputs must have the key's shape and dtype. All arrays
+    /// here are dense, so `ignore_sparse` changes nothing.
+    pub fn pull(
+        &self,
+        keys: Keys<'_>,
+        outs: &[&NDArray],
+        priority: i32,
+        ignore_sparse: bool,
+    ) -> Result<()> {
+        let _ = ignore_sparse;
+        check_len(&keys, outs.len(), "outputs")?;
+        let mut st = self.state.lock();
+        st.keys.check_kind(&keys)?;
+        let ids = {
+            let entries = &st.entries;
+            st.keys.lookup(&keys, |id| entries.contains_key(&id))?
+        };
+        for (i, o) in outs.iter().enumerate() {
+            let stored = &st.entries[&ids[i]].stored;
+            check_like(o, stored.shape(), stored.dtype(), &|| {
+                format!("output {i} pulled from key {}", keys.display(i))
+            })?;
+        }
+        for (id, pos) in keys::group(&ids) {
+            let outputs: Vec<&NDArray> = pos.iter().map(|&i| outs[i]).collect();
+            comm::broadcast(&st.entries[&id].stored, &outputs, &self.cfg, priority)?;
+        }
+        Ok(())
+    }
+
+    /// Row-sparse pull: needs row_sparse arrays, which mxrt does not have.
+    pub fn pull_row_sparse(&self, keys: Keys<'_>) -> Result<()> {
+        self.state.lock().keys.check_kind(&keys)?;
+        Err(Error::not_supported(
+            "PullRowSparse needs row_sparse arrays; mxrt supports dense (default storage) arrays only",
+        ))
+    }
+
+    /// Push then pull (MXNet's `PushPull`).
+    pub fn push_pull(
+        &self,
+        vkeys: Keys<'_>,
+        okeys: Keys<'_>,
+        values: &[&NDArray],
+        outs: &[&NDArray],
+        priority: i32,
+    ) -> Result<()> {
+        self.push(vkeys, values, priority)?;
+        self.pull(okeys, outs, priority, true)
+    }
+
+    /// Init then pull (MXNet's `Broadcast`).
+    pub fn broadcast(
+        &self,
+        vkeys: Keys<'_>,
+        okeys: Keys<'_>,
+        values: &[&NDArray],
+        outs: &[&NDArray],
+        priority: i32,
+    ) -> Result<()> {
+        self.init(vkeys, values)?;
+        self.pull(okeys, outs, priority, true)
+    }
+
+    /// Gradient compression is not implemented.
+    pub fn set_gradient_compression(&self, params: &[(&str, &str)]) -> Result<()> {
+        let _ = params;
+        Err(Error::not_supported(
+            "gradient compression is not supported by mxrt's kvstore yet",
+        ))
+    }
+}
