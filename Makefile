@@ -20,7 +20,9 @@ EXAMPLE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O1 -g -pthread
 EXAMPLE_SRCS := $(wildcard c_examples/*.c)
 EXAMPLES := $(patsubst c_examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
-.PHONY: all lib run test rust-test check-header examples run-examples test-install install uninstall bench clean
+MXNET_VENV ?= .venv-mxnet
+
+.PHONY: all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench clean
 
 all: lib
 
@@ -44,11 +46,18 @@ check-header: lib
 	  { echo "include/mxrt.h changed when regenerated: commit the new header"; exit 1; }
 	@echo "include/mxrt.h matches the sources"
 
-rust-test:
-	$(CARGO) test --release
+# MXNet 1.9.1's wheel (python venv): the reference for the interop and header checks
+mxnet-venv:
+	@MXNET_VENV=$(MXNET_VENV) sh scripts/setup-mxnet.sh >/dev/null
+
+rust-test: mxnet-venv
+	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(CARGO) test --release
 	$(CARGO) test --release --no-default-features --test format_mutation
 
-test: rust-test check-header run-examples test-install
+check-abi: lib mxnet-venv
+	@MXNET_VENV=$(MXNET_VENV) bash scripts/check-abi.sh
+
+test: rust-test check-header run-examples test-install check-abi
 	@echo "make test: all passed"
 
 test-install: lib
