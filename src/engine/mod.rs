@@ -35,6 +35,7 @@ mod bulk;
 mod config;
 mod exception;
 mod executor;
+mod fork;
 mod opr;
 mod pool;
 pub mod profiling;
@@ -419,7 +420,10 @@ impl Engine {
     /// `MXNET_ENGINE_TYPE` is reported by every call.
     pub fn global() -> Result<&'static Engine> {
         GLOBAL
-            .get_or_init(Engine::from_env)
+            .get_or_init(|| {
+                fork::register();
+                Engine::from_env()
+            })
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -735,6 +739,22 @@ impl Engine {
         };
         report(var)?;
         Ok(lease)
+    }
+
+    /// Waits until no op is pending and stops every worker thread (before `fork()`).
+    pub(crate) fn stop_workers(&self) {
+        let _ = self.inner.flush_bulk();
+        self.inner.wait_idle();
+        if let Some(x) = &self.inner.executor {
+            x.stop();
+        }
+    }
+
+    /// Starts the worker threads again after `stop_workers`.
+    pub(crate) fn start_workers(&self, cpu_workers: Option<usize>) {
+        if let Some(x) = &self.inner.executor {
+            x.restart(cpu_workers);
+        }
     }
 
     /// Number of ops pushed and not yet finished.

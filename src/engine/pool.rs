@@ -190,6 +190,8 @@ impl PoolShared {
 pub(crate) struct WorkerPool {
     shared: Arc<PoolShared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    name: String,
+    run: fn(OprRef),
 }
 
 impl WorkerPool {
@@ -214,18 +216,29 @@ impl WorkerPool {
             park_cv: Condvar::new(),
             stop: AtomicBool::new(false),
         });
-        let threads = (0..nthreads.max(1))
-            .map(|i| {
-                let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("{name}-{i}"))
-                    .spawn(move || worker_main(&shared, run))
-                    .expect("failed to spawn an engine worker thread")
-            })
-            .collect();
-        WorkerPool {
+        let pool = WorkerPool {
             shared,
-            threads: Mutex::new(threads),
+            threads: Mutex::new(Vec::new()),
+            name: name.to_owned(),
+            run,
+        };
+        pool.start(nthreads);
+        pool
+    }
+
+    /// Spawns `nthreads` workers (after `new`, or after `stop` to restart the pool).
+    pub(crate) fn start(&self, nthreads: usize) {
+        self.shared.stop.store(false, Ordering::SeqCst);
+        let mut threads = self.threads.lock();
+        for i in 0..nthreads.max(1) {
+            let shared = self.shared.clone();
+            let run = self.run;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("{}-{i}", self.name))
+                    .spawn(move || worker_main(&shared, run))
+                    .expect("failed to spawn an engine worker thread"),
+            );
         }
     }
 
