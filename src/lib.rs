@@ -11,8 +11,9 @@ pub mod error;
 
 pub mod engine;
 pub mod ndarray;
-pub mod storage;
 pub mod profiler;
+pub mod resource;
+pub mod storage;
 
 pub mod capi;
 
