@@ -54,21 +54,6 @@ typedef const void *EngineFnPropertyHandle;
 typedef void (*EngineSyncFunc)(void*, void*);
 
 /**
- * A KVStore.
- */
-typedef void *KVStoreHandle;
-
-/**
- * A profiler object (domain, task, frame, event or counter).
- */
-typedef void *ProfileHandle;
-
-/**
- * A resource (kRandom, kTempSpace or kParallelRandom of one device), owned by mxrt.
- */
-typedef void *MXResourceHandle;
-
-/**
  * An NDArray.
  */
 typedef void *NDArrayHandle;
@@ -77,6 +62,16 @@ typedef void *NDArrayHandle;
  * Dimension type of shapes, MXNet's `dim_t`.
  */
 typedef int64_t dim_t;
+
+/**
+ * A KVStore.
+ */
+typedef void *KVStoreHandle;
+
+/**
+ * A profiler object (domain, task, frame, event or counter).
+ */
+typedef void *ProfileHandle;
 
 /**
  * MXNet's `engine::CallbackOnComplete`, as C code sees it.
@@ -289,239 +284,6 @@ int MXGetEnv(const char *name, const char **value);
  * type, worker counts) only take effect before first use. (MXNet's test helper.)
  */
 int MXSetEnv(const char *name, const char *value);
-
-/**
- * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].
- *
- * # Safety
- * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
- */
-int MXSetProfilerConfig(int num_params, const char *const *keys, const char *const *vals);
-
-/**
- * Sets the profiler configuration from `num_params` key/value strings. Keys not given take their
- * defaults: profile_all=false, profile_symbolic/imperative/memory/api=true,
- * filename="profile.json", continuous_dump=true, dump_period=1.0, aggregate_stats=false,
- * profile_process="worker", and mxrt's own `timeline` (false; true = an HTML timeline next to the
- * trace, or a path ending in .html or .svg). The trace file is deleted at once. An unknown key or
- * a bad value fails naming the key. With profile_process="server" the configuration is meant for
- * a KVStore server: `kvstoreHandle` must not be NULL (nothing else happens in this build).
- *
- * # Safety
- * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
- */
-int MXSetProcessProfilerConfig(int num_params,
-                               const char *const *keys,
-                               const char *const *vals,
-                               KVStoreHandle kvstoreHandle);
-
-/**
- * Sets the profiler state of this process: 1 runs (enables output, unpauses), 0 stops (pauses).
- */
-int MXSetProfilerState(int state);
-
-/**
- * Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
- * fails. `profile_process` is 0 (worker, this process) or 1 (server: `kvStoreHandle` must not
- * be NULL; nothing else happens in this build).
- */
-int MXSetProcessProfilerState(int state, int profile_process, KVStoreHandle kvStoreHandle);
-
-/**
- * Writes the records collected so far to the trace file; see [`MXDumpProcessProfile`].
- */
-int MXDumpProfile(int finished);
-
-/**
- * Writes the records collected so far to the trace file, which is complete, valid JSON after
- * every dump. Fails unless the profiler has been run since the last final dump. When `finished`
- * is non-zero, or continuous_dump is off, output is disabled afterwards.
- */
-int MXDumpProcessProfile(int finished, int profile_process, KVStoreHandle kvStoreHandle);
-
-/**
- * Prints the aggregate stats as a table sorted by total time, descending; see
- * [`MXAggregateProfileStatsPrintEx`].
- *
- * # Safety
- * `out_str` must be valid for a write of one pointer.
- */
-int MXAggregateProfileStatsPrint(const char **out_str, int reset);
-
-/**
- * Flushes pending records (a dump, if output is enabled), then prints the aggregate stats:
- * `format` 0 table, 1 JSON; `sort_by` 0 total, 1 avg, 2 min, 3 max, 4 count; `ascending` 0/1.
- * The text is empty when aggregate_stats is off. `reset` non-zero clears the stats afterwards.
- * `*out_str` points to a thread-local buffer valid until the next call of this function on the
- * same thread.
- *
- * # Safety
- * `out_str` must be valid for a write of one pointer.
- */
-int MXAggregateProfileStatsPrintEx(const char **out_str,
-                                   int reset,
-                                   int format,
-                                   int sort_by,
-                                   int ascending);
-
-/**
- * Pauses (non-zero) or resumes (0) recording in this process.
- */
-int MXProfilePause(int paused);
-
-/**
- * Pauses (non-zero) or resumes (0) recording. `profile_process` as for
- * [`MXSetProcessProfilerState`].
- */
-int MXProcessProfilePause(int paused, int profile_process, KVStoreHandle kvStoreHandle);
-
-/**
- * Creates a domain named `domain`. Domains are never destroyed.
- *
- * # Safety
- * `domain` must be a NUL-terminated string; `out` must be valid for a write.
- */
-int MXProfileCreateDomain(const char *domain, ProfileHandle *out);
-
-/**
- * Creates a task of `domain`. Free it with [`MXProfileDestroyHandle`].
- *
- * # Safety
- * `task_name` must be a NUL-terminated string; `out` must be valid for a write.
- */
-int MXProfileCreateTask(ProfileHandle domain, const char *task_name, ProfileHandle *out);
-
-/**
- * Creates a frame of `domain`. Free it with [`MXProfileDestroyHandle`].
- *
- * # Safety
- * `frame_name` must be a NUL-terminated string; `out` must be valid for a write.
- */
-int MXProfileCreateFrame(ProfileHandle domain, const char *frame_name, ProfileHandle *out);
-
-/**
- * Creates an event. Free it with [`MXProfileDestroyHandle`].
- *
- * # Safety
- * `event_name` must be a NUL-terminated string; `out` must be valid for a write.
- */
-int MXProfileCreateEvent(const char *event_name, ProfileHandle *out);
-
-/**
- * Creates a counter (initially 0) of `domain`. Free it with [`MXProfileDestroyHandle`].
- *
- * # Safety
- * `counter_name` must be a NUL-terminated string; `out` must be valid for a write.
- */
-int MXProfileCreateCounter(ProfileHandle domain, const char *counter_name, ProfileHandle *out);
-
-/**
- * Frees a task, frame, event or counter handle. NULL, or a freed handle, fails; a domain handle
- * is accepted and ignored (domains live for the whole process).
- */
-int MXProfileDestroyHandle(ProfileHandle frame_handle);
-
-/**
- * Starts (or restarts) a task, frame or event.
- */
-int MXProfileDurationStart(ProfileHandle duration_handle);
-
-/**
- * Stops a task, frame or event and records it (unless paused). Fails if it was not started.
- */
-int MXProfileDurationStop(ProfileHandle duration_handle);
-
-/**
- * Sets a counter's value; records the change (unless paused).
- */
-int MXProfileSetCounter(ProfileHandle counter_handle, uint64_t value);
-
-/**
- * Adds `value` (possibly negative) to a counter; records the change (unless paused).
- */
-int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
-
-/**
- * Records an instant marker named `instant_marker_name` in `domain`. `scope` is one of
- * "global", "process", "thread", "task", "marker"; anything else fails.
- *
- * # Safety
- * `instant_marker_name` and `scope` must be NUL-terminated strings.
- */
-int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
-
-/**
- * Seeds every random number resource on every device (MXNet 1.9.1): kRandom and
- * kParallelRandom, of the devices used so far and of those used later. The reseeding runs
- * through the engine after the ops already pushed that use a generator, and before those pushed
- * afterwards, so the same seed followed by the same pushes gives the same numbers on every
- * engine type and worker count. Returns without waiting.
- */
-int MXRandomSeed(int seed);
-
-/**
- * Seeds the random number resources of one device (MXNet 1.9.1), as MXRandomSeed does for all.
- * Every host device type shares the CPU's generators. A gpu is accepted (0) on this build,
- * which has no GPU resources; the seed is kept for them.
- */
-int MXRandomSeedContext(int seed, int dev_type, int dev_id);
-
-/**
- * mxrt addition. Gets a resource for ops on device `(dev_type, dev_id)`: `kind` 0 is the
- * device's random generator (kRandom, always the same handle), 1 a temporary-workspace buffer
- * (kTempSpace) and 2 a set of parallel random streams (kParallelRandom); for 1 and 2 successive
- * requests cycle through the device's copies (MXNET_CPU_TEMP_COPY, default 4, and
- * MXNET_CPU_PARALLEL_RAND_COPY, default 1). All host device types share the CPU's resources;
- * gpu fails on this build. `*out` belongs to mxrt and stays valid until the process exits.
- */
-int MXResourceRequest(int dev_type, int dev_id, int kind, MXResourceHandle *out);
-
-/**
- * mxrt addition. Writes the resource's engine variable handle to `*out_var`. Every op that uses
- * the resource must list it among its mutable variables (MXEnginePushSync/PushAsync). The handle
- * belongs to the resource: do not delete it (it is re-registered if you do).
- */
-int MXResourceGetVar(MXResourceHandle res, void **out_var);
-
-/**
- * mxrt addition. Describes a resource: its kind (0 kRandom, 1 kTempSpace, 2 kParallelRandom),
- * the device it serves (cpu for every host type) and which copy of its kind it is. NULL
- * out-parameters are skipped.
- */
-int MXResourceGetInfo(MXResourceHandle res, int *kind, int *dev_type, int *dev_id, int *copy_id);
-
-/**
- * mxrt addition. Call from inside an op that holds the kTempSpace resource `res` (its variable
- * among the op's mutable variables): makes its buffer at least `bytes` long and writes the start
- * to `*out_ptr` (64-byte aligned; NULL when `bytes` is 0 and nothing was allocated yet). The
- * memory stays valid until the op finishes; contents are whatever the previous user left
- * (zeros where the buffer just grew). A larger request frees the old buffer, so earlier pointers
- * from this resource must not be used after it. Errors: the wrong kind of resource, or (on the
- * threaded engines) no op holding the resource's variable, or another op using it at the same
- * time.
- */
-int MXResourceGetTempSpace(MXResourceHandle res, size_t bytes, void **out_ptr);
-
-/**
- * mxrt addition. Call from inside an op that holds the kRandom or kParallelRandom resource
- * `res`: writes `n` floats uniformly distributed in `[low, high)` to `out` (all `low` when the
- * bounds are equal). The numbers depend only on the seed and the sequence of draws from this
- * resource (a kParallelRandom resource cuts `out` into one chunk per stream). Errors: bounds not
- * finite or `low > high`, the wrong kind of resource, or the misuse MXResourceGetTempSpace
- * describes.
- */
-int MXResourceRandomUniform(MXResourceHandle res, float *out, size_t n, float low, float high);
-
-/**
- * mxrt addition. As MXResourceRandomUniform, with normally distributed values of mean `mean`
- * and standard deviation `std` (finite, >= 0).
- */
-int MXResourceRandomNormal(MXResourceHandle res, float *out, size_t n, float mean, float std);
-
-/**
- * mxrt addition. As MXResourceRandomUniform, with `n` raw uniformly distributed 32-bit words.
- */
-int MXResourceRandomBits(MXResourceHandle res, uint32_t *out, size_t n);
 
 /**
  * Creates a "none" array: no shape, no data (shape queries report ndim 0, dtype -1).
@@ -866,6 +628,239 @@ int MXEnginePushSyncND(EngineSyncFunc sync_func,
                        EngineFnPropertyHandle prop_handle,
                        int priority,
                        const char *opr_name);
+
+/**
+ * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].
+ *
+ * # Safety
+ * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ */
+int MXSetProfilerConfig(int num_params, const char *const *keys, const char *const *vals);
+
+/**
+ * Sets the profiler configuration from `num_params` key/value strings. Keys not given take their
+ * defaults: profile_all=false, profile_symbolic/imperative/memory/api=true,
+ * filename="profile.json", continuous_dump=true, dump_period=1.0, aggregate_stats=false,
+ * profile_process="worker", and mxrt's own `timeline` (false; true = an HTML timeline next to the
+ * trace, or a path ending in .html or .svg). The trace file is deleted at once. An unknown key or
+ * a bad value fails naming the key. With profile_process="server" the configuration is meant for
+ * a KVStore server: `kvstoreHandle` must not be NULL (nothing else happens in this build).
+ *
+ * # Safety
+ * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
+ */
+int MXSetProcessProfilerConfig(int num_params,
+                               const char *const *keys,
+                               const char *const *vals,
+                               KVStoreHandle kvstoreHandle);
+
+/**
+ * Sets the profiler state of this process: 1 runs (enables output, unpauses), 0 stops (pauses).
+ */
+int MXSetProfilerState(int state);
+
+/**
+ * Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
+ * fails. `profile_process` is 0 (worker, this process) or 1 (server: `kvStoreHandle` must not
+ * be NULL; nothing else happens in this build).
+ */
+int MXSetProcessProfilerState(int state, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Writes the records collected so far to the trace file; see [`MXDumpProcessProfile`].
+ */
+int MXDumpProfile(int finished);
+
+/**
+ * Writes the records collected so far to the trace file, which is complete, valid JSON after
+ * every dump. Fails unless the profiler has been run since the last final dump. When `finished`
+ * is non-zero, or continuous_dump is off, output is disabled afterwards.
+ */
+int MXDumpProcessProfile(int finished, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Prints the aggregate stats as a table sorted by total time, descending; see
+ * [`MXAggregateProfileStatsPrintEx`].
+ *
+ * # Safety
+ * `out_str` must be valid for a write of one pointer.
+ */
+int MXAggregateProfileStatsPrint(const char **out_str, int reset);
+
+/**
+ * Flushes pending records (a dump, if output is enabled), then prints the aggregate stats:
+ * `format` 0 table, 1 JSON; `sort_by` 0 total, 1 avg, 2 min, 3 max, 4 count; `ascending` 0/1.
+ * The text is empty when aggregate_stats is off. `reset` non-zero clears the stats afterwards.
+ * `*out_str` points to a thread-local buffer valid until the next call of this function on the
+ * same thread.
+ *
+ * # Safety
+ * `out_str` must be valid for a write of one pointer.
+ */
+int MXAggregateProfileStatsPrintEx(const char **out_str,
+                                   int reset,
+                                   int format,
+                                   int sort_by,
+                                   int ascending);
+
+/**
+ * Pauses (non-zero) or resumes (0) recording in this process.
+ */
+int MXProfilePause(int paused);
+
+/**
+ * Pauses (non-zero) or resumes (0) recording. `profile_process` as for
+ * [`MXSetProcessProfilerState`].
+ */
+int MXProcessProfilePause(int paused, int profile_process, KVStoreHandle kvStoreHandle);
+
+/**
+ * Creates a domain named `domain`. Domains are never destroyed.
+ *
+ * # Safety
+ * `domain` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateDomain(const char *domain, ProfileHandle *out);
+
+/**
+ * Creates a task of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `task_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateTask(ProfileHandle domain, const char *task_name, ProfileHandle *out);
+
+/**
+ * Creates a frame of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `frame_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateFrame(ProfileHandle domain, const char *frame_name, ProfileHandle *out);
+
+/**
+ * Creates an event. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `event_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateEvent(const char *event_name, ProfileHandle *out);
+
+/**
+ * Creates a counter (initially 0) of `domain`. Free it with [`MXProfileDestroyHandle`].
+ *
+ * # Safety
+ * `counter_name` must be a NUL-terminated string; `out` must be valid for a write.
+ */
+int MXProfileCreateCounter(ProfileHandle domain, const char *counter_name, ProfileHandle *out);
+
+/**
+ * Frees a task, frame, event or counter handle. NULL, or a freed handle, fails; a domain handle
+ * is accepted and ignored (domains live for the whole process).
+ */
+int MXProfileDestroyHandle(ProfileHandle frame_handle);
+
+/**
+ * Starts (or restarts) a task, frame or event.
+ */
+int MXProfileDurationStart(ProfileHandle duration_handle);
+
+/**
+ * Stops a task, frame or event and records it (unless paused). Fails if it was not started.
+ */
+int MXProfileDurationStop(ProfileHandle duration_handle);
+
+/**
+ * Sets a counter's value; records the change (unless paused).
+ */
+int MXProfileSetCounter(ProfileHandle counter_handle, uint64_t value);
+
+/**
+ * Adds `value` (possibly negative) to a counter; records the change (unless paused).
+ */
+int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
+
+/**
+ * Records an instant marker named `instant_marker_name` in `domain`. `scope` is one of
+ * "global", "process", "thread", "task", "marker"; anything else fails.
+ *
+ * # Safety
+ * `instant_marker_name` and `scope` must be NUL-terminated strings.
+ */
+int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
+
+/**
+ * Seeds every random number resource on every device (MXNet 1.9.1): kRandom and
+ * kParallelRandom, of the devices used so far and of those used later. The reseeding runs
+ * through the engine after the ops already pushed that use a generator, and before those pushed
+ * afterwards, so the same seed followed by the same pushes gives the same numbers on every
+ * engine type and worker count. Returns without waiting.
+ */
+int MXRandomSeed(int seed);
+
+/**
+ * Seeds the random number resources of one device (MXNet 1.9.1), as MXRandomSeed does for all.
+ * Every host device type shares the CPU's generators. A gpu is accepted (0) on this build,
+ * which has no GPU resources; the seed is kept for them.
+ */
+int MXRandomSeedContext(int seed, int dev_type, int dev_id);
+
+/**
+ * mxrt addition. Gets a resource for ops on device `(dev_type, dev_id)`: `kind` 0 is the
+ * device's random generator (kRandom, always the same handle), 1 a temporary-workspace buffer
+ * (kTempSpace) and 2 a set of parallel random streams (kParallelRandom); for 1 and 2 successive
+ * requests cycle through the device's copies (MXNET_CPU_TEMP_COPY, default 4, and
+ * MXNET_CPU_PARALLEL_RAND_COPY, default 1). All host device types share the CPU's resources;
+ * gpu fails on this build. `*out` belongs to mxrt and stays valid until the process exits.
+ */
+int MXResourceRequest(int dev_type, int dev_id, int kind, void **out);
+
+/**
+ * mxrt addition. Writes the resource's engine variable handle to `*out_var`. Every op that uses
+ * the resource must list it among its mutable variables (MXEnginePushSync/PushAsync). The handle
+ * belongs to the resource: do not delete it (it is re-registered if you do).
+ */
+int MXResourceGetVar(void *res, void **out_var);
+
+/**
+ * mxrt addition. Describes a resource: its kind (0 kRandom, 1 kTempSpace, 2 kParallelRandom),
+ * the device it serves (cpu for every host type) and which copy of its kind it is. NULL
+ * out-parameters are skipped.
+ */
+int MXResourceGetInfo(void *res, int *kind, int *dev_type, int *dev_id, int *copy_id);
+
+/**
+ * mxrt addition. Call from inside an op that holds the kTempSpace resource `res` (its variable
+ * among the op's mutable variables): makes its buffer at least `bytes` long and writes the start
+ * to `*out_ptr` (64-byte aligned; NULL when `bytes` is 0 and nothing was allocated yet). The
+ * memory stays valid until the op finishes; contents are whatever the previous user left
+ * (zeros where the buffer just grew). A larger request frees the old buffer, so earlier pointers
+ * from this resource must not be used after it. Errors: the wrong kind of resource, or (on the
+ * threaded engines) no op holding the resource's variable, or another op using it at the same
+ * time.
+ */
+int MXResourceGetTempSpace(void *res, size_t bytes, void **out_ptr);
+
+/**
+ * mxrt addition. Call from inside an op that holds the kRandom or kParallelRandom resource
+ * `res`: writes `n` floats uniformly distributed in `[low, high)` to `out` (all `low` when the
+ * bounds are equal). The numbers depend only on the seed and the sequence of draws from this
+ * resource (a kParallelRandom resource cuts `out` into one chunk per stream). Errors: bounds not
+ * finite or `low > high`, the wrong kind of resource, or the misuse MXResourceGetTempSpace
+ * describes.
+ */
+int MXResourceRandomUniform(void *res, float *out, size_t n, float low, float high);
+
+/**
+ * mxrt addition. As MXResourceRandomUniform, with normally distributed values of mean `mean`
+ * and standard deviation `std` (finite, >= 0).
+ */
+int MXResourceRandomNormal(void *res, float *out, size_t n, float mean, float std);
+
+/**
+ * mxrt addition. As MXResourceRandomUniform, with `n` raw uniformly distributed 32-bit words.
+ */
+int MXResourceRandomBits(void *res, uint32_t *out, size_t n);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -13,6 +13,9 @@
 //! Resource handles (and their variable handles) belong to mxrt and live until the process
 //! exits; never free them.
 
+// The exports are C functions whose pointer contracts are stated in their docs (and the header).
+#![allow(clippy::missing_safety_doc)]
+
 use super::args;
 use super::error::api_call;
 use super::handle;
@@ -25,15 +28,12 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, LazyLock};
 
-/// A resource (kRandom, kTempSpace or kParallelRandom of one device), owned by mxrt.
-pub type MXResourceHandle = *mut c_void;
-
 /// Resources handed to C, by handle address. Entries are never removed: resources live as long
 /// as the manager, which is the process.
 static HANDLES: LazyLock<RwLock<HashMap<usize, Resource>>> =
     LazyLock::new(|| RwLock::new(HashMap::new()));
 
-fn resource_arg(res: MXResourceHandle) -> Result<Resource> {
+fn resource_arg(res: *mut c_void) -> Result<Resource> {
     if res.is_null() {
         return Err(Error::invalid("res is NULL"));
     }
@@ -101,7 +101,7 @@ pub unsafe extern "C" fn MXResourceRequest(
     dev_type: c_int,
     dev_id: c_int,
     kind: c_int,
-    out: *mut MXResourceHandle,
+    out: *mut *mut c_void,
 ) -> c_int {
     api_call("MXResourceRequest", || {
         // SAFETY: API contract: out-parameter.
@@ -111,7 +111,7 @@ pub unsafe extern "C" fn MXResourceRequest(
         let res = ResourceManager::global()?.request(ctx, req)?;
         let addr = res.addr();
         HANDLES.write().entry(addr).or_insert(res);
-        *out = addr as MXResourceHandle;
+        *out = addr as *mut c_void;
         Ok(())
     })
 }
@@ -120,10 +120,7 @@ pub unsafe extern "C" fn MXResourceRequest(
 /// the resource must list it among its mutable variables (MXEnginePushSync/PushAsync). The handle
 /// belongs to the resource: do not delete it (it is re-registered if you do).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXResourceGetVar(
-    res: MXResourceHandle,
-    out_var: *mut *mut c_void,
-) -> c_int {
+pub unsafe extern "C" fn MXResourceGetVar(res: *mut c_void, out_var: *mut *mut c_void) -> c_int {
     api_call("MXResourceGetVar", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out_var, "out_var")? };
@@ -144,7 +141,7 @@ pub unsafe extern "C" fn MXResourceGetVar(
 /// out-parameters are skipped.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXResourceGetInfo(
-    res: MXResourceHandle,
+    res: *mut c_void,
     kind: *mut c_int,
     dev_type: *mut c_int,
     dev_id: *mut c_int,
@@ -178,7 +175,7 @@ pub unsafe extern "C" fn MXResourceGetInfo(
 /// time.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXResourceGetTempSpace(
-    res: MXResourceHandle,
+    res: *mut c_void,
     bytes: usize,
     out_ptr: *mut *mut c_void,
 ) -> c_int {
@@ -198,7 +195,7 @@ pub unsafe extern "C" fn MXResourceGetTempSpace(
 /// describes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXResourceRandomUniform(
-    res: MXResourceHandle,
+    res: *mut c_void,
     out: *mut f32,
     n: usize,
     low: f32,
@@ -216,7 +213,7 @@ pub unsafe extern "C" fn MXResourceRandomUniform(
 /// and standard deviation `std` (finite, >= 0).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXResourceRandomNormal(
-    res: MXResourceHandle,
+    res: *mut c_void,
     out: *mut f32,
     n: usize,
     mean: f32,
@@ -232,11 +229,7 @@ pub unsafe extern "C" fn MXResourceRandomNormal(
 
 /// mxrt addition. As MXResourceRandomUniform, with `n` raw uniformly distributed 32-bit words.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXResourceRandomBits(
-    res: MXResourceHandle,
-    out: *mut u32,
-    n: usize,
-) -> c_int {
+pub unsafe extern "C" fn MXResourceRandomBits(res: *mut c_void, out: *mut u32, n: usize) -> c_int {
     api_call("MXResourceRandomBits", || {
         let r = resource_arg(res)?;
         // SAFETY: API contract: `out` holds `n` writable words.
