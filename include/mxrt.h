@@ -1143,6 +1143,79 @@ int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
 int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
 
 /**
+ * Seeds every random number resource on every device (MXNet 1.9.1): kRandom and
+ * kParallelRandom, of the devices used so far and of those used later. The reseeding runs
+ * through the engine after the ops already pushed that use a generator, and before those pushed
+ * afterwards, so the same seed followed by the same pushes gives the same numbers on every
+ * engine type and worker count. Returns without waiting.
+ */
+int MXRandomSeed(int seed);
+
+/**
+ * Seeds the random number resources of one device (MXNet 1.9.1), as MXRandomSeed does for all.
+ * Every host device type shares the CPU's generators. A gpu is accepted (0) on this build,
+ * which has no GPU resources; the seed is kept for them.
+ */
+int MXRandomSeedContext(int seed, int dev_type, int dev_id);
+
+/**
+ * mxrt addition. Gets a resource for ops on device `(dev_type, dev_id)`: `kind` 0 is the
+ * device's random generator (kRandom, always the same handle), 1 a temporary-workspace buffer
+ * (kTempSpace) and 2 a set of parallel random streams (kParallelRandom); for 1 and 2 successive
+ * requests cycle through the device's copies (MXNET_CPU_TEMP_COPY, default 4, and
+ * MXNET_CPU_PARALLEL_RAND_COPY, default 1). All host device types share the CPU's resources;
+ * gpu fails on this build. `*out` belongs to mxrt and stays valid until the process exits.
+ */
+int MXResourceRequest(int dev_type, int dev_id, int kind, void **out);
+
+/**
+ * mxrt addition. Writes the resource's engine variable handle to `*out_var`. Every op that uses
+ * the resource must list it among its mutable variables (MXEnginePushSync/PushAsync). The handle
+ * belongs to the resource: do not delete it (it is re-registered if you do).
+ */
+int MXResourceGetVar(void *res, void **out_var);
+
+/**
+ * mxrt addition. Describes a resource: its kind (0 kRandom, 1 kTempSpace, 2 kParallelRandom),
+ * the device it serves (cpu for every host type) and which copy of its kind it is. NULL
+ * out-parameters are skipped.
+ */
+int MXResourceGetInfo(void *res, int *kind, int *dev_type, int *dev_id, int *copy_id);
+
+/**
+ * mxrt addition. Call from inside an op that holds the kTempSpace resource `res` (its variable
+ * among the op's mutable variables): makes its buffer at least `bytes` long and writes the start
+ * to `*out_ptr` (64-byte aligned; NULL when `bytes` is 0 and nothing was allocated yet). The
+ * memory stays valid until the op finishes; contents are whatever the previous user left
+ * (zeros where the buffer just grew). A larger request frees the old buffer, so earlier pointers
+ * from this resource must not be used after it. Errors: the wrong kind of resource, or (on the
+ * threaded engines) no op holding the resource's variable, or another op using it at the same
+ * time.
+ */
+int MXResourceGetTempSpace(void *res, size_t bytes, void **out_ptr);
+
+/**
+ * mxrt addition. Call from inside an op that holds the kRandom or kParallelRandom resource
+ * `res`: writes `n` floats uniformly distributed in `[low, high)` to `out` (all `low` when the
+ * bounds are equal). The numbers depend only on the seed and the sequence of draws from this
+ * resource (a kParallelRandom resource cuts `out` into one chunk per stream). Errors: bounds not
+ * finite or `low > high`, the wrong kind of resource, or the misuse MXResourceGetTempSpace
+ * describes.
+ */
+int MXResourceRandomUniform(void *res, float *out, size_t n, float low, float high);
+
+/**
+ * mxrt addition. As MXResourceRandomUniform, with normally distributed values of mean `mean`
+ * and standard deviation `std` (finite, >= 0).
+ */
+int MXResourceRandomNormal(void *res, float *out, size_t n, float mean, float std);
+
+/**
+ * mxrt addition. As MXResourceRandomUniform, with `n` raw uniformly distributed 32-bit words.
+ */
+int MXResourceRandomBits(void *res, uint32_t *out, size_t n);
+
+/**
  * Releases the memory the storage pool of (`dev_type`, `dev_id`) keeps cached for reuse. For a
  * gpu that never allocated it fails as MXNet does; host devices always succeed.
  */

@@ -7,8 +7,8 @@ use super::error::api_call;
 use super::handle::{self, Handle, HandleKind};
 use super::types::*;
 use crate::context::Context;
-use crate::engine::{OpResult, 
-    Completion, Engine, FnProperty, Operator, PushArgs, RunContext, Var, VarInner,
+use crate::engine::{
+    Completion, Engine, FnProperty, OpResult, Operator, PushArgs, RunContext, Var, VarInner,
 };
 use crate::error::{Error, Result};
 use smallvec::SmallVec;

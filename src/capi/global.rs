@@ -126,7 +126,10 @@ const X86: bool = cfg!(any(target_arch = "x86", target_arch = "x86_64"));
 
 macro_rules! feature {
     ($name:literal, $on:expr) => {
-        MXRTLibFeature { name: $name.as_ptr(), enabled: $on }
+        MXRTLibFeature {
+            name: $name.as_ptr(),
+            enabled: $on,
+        }
     };
 }
 
@@ -172,10 +175,18 @@ static FEATURES: FeatureTable = FeatureTable([
 /// flags follow the instruction sets mxrt was compiled for, the rest (CUDA, BLAS, OPENMP, ...) are
 /// off.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXLibInfoFeatures(lib_feature: *mut *const LibFeature, size: *mut usize) -> c_int {
+pub unsafe extern "C" fn MXLibInfoFeatures(
+    lib_feature: *mut *const LibFeature,
+    size: *mut usize,
+) -> c_int {
     api_call("MXLibInfoFeatures", || {
         // SAFETY: API contract: out-parameters.
-        let (f, n) = unsafe { (args::out(lib_feature, "libFeature")?, args::out(size, "size")?) };
+        let (f, n) = unsafe {
+            (
+                args::out(lib_feature, "libFeature")?,
+                args::out(size, "size")?,
+            )
+        };
         *f = FEATURES.0.as_ptr() as *const LibFeature;
         *n = FEATURES.0.len();
         Ok(())
@@ -194,7 +205,11 @@ pub unsafe extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
 
 /// GPU memory of device `dev`: always -1 here (GPU support is not built into this mxrt yet).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, total_mem: *mut u64) -> c_int {
+pub unsafe extern "C" fn MXGetGPUMemoryInformation64(
+    dev: c_int,
+    free_mem: *mut u64,
+    total_mem: *mut u64,
+) -> c_int {
     let _ = (free_mem, total_mem);
     api_call("MXGetGPUMemoryInformation64", || {
         Err(Error::not_supported(format!(

@@ -127,7 +127,8 @@ impl Executor for PerDevice {
     }
 
     fn restart(&self, cpu_workers: Option<usize>) {
-        self.cpu.start(cpu_workers.unwrap_or(self.config.cpu_workers));
+        self.cpu
+            .start(cpu_workers.unwrap_or(self.config.cpu_workers));
         if let Some(p) = self.cpu_priority.get() {
             p.start(self.config.cpu_priority_workers);
         }

@@ -57,5 +57,8 @@ extern "C" fn child() {
 
 /// Worker threads per CPU pool in a forked child (`MXNET_MP_WORKER_NTHREADS`, default 1).
 fn mp_workers() -> usize {
-    super::config::env_count("MXNET_MP_WORKER_NTHREADS").ok().flatten().unwrap_or(1)
+    super::config::env_count("MXNET_MP_WORKER_NTHREADS")
+        .ok()
+        .flatten()
+        .unwrap_or(1)
 }

@@ -274,7 +274,12 @@ impl Inner {
         Ok(())
     }
 
-    fn push_body<B: OpBody + 'static>(&self, body: B, args: &PushArgs<'_>, run_inline: bool) -> Result<()> {
+    fn push_body<B: OpBody + 'static>(
+        &self,
+        body: B,
+        args: &PushArgs<'_>,
+        run_inline: bool,
+    ) -> Result<()> {
         self.check_push(args.ctx, args.prop)?;
         self.flush_bulk()?;
         let (c, m) = dedup(args.const_vars, args.mutable_vars);

@@ -11,11 +11,11 @@
 //! All four accesses are SeqCst, so one of the two sides always sees the other.
 
 use super::opr::OprRef;
+use crossbeam_queue::SegQueue;
 use parking_lot::{Condvar, Mutex};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
-use crossbeam_queue::SegQueue;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::thread::JoinHandle;
 
@@ -71,7 +71,11 @@ enum TaskQueue {
 impl TaskQueue {
     fn push(&self, op: OprRef, front: bool) {
         match self {
-            TaskQueue::Fifo { front: q, front_len, .. } if front => {
+            TaskQueue::Fifo {
+                front: q,
+                front_len,
+                ..
+            } if front => {
                 q.lock().push_back(op);
                 front_len.fetch_add(1, Ordering::SeqCst);
             }
@@ -89,7 +93,11 @@ impl TaskQueue {
     }
     fn pop(&self) -> Option<OprRef> {
         match self {
-            TaskQueue::Fifo { main, front, front_len } => {
+            TaskQueue::Fifo {
+                main,
+                front,
+                front_len,
+            } => {
                 if front_len.load(Ordering::Relaxed) > 0 {
                     if let Some(op) = front.lock().pop_front() {
                         front_len.fetch_sub(1, Ordering::SeqCst);
@@ -112,9 +120,9 @@ impl TaskQueue {
     }
     fn is_empty(&self) -> bool {
         match self {
-            TaskQueue::Fifo { main, front_len, .. } => {
-                front_len.load(Ordering::SeqCst) == 0 && main.is_empty()
-            }
+            TaskQueue::Fifo {
+                main, front_len, ..
+            } => front_len.load(Ordering::SeqCst) == 0 && main.is_empty(),
             TaskQueue::Priority { len, .. } => len.load(Ordering::SeqCst) == 0,
         }
     }
