@@ -423,8 +423,8 @@ int MXKVStoreFree(KVStoreHandle handle);
  */
 int MXKVStoreSetGradientCompression(KVStoreHandle handle,
                                     uint32_t num_params,
-                                    const char *const *keys,
-                                    const char *const *vals);
+                                    const char **keys,
+                                    const char **vals);
 
 /**
  * Stores a copy of each value under its int key (each key once).
@@ -434,10 +434,7 @@ int MXKVStoreInit(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHa
 /**
  * Stores a copy of each value under its string key (each key once).
  */
-int MXKVStoreInitEx(KVStoreHandle handle,
-                    uint32_t num,
-                    const char *const *keys,
-                    NDArrayHandle *vals);
+int MXKVStoreInitEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals);
 
 /**
  * Sums the values given for each key and folds the sum into the stored value (through the
@@ -454,7 +451,7 @@ int MXKVStorePush(KVStoreHandle handle,
  */
 int MXKVStorePushEx(KVStoreHandle handle,
                     uint32_t num,
-                    const char *const *keys,
+                    const char **keys,
                     NDArrayHandle *vals,
                     int priority);
 
@@ -472,7 +469,7 @@ int MXKVStorePull(KVStoreHandle handle,
  */
 int MXKVStorePullEx(KVStoreHandle handle,
                     uint32_t num,
-                    const char *const *keys,
+                    const char **keys,
                     NDArrayHandle *vals,
                     int priority);
 
@@ -491,7 +488,7 @@ int MXKVStorePullWithSparse(KVStoreHandle handle,
  */
 int MXKVStorePullWithSparseEx(KVStoreHandle handle,
                               uint32_t num,
-                              const char *const *keys,
+                              const char **keys,
                               NDArrayHandle *vals,
                               int priority,
                               bool ignore_sparse);
@@ -511,7 +508,7 @@ int MXKVStorePullRowSparse(KVStoreHandle handle,
  */
 int MXKVStorePullRowSparseEx(KVStoreHandle handle,
                              uint32_t num,
-                             const char *const *keys,
+                             const char **keys,
                              NDArrayHandle *vals,
                              const NDArrayHandle *row_ids,
                              int priority);
@@ -533,9 +530,9 @@ int MXKVStoreBroadcast(KVStoreHandle handle,
  */
 int MXKVStoreBroadcastEx(KVStoreHandle handle,
                          mx_uint vnum,
-                         const char *const *vkeys,
+                         const char **vkeys,
                          mx_uint onum,
-                         const char *const *okeys,
+                         const char **okeys,
                          NDArrayHandle *vals,
                          NDArrayHandle *outs,
                          int priority);
@@ -557,9 +554,9 @@ int MXKVStorePushPull(KVStoreHandle handle,
  */
 int MXKVStorePushPullEx(KVStoreHandle handle,
                         mx_uint vnum,
-                        const char *const *vkeys,
+                        const char **vkeys,
                         mx_uint onum,
-                        const char *const *okeys,
+                        const char **okeys,
                         NDArrayHandle *vals,
                         NDArrayHandle *outs,
                         int priority);
@@ -639,7 +636,7 @@ int MXKVStoreGetNumDeadNode(KVStoreHandle handle, int node_id, int *number, int 
 /**
  * Fails: the ps-lite environment exists only in distributed builds.
  */
-int MXInitPSEnv(uint32_t num_vars, const char *const *keys, const char *const *vals);
+int MXInitPSEnv(uint32_t num_vars, const char **keys, const char **vals);
 
 /**
  * Creates a "none" array: no shape, no data (shape queries report ndim 0, dtype -1).
