@@ -357,9 +357,10 @@ int MXGetVersion(int *out);
 int MXNotifyShutdown(void);
 
 /**
- * MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value
- * (>= 1) is recorded for the calling thread and caps the threads that parallel work started from
- * this thread may use; it never changes other threads. Values < 1 are an error.
+ * MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value (>= 1)
+ * caps the threads that parallel work started from the calling thread may use (today: the
+ * KVStore reductions its pushes start, otherwise MXNET_KVSTORE_REDUCTION_NTHREADS); other threads
+ * are not affected. Values < 1 are an error.
  */
 int MXSetNumOMPThreads(int thread_num);
 

@@ -30,18 +30,10 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
     api_call("MXNotifyShutdown", || engine()?.notify_shutdown())
 }
 
-thread_local! {
-    static NUM_THREADS_HINT: Cell<c_int> = const { Cell::new(0) };
-}
-
-/// The calling thread's MXSetNumOMPThreads value (0 = not set).
-pub(crate) fn num_threads_hint() -> c_int {
-    NUM_THREADS_HINT.with(Cell::get)
-}
-
-/// MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value
-/// (>= 1) is recorded for the calling thread and caps the threads that parallel work started from
-/// this thread may use; it never changes other threads. Values < 1 are an error.
+/// MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value (>= 1)
+/// caps the threads that parallel work started from the calling thread may use (today: the
+/// KVStore reductions its pushes start, otherwise MXNET_KVSTORE_REDUCTION_NTHREADS); other threads
+/// are not affected. Values < 1 are an error.
 #[unsafe(no_mangle)]
 pub extern "C" fn MXSetNumOMPThreads(thread_num: c_int) -> c_int {
     api_call("MXSetNumOMPThreads", || {
@@ -50,7 +42,7 @@ pub extern "C" fn MXSetNumOMPThreads(thread_num: c_int) -> c_int {
                 "thread_num must be at least 1, got {thread_num}"
             )));
         }
-        NUM_THREADS_HINT.with(|c| c.set(thread_num));
+        crate::util::thread_cap::set(thread_num as usize);
         Ok(())
     })
 }
