@@ -1023,8 +1023,8 @@ pub unsafe extern "C" fn MXEnginePushAsyncND(
                 CFunc::Async(async_func),
                 param,
                 ctx_handle,
-                &c,
-                &m,
+                c,
+                m,
                 prop_handle,
                 priority,
                 opr_name,
@@ -1067,8 +1067,8 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
                 CFunc::Sync(sync_func),
                 param,
                 ctx_handle,
-                &c,
-                &m,
+                c,
+                m,
                 prop_handle,
                 priority,
                 opr_name,
@@ -1097,9 +1097,7 @@ unsafe fn nd_vars(
         hs.iter()
             .enumerate()
             .map(|(i, &h)| {
-                let a = handle::borrow_at::<NDArray>(h, name, i)?;
-                a.var()
-                    .cloned()
+                handle::with_at::<NDArray, _>(h, name, i, |a| a.var().cloned())?
                     .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))
             })
             .collect()
