@@ -37,7 +37,7 @@ $(BUILD)/examples/%: c_examples/%.c c_examples/common.h include/mxrt.h | lib
 examples: lib $(EXAMPLES)
 
 run-examples: examples
-	@set -e; for e in $(EXAMPLES); do echo "==> $$e"; $$e; echo; done
+	@set -e; cd $(BUILD); for e in $(EXAMPLES:$(BUILD)/%=%); do echo "==> $$e"; ./$$e; echo; done
 
 run: run-examples
 

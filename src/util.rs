@@ -35,3 +35,38 @@ pub mod thread_cap {
         get().map_or(n, |c| n.min(c)).max(1)
     }
 }
+
+/// A multiplicative (Fibonacci) hasher for integer keys such as addresses and sizes: their low
+/// bits are often alignment zeros, which this mixes into the high bits the tables use.
+#[derive(Default)]
+pub(crate) struct IntHasher(u64);
+
+impl std::hash::Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64 ^ (n as u64 >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A raw data pointer moved into an engine op.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub(crate) *mut u8);
+
+// SAFETY: only dereferenced inside engine ops whose variable dependencies give them read access to
+// their inputs and exclusive write access to their outputs while they run.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    pub(crate) fn get(self) -> *mut u8 {
+        self.0
+    }
+}

@@ -76,3 +76,26 @@ pub(crate) unsafe fn slice<'a, T>(ptr: *const T, len: usize, name: &str) -> Resu
 pub(crate) fn count(n: i64, name: &str) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::invalid(format!("{name} must be non-negative, got {n}")))
 }
+
+/// A writable C array of `len` elements (NULL only when `len` is 0).
+///
+/// # Safety
+/// A non-NULL `ptr` must be valid for writes of `len` elements and not aliased during the call.
+pub(crate) unsafe fn slice_mut<'a, T>(ptr: *mut T, len: usize, name: &str) -> Result<&'a mut [T]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if ptr.is_null() {
+        return Err(Error::invalid(format!(
+            "{name} is NULL but its count is {len}"
+        )));
+    }
+    if len
+        .checked_mul(size_of::<T>())
+        .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return Err(Error::invalid(format!("{name}: count {len} is too large")));
+    }
+    // SAFETY: non-NULL, size fits isize, and the caller promises `len` writable elements.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}

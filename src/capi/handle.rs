@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 /// What a handle points to.
@@ -40,26 +40,8 @@ pub(crate) trait Handle: Send + Sync + 'static {
     const KIND: HandleKind;
 }
 
-/// Hashes an address: the low bits are alignment zeros, so mix them away (Fibonacci hashing).
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 const SHARDS: usize = 16;
-type Shard = RwLock<HashMap<usize, HandleKind, BuildHasherDefault<AddrHasher>>>;
+type Shard = RwLock<HashMap<usize, HandleKind, BuildHasherDefault<crate::util::IntHasher>>>;
 
 static REGISTRY: [Shard; SHARDS] =
     [const { RwLock::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS];

@@ -44,28 +44,6 @@ fn resource_arg(res: *mut c_void) -> Result<Resource> {
     })
 }
 
-/// A writable C array of `len` elements (NULL only when `len` is 0).
-///
-/// # Safety
-/// A non-NULL `ptr` must be valid for writes of `len` elements and not aliased during the call.
-unsafe fn slice_mut<'a, T>(ptr: *mut T, len: usize, name: &str) -> Result<&'a mut [T]> {
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if ptr.is_null() {
-        return Err(Error::invalid(format!(
-            "{name} is NULL but its count is {len}"
-        )));
-    }
-    if len
-        .checked_mul(size_of::<T>())
-        .is_none_or(|b| b > isize::MAX as usize)
-    {
-        return Err(Error::invalid(format!("{name}: count {len} is too large")));
-    }
-    // SAFETY: non-NULL, size fits isize, and the caller promises `len` writable elements.
-    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
-}
 
 /// Seeds every random number resource on every device (MXNet 1.9.1): kRandom and
 /// kParallelRandom, of the devices used so far and of those used later. The reseeding runs
@@ -204,7 +182,7 @@ pub unsafe extern "C" fn MXResourceRandomUniform(
     api_call("MXResourceRandomUniform", || {
         let r = resource_arg(res)?;
         // SAFETY: API contract: `out` holds `n` writable floats.
-        let out = unsafe { slice_mut(out, n, "out")? };
+        let out = unsafe { args::slice_mut(out, n, "out")? };
         r.fill_uniform(out, low, high)
     })
 }
@@ -222,7 +200,7 @@ pub unsafe extern "C" fn MXResourceRandomNormal(
     api_call("MXResourceRandomNormal", || {
         let r = resource_arg(res)?;
         // SAFETY: API contract: `out` holds `n` writable floats.
-        let out = unsafe { slice_mut(out, n, "out")? };
+        let out = unsafe { args::slice_mut(out, n, "out")? };
         r.fill_normal(out, mean, std)
     })
 }
@@ -233,7 +211,7 @@ pub unsafe extern "C" fn MXResourceRandomBits(res: *mut c_void, out: *mut u32, n
     api_call("MXResourceRandomBits", || {
         let r = resource_arg(res)?;
         // SAFETY: API contract: `out` holds `n` writable words.
-        let out = unsafe { slice_mut(out, n, "out")? };
+        let out = unsafe { args::slice_mut(out, n, "out")? };
         r.fill_bits(out)
     })
 }

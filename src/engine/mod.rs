@@ -246,11 +246,6 @@ impl Inner {
                 "cannot run an op on {ctx}: GPU support is not built into this mxrt yet"
             )));
         }
-        if prop == FnProperty::GpuPrioritized && ctx.is_host() {
-            return Err(Error::invalid(format!(
-                "kGPUPrioritized needs a GPU context, got {ctx}"
-            )));
-        }
         if self.is_shutdown() && prop != FnProperty::DeleteVar {
             return Err(Error::new(
                 ErrorKind::Shutdown,

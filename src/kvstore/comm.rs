@@ -30,21 +30,7 @@ impl CommKind {
     }
 }
 
-/// A raw data pointer moved into an engine op.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8);
-// SAFETY: dereferenced only inside ops whose variable dependencies give them read access to the
-// inputs and exclusive write access to the outputs while they run.
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    /// The pointer (a method, so closures capture the whole Send wrapper).
-    fn get(self) -> *mut u8 {
-        self.0
-    }
-}
+use crate::util::SendPtr;
 
 /// The data pointer of a host array, checked for alignment (views keep element alignment, but
 /// foreign memory need not).

@@ -24,20 +24,7 @@ fn engine() -> Result<&'static Engine> {
     Engine::global()
 }
 
-/// A raw pointer that may cross threads inside an engine op (the engine orders the accesses).
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8);
-// SAFETY: only dereferenced inside ops whose variable dependencies make the access exclusive (or
-// shared read-only) for the duration of the op.
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    fn get(self) -> *mut u8 {
-        self.0
-    }
-}
+use crate::util::SendPtr;
 
 impl NDArray {
     /// A "none" array: no storage, dtype/shape queries report "unknown".

@@ -31,29 +31,10 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// Multiplicative hasher for block sizes (the keys are plain integers).
-#[derive(Default)]
-struct SizeHasher(u64);
-
-impl Hasher for SizeHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
-    }
-}
 
 /// A cached block address. Only the pool touches it, under its lock.
 struct BlockPtr(NonNull<u8>);
@@ -69,7 +50,7 @@ struct Bucket {
 
 #[derive(Default)]
 struct PoolState {
-    buckets: HashMap<usize, Bucket, BuildHasherDefault<SizeHasher>>,
+    buckets: HashMap<usize, Bucket, BuildHasherDefault<crate::util::IntHasher>>,
     clock: u64,
     stats: PoolStats,
 }
