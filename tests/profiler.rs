@@ -54,6 +54,9 @@ fn configure(pairs: &[(&str, &str)]) -> i32 {
 fn fresh(file: &str, extra: &[(&str, &str)]) -> PathBuf {
     assert_eq!(MXSetProfilerState(0), 0);
     assert_eq!(MXProfilePause(0), 0);
+    // close the previous test's trace (output stays on after a non-final dump), so every test
+    // starts with output off whatever ran before it
+    let _ = MXDumpProfile(1);
     let path = tmp(file);
     let p = path.to_str().unwrap().to_string();
     let mut pairs = vec![("filename", p.as_str())];

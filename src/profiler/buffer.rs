@@ -211,7 +211,12 @@ pub(crate) fn drain_all() -> (Vec<Record>, Vec<(u32, String)>) {
     let mut out = Vec::new();
     let mut names = Vec::new();
     let mut reg = REGISTRY.lock();
-    for b in reg.iter() {
+    let mut live = Vec::with_capacity(reg.len());
+    for b in reg.drain(..) {
+        // Decide before draining: a buffer only the registry references belongs to a thread that
+        // has exited and can add nothing more. (Checking after draining would drop records a
+        // thread added between the drain and its exit.)
+        let exited = Arc::strong_count(&b) == 1;
         names.push((b.tid, b.name.clone()));
         let Chunks { current, full } = std::mem::take(&mut *b.records.lock());
         for mut chunk in full.into_iter().chain(std::iter::once(current)) {
@@ -221,8 +226,10 @@ pub(crate) fn drain_all() -> (Vec<Record>, Vec<(u32, String)>) {
                 out.append(&mut chunk);
             }
         }
+        if !exited {
+            live.push(b);
+        }
     }
-    // A buffer whose thread is gone is only referenced by the registry.
-    reg.retain(|b| Arc::strong_count(b) > 1);
+    *reg = live;
     (out, names)
 }
