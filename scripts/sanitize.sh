@@ -46,7 +46,8 @@ lib_dir="$tdir/release"
 
 build_lib() {
   echo "==> building libmxrt without mimalloc into $tdir"
-  CARGO_TARGET_DIR="$tdir" "$CARGO" build --release --no-default-features --quiet
+  CARGO_TARGET_DIR="$tdir" "$CARGO" build --release --no-default-features --quiet \
+    || { echo "sanitize: building the library failed" >&2; exit 1; }
   soname_link "$lib_dir"
 }
 
@@ -137,11 +138,17 @@ run_tsan() {
     echo "sanitize tsan: needs a nightly toolchain (rustup toolchain install nightly --component rust-src)" >&2
     exit 1
   fi
+  # -Zbuild-std needs the standard library's sources
+  if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+    echo "sanitize tsan: installing rust-src for nightly"
+    rustup component add rust-src --toolchain nightly
+  fi
   local triple=x86_64-unknown-linux-gnu
   local ttdir="$root/target/tsan"
   echo "==> building libmxrt and std with -Zsanitizer=thread (nightly) into $ttdir"
   RUSTFLAGS="-Zsanitizer=thread" CARGO_TARGET_DIR="$ttdir" \
-    cargo +nightly build --release --no-default-features -Zbuild-std --target "$triple" --quiet
+    cargo +nightly build --release --no-default-features -Zbuild-std --target "$triple" --quiet \
+    || { echo "sanitize tsan: the instrumented build failed" >&2; return 1; }
   local sysroot rt
   sysroot="$(rustc +nightly --print sysroot)"
   rt="$sysroot/lib/rustlib/$triple/lib/librustc-nightly_rt.tsan.a"

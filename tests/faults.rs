@@ -176,19 +176,21 @@ trait Target {
 }
 
 /// Completes async ops from another thread, after a short random delay now and then.
+type Job = Box<dyn FnOnce() + Send>;
+
 struct Completer {
-    tx: Mutex<Option<mpsc::Sender<Box<dyn FnOnce() + Send>>>>,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Completer {
     fn new() -> Self {
-        let (tx, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let (tx, rx) = mpsc::channel::<Job>();
         let thread = std::thread::spawn(move || {
             let mut n = 0u32;
             for f in rx {
                 n = n.wrapping_add(1);
-                if n % 64 == 0 {
+                if n.is_multiple_of(64) {
                     std::thread::sleep(Duration::from_micros(50));
                 }
                 f();
@@ -261,10 +263,15 @@ impl Target for RustTarget {
             .map_err(|e| e.message().to_owned())
     }
     fn wait_all(&self) -> Result<(), String> {
-        self.engine.wait_for_all().map_err(|e| e.message().to_owned())
+        self.engine
+            .wait_for_all()
+            .map_err(|e| e.message().to_owned())
     }
     fn values(&self) -> Vec<u64> {
-        self.vals.iter().map(|v| v.load(Ordering::Relaxed)).collect()
+        self.vals
+            .iter()
+            .map(|v| v.load(Ordering::Relaxed))
+            .collect()
     }
 }
 
@@ -292,7 +299,9 @@ impl CParam {
         if let Some(w) = self.write {
             let v = mix(
                 self.i,
-                self.reads.iter().map(|&r| self.vals[r].load(Ordering::Relaxed)),
+                self.reads
+                    .iter()
+                    .map(|&r| self.vals[r].load(Ordering::Relaxed)),
             );
             self.vals[w].store(v, Ordering::Relaxed);
         }
@@ -323,9 +332,11 @@ unsafe extern "C" fn c_async(_rc: *mut c_void, cb: *mut c_void, p: *mut c_void) 
     p.completer.send(move || {
         let cb = cb;
         let e = error.as_ref().map_or(null(), |m| m.as_ptr());
-        if cb.0.param as usize % 2 == 0 {
+        if (cb.0.param as usize).is_multiple_of(2) {
             // SAFETY: the struct mxrt made, completed once; `e` is NULL or NUL-terminated.
-            let rc = unsafe { MXEngineCallbackInvoke(&cb.0 as *const CallbackOnComplete as *const c_void, e) };
+            let rc = unsafe {
+                MXEngineCallbackInvoke(&cb.0 as *const CallbackOnComplete as *const c_void, e)
+            };
             assert_eq!(rc, 0, "{}", last_error());
         } else {
             // SAFETY: MXNet's calling convention for the callback.
@@ -363,9 +374,34 @@ impl Target for CTarget {
         // SAFETY: live variables, a valid context; the op owns `p` (freed by c_delete).
         let rc = unsafe {
             if op.is_async {
-                MXEnginePushAsync(Some(c_async), p.cast(), Some(c_delete), ctx, reads.as_ptr() as *mut c_void, reads.len() as c_int, writes.as_ptr() as *mut c_void, writes.len() as c_int, null(), 0, null(), false)
+                MXEnginePushAsync(
+                    Some(c_async),
+                    p.cast(),
+                    Some(c_delete),
+                    ctx,
+                    reads.as_ptr() as *mut c_void,
+                    reads.len() as c_int,
+                    writes.as_ptr() as *mut c_void,
+                    writes.len() as c_int,
+                    null(),
+                    0,
+                    null(),
+                    false,
+                )
             } else {
-                MXEnginePushSync(Some(c_sync), p.cast(), Some(c_delete), ctx, reads.as_ptr() as *mut c_void, reads.len() as c_int, writes.as_ptr() as *mut c_void, writes.len() as c_int, null(), 0, null())
+                MXEnginePushSync(
+                    Some(c_sync),
+                    p.cast(),
+                    Some(c_delete),
+                    ctx,
+                    reads.as_ptr() as *mut c_void,
+                    reads.len() as c_int,
+                    writes.as_ptr() as *mut c_void,
+                    writes.len() as c_int,
+                    null(),
+                    0,
+                    null(),
+                )
             }
         };
         if rc == 0 { Ok(()) } else { Err(last_error()) }
@@ -387,7 +423,10 @@ impl Target for CTarget {
         }
     }
     fn values(&self) -> Vec<u64> {
-        self.vals.iter().map(|v| v.load(Ordering::Relaxed)).collect()
+        self.vals
+            .iter()
+            .map(|v| v.load(Ordering::Relaxed))
+            .collect()
     }
 }
 
@@ -456,7 +495,13 @@ fn run(t: &dyn Target, ops: &[Op], n_vars: usize, seed: u64, what: &str) -> Tall
     let mut tally = Tally::default();
     for (i, op) in ops.iter().enumerate() {
         if op.checkpoint {
-            checkpoint(t, &mut m, &mut rng, &format!("{what}, before op {i}"), &mut tally);
+            checkpoint(
+                t,
+                &mut m,
+                &mut rng,
+                &format!("{what}, before op {i}"),
+                &mut tally,
+            );
         }
         let r = t.push(i, op);
         m.apply(i, op, naive);
@@ -478,7 +523,13 @@ fn run(t: &dyn Target, ops: &[Op], n_vars: usize, seed: u64, what: &str) -> Tall
             );
         }
     }
-    checkpoint(t, &mut m, &mut rng, &format!("{what}, at the end"), &mut tally);
+    checkpoint(
+        t,
+        &mut m,
+        &mut rng,
+        &format!("{what}, at the end"),
+        &mut tally,
+    );
     tally.failed = m.failed.len();
     tally
 }
@@ -516,7 +567,10 @@ fn random_failures_reach_waits_on_every_engine() {
             total.failed += tally.failed;
         }
     }
-    eprintln!("total: {} ops, {} failed on purpose", total.ops, total.failed);
+    eprintln!(
+        "total: {} ops, {} failed on purpose",
+        total.ops, total.failed
+    );
 }
 
 #[test]
@@ -559,10 +613,16 @@ fn allocation_failure_inside_an_op_reaches_the_wait() {
     let (mut src, mut dst) = (null_mut(), null_mut());
     // SAFETY (block): valid arguments throughout.
     unsafe {
-        assert_eq!(MXNDArrayCreateEx64(shape.as_ptr(), 2, 1, 0, 0, 0, &mut src), 0);
+        assert_eq!(
+            MXNDArrayCreateEx64(shape.as_ptr(), 2, 1, 0, 0, 0, &mut src),
+            0
+        );
         let ones = vec![1f32; n];
         assert_eq!(MXNDArraySyncCopyFromCPU(src, ones.as_ptr().cast(), n), 0);
-        assert_eq!(MXNDArrayCreateEx64(shape.as_ptr(), 2, 1, 0, 1, 0, &mut dst), 0);
+        assert_eq!(
+            MXNDArrayCreateEx64(shape.as_ptr(), 2, 1, 0, 1, 0, &mut dst),
+            0
+        );
         assert_eq!(MXNDArrayWaitAll(), 0);
         assert_eq!(mxrt::capi::storage::MXStorageEmptyCache(1, 0), 0);
         mxrt::storage::Storage::global().fail_next_allocations(2);
@@ -573,7 +633,12 @@ fn allocation_failure_inside_an_op_reaches_the_wait() {
         assert!(msg.contains("out of memory"), "{msg}");
         // reported once; the array is usable afterwards
         assert_eq!(MXNDArrayWaitToRead(dst), 0, "{}", last_error());
-        assert_eq!(MXNDArraySyncCopyFromNDArray(dst, src, -1), 0, "{}", last_error());
+        assert_eq!(
+            MXNDArraySyncCopyFromNDArray(dst, src, -1),
+            0,
+            "{}",
+            last_error()
+        );
         let mut back = vec![0f32; n];
         assert_eq!(MXNDArraySyncCopyToCPU(dst, back.as_mut_ptr().cast(), n), 0);
         assert!(back.iter().all(|&x| x == 1.0));

@@ -61,7 +61,9 @@ fn configs() -> Vec<(EngineKind, usize)> {
 
 fn mix(i: usize, inputs: impl Iterator<Item = u64>) -> u64 {
     inputs.fold(i as u64 ^ 0xA5A5, |acc, x| {
-        acc.rotate_left(5).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(x)
+        acc.rotate_left(5)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(x)
     })
 }
 
@@ -137,7 +139,10 @@ fn engine_workload_at_scale_on_every_engine() {
         engine.wait_for_all().unwrap();
         let dt = t.elapsed();
         let got: Vec<u64> = vals.iter().map(|v| v.load(Ordering::Relaxed)).collect();
-        assert_eq!(got, want, "{kind:?} x{workers}: values differ from the serial run");
+        assert_eq!(
+            got, want,
+            "{kind:?} x{workers}: values differ from the serial run"
+        );
         let writes: u64 = vars.iter().map(Var::version).sum();
         assert_eq!(writes, n_ops as u64, "{kind:?} x{workers}: write count");
         assert_eq!(engine.pending_ops(), 0);
@@ -193,7 +198,8 @@ fn several_threads_pushing_at_once() {
                         let add = (t * 1_000_000 + k) as u64;
                         engine
                             .push_fn(
-                                PushArgs::new(Context::cpu(0)).writes(std::slice::from_ref(&counter)),
+                                PushArgs::new(Context::cpu(0))
+                                    .writes(std::slice::from_ref(&counter)),
                                 move |_| {
                                     c.fetch_add(add, Ordering::Relaxed);
                                     Ok(())
@@ -213,9 +219,17 @@ fn several_threads_pushing_at_once() {
         let chunks: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         engine.wait_for_all().unwrap();
         let want: u64 = (0..threads)
-            .map(|t| (0..chunks[t]).map(|k| (t * 1_000_000 + k) as u64).sum::<u64>())
+            .map(|t| {
+                (0..chunks[t])
+                    .map(|k| (t * 1_000_000 + k) as u64)
+                    .sum::<u64>()
+            })
             .sum();
-        assert_eq!(count.load(Ordering::Relaxed), want, "{kind:?} x{workers}: counter");
+        assert_eq!(
+            count.load(Ordering::Relaxed),
+            want,
+            "{kind:?} x{workers}: counter"
+        );
         assert_eq!(counter.version(), chunks.iter().sum::<usize>() as u64);
         assert!(shared.iter().all(|v| v.version() == 0));
         eprintln!(
@@ -252,7 +266,15 @@ fn stats() -> MXStorageStats {
 
 fn create(shape: &[i64]) -> NDArrayHandle {
     let mut h = null_mut();
-    ok!(MXNDArrayCreateEx64(shape.as_ptr(), shape.len() as c_int, 1, 0, 0, 0, &mut h));
+    ok!(MXNDArrayCreateEx64(
+        shape.as_ptr(),
+        shape.len() as c_int,
+        1,
+        0,
+        0,
+        0,
+        &mut h
+    ));
     h
 }
 
@@ -283,7 +305,13 @@ fn soak_step(t: usize, iter: usize, k: usize, kv: KVStoreHandle, key_shapes: &[i
     ok!(MXNDArraySyncCopyFromCPU(row, ones.as_ptr().cast(), per_row));
     // push a + b (summed by the store), pull it back into a fresh array
     let out = create(&shape);
-    ok!(MXKVStorePush(kv, 2, [key, key].as_ptr(), [a, b].as_mut_ptr(), 0));
+    ok!(MXKVStorePush(
+        kv,
+        2,
+        [key, key].as_ptr(),
+        [a, b].as_mut_ptr(),
+        0
+    ));
     ok!(MXKVStorePull(kv, 1, [key].as_ptr(), [out].as_mut_ptr(), 0));
     let got = read(out, n as usize);
     for (i, &g) in got.iter().enumerate() {
@@ -305,8 +333,17 @@ fn soak_ndarray_and_kvstore_from_4_threads() {
     for t in 0..threads {
         for (k, &n) in key_shapes.iter().enumerate() {
             let z = create(&[4, n / 4]);
-            ok!(MXNDArraySyncCopyFromCPU(z, vec![0f32; n as usize].as_ptr().cast(), n as usize));
-            ok!(MXKVStoreInit(kv, 1, [(t * 100 + k) as c_int].as_ptr(), [z].as_mut_ptr()));
+            ok!(MXNDArraySyncCopyFromCPU(
+                z,
+                vec![0f32; n as usize].as_ptr().cast(),
+                n as usize
+            ));
+            ok!(MXKVStoreInit(
+                kv,
+                1,
+                [(t * 100 + k) as c_int].as_ptr(),
+                [z].as_mut_ptr()
+            ));
             ok!(MXNDArrayFree(z));
         }
     }

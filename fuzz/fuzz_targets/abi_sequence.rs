@@ -65,19 +65,35 @@ fuzz_target!(|data: &[u8]| {
     // SAFETY (whole body): arguments are valid except handles, which mxrt looks up before use;
     // buffers passed with a count hold at least that many elements.
     unsafe {
-        check(MXKVStoreCreate(c"local".as_ptr(), &mut kv), "MXKVStoreCreate");
+        check(
+            MXKVStoreCreate(c"local".as_ptr(), &mut kv),
+            "MXKVStoreCreate",
+        );
         let pick = |b: &mut Bytes, v: &Vec<NDArrayHandle>| -> Option<NDArrayHandle> {
             let i = b.u8()? as usize;
-            if v.is_empty() { Some(null_mut()) } else { Some(v[i % v.len()]) }
+            if v.is_empty() {
+                Some(null_mut())
+            } else {
+                Some(v[i % v.len()])
+            }
         };
         while let Some(op) = b.u8() {
             let mut out = null_mut();
             match op % 16 {
                 0 => {
                     let nd = (b.u8().unwrap_or(1) % 4) as usize;
-                    let dims: Vec<i64> = (0..nd).map(|_| (b.u8().unwrap_or(1) % 9) as i64).collect();
+                    let dims: Vec<i64> =
+                        (0..nd).map(|_| (b.u8().unwrap_or(1) % 9) as i64).collect();
                     let dtype = (b.u8().unwrap_or(0) % 16) as c_int - 1;
-                    let rc = MXNDArrayCreateEx64(dims.as_ptr(), nd as c_int, 1, 0, (op >> 4 & 1) as c_int, dtype, &mut out);
+                    let rc = MXNDArrayCreateEx64(
+                        dims.as_ptr(),
+                        nd as c_int,
+                        1,
+                        0,
+                        (op >> 4 & 1) as c_int,
+                        dtype,
+                        &mut out,
+                    );
                     check(rc, "MXNDArrayCreateEx64");
                     if rc == 0 {
                         freed.retain(|&f| f != out);
@@ -135,8 +151,15 @@ fuzz_target!(|data: &[u8]| {
                 6 => {
                     let Some(h) = pick(&mut b, &live) else { break };
                     let n = (b.u8().unwrap_or(1) % 4) as usize;
-                    let mut dims: Vec<i64> = (0..n).map(|_| (b.u8().unwrap_or(0) as i8) as i64).collect();
-                    let rc = MXNDArrayReshape64(h, n as c_int, dims.as_mut_ptr(), op & 0x10 != 0, &mut out);
+                    let mut dims: Vec<i64> =
+                        (0..n).map(|_| (b.u8().unwrap_or(0) as i8) as i64).collect();
+                    let rc = MXNDArrayReshape64(
+                        h,
+                        n as c_int,
+                        dims.as_mut_ptr(),
+                        op & 0x10 != 0,
+                        &mut out,
+                    );
                     check(rc, "MXNDArrayReshape64");
                     if rc == 0 {
                         freed.retain(|&f| f != out);
@@ -147,17 +170,28 @@ fuzz_target!(|data: &[u8]| {
                     let Some(h) = pick(&mut b, &live) else { break };
                     let n = b.u8().unwrap_or(0) as usize;
                     let buf = vec![0u64; n + 1]; // room for n elements of any dtype
-                    check(MXNDArraySyncCopyFromCPU(h, buf.as_ptr().cast(), n), "MXNDArraySyncCopyFromCPU");
+                    check(
+                        MXNDArraySyncCopyFromCPU(h, buf.as_ptr().cast(), n),
+                        "MXNDArraySyncCopyFromCPU",
+                    );
                 }
                 8 => {
                     let Some(h) = pick(&mut b, &live) else { break };
                     let n = b.u8().unwrap_or(0) as usize;
                     let mut buf = vec![0u64; n + 1];
-                    check(MXNDArraySyncCopyToCPU(h, buf.as_mut_ptr().cast(), n), "MXNDArraySyncCopyToCPU");
+                    check(
+                        MXNDArraySyncCopyToCPU(h, buf.as_mut_ptr().cast(), n),
+                        "MXNDArraySyncCopyToCPU",
+                    );
                 }
                 9 => {
-                    let (Some(d), Some(s)) = (pick(&mut b, &live), pick(&mut b, &live)) else { break };
-                    check(MXNDArraySyncCopyFromNDArray(d, s, -1), "MXNDArraySyncCopyFromNDArray");
+                    let (Some(d), Some(s)) = (pick(&mut b, &live), pick(&mut b, &live)) else {
+                        break;
+                    };
+                    check(
+                        MXNDArraySyncCopyFromNDArray(d, s, -1),
+                        "MXNDArraySyncCopyFromNDArray",
+                    );
                 }
                 10 => {
                     let Some(h) = pick(&mut b, &live) else { break };
@@ -170,8 +204,22 @@ fuzz_target!(|data: &[u8]| {
                     check(rc, "MXKVStore{Init,Push,Pull}");
                 }
                 11 => {
-                    let (Some(r), Some(w)) = (pick(&mut b, &live), pick(&mut b, &live)) else { break };
-                    let rc = MXEnginePushSyncND(Some(touch), null_mut(), None, &CPU as *const MXContext as ContextHandle, [r].as_mut_ptr(), 1, [w].as_mut_ptr(), 1, null(), 0, null());
+                    let (Some(r), Some(w)) = (pick(&mut b, &live), pick(&mut b, &live)) else {
+                        break;
+                    };
+                    let rc = MXEnginePushSyncND(
+                        Some(touch),
+                        null_mut(),
+                        None,
+                        &CPU as *const MXContext as ContextHandle,
+                        [r].as_mut_ptr(),
+                        1,
+                        [w].as_mut_ptr(),
+                        1,
+                        null(),
+                        0,
+                        null(),
+                    );
                     check(rc, "MXEnginePushSyncND");
                 }
                 12 => check(MXNDArrayWaitAll(), "MXNDArrayWaitAll"),
@@ -189,7 +237,10 @@ fuzz_target!(|data: &[u8]| {
                 }
                 _ => {
                     let mut prev = 0;
-                    check(MXEngineSetBulkSize((b.u8().unwrap_or(0) % 4) as c_int, &mut prev), "MXEngineSetBulkSize");
+                    check(
+                        MXEngineSetBulkSize((b.u8().unwrap_or(0) % 4) as c_int, &mut prev),
+                        "MXEngineSetBulkSize",
+                    );
                 }
             }
         }
