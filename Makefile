@@ -22,7 +22,7 @@ EXAMPLES := $(patsubst c_examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 MXNET_VENV ?= .venv-mxnet
 
-.PHONY: all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench clean
+.PHONY: profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench clean
 
 all: lib
 
@@ -48,7 +48,7 @@ check-header: lib
 
 # MXNet 1.9.1's wheel (python venv): the reference for the interop and header checks
 mxnet-venv:
-	@MXNET_VENV=$(MXNET_VENV) sh scripts/setup-mxnet.sh >/dev/null
+	@MXNET_VENV=$(MXNET_VENV) bash scripts/setup-mxnet.sh >/dev/null
 
 rust-test: mxnet-venv
 	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(CARGO) test --release
@@ -77,6 +77,12 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libmxrt.so $(DESTDIR)$(LIBDIR)/libmxrt.so.$(MAJOR) \
 	      $(DESTDIR)$(LIBDIR)/libmxrt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmxrt.a \
 	      $(DESTDIR)$(INCLUDEDIR)/mxrt.h $(DESTDIR)$(LIBDIR)/pkgconfig/mxrt.pc
+
+# Profiles c_examples/profile_demo.c (2 CPU workers): writes build/profile_demo.json (Chrome trace)
+# and build/profile_demo.html (timeline picture), and prints the aggregate statistics.
+profile-demo: $(BUILD)/examples/profile_demo
+	cd $(BUILD) && MXNET_CPU_WORKER_NTHREADS=2 ./examples/profile_demo profile_demo.json
+	@ls -l $(BUILD)/profile_demo.json $(BUILD)/profile_demo.html
 
 bench: lib
 	sh bench/run.sh

@@ -357,9 +357,10 @@ int MXGetVersion(int *out);
 int MXNotifyShutdown(void);
 
 /**
- * MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value
- * (>= 1) is recorded for the calling thread and caps the threads that parallel work started from
- * this thread may use; it never changes other threads. Values < 1 are an error.
+ * MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value (>= 1)
+ * caps the threads that parallel work started from the calling thread may use (today: the
+ * KVStore reductions its pushes start, otherwise MXNET_KVSTORE_REDUCTION_NTHREADS); other threads
+ * are not affected. Values < 1 are an error.
  */
 int MXSetNumOMPThreads(int thread_num);
 
@@ -423,8 +424,8 @@ int MXKVStoreFree(KVStoreHandle handle);
  */
 int MXKVStoreSetGradientCompression(KVStoreHandle handle,
                                     uint32_t num_params,
-                                    const char *const *keys,
-                                    const char *const *vals);
+                                    const char **keys,
+                                    const char **vals);
 
 /**
  * Stores a copy of each value under its int key (each key once).
@@ -434,10 +435,7 @@ int MXKVStoreInit(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHa
 /**
  * Stores a copy of each value under its string key (each key once).
  */
-int MXKVStoreInitEx(KVStoreHandle handle,
-                    uint32_t num,
-                    const char *const *keys,
-                    NDArrayHandle *vals);
+int MXKVStoreInitEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals);
 
 /**
  * Sums the values given for each key and folds the sum into the stored value (through the
@@ -454,7 +452,7 @@ int MXKVStorePush(KVStoreHandle handle,
  */
 int MXKVStorePushEx(KVStoreHandle handle,
                     uint32_t num,
-                    const char *const *keys,
+                    const char **keys,
                     NDArrayHandle *vals,
                     int priority);
 
@@ -472,7 +470,7 @@ int MXKVStorePull(KVStoreHandle handle,
  */
 int MXKVStorePullEx(KVStoreHandle handle,
                     uint32_t num,
-                    const char *const *keys,
+                    const char **keys,
                     NDArrayHandle *vals,
                     int priority);
 
@@ -491,7 +489,7 @@ int MXKVStorePullWithSparse(KVStoreHandle handle,
  */
 int MXKVStorePullWithSparseEx(KVStoreHandle handle,
                               uint32_t num,
-                              const char *const *keys,
+                              const char **keys,
                               NDArrayHandle *vals,
                               int priority,
                               bool ignore_sparse);
@@ -511,7 +509,7 @@ int MXKVStorePullRowSparse(KVStoreHandle handle,
  */
 int MXKVStorePullRowSparseEx(KVStoreHandle handle,
                              uint32_t num,
-                             const char *const *keys,
+                             const char **keys,
                              NDArrayHandle *vals,
                              const NDArrayHandle *row_ids,
                              int priority);
@@ -533,9 +531,9 @@ int MXKVStoreBroadcast(KVStoreHandle handle,
  */
 int MXKVStoreBroadcastEx(KVStoreHandle handle,
                          mx_uint vnum,
-                         const char *const *vkeys,
+                         const char **vkeys,
                          mx_uint onum,
-                         const char *const *okeys,
+                         const char **okeys,
                          NDArrayHandle *vals,
                          NDArrayHandle *outs,
                          int priority);
@@ -557,9 +555,9 @@ int MXKVStorePushPull(KVStoreHandle handle,
  */
 int MXKVStorePushPullEx(KVStoreHandle handle,
                         mx_uint vnum,
-                        const char *const *vkeys,
+                        const char **vkeys,
                         mx_uint onum,
-                        const char *const *okeys,
+                        const char **okeys,
                         NDArrayHandle *vals,
                         NDArrayHandle *outs,
                         int priority);
@@ -639,7 +637,7 @@ int MXKVStoreGetNumDeadNode(KVStoreHandle handle, int node_id, int *number, int 
 /**
  * Fails: the ps-lite environment exists only in distributed builds.
  */
-int MXInitPSEnv(uint32_t num_vars, const char *const *keys, const char *const *vals);
+int MXInitPSEnv(uint32_t num_vars, const char **keys, const char **vals);
 
 /**
  * Creates a "none" array: no shape, no data (shape queries report ndim 0, dtype -1).
@@ -1141,6 +1139,79 @@ int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
  * `instant_marker_name` and `scope` must be NUL-terminated strings.
  */
 int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
+
+/**
+ * Seeds every random number resource on every device (MXNet 1.9.1): kRandom and
+ * kParallelRandom, of the devices used so far and of those used later. The reseeding runs
+ * through the engine after the ops already pushed that use a generator, and before those pushed
+ * afterwards, so the same seed followed by the same pushes gives the same numbers on every
+ * engine type and worker count. Returns without waiting.
+ */
+int MXRandomSeed(int seed);
+
+/**
+ * Seeds the random number resources of one device (MXNet 1.9.1), as MXRandomSeed does for all.
+ * Every host device type shares the CPU's generators. A gpu is accepted (0) on this build,
+ * which has no GPU resources; the seed is kept for them.
+ */
+int MXRandomSeedContext(int seed, int dev_type, int dev_id);
+
+/**
+ * mxrt addition. Gets a resource for ops on device `(dev_type, dev_id)`: `kind` 0 is the
+ * device's random generator (kRandom, always the same handle), 1 a temporary-workspace buffer
+ * (kTempSpace) and 2 a set of parallel random streams (kParallelRandom); for 1 and 2 successive
+ * requests cycle through the device's copies (MXNET_CPU_TEMP_COPY, default 4, and
+ * MXNET_CPU_PARALLEL_RAND_COPY, default 1). All host device types share the CPU's resources;
+ * gpu fails on this build. `*out` belongs to mxrt and stays valid until the process exits.
+ */
+int MXResourceRequest(int dev_type, int dev_id, int kind, void **out);
+
+/**
+ * mxrt addition. Writes the resource's engine variable handle to `*out_var`. Every op that uses
+ * the resource must list it among its mutable variables (MXEnginePushSync/PushAsync). The handle
+ * belongs to the resource: do not delete it (it is re-registered if you do).
+ */
+int MXResourceGetVar(void *res, void **out_var);
+
+/**
+ * mxrt addition. Describes a resource: its kind (0 kRandom, 1 kTempSpace, 2 kParallelRandom),
+ * the device it serves (cpu for every host type) and which copy of its kind it is. NULL
+ * out-parameters are skipped.
+ */
+int MXResourceGetInfo(void *res, int *kind, int *dev_type, int *dev_id, int *copy_id);
+
+/**
+ * mxrt addition. Call from inside an op that holds the kTempSpace resource `res` (its variable
+ * among the op's mutable variables): makes its buffer at least `bytes` long and writes the start
+ * to `*out_ptr` (64-byte aligned; NULL when `bytes` is 0 and nothing was allocated yet). The
+ * memory stays valid until the op finishes; contents are whatever the previous user left
+ * (zeros where the buffer just grew). A larger request frees the old buffer, so earlier pointers
+ * from this resource must not be used after it. Errors: the wrong kind of resource, or (on the
+ * threaded engines) no op holding the resource's variable, or another op using it at the same
+ * time.
+ */
+int MXResourceGetTempSpace(void *res, size_t bytes, void **out_ptr);
+
+/**
+ * mxrt addition. Call from inside an op that holds the kRandom or kParallelRandom resource
+ * `res`: writes `n` floats uniformly distributed in `[low, high)` to `out` (all `low` when the
+ * bounds are equal). The numbers depend only on the seed and the sequence of draws from this
+ * resource (a kParallelRandom resource cuts `out` into one chunk per stream). Errors: bounds not
+ * finite or `low > high`, the wrong kind of resource, or the misuse MXResourceGetTempSpace
+ * describes.
+ */
+int MXResourceRandomUniform(void *res, float *out, size_t n, float low, float high);
+
+/**
+ * mxrt addition. As MXResourceRandomUniform, with normally distributed values of mean `mean`
+ * and standard deviation `std` (finite, >= 0).
+ */
+int MXResourceRandomNormal(void *res, float *out, size_t n, float mean, float std);
+
+/**
+ * mxrt addition. As MXResourceRandomUniform, with `n` raw uniformly distributed 32-bit words.
+ */
+int MXResourceRandomBits(void *res, uint32_t *out, size_t n);
 
 /**
  * Releases the memory the storage pool of (`dev_type`, `dev_id`) keeps cached for reuse. For a

@@ -12,8 +12,9 @@ pub mod error;
 pub mod engine;
 pub mod kvstore;
 pub mod ndarray;
-pub mod storage;
 pub mod profiler;
+pub mod resource;
+pub mod storage;
 
 pub mod capi;
 

@@ -10,3 +10,28 @@ pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         "non-string panic payload".to_owned()
     }
 }
+
+/// A per-thread cap on the threads that parallel work started from this thread may use
+/// (`MXSetNumOMPThreads`; MXNet sets OpenMP's per-thread count). `None` = no cap.
+pub mod thread_cap {
+    use std::cell::Cell;
+
+    thread_local! {
+        static CAP: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Sets the calling thread's cap (0 removes it).
+    pub fn set(n: usize) {
+        CAP.with(|c| c.set(n));
+    }
+
+    /// The calling thread's cap, if set.
+    pub fn get() -> Option<usize> {
+        CAP.with(|c| (c.get() > 0).then(|| c.get()))
+    }
+
+    /// `n` limited by the calling thread's cap.
+    pub fn limit(n: usize) -> usize {
+        get().map_or(n, |c| n.min(c)).max(1)
+    }
+}

@@ -17,7 +17,9 @@ use std::ptr::null_mut;
 
 fn last_error() -> String {
     // SAFETY: MXGetLastError returns this thread's live message.
-    unsafe { CStr::from_ptr(MXGetLastError()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(MXGetLastError()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 macro_rules! ok {
@@ -34,7 +36,13 @@ macro_rules! fails {
         let rc = unsafe { $e };
         assert_eq!(rc, -1, "{} should fail", stringify!($e));
         let msg = last_error();
-        assert!(msg.contains($needle), "{}: message {:?} lacks {:?}", stringify!($e), msg, $needle);
+        assert!(
+            msg.contains($needle),
+            "{}: message {:?} lacks {:?}",
+            stringify!($e),
+            msg,
+            $needle
+        );
     }};
 }
 
@@ -43,7 +51,8 @@ fn fixtures() -> PathBuf {
 }
 
 fn manifest() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
+        .unwrap()
 }
 
 fn shape_of(h: NDArrayHandle) -> Vec<i64> {
@@ -66,12 +75,19 @@ fn bytes_of(h: NDArrayHandle) -> Vec<u8> {
     let n: i64 = shape.iter().product();
     let elem = [4, 8, 2, 1, 4, 1, 8, 1, 2, 2, 4, 8, 2][dtype_of(h) as usize];
     let mut buf = vec![0u8; n as usize * elem];
-    ok!(MXNDArraySyncCopyToCPU(h, buf.as_mut_ptr() as *mut c_void, n as usize));
+    ok!(MXNDArraySyncCopyToCPU(
+        h,
+        buf.as_mut_ptr() as *mut c_void,
+        n as usize
+    ));
     buf
 }
 
 fn sha(b: &[u8]) -> String {
-    Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+    Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
 }
 
 struct Loaded {
@@ -100,7 +116,11 @@ fn load(path: &Path) -> Result<Loaded, String> {
     let handles = unsafe { std::slice::from_raw_parts(arr, n as usize) }.to_vec();
     let names = (0..nn as usize)
         // SAFETY: as above.
-        .map(|i| unsafe { CStr::from_ptr(*names.add(i)) }.to_string_lossy().into_owned())
+        .map(|i| {
+            unsafe { CStr::from_ptr(*names.add(i)) }
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     Ok(Loaded { handles, names })
 }
@@ -118,18 +138,35 @@ fn check_against_manifest(file: &str, loaded: &Loaded) {
         None => assert!(loaded.names.is_empty(), "{file}: unnamed"),
     }
     for (i, (a, &h)) in arrays.iter().zip(&loaded.handles).enumerate() {
-        let shape: Vec<i64> = a["shape"].as_array().unwrap().iter().map(|d| d.as_i64().unwrap()).collect();
+        let shape: Vec<i64> = a["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_i64().unwrap())
+            .collect();
         assert_eq!(shape_of(h), shape, "{file}[{i}] shape");
-        assert_eq!(dtype_of(h) as i64, a["dtype"].as_i64().unwrap(), "{file}[{i}] dtype");
+        assert_eq!(
+            dtype_of(h) as i64,
+            a["dtype"].as_i64().unwrap(),
+            "{file}[{i}] dtype"
+        );
         let b = bytes_of(h);
-        assert_eq!(b.len() as u64, a["nbytes"].as_u64().unwrap(), "{file}[{i}] nbytes");
+        assert_eq!(
+            b.len() as u64,
+            a["nbytes"].as_u64().unwrap(),
+            "{file}[{i}] nbytes"
+        );
         assert_eq!(sha(&b), a["sha256"].as_str().unwrap(), "{file}[{i}] data");
     }
 }
 
 #[test]
 fn mxnet_fixtures_load_with_names_shapes_dtypes_and_bytes() {
-    for file in ["named_dtypes.params", "unnamed_list.params", "legacy_ndarray.v0"] {
+    for file in [
+        "named_dtypes.params",
+        "unnamed_list.params",
+        "legacy_ndarray.v0",
+    ] {
         let l = load(&fixtures().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         check_against_manifest(file, &l);
     }
@@ -157,28 +194,54 @@ fn resaving_mxnet_files_is_byte_identical() {
         let l = load(&path).unwrap();
         let out = std::env::temp_dir().join(format!("mxrt-resave-{}-{file}", std::process::id()));
         let cout = CString::new(out.to_str().unwrap()).unwrap();
-        let cnames: Vec<CString> = l.names.iter().map(|n| CString::new(n.as_str()).unwrap()).collect();
+        let cnames: Vec<CString> = l
+            .names
+            .iter()
+            .map(|n| CString::new(n.as_str()).unwrap())
+            .collect();
         let mut pnames: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
         let mut hs = l.handles.clone();
-        let keys = if pnames.is_empty() { null_mut() } else { pnames.as_mut_ptr() };
-        ok!(MXNDArraySave(cout.as_ptr(), hs.len() as u32, hs.as_mut_ptr(), keys));
+        let keys = if pnames.is_empty() {
+            null_mut()
+        } else {
+            pnames.as_mut_ptr()
+        };
+        ok!(MXNDArraySave(
+            cout.as_ptr(),
+            hs.len() as u32,
+            hs.as_mut_ptr(),
+            keys
+        ));
         let written = std::fs::read(&out).unwrap();
         std::fs::remove_file(&out).unwrap();
-        assert!(written == original, "{file}: mxrt's save differs from MXNet's file");
+        assert!(
+            written == original,
+            "{file}: mxrt's save differs from MXNet's file"
+        );
     }
     // the single-record format (pickle)
     let raw = std::fs::read(fixtures().join("raw_record.bin")).unwrap();
     let mut h = null_mut();
-    ok!(MXNDArrayLoadFromRawBytes(raw.as_ptr() as *const c_void, raw.len(), &mut h));
+    ok!(MXNDArrayLoadFromRawBytes(
+        raw.as_ptr() as *const c_void,
+        raw.len(),
+        &mut h
+    ));
     assert_eq!(shape_of(h), vec![2, 2]);
     let (mut size, mut buf) = (0usize, std::ptr::null());
     ok!(MXNDArraySaveRawBytes(h, &mut size, &mut buf));
     // SAFETY: thread-local buffer of `size` bytes.
-    assert_eq!(unsafe { std::slice::from_raw_parts(buf as *const u8, size) }, &raw[..]);
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(buf as *const u8, size) },
+        &raw[..]
+    );
     ok!(MXNDArrayFree(h));
     // truncated buffers fail without crashing
     for cut in [0, 1, 10, raw.len() - 1] {
-        fails!(MXNDArrayLoadFromRawBytes(raw.as_ptr() as *const c_void, cut, &mut h), "Invalid NDArray serialization format");
+        fails!(
+            MXNDArrayLoadFromRawBytes(raw.as_ptr() as *const c_void, cut, &mut h),
+            "Invalid NDArray serialization format"
+        );
     }
 }
 
@@ -193,18 +256,40 @@ fn mxnet_loads_what_mxrt_writes() {
     let l = load(&fixtures().join("named_dtypes.params")).unwrap();
     let out = std::env::temp_dir().join(format!("mxrt-interop-{}.params", std::process::id()));
     let cout = CString::new(out.to_str().unwrap()).unwrap();
-    let cnames: Vec<CString> = l.names.iter().map(|n| CString::new(n.as_str()).unwrap()).collect();
+    let cnames: Vec<CString> = l
+        .names
+        .iter()
+        .map(|n| CString::new(n.as_str()).unwrap())
+        .collect();
     let mut pnames: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
     let mut hs = l.handles.clone();
-    ok!(MXNDArraySave(cout.as_ptr(), hs.len() as u32, hs.as_mut_ptr(), pnames.as_mut_ptr()));
+    ok!(MXNDArraySave(
+        cout.as_ptr(),
+        hs.len() as u32,
+        hs.as_mut_ptr(),
+        pnames.as_mut_ptr()
+    ));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/mxnet-inspect.py");
-    let res = std::process::Command::new(python).arg(script).arg(&out).output().unwrap();
+    let res = std::process::Command::new(python)
+        .arg(script)
+        .arg(&out)
+        .output()
+        .unwrap();
     std::fs::remove_file(&out).unwrap();
-    assert!(res.status.success(), "MXNet could not load mxrt's file: {}", String::from_utf8_lossy(&res.stderr));
+    assert!(
+        res.status.success(),
+        "MXNet could not load mxrt's file: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
     let got: Value = serde_json::from_slice(&res.stdout).unwrap();
     let want = &manifest()["files"]["named_dtypes.params"];
     assert_eq!(got["names"], want["names"]);
-    for (g, w) in got["arrays"].as_array().unwrap().iter().zip(want["arrays"].as_array().unwrap()) {
+    for (g, w) in got["arrays"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(want["arrays"].as_array().unwrap())
+    {
         assert_eq!(g["shape"], w["shape"]);
         assert_eq!(g["dtype"], w["dtype"]);
         assert_eq!(g["sha256"], w["sha256"]);
@@ -213,16 +298,31 @@ fn mxnet_loads_what_mxrt_writes() {
 
 fn new_array(shape: &[u32], dtype: i32) -> NDArrayHandle {
     let mut h = null_mut();
-    ok!(MXNDArrayCreateEx(shape.as_ptr(), shape.len() as u32, 1, 0, 0, dtype, &mut h));
+    ok!(MXNDArrayCreateEx(
+        shape.as_ptr(),
+        shape.len() as u32,
+        1,
+        0,
+        0,
+        dtype,
+        &mut h
+    ));
     h
 }
 
 fn put_f32(h: NDArrayHandle, v: &[f32]) {
-    ok!(MXNDArraySyncCopyFromCPU(h, v.as_ptr() as *const c_void, v.len()));
+    ok!(MXNDArraySyncCopyFromCPU(
+        h,
+        v.as_ptr() as *const c_void,
+        v.len()
+    ));
 }
 
 fn get_f32(h: NDArrayHandle) -> Vec<f32> {
-    bytes_of(h).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    bytes_of(h)
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -239,7 +339,10 @@ fn views_reshape_codes_and_queries() {
     assert_eq!(shape_of(v), vec![6, 4]);
     ok!(MXNDArrayFree(v));
     let mut too_big = [5, 5];
-    fails!(MXNDArrayReshape(a, 2, too_big.as_mut_ptr(), &mut v), "target shape size is larger");
+    fails!(
+        MXNDArrayReshape(a, 2, too_big.as_mut_ptr(), &mut v),
+        "target shape size is larger"
+    );
     ok!(MXNDArrayAt64(a, 1, &mut v));
     assert_eq!(shape_of(v), vec![3, 4]);
     assert_eq!(get_f32(v)[0], 12.0);
@@ -249,7 +352,10 @@ fn views_reshape_codes_and_queries() {
     let (mut nd, mut dims) = (0u32, std::ptr::null());
     ok!(MXNDArrayGetShape(a, &mut nd, &mut dims));
     // SAFETY: thread-local buffer of `nd` dims.
-    assert_eq!(unsafe { std::slice::from_raw_parts(dims, nd as usize) }, &[2, 3, 4]);
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(dims, nd as usize) },
+        &[2, 3, 4]
+    );
     let mut st = 9;
     ok!(MXNDArrayGetStorageType(a, &mut st));
     assert_eq!(st, 0);
@@ -264,7 +370,15 @@ fn views_reshape_codes_and_queries() {
     assert!(p.is_null());
     let mut keys: [*const c_char; 1] = [c"x".as_ptr()];
     let mut hs = [none];
-    fails!(MXNDArraySave(c"/tmp/mxrt-none.params".as_ptr(), 1, hs.as_mut_ptr(), keys.as_mut_ptr()), "none array");
+    fails!(
+        MXNDArraySave(
+            c"/tmp/mxrt-none.params".as_ptr(),
+            1,
+            hs.as_mut_ptr(),
+            keys.as_mut_ptr()
+        ),
+        "none array"
+    );
     ok!(MXNDArrayFree(none));
     ok!(MXNDArrayFree(a));
     // dtypes MXNet rejects but mxrt accepts, unknown codes, overflowing shapes
@@ -274,12 +388,24 @@ fn views_reshape_codes_and_queries() {
         ok!(MXNDArrayFree(h));
     }
     let mut h = null_mut();
-    fails!(MXNDArrayCreateEx([1u32].as_ptr(), 1, 1, 0, 0, 13, &mut h), "Unknown type enum 13");
+    fails!(
+        MXNDArrayCreateEx([1u32].as_ptr(), 1, 1, 0, 0, 13, &mut h),
+        "Unknown type enum 13"
+    );
     let huge = [i64::MAX / 2, 4];
-    fails!(MXNDArrayCreateEx64(huge.as_ptr(), 2, 1, 0, 0, 0, &mut h), "too large to allocate");
+    fails!(
+        MXNDArrayCreateEx64(huge.as_ptr(), 2, 1, 0, 0, 0, &mut h),
+        "too large to allocate"
+    );
     let overflow = [i64::MAX, 4];
-    fails!(MXNDArrayCreateEx64(overflow.as_ptr(), 2, 1, 0, 0, 0, &mut h), "too many elements");
-    fails!(MXNDArrayCreateEx64(huge.as_ptr(), -1, 1, 0, 0, 0, &mut h), "ndim must be non-negative");
+    fails!(
+        MXNDArrayCreateEx64(overflow.as_ptr(), 2, 1, 0, 0, 0, &mut h),
+        "too many elements"
+    );
+    fails!(
+        MXNDArrayCreateEx64(huge.as_ptr(), -1, 1, 0, 0, 0, &mut h),
+        "ndim must be non-negative"
+    );
 }
 
 extern "C" fn fill_ones(_rc: *mut c_void, param: *mut c_void) {
@@ -300,18 +426,60 @@ extern "C" fn fail_op(_rc: *mut c_void, _param: *mut c_void) {
 #[test]
 fn copies_are_ordered_with_engine_ops_and_errors_are_reported_once() {
     let a = new_array(&[4], 0);
-    let ctx = MXContext { dev_type: 1, dev_id: 0 };
+    let ctx = MXContext {
+        dev_type: 1,
+        dev_id: 0,
+    };
     let mut m = [a];
-    ok!(MXEnginePushSyncND(Some(fill_ones), a, None, &ctx as *const _ as ContextHandle, null_mut(), 0, m.as_mut_ptr(), 1, std::ptr::null(), 0, std::ptr::null()));
+    ok!(MXEnginePushSyncND(
+        Some(fill_ones),
+        a,
+        None,
+        &ctx as *const _ as ContextHandle,
+        null_mut(),
+        0,
+        m.as_mut_ptr(),
+        1,
+        std::ptr::null(),
+        0,
+        std::ptr::null()
+    ));
     assert_eq!(get_f32(a), vec![1.0; 4], "SyncCopyToCPU waits for the op");
     put_f32(a, &[5.0; 4]);
     let b = new_array(&[4], 0);
     let mut c = [a];
     let mut m = [b];
-    ok!(MXEnginePushSyncND(Some(fail_op), null_mut(), None, &ctx as *const _ as ContextHandle, null_mut(), 0, c.as_mut_ptr(), 1, std::ptr::null(), 0, std::ptr::null()));
-    ok!(MXEnginePushSyncND(Some(fill_ones), b, None, &ctx as *const _ as ContextHandle, c.as_mut_ptr(), 1, m.as_mut_ptr(), 1, std::ptr::null(), 0, std::ptr::null()));
+    ok!(MXEnginePushSyncND(
+        Some(fail_op),
+        null_mut(),
+        None,
+        &ctx as *const _ as ContextHandle,
+        null_mut(),
+        0,
+        c.as_mut_ptr(),
+        1,
+        std::ptr::null(),
+        0,
+        std::ptr::null()
+    ));
+    ok!(MXEnginePushSyncND(
+        Some(fill_ones),
+        b,
+        None,
+        &ctx as *const _ as ContextHandle,
+        c.as_mut_ptr(),
+        1,
+        m.as_mut_ptr(),
+        1,
+        std::ptr::null(),
+        0,
+        std::ptr::null()
+    ));
     let mut out = [0f32; 4];
-    fails!(MXNDArraySyncCopyToCPU(b, out.as_mut_ptr() as *mut c_void, 4), "scale must be positive");
+    fails!(
+        MXNDArraySyncCopyToCPU(b, out.as_mut_ptr() as *mut c_void, 4),
+        "scale must be positive"
+    );
     assert_eq!(out, [0.0; 4], "nothing copied from a failed array");
     ok!(MXNDArrayWaitToRead(a));
     ok!(MXNDArrayWaitAll());
@@ -340,7 +508,11 @@ fn dlpack_round_trip_shares_memory() {
     assert_eq!(shape_of(b), vec![2, 2]);
     assert_eq!(dtype_of(b), 0);
     put_f32(b, &[9.0, 8.0, 7.0, 6.0]);
-    assert_eq!(get_f32(a), vec![9.0, 8.0, 7.0, 6.0], "imported array aliases the original");
+    assert_eq!(
+        get_f32(a),
+        vec![9.0, 8.0, 7.0, 6.0],
+        "imported array aliases the original"
+    );
     ok!(MXNDArrayFree(a));
     // the original memory lives on through the DLPack tensor until `b` goes
     assert_eq!(get_f32(b), vec![9.0, 8.0, 7.0, 6.0]);
@@ -359,8 +531,14 @@ fn pool_reuses_blocks() {
     }
     let mut after = MXStorageStats::default();
     ok!(MXStorageGetStats(1, 0, &mut after));
-    assert!(after.allocs >= before.allocs + 100, "{before:?} -> {after:?}");
-    assert!(after.hits >= before.hits + 90, "freed blocks are reused: {before:?} -> {after:?}");
+    assert!(
+        after.allocs >= before.allocs + 100,
+        "{before:?} -> {after:?}"
+    );
+    assert!(
+        after.hits >= before.hits + 90,
+        "freed blocks are reused: {before:?} -> {after:?}"
+    );
     ok!(MXStorageEmptyCache(1, 0));
     fails!(MXStorageEmptyCache(4, 0), "Unimplemented device 4");
 }

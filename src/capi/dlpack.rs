@@ -74,12 +74,19 @@ fn to_dl_dtype(d: DType) -> DLDataType {
         DType::I64 => (KDL_INT, 64),
         DType::Bool => (KDL_UINT, 1),
     };
-    DLDataType { code, bits, lanes: 1 }
+    DLDataType {
+        code,
+        bits,
+        lanes: 1,
+    }
 }
 
 fn from_dl_dtype(t: DLDataType) -> Result<DType> {
     if t.lanes != 1 {
-        return Err(Error::not_supported(format!("DLPack dtype with {} lanes (only 1 is supported)", t.lanes)));
+        return Err(Error::not_supported(format!(
+            "DLPack dtype with {} lanes (only 1 is supported)",
+            t.lanes
+        )));
     }
     Ok(match (t.code, t.bits) {
         (KDL_FLOAT, 32) => DType::F32,
@@ -95,7 +102,11 @@ fn from_dl_dtype(t: DLDataType) -> Result<DType> {
         (KDL_INT, 32) => DType::I32,
         (KDL_INT, 64) => DType::I64,
         (KDL_UINT, 1) | (KDL_BOOL, 8) => DType::Bool,
-        (c, b) => return Err(Error::not_supported(format!("DLPack dtype code {c} with {b} bits"))),
+        (c, b) => {
+            return Err(Error::not_supported(format!(
+                "DLPack dtype code {c} with {b} bits"
+            )));
+        }
     })
 }
 
@@ -120,7 +131,10 @@ unsafe extern "C" fn delete_exported(t: *mut DLManagedTensor) {
 /// its `deleter` is called (or MXNDArrayCallDLPackDeleter). Does not wait for pending writes
 /// (call MXNDArrayWaitToRead first). `strides` is NULL (compact row-major).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayToDLPack(handle: NDArrayHandle, out_dlpack: *mut DLManagedTensorHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayToDLPack(
+    handle: NDArrayHandle,
+    out_dlpack: *mut DLManagedTensorHandle,
+) -> c_int {
     api_call("MXNDArrayToDLPack", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out_dlpack, "out_dlpack")? };
@@ -139,7 +153,10 @@ pub unsafe extern "C" fn MXNDArrayToDLPack(handle: NDArrayHandle, out_dlpack: *m
             managed: DLManagedTensor {
                 dl_tensor: DLTensor {
                     data,
-                    ctx: DLContext { device_type, device_id: ctx.dev_id },
+                    ctx: DLContext {
+                        device_type,
+                        device_id: ctx.dev_id,
+                    },
                     ndim: a.shape().len() as c_int,
                     dtype: to_dl_dtype(a.dtype()),
                     shape: std::ptr::null_mut(),
@@ -185,7 +202,12 @@ unsafe fn from_dlpack(dlpack: DLManagedTensorHandle, transient: bool) -> Result<
     let ndim = usize::try_from(tensor.ndim)
         .ok()
         .filter(|&n| n <= MAX_NDIM)
-        .ok_or_else(|| Error::invalid(format!("dlpack ndim {} is out of range (0..={MAX_NDIM})", tensor.ndim)))?;
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "dlpack ndim {} is out of range (0..={MAX_NDIM})",
+                tensor.ndim
+            ))
+        })?;
     // SAFETY: DLPack contract: `shape` has `ndim` entries.
     let shape = unsafe { args::slice(tensor.shape as *const i64, ndim, "dlpack shape")? }.to_vec();
     if !tensor.strides.is_null() && ndim > 0 {
@@ -211,7 +233,8 @@ unsafe fn from_dlpack(dlpack: DLManagedTensorHandle, transient: bool) -> Result<
         }
     };
     let dtype = from_dl_dtype(tensor.dtype)?;
-    let offset = usize::try_from(tensor.byte_offset).map_err(|_| Error::invalid("dlpack byte_offset too large"))?;
+    let offset = usize::try_from(tensor.byte_offset)
+        .map_err(|_| Error::invalid("dlpack byte_offset too large"))?;
     let data = (tensor.data as *mut u8).wrapping_add(offset);
     if data.is_null() && crate::ndarray::shape::num_elements(&shape)? > 0 {
         return Err(Error::invalid("dlpack data is NULL"));
@@ -238,7 +261,10 @@ unsafe fn from_dlpack(dlpack: DLManagedTensorHandle, transient: bool) -> Result<
 /// Wraps a DLPack tensor as an array without copying; the tensor's deleter runs when the array's
 /// memory is released (MXNDArrayFromDLPackEx with transient_handle = false).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayFromDLPack(dlpack: DLManagedTensorHandle, out_handle: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayFromDLPack(
+    dlpack: DLManagedTensorHandle,
+    out_handle: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayFromDLPack", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out_handle, "out_handle")? };

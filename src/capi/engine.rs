@@ -7,8 +7,8 @@ use super::error::api_call;
 use super::handle::{self, Handle, HandleKind};
 use super::types::*;
 use crate::context::Context;
-use crate::engine::{OpResult, 
-    Completion, Engine, FnProperty, Operator, PushArgs, RunContext, Var, VarInner,
+use crate::engine::{VarList, 
+    Completion, Engine, FnProperty, OpResult, Operator, PushArgs, RunContext, Var, VarInner,
 };
 use crate::error::{Error, Result};
 use smallvec::SmallVec;
@@ -144,8 +144,8 @@ pub(crate) unsafe fn push_c(
     func: CFunc,
     param: CParam,
     ctx: ContextHandle,
-    const_vars: &[Var],
-    mutable_vars: &[Var],
+    const_vars: VarList,
+    mutable_vars: VarList,
     prop: EngineFnPropertyHandle,
     priority: c_int,
     name: *const c_char,
@@ -158,8 +158,6 @@ pub(crate) unsafe fn push_c(
     // SAFETY: as above.
     let name = unsafe { args::opt_c_str(name, "opr_name")? };
     let mut a = PushArgs::new(ctx)
-        .reads(const_vars)
-        .writes(mutable_vars)
         .prop(prop)
         .priority(priority)
         .wait(wait);
@@ -168,11 +166,11 @@ pub(crate) unsafe fn push_c(
     match func {
         CFunc::Sync(f) => {
             let f = f.ok_or_else(|| Error::invalid("sync_func is NULL"))?;
-            engine.push_fn(a, c_sync_body(f, param))
+            engine.push_fn_owned(a, const_vars, mutable_vars, c_sync_body(f, param))
         }
         CFunc::Async(f) => {
             let f = f.ok_or_else(|| Error::invalid("async_func is NULL"))?;
-            engine.push_async_fn(a, c_async_body(f, param))
+            engine.push_async_owned(a, const_vars, mutable_vars, c_async_body(f, param))
         }
     }
 }
@@ -225,8 +223,8 @@ pub unsafe extern "C" fn MXEnginePushAsync(
                 CFunc::Async(async_func),
                 param,
                 ctx_handle,
-                &c,
-                &m,
+                c,
+                m,
                 prop_handle,
                 priority,
                 opr_name,
@@ -280,8 +278,8 @@ pub unsafe extern "C" fn MXEnginePushSync(
                 CFunc::Sync(sync_func),
                 param,
                 ctx_handle,
-                &c,
-                &m,
+                c,
+                m,
                 prop_handle,
                 priority,
                 opr_name,

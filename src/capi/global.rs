@@ -30,18 +30,10 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
     api_call("MXNotifyShutdown", || engine()?.notify_shutdown())
 }
 
-thread_local! {
-    static NUM_THREADS_HINT: Cell<c_int> = const { Cell::new(0) };
-}
-
-/// The calling thread's MXSetNumOMPThreads value (0 = not set).
-pub(crate) fn num_threads_hint() -> c_int {
-    NUM_THREADS_HINT.with(Cell::get)
-}
-
-/// MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value
-/// (>= 1) is recorded for the calling thread and caps the threads that parallel work started from
-/// this thread may use; it never changes other threads. Values < 1 are an error.
+/// MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value (>= 1)
+/// caps the threads that parallel work started from the calling thread may use (today: the
+/// KVStore reductions its pushes start, otherwise MXNET_KVSTORE_REDUCTION_NTHREADS); other threads
+/// are not affected. Values < 1 are an error.
 #[unsafe(no_mangle)]
 pub extern "C" fn MXSetNumOMPThreads(thread_num: c_int) -> c_int {
     api_call("MXSetNumOMPThreads", || {
@@ -50,7 +42,7 @@ pub extern "C" fn MXSetNumOMPThreads(thread_num: c_int) -> c_int {
                 "thread_num must be at least 1, got {thread_num}"
             )));
         }
-        NUM_THREADS_HINT.with(|c| c.set(thread_num));
+        crate::util::thread_cap::set(thread_num as usize);
         Ok(())
     })
 }
@@ -126,7 +118,10 @@ const X86: bool = cfg!(any(target_arch = "x86", target_arch = "x86_64"));
 
 macro_rules! feature {
     ($name:literal, $on:expr) => {
-        MXRTLibFeature { name: $name.as_ptr(), enabled: $on }
+        MXRTLibFeature {
+            name: $name.as_ptr(),
+            enabled: $on,
+        }
     };
 }
 
@@ -172,10 +167,18 @@ static FEATURES: FeatureTable = FeatureTable([
 /// flags follow the instruction sets mxrt was compiled for, the rest (CUDA, BLAS, OPENMP, ...) are
 /// off.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXLibInfoFeatures(lib_feature: *mut *const LibFeature, size: *mut usize) -> c_int {
+pub unsafe extern "C" fn MXLibInfoFeatures(
+    lib_feature: *mut *const LibFeature,
+    size: *mut usize,
+) -> c_int {
     api_call("MXLibInfoFeatures", || {
         // SAFETY: API contract: out-parameters.
-        let (f, n) = unsafe { (args::out(lib_feature, "libFeature")?, args::out(size, "size")?) };
+        let (f, n) = unsafe {
+            (
+                args::out(lib_feature, "libFeature")?,
+                args::out(size, "size")?,
+            )
+        };
         *f = FEATURES.0.as_ptr() as *const LibFeature;
         *n = FEATURES.0.len();
         Ok(())
@@ -194,7 +197,11 @@ pub unsafe extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
 
 /// GPU memory of device `dev`: always -1 here (GPU support is not built into this mxrt yet).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXGetGPUMemoryInformation64(dev: c_int, free_mem: *mut u64, total_mem: *mut u64) -> c_int {
+pub unsafe extern "C" fn MXGetGPUMemoryInformation64(
+    dev: c_int,
+    free_mem: *mut u64,
+    total_mem: *mut u64,
+) -> c_int {
     let _ = (free_mem, total_mem);
     api_call("MXGetGPUMemoryInformation64", || {
         Err(Error::not_supported(format!(

@@ -200,8 +200,8 @@ pub unsafe extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
 pub unsafe extern "C" fn MXKVStoreSetGradientCompression(
     handle: KVStoreHandle,
     num_params: u32,
-    keys: *const *const c_char,
-    vals: *const *const c_char,
+    keys: *mut *const c_char,
+    vals: *mut *const c_char,
 ) -> c_int {
     api_call("MXKVStoreSetGradientCompression", || {
         let kv = kv(handle)?;
@@ -238,7 +238,7 @@ pub unsafe extern "C" fn MXKVStoreInit(
 pub unsafe extern "C" fn MXKVStoreInitEx(
     handle: KVStoreHandle,
     num: u32,
-    keys: *const *const c_char,
+    keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXKVStoreInitEx", || {
@@ -281,7 +281,7 @@ pub unsafe extern "C" fn MXKVStorePush(
 pub unsafe extern "C" fn MXKVStorePushEx(
     handle: KVStoreHandle,
     num: u32,
-    keys: *const *const c_char,
+    keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
@@ -327,7 +327,7 @@ pub unsafe extern "C" fn MXKVStorePull(
 pub unsafe extern "C" fn MXKVStorePullEx(
     handle: KVStoreHandle,
     num: u32,
-    keys: *const *const c_char,
+    keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
     priority: c_int,
 ) -> c_int {
@@ -362,7 +362,7 @@ pub unsafe extern "C" fn MXKVStorePullWithSparse(
 pub unsafe extern "C" fn MXKVStorePullWithSparseEx(
     handle: KVStoreHandle,
     num: u32,
-    keys: *const *const c_char,
+    keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
     priority: c_int,
     ignore_sparse: bool,
@@ -398,7 +398,7 @@ pub unsafe extern "C" fn MXKVStorePullRowSparse(
 pub unsafe extern "C" fn MXKVStorePullRowSparseEx(
     handle: KVStoreHandle,
     num: u32,
-    keys: *const *const c_char,
+    keys: *mut *const c_char,
     vals: *mut NDArrayHandle,
     row_ids: *const NDArrayHandle,
     priority: c_int,
@@ -464,9 +464,9 @@ pub unsafe extern "C" fn MXKVStoreBroadcast(
 pub unsafe extern "C" fn MXKVStoreBroadcastEx(
     handle: KVStoreHandle,
     vnum: mx_uint,
-    vkeys: *const *const c_char,
+    vkeys: *mut *const c_char,
     onum: mx_uint,
-    okeys: *const *const c_char,
+    okeys: *mut *const c_char,
     vals: *mut NDArrayHandle,
     outs: *mut NDArrayHandle,
     priority: c_int,
@@ -518,9 +518,9 @@ pub unsafe extern "C" fn MXKVStorePushPull(
 pub unsafe extern "C" fn MXKVStorePushPullEx(
     handle: KVStoreHandle,
     vnum: mx_uint,
-    vkeys: *const *const c_char,
+    vkeys: *mut *const c_char,
     onum: mx_uint,
-    okeys: *const *const c_char,
+    okeys: *mut *const c_char,
     vals: *mut NDArrayHandle,
     outs: *mut NDArrayHandle,
     priority: c_int,
@@ -717,8 +717,8 @@ pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXInitPSEnv(
     num_vars: u32,
-    keys: *const *const c_char,
-    vals: *const *const c_char,
+    keys: *mut *const c_char,
+    vals: *mut *const c_char,
 ) -> c_int {
     api_call("MXInitPSEnv", || {
         let n = num_vars as usize;

@@ -14,5 +14,6 @@ pub(crate) mod handle;
 pub mod kvstore;
 pub mod ndarray;
 pub mod profiler;
+pub mod resource;
 pub mod storage;
 pub mod types;

@@ -37,7 +37,8 @@ use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int, c_void};
 
-const SPARSE_UNSUPPORTED: &str = "sparse storage (row_sparse, csr) is not supported by this mxrt build";
+const SPARSE_UNSUPPORTED: &str =
+    "sparse storage (row_sparse, csr) is not supported by this mxrt build";
 
 thread_local! {
     static SHAPE_U32: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
@@ -48,7 +49,13 @@ thread_local! {
     static RAW_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-fn create(shape: &[i64], dev_type: c_int, dev_id: c_int, delay_alloc: c_int, dtype: c_int) -> Result<NDArray> {
+fn create(
+    shape: &[i64],
+    dev_type: c_int,
+    dev_id: c_int,
+    delay_alloc: c_int,
+    dtype: c_int,
+) -> Result<NDArray> {
     let dtype = DType::from_code(dtype)?;
     let ctx = Context::from_codes(dev_type, dev_id)?;
     NDArray::new(shape, ctx, dtype, delay_alloc != 0)
@@ -79,7 +86,10 @@ pub unsafe extern "C" fn MXNDArrayCreate(
         // SAFETY: API contract: out-parameter and `ndim` dims.
         let out = unsafe { args::out(out, "out")? };
         // SAFETY: as above.
-        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }.iter().map(|&d| d as i64).collect();
+        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }
+            .iter()
+            .map(|&d| d as i64)
+            .collect();
         *out = new_handle(create(&dims, dev_type, dev_id, delay_alloc, 0)?);
         Ok(())
     })
@@ -103,7 +113,10 @@ pub unsafe extern "C" fn MXNDArrayCreateEx(
         // SAFETY: API contract: out-parameter and `ndim` dims.
         let out = unsafe { args::out(out, "out")? };
         // SAFETY: as above.
-        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }.iter().map(|&d| d as i64).collect();
+        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }
+            .iter()
+            .map(|&d| d as i64)
+            .collect();
         *out = new_handle(create(&dims, dev_type, dev_id, delay_alloc, dtype)?);
         Ok(())
     })
@@ -147,8 +160,23 @@ pub unsafe extern "C" fn MXNDArrayCreateSparseEx(
     aux_shape: *const u32,
     out: *mut NDArrayHandle,
 ) -> c_int {
-    let _ = (storage_type, shape, ndim, dev_type, dev_id, delay_alloc, dtype, num_aux, aux_type, aux_ndims, aux_shape, out);
-    api_call("MXNDArrayCreateSparseEx", || Err(Error::not_supported(SPARSE_UNSUPPORTED)))
+    let _ = (
+        storage_type,
+        shape,
+        ndim,
+        dev_type,
+        dev_id,
+        delay_alloc,
+        dtype,
+        num_aux,
+        aux_type,
+        aux_ndims,
+        aux_shape,
+        out,
+    );
+    api_call("MXNDArrayCreateSparseEx", || {
+        Err(Error::not_supported(SPARSE_UNSUPPORTED))
+    })
 }
 
 /// Not supported: sparse storage is not built into this mxrt (always -1).
@@ -167,8 +195,23 @@ pub unsafe extern "C" fn MXNDArrayCreateSparseEx64(
     aux_shape: *const i64,
     out: *mut NDArrayHandle,
 ) -> c_int {
-    let _ = (storage_type, shape, ndim, dev_type, dev_id, delay_alloc, dtype, num_aux, aux_type, aux_ndims, aux_shape, out);
-    api_call("MXNDArrayCreateSparseEx64", || Err(Error::not_supported(SPARSE_UNSUPPORTED)))
+    let _ = (
+        storage_type,
+        shape,
+        ndim,
+        dev_type,
+        dev_id,
+        delay_alloc,
+        dtype,
+        num_aux,
+        aux_type,
+        aux_ndims,
+        aux_shape,
+        out,
+    );
+    api_call("MXNDArrayCreateSparseEx64", || {
+        Err(Error::not_supported(SPARSE_UNSUPPORTED))
+    })
 }
 
 /// Frees a handle. The memory is released once no handle, view or pending op uses it. Freeing a
@@ -183,7 +226,10 @@ pub unsafe extern "C" fn MXNDArrayFree(handle: NDArrayHandle) -> c_int {
 
 /// A new handle sharing the array's memory, variable, shape and offset.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXShallowCopyNDArray(src: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXShallowCopyNDArray(
+    src: NDArrayHandle,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXShallowCopyNDArray", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
@@ -196,11 +242,18 @@ pub unsafe extern "C" fn MXShallowCopyNDArray(src: NDArrayHandle, out: *mut NDAr
 /// ops pushed on it before. Runs on the calling thread; when no op is queued on the array it
 /// pushes no op at all.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *const c_void, size: usize) -> c_int {
+pub unsafe extern "C" fn MXNDArraySyncCopyFromCPU(
+    handle: NDArrayHandle,
+    data: *const c_void,
+    size: usize,
+) -> c_int {
     api_call("MXNDArraySyncCopyFromCPU", || {
         let a = nd(handle, "handle")?;
         if size != a.size() {
-            return Err(Error::invalid(format!("Memory size do not match: size {size} elements, the array has {}", a.size())));
+            return Err(Error::invalid(format!(
+                "Memory size do not match: size {size} elements, the array has {}",
+                a.size()
+            )));
         }
         // SAFETY: API contract: `data` holds `size` elements of the array's type.
         let src = unsafe { args::slice(data as *const u8, a.nbytes(), "data")? };
@@ -211,11 +264,18 @@ pub unsafe extern "C" fn MXNDArraySyncCopyFromCPU(handle: NDArrayHandle, data: *
 /// Copies the array (exactly `size` elements) into `data` after the writes pushed before;
 /// -1 with the op's message if the array carries an unreported error.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mut c_void, size: usize) -> c_int {
+pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(
+    handle: NDArrayHandle,
+    data: *mut c_void,
+    size: usize,
+) -> c_int {
     api_call("MXNDArraySyncCopyToCPU", || {
         let a = nd(handle, "handle")?;
         if size != a.size() {
-            return Err(Error::invalid(format!("Memory size do not match: size {size} elements, the array has {}", a.size())));
+            return Err(Error::invalid(format!(
+                "Memory size do not match: size {size} elements, the array has {}",
+                a.size()
+            )));
         }
         let n = a.nbytes();
         if n > 0 && data.is_null() {
@@ -234,11 +294,17 @@ pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(handle: NDArrayHandle, data: *mu
 /// Copies `handle_src` into `handle_dst` and waits (`i` = -1: the data; aux blobs (`i` >= 0)
 /// belong to sparse arrays, which are not supported).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle, handle_src: NDArrayHandle, i: c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArraySyncCopyFromNDArray(
+    handle_dst: NDArrayHandle,
+    handle_src: NDArrayHandle,
+    i: c_int,
+) -> c_int {
     api_call("MXNDArraySyncCopyFromNDArray", || {
         let (dst, src) = (nd(handle_dst, "handle_dst")?, nd(handle_src, "handle_src")?);
         if i != -1 {
-            return Err(Error::not_supported(format!("aux blob {i}: {SPARSE_UNSUPPORTED}")));
+            return Err(Error::not_supported(format!(
+                "aux blob {i}: {SPARSE_UNSUPPORTED}"
+            )));
         }
         dst.copy_from(&src, 0, FnProperty::Normal)?;
         dst.wait_to_read()
@@ -247,7 +313,10 @@ pub unsafe extern "C" fn MXNDArraySyncCopyFromNDArray(handle_dst: NDArrayHandle,
 
 /// Checks a sparse array's structure. Dense arrays are always valid (0).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySyncCheckFormat(handle: NDArrayHandle, full_check: bool) -> c_int {
+pub unsafe extern "C" fn MXNDArraySyncCheckFormat(
+    handle: NDArrayHandle,
+    full_check: bool,
+) -> c_int {
     let _ = full_check;
     api_call("MXNDArraySyncCheckFormat", || {
         nd(handle, "handle")?.wait_to_read()
@@ -258,13 +327,17 @@ pub unsafe extern "C" fn MXNDArraySyncCheckFormat(handle: NDArrayHandle, full_ch
 /// one of them failed (reported once).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXNDArrayWaitToRead(handle: NDArrayHandle) -> c_int {
-    api_call("MXNDArrayWaitToRead", || nd(handle, "handle")?.wait_to_read())
+    api_call("MXNDArrayWaitToRead", || {
+        nd(handle, "handle")?.wait_to_read()
+    })
 }
 
 /// Waits until every read and write pushed to the array before has finished.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
-    api_call("MXNDArrayWaitToWrite", || nd(handle, "handle")?.wait_to_write())
+    api_call("MXNDArrayWaitToWrite", || {
+        nd(handle, "handle")?.wait_to_write()
+    })
 }
 
 /// Waits for every pushed op; -1 with the first unreported error of a failed op.
@@ -276,19 +349,31 @@ pub extern "C" fn MXNDArrayWaitAll() -> c_int {
 /// The address of the array's data (offset applied), without waiting; NULL for a none or empty
 /// array. Delayed storage is allocated here.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetData(handle: NDArrayHandle, out_pdata: *mut *mut c_void) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetData(
+    handle: NDArrayHandle,
+    out_pdata: *mut *mut c_void,
+) -> c_int {
     api_call("MXNDArrayGetData", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out_pdata, "out_pdata")? };
         let a = nd(handle, "handle")?;
-        *out = if a.is_none() { std::ptr::null_mut() } else { a.data_ptr()? as *mut c_void };
+        *out = if a.is_none() {
+            std::ptr::null_mut()
+        } else {
+            a.data_ptr()? as *mut c_void
+        };
         Ok(())
     })
 }
 
 /// Slices rows [slice_begin, slice_end) of axis 0 into a new handle sharing memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySlice(handle: NDArrayHandle, slice_begin: u32, slice_end: u32, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArraySlice(
+    handle: NDArrayHandle,
+    slice_begin: u32,
+    slice_end: u32,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArraySlice", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
@@ -299,7 +384,12 @@ pub unsafe extern "C" fn MXNDArraySlice(handle: NDArrayHandle, slice_begin: u32,
 
 /// MXNDArraySlice with 64-bit bounds.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySlice64(handle: NDArrayHandle, slice_begin: i64, slice_end: i64, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArraySlice64(
+    handle: NDArrayHandle,
+    slice_begin: i64,
+    slice_end: i64,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArraySlice64", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
@@ -311,7 +401,11 @@ pub unsafe extern "C" fn MXNDArraySlice64(handle: NDArrayHandle, slice_begin: i6
 /// Row `idx` of axis 0 as a new handle sharing memory (axis 0 dropped if ndim > 1 or in
 /// numpy-shape mode).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayAt(handle: NDArrayHandle, idx: u32, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayAt(
+    handle: NDArrayHandle,
+    idx: u32,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayAt", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
@@ -322,7 +416,11 @@ pub unsafe extern "C" fn MXNDArrayAt(handle: NDArrayHandle, idx: u32, out: *mut 
 
 /// MXNDArrayAt with a 64-bit index.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayAt64(handle: NDArrayHandle, idx: i64, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayAt64(
+    handle: NDArrayHandle,
+    idx: i64,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayAt64", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
@@ -334,13 +432,21 @@ pub unsafe extern "C" fn MXNDArrayAt64(handle: NDArrayHandle, idx: i64, out: *mu
 /// A view with shape `dims[0..ndim)` sharing memory: one -1 is inferred, 0 copies the source
 /// dimension; the new size may not exceed the old.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayReshape(handle: NDArrayHandle, ndim: c_int, dims: *mut c_int, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayReshape(
+    handle: NDArrayHandle,
+    ndim: c_int,
+    dims: *mut c_int,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayReshape", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
         let n = count(ndim.into(), "ndim")?;
         // SAFETY: API contract: `ndim` dims.
-        let dims: Shape64 = unsafe { args::slice(dims as *const c_int, n, "dims")? }.iter().map(|&d| d.into()).collect();
+        let dims: Shape64 = unsafe { args::slice(dims as *const c_int, n, "dims")? }
+            .iter()
+            .map(|&d| d.into())
+            .collect();
         let a = nd(handle, "handle")?;
         let shape = nda::shape::reshape_simple(a.shape(), &dims)?;
         *out = new_handle(a.reshape(&shape)?);
@@ -351,7 +457,13 @@ pub unsafe extern "C" fn MXNDArrayReshape(handle: NDArrayHandle, ndim: c_int, di
 /// A view with the reshape operator's codes (0 copy, -1 infer, -2 copy the rest, -3 merge two,
 /// -4 split one), matched right to left when `reverse`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayReshape64(handle: NDArrayHandle, ndim: c_int, dims: *mut dim_t, reverse: bool, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayReshape64(
+    handle: NDArrayHandle,
+    ndim: c_int,
+    dims: *mut dim_t,
+    reverse: bool,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayReshape64", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
@@ -367,11 +479,18 @@ pub unsafe extern "C" fn MXNDArrayReshape64(handle: NDArrayHandle, ndim: c_int, 
 
 /// Storage type: 0 (default/dense), or -1 for a none array.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_storage_type: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetStorageType(
+    handle: NDArrayHandle,
+    out_storage_type: *mut c_int,
+) -> c_int {
     api_call("MXNDArrayGetStorageType", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out_storage_type, "out_storage_type")? };
-        *out = if nd(handle, "handle")?.is_none() { -1 } else { StorageType::Default.code() };
+        *out = if nd(handle, "handle")?.is_none() {
+            -1
+        } else {
+            StorageType::Default.code()
+        };
         Ok(())
     })
 }
@@ -379,10 +498,19 @@ pub unsafe extern "C" fn MXNDArrayGetStorageType(handle: NDArrayHandle, out_stor
 /// Reports the shape as unsigned 32-bit dims in a thread-local buffer (valid until the next call
 /// on this thread); a none array has ndim 0.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetShape(handle: NDArrayHandle, out_dim: *mut u32, out_pdata: *mut *const u32) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetShape(
+    handle: NDArrayHandle,
+    out_dim: *mut u32,
+    out_pdata: *mut *const u32,
+) -> c_int {
     api_call("MXNDArrayGetShape", || {
         // SAFETY: API contract: out-parameters.
-        let (od, op) = unsafe { (args::out(out_dim, "out_dim")?, args::out(out_pdata, "out_pdata")?) };
+        let (od, op) = unsafe {
+            (
+                args::out(out_dim, "out_dim")?,
+                args::out(out_pdata, "out_pdata")?,
+            )
+        };
         let a = nd(handle, "handle")?;
         SHAPE_U32.with(|b| {
             let mut b = b.borrow_mut();
@@ -402,15 +530,30 @@ fn np_ndim(a: &NDArray) -> Option<c_int> {
 /// Reports the shape as int dims (thread-local buffer). In numpy-shape mode a none array has
 /// ndim -1. Dimensions above INT_MAX are an error (use MXNDArrayGetShapeEx64).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mut c_int, out_pdata: *mut *const c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetShapeEx(
+    handle: NDArrayHandle,
+    out_dim: *mut c_int,
+    out_pdata: *mut *const c_int,
+) -> c_int {
     api_call("MXNDArrayGetShapeEx", || {
         // SAFETY: API contract: out-parameters.
-        let (od, op) = unsafe { (args::out(out_dim, "out_dim")?, args::out(out_pdata, "out_pdata")?) };
+        let (od, op) = unsafe {
+            (
+                args::out(out_dim, "out_dim")?,
+                args::out(out_pdata, "out_pdata")?,
+            )
+        };
         let a = nd(handle, "handle")?;
         let dims = a
             .shape()
             .iter()
-            .map(|&d| i32::try_from(d).map_err(|_| Error::invalid(format!("dimension {d} does not fit in int: use MXNDArrayGetShapeEx64"))))
+            .map(|&d| {
+                i32::try_from(d).map_err(|_| {
+                    Error::invalid(format!(
+                        "dimension {d} does not fit in int: use MXNDArrayGetShapeEx64"
+                    ))
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         SHAPE_I32.with(|b| {
             let mut b = b.borrow_mut();
@@ -424,10 +567,19 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx(handle: NDArrayHandle, out_dim: *mu
 
 /// Reports the shape as 64-bit dims (thread-local buffer); numpy-shape rules as GetShapeEx.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetShapeEx64(handle: NDArrayHandle, out_dim: *mut c_int, out_pdata: *mut *const i64) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetShapeEx64(
+    handle: NDArrayHandle,
+    out_dim: *mut c_int,
+    out_pdata: *mut *const i64,
+) -> c_int {
     api_call("MXNDArrayGetShapeEx64", || {
         // SAFETY: API contract: out-parameters.
-        let (od, op) = unsafe { (args::out(out_dim, "out_dim")?, args::out(out_pdata, "out_pdata")?) };
+        let (od, op) = unsafe {
+            (
+                args::out(out_dim, "out_dim")?,
+                args::out(out_pdata, "out_pdata")?,
+            )
+        };
         let a = nd(handle, "handle")?;
         SHAPE_I64.with(|b| {
             let mut b = b.borrow_mut();
@@ -454,10 +606,19 @@ pub unsafe extern "C" fn MXNDArrayGetDType(handle: NDArrayHandle, out_dtype: *mu
 
 /// The device; (0, 0) for a none array.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type: *mut c_int, out_dev_id: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetContext(
+    handle: NDArrayHandle,
+    out_dev_type: *mut c_int,
+    out_dev_id: *mut c_int,
+) -> c_int {
     api_call("MXNDArrayGetContext", || {
         // SAFETY: API contract: out-parameters.
-        let (t, i) = unsafe { (args::out(out_dev_type, "out_dev_type")?, args::out(out_dev_id, "out_dev_id")?) };
+        let (t, i) = unsafe {
+            (
+                args::out(out_dev_type, "out_dev_type")?,
+                args::out(out_dev_id, "out_dev_id")?,
+            )
+        };
         match nd(handle, "handle")?.ctx() {
             Some(c) => (*t, *i) = (c.dev_type.code(), c.dev_id),
             None => (*t, *i) = (0, 0),
@@ -468,32 +629,49 @@ pub unsafe extern "C" fn MXNDArrayGetContext(handle: NDArrayHandle, out_dev_type
 
 /// Aux arrays belong to sparse storage, which is not supported (always -1).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetAuxType(handle: NDArrayHandle, i: u32, out_type: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetAuxType(
+    handle: NDArrayHandle,
+    i: u32,
+    out_type: *mut c_int,
+) -> c_int {
     let _ = out_type;
     api_call("MXNDArrayGetAuxType", || {
         nd(handle, "handle")?;
-        Err(Error::not_supported(format!("aux array {i}: dense arrays have none; {SPARSE_UNSUPPORTED}")))
+        Err(Error::not_supported(format!(
+            "aux array {i}: dense arrays have none; {SPARSE_UNSUPPORTED}"
+        )))
     })
 }
 
 /// Aux arrays belong to sparse storage, which is not supported (always -1).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(handle: NDArrayHandle, i: u32, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(
+    handle: NDArrayHandle,
+    i: u32,
+    out: *mut NDArrayHandle,
+) -> c_int {
     let _ = out;
     api_call("MXNDArrayGetAuxNDArray", || {
         nd(handle, "handle")?;
-        Err(Error::not_supported(format!("aux array {i}: dense arrays have none; {SPARSE_UNSUPPORTED}")))
+        Err(Error::not_supported(format!(
+            "aux array {i}: dense arrays have none; {SPARSE_UNSUPPORTED}"
+        )))
     })
 }
 
 /// A new dense array holding a copy of the data (waits for it).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetDataNDArray(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetDataNDArray(
+    handle: NDArrayHandle,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayGetDataNDArray", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
         let a = nd(handle, "handle")?;
-        let ctx = a.ctx().ok_or_else(|| Error::invalid("handle is a none array"))?;
+        let ctx = a
+            .ctx()
+            .ok_or_else(|| Error::invalid("handle is a none array"))?;
         let copy = NDArray::new(a.shape(), ctx, a.dtype(), false)?;
         copy.copy_from(&a, 0, FnProperty::Normal)?;
         copy.wait_to_read()?;
@@ -552,13 +730,21 @@ pub unsafe extern "C" fn MXNDArrayGetGradState(handle: NDArrayHandle, out: *mut 
 unsafe fn handles_arg(ptr: *mut NDArrayHandle, n: usize, name: &str) -> Result<Vec<Arc<NDArray>>> {
     // SAFETY: API contract: `n` handles.
     let hs = unsafe { args::slice(ptr as *const NDArrayHandle, n, name)? };
-    hs.iter().enumerate().map(|(i, &h)| handle::borrow_at::<NDArray>(h, name, i)).collect()
+    hs.iter()
+        .enumerate()
+        .map(|(i, &h)| handle::borrow_at::<NDArray>(h, name, i))
+        .collect()
 }
 
 /// Saves `num_args` arrays to `fname` in MXNet's format (byte-compatible with MXNet 1.9.1), with
 /// names `keys[i]` or no names when `keys` is NULL. Waits for pending writes to the arrays.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args: *mut NDArrayHandle, keys: *mut *const c_char) -> c_int {
+pub unsafe extern "C" fn MXNDArraySave(
+    fname: *const c_char,
+    num_args: u32,
+    args: *mut NDArrayHandle,
+    keys: *mut *const c_char,
+) -> c_int {
     api_call("MXNDArraySave", || {
         // SAFETY: API contract: NUL-terminated path.
         let path = unsafe { args::c_str(fname, "fname")? };
@@ -568,7 +754,8 @@ pub unsafe extern "C" fn MXNDArraySave(fname: *const c_char, num_args: u32, args
             Vec::new()
         } else {
             // SAFETY: API contract: `num_args` names.
-            let ks = unsafe { args::slice(keys as *const *const c_char, num_args as usize, "keys")? };
+            let ks =
+                unsafe { args::slice(keys as *const *const c_char, num_args as usize, "keys")? };
             ks.iter()
                 .enumerate()
                 // SAFETY: API contract: each key is a NUL-terminated string.
@@ -601,7 +788,10 @@ unsafe fn publish_loaded(
     };
     let cnames = names
         .iter()
-        .map(|n| CString::new(n.as_bytes()).map_err(|_| Error::format(format!("array name {n:?} contains a NUL byte"))))
+        .map(|n| {
+            CString::new(n.as_bytes())
+                .map_err(|_| Error::format(format!("array name {n:?} contains a NUL byte")))
+        })
         .collect::<Result<Vec<_>>>()?;
     LOAD_HANDLES.with(|h| {
         let mut h = h.borrow_mut();
@@ -634,7 +824,8 @@ pub unsafe extern "C" fn MXNDArrayLoad(
     api_call("MXNDArrayLoad", || {
         // SAFETY: API contract: NUL-terminated path.
         let path = unsafe { args::c_str(fname, "fname")? };
-        let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read {path:?}: {e}")))?;
+        let bytes =
+            std::fs::read(path).map_err(|e| Error::io(format!("cannot read {path:?}: {e}")))?;
         let (arrays, names) = nda::load_list(&bytes, np_shape::current())?;
         // SAFETY: forwarded out-parameters.
         unsafe { publish_loaded(arrays, names, out_size, out_arr, out_name_size, out_names) }
@@ -663,10 +854,19 @@ pub unsafe extern "C" fn MXNDArrayLoadFromBuffer(
 /// Serialises one array as a single record (MXNet's pickle format) into a thread-local buffer
 /// valid until the next call on this thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySaveRawBytes(handle: NDArrayHandle, out_size: *mut usize, out_buf: *mut *const c_char) -> c_int {
+pub unsafe extern "C" fn MXNDArraySaveRawBytes(
+    handle: NDArrayHandle,
+    out_size: *mut usize,
+    out_buf: *mut *const c_char,
+) -> c_int {
     api_call("MXNDArraySaveRawBytes", || {
         // SAFETY: API contract: out-parameters.
-        let (os, ob) = unsafe { (args::out(out_size, "out_size")?, args::out(out_buf, "out_buf")?) };
+        let (os, ob) = unsafe {
+            (
+                args::out(out_size, "out_size")?,
+                args::out(out_buf, "out_buf")?,
+            )
+        };
         let a = nd(handle, "handle")?;
         let bytes = nda::save_record(&a, np_shape::current())?;
         RAW_BYTES.with(|b| {
@@ -681,7 +881,11 @@ pub unsafe extern "C" fn MXNDArraySaveRawBytes(handle: NDArrayHandle, out_size: 
 
 /// Rebuilds an array from MXNDArraySaveRawBytes output.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayLoadFromRawBytes(buf: *const c_void, size: usize, out: *mut NDArrayHandle) -> c_int {
+pub unsafe extern "C" fn MXNDArrayLoadFromRawBytes(
+    buf: *const c_void,
+    size: usize,
+    out: *mut NDArrayHandle,
+) -> c_int {
     api_call("MXNDArrayLoadFromRawBytes", || {
         // SAFETY: API contract: out-parameter and `size` readable bytes.
         let out = unsafe { args::out(out, "out")? };
@@ -708,8 +912,16 @@ pub unsafe extern "C" fn MXNDArrayCreateFromSharedMem(
         // SAFETY: API contract: out-parameter and `ndim` dims.
         let out = unsafe { args::out(out, "out")? };
         // SAFETY: as above.
-        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }.iter().map(|&d| d as i64).collect();
-        *out = new_handle(NDArray::from_shared(shared_pid, shared_id, &dims, DType::from_code(dtype)?)?);
+        let dims: Shape64 = unsafe { args::slice(shape, ndim as usize, "shape")? }
+            .iter()
+            .map(|&d| d as i64)
+            .collect();
+        *out = new_handle(NDArray::from_shared(
+            shared_pid,
+            shared_id,
+            &dims,
+            DType::from_code(dtype)?,
+        )?);
         Ok(())
     })
 }
@@ -729,8 +941,16 @@ pub unsafe extern "C" fn MXNDArrayCreateFromSharedMemEx(
         let out = unsafe { args::out(out, "out")? };
         let n = count(ndim.into(), "ndim")?;
         // SAFETY: as above.
-        let dims: Shape64 = unsafe { args::slice(shape, n, "shape")? }.iter().map(|&d| d.into()).collect();
-        *out = new_handle(NDArray::from_shared(shared_pid, shared_id, &dims, DType::from_code(dtype)?)?);
+        let dims: Shape64 = unsafe { args::slice(shape, n, "shape")? }
+            .iter()
+            .map(|&d| d.into())
+            .collect();
+        *out = new_handle(NDArray::from_shared(
+            shared_pid,
+            shared_id,
+            &dims,
+            DType::from_code(dtype)?,
+        )?);
         Ok(())
     })
 }
@@ -740,10 +960,19 @@ pub unsafe extern "C" fn MXNDArrayCreateFromSharedMemEx(
 /// keeps open (MXNet's Linux convention, for descriptor passing); any other array is first copied
 /// into a new cpu_shared block, named by `(pid, id)`, which lives until the receiver drops it.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetSharedMemHandle(handle: NDArrayHandle, shared_pid: *mut c_int, shared_id: *mut c_int) -> c_int {
+pub unsafe extern "C" fn MXNDArrayGetSharedMemHandle(
+    handle: NDArrayHandle,
+    shared_pid: *mut c_int,
+    shared_id: *mut c_int,
+) -> c_int {
     api_call("MXNDArrayGetSharedMemHandle", || {
         // SAFETY: API contract: out-parameters.
-        let (op, oi) = unsafe { (args::out(shared_pid, "shared_pid")?, args::out(shared_id, "shared_id")?) };
+        let (op, oi) = unsafe {
+            (
+                args::out(shared_pid, "shared_pid")?,
+                args::out(shared_id, "shared_id")?,
+            )
+        };
         let a = nd(handle, "handle")?;
         let (pid, id) = match a.ctx() {
             Some(c) if c.dev_type == crate::DeviceType::CpuShared => a.shared_handle()?,
@@ -779,10 +1008,29 @@ pub unsafe extern "C" fn MXEnginePushAsyncND(
 ) -> c_int {
     api_call("MXEnginePushAsyncND", || {
         // SAFETY: API contract for the handle arrays.
-        let (c, m) = unsafe { nd_vars(const_nds_handle, num_const_nds, mutable_nds_handle, num_mutable_nds)? };
+        let (c, m) = unsafe {
+            nd_vars(
+                const_nds_handle,
+                num_const_nds,
+                mutable_nds_handle,
+                num_mutable_nds,
+            )?
+        };
         let param = CParam::new(func_param, deleter);
         // SAFETY: forwarded API contract.
-        unsafe { push_c(CFunc::Async(async_func), param, ctx_handle, &c, &m, prop_handle, priority, opr_name, wait) }
+        unsafe {
+            push_c(
+                CFunc::Async(async_func),
+                param,
+                ctx_handle,
+                c,
+                m,
+                prop_handle,
+                priority,
+                opr_name,
+                wait,
+            )
+        }
     })
 }
 
@@ -804,27 +1052,58 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
 ) -> c_int {
     api_call("MXEnginePushSyncND", || {
         // SAFETY: API contract for the handle arrays.
-        let (c, m) = unsafe { nd_vars(const_nds_handle, num_const_nds, mutable_nds_handle, num_mutable_nds)? };
+        let (c, m) = unsafe {
+            nd_vars(
+                const_nds_handle,
+                num_const_nds,
+                mutable_nds_handle,
+                num_mutable_nds,
+            )?
+        };
         let param = CParam::new(func_param, deleter);
         // SAFETY: forwarded API contract.
-        unsafe { push_c(CFunc::Sync(sync_func), param, ctx_handle, &c, &m, prop_handle, priority, opr_name, false) }
+        unsafe {
+            push_c(
+                CFunc::Sync(sync_func),
+                param,
+                ctx_handle,
+                c,
+                m,
+                prop_handle,
+                priority,
+                opr_name,
+                false,
+            )
+        }
     })
 }
 
 type Vars = SmallVec<[Var; 4]>;
 
-unsafe fn nd_vars(c: *mut NDArrayHandle, nc: c_int, m: *mut NDArrayHandle, nm: c_int) -> Result<(Vars, Vars)> {
+unsafe fn nd_vars(
+    c: *mut NDArrayHandle,
+    nc: c_int,
+    m: *mut NDArrayHandle,
+    nm: c_int,
+) -> Result<(Vars, Vars)> {
     let one = |p: *mut NDArrayHandle, n: c_int, what: &str, name: &str| -> Result<Vars> {
-        let n = usize::try_from(n).map_err(|_| Error::invalid(format!("Non-negative number of {what} NDArrays expected ({name} count = {n})")))?;
+        let n = usize::try_from(n).map_err(|_| {
+            Error::invalid(format!(
+                "Non-negative number of {what} NDArrays expected ({name} count = {n})"
+            ))
+        })?;
         // SAFETY: API contract: `n` handles.
         let hs = unsafe { args::slice(p as *const NDArrayHandle, n, name)? };
         hs.iter()
             .enumerate()
             .map(|(i, &h)| {
-                let a = handle::borrow_at::<NDArray>(h, name, i)?;
-                a.var().cloned().ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))
+                handle::with_at::<NDArray, _>(h, name, i, |a| a.var().cloned())?
+                    .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))
             })
             .collect()
     };
-    Ok((one(c, nc, "const", "const_nds_handle")?, one(m, nm, "mutable", "mutable_nds_handle")?))
+    Ok((
+        one(c, nc, "const", "const_nds_handle")?,
+        one(m, nm, "mutable", "mutable_nds_handle")?,
+    ))
 }

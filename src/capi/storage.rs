@@ -38,20 +38,26 @@ pub extern "C" fn MXStorageEmptyCache(dev_type: c_int, dev_id: c_int) -> c_int {
 /// mxrt addition. Writes the pool statistics of (`dev_type`, `dev_id`) into `*out`; all zero for a
 /// device nothing was allocated on yet. cpu ids share one pool, as do cpu_shared ids.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXStorageGetStats(dev_type: c_int, dev_id: c_int, out: *mut MXStorageStats) -> c_int {
+pub unsafe extern "C" fn MXStorageGetStats(
+    dev_type: c_int,
+    dev_id: c_int,
+    out: *mut MXStorageStats,
+) -> c_int {
     api_call("MXStorageGetStats", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
         let ctx = Context::from_codes(dev_type, dev_id)?;
-        *out = Storage::global().stats(ctx).map_or_else(MXStorageStats::default, |s| MXStorageStats {
-            bytes_in_use: s.bytes_in_use as u64,
-            bytes_cached: s.bytes_cached as u64,
-            peak_in_use: s.peak_in_use as u64,
-            hits: s.hits as u64,
-            misses: s.misses as u64,
-            allocs: s.allocs as u64,
-            frees: s.frees as u64,
-        });
+        *out = Storage::global()
+            .stats(ctx)
+            .map_or_else(MXStorageStats::default, |s| MXStorageStats {
+                bytes_in_use: s.bytes_in_use as u64,
+                bytes_cached: s.bytes_cached as u64,
+                peak_in_use: s.peak_in_use as u64,
+                hits: s.hits as u64,
+                misses: s.misses as u64,
+                allocs: s.allocs as u64,
+                frees: s.frees as u64,
+            });
         Ok(())
     })
 }

@@ -16,6 +16,9 @@ pub(crate) trait Executor: Send + Sync {
     fn dispatch(&self, op: OprRef, pusher_thread: bool);
     /// Stops and joins every worker thread.
     fn stop(&self);
+    /// Starts the workers of every pool again after `stop`; `cpu_workers` overrides the size of
+    /// the CPU pools (a forked child uses MXNET_MP_WORKER_NTHREADS).
+    fn restart(&self, cpu_workers: Option<usize>);
 }
 
 /// Inline execution on the pushing thread (kAsync, and kDeleteVar in the per-device engine).
@@ -66,6 +69,14 @@ impl LazyPools {
             p.stop();
         }
     }
+    fn start(&self, n: usize) {
+        for p in self.first.iter().filter_map(OnceLock::get) {
+            p.start(n);
+        }
+        for p in self.rest.lock().values() {
+            p.start(n);
+        }
+    }
 }
 
 /// ThreadedEnginePerDevice: one FIFO pool per CPU device id, one shared CPU priority pool.
@@ -114,6 +125,14 @@ impl Executor for PerDevice {
             p.stop();
         }
     }
+
+    fn restart(&self, cpu_workers: Option<usize>) {
+        self.cpu
+            .start(cpu_workers.unwrap_or(self.config.cpu_workers));
+        if let Some(p) = self.cpu_priority.get() {
+            p.start(self.config.cpu_priority_workers);
+        }
+    }
 }
 
 /// ThreadedEngine: one shared FIFO pool, plus an I/O thread for copy ops.
@@ -155,6 +174,15 @@ impl Executor for Pooled {
     fn stop(&self) {
         for p in [self.main.get(), self.io.get()].into_iter().flatten() {
             p.stop();
+        }
+    }
+
+    fn restart(&self, cpu_workers: Option<usize>) {
+        if let Some(p) = self.main.get() {
+            p.start(cpu_workers.unwrap_or(self.config.pooled_workers));
+        }
+        if let Some(p) = self.io.get() {
+            p.start(1);
         }
     }
 }

@@ -35,7 +35,9 @@ mod bulk;
 mod config;
 mod exception;
 mod executor;
+mod fork;
 mod opr;
+mod pending;
 mod pool;
 pub mod profiling;
 mod property;
@@ -53,9 +55,10 @@ use crate::context::{Context, DeviceType};
 use crate::error::{Error, ErrorKind, Result};
 use exception::ExceptionRef;
 use executor::{Executor, PerDevice, Pooled};
-use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody, VarList};
-use parking_lot::{Condvar, Mutex};
-use signal::{Signal, spin_until};
+use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody};
+pub(crate) use opr::VarList;
+use parking_lot::Mutex;
+use signal::Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -139,10 +142,7 @@ pub(crate) struct Inner {
     id: u64,
     config: EngineConfig,
     /// Ops created and not yet dropped.
-    pending: AtomicUsize,
-    idle_waiters: AtomicUsize,
-    idle_lock: Mutex<()>,
-    idle_cv: Condvar,
+    pending: pending::PendingOps,
     /// Errors of failed ops, for WaitForAll.
     exceptions: Mutex<Vec<ExceptionRef>>,
     shutdown: AtomicBool,
@@ -176,23 +176,10 @@ impl Inner {
     }
     /// Called when an `OprBlock` is dropped.
     pub(crate) fn op_released(&self) {
-        if self.pending.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.idle_waiters.load(Ordering::SeqCst) > 0
-        {
-            let _g = self.idle_lock.lock();
-            self.idle_cv.notify_all();
-        }
+        self.pending.dropped();
     }
     fn wait_idle(&self) {
-        if spin_until(|| self.pending.load(Ordering::SeqCst) == 0) {
-            return;
-        }
-        let mut g = self.idle_lock.lock();
-        self.idle_waiters.fetch_add(1, Ordering::SeqCst);
-        while self.pending.load(Ordering::SeqCst) != 0 {
-            self.idle_cv.wait(&mut g);
-        }
-        self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
+        self.pending.wait_zero();
     }
 
     fn new_op<B: OpBody + 'static>(
@@ -202,7 +189,7 @@ impl Inner {
         mutable_vars: VarList,
         spec: OpSpec,
     ) -> OprRef {
-        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.pending.created();
         let waits = const_vars.len() + mutable_vars.len() + 1;
         Arc::new(OprBlock {
             engine: self.ptr(),
@@ -273,11 +260,36 @@ impl Inner {
         Ok(())
     }
 
-    fn push_body<B: OpBody + 'static>(&self, body: B, args: &PushArgs<'_>, run_inline: bool) -> Result<()> {
+    fn push_body<B: OpBody + 'static>(
+        &self,
+        body: B,
+        args: &PushArgs<'_>,
+        run_inline: bool,
+    ) -> Result<()> {
         self.check_push(args.ctx, args.prop)?;
         self.flush_bulk()?;
         let (c, m) = dedup(args.const_vars, args.mutable_vars);
         let op = self.new_op(body, c, m, OpSpec::from_args(args, run_inline));
+        self.submit(op)
+    }
+
+    /// [`push_body`](Self::push_body) with the variable lists by value (no extra reference
+    /// counting when they hold no repeats); `args`' own lists are ignored.
+    fn push_owned<B: OpBody + 'static>(
+        &self,
+        body: B,
+        args: &PushArgs<'_>,
+        const_vars: VarList,
+        mutable_vars: VarList,
+    ) -> Result<()> {
+        self.check_push(args.ctx, args.prop)?;
+        self.flush_bulk()?;
+        let (c, m) = if has_repeats(&const_vars, &mutable_vars) {
+            dedup(&const_vars, &mutable_vars)
+        } else {
+            (const_vars, mutable_vars)
+        };
+        let op = self.new_op(body, c, m, OpSpec::from_args(args, false));
         self.submit(op)
     }
 
@@ -339,6 +351,19 @@ fn op_name(name: Option<&str>) -> Option<Arc<str>> {
 
 /// Removes repeated variables: each mutable var once, and const vars that are also mutable or
 /// repeated. MXNet hangs on such ops; here they simply run.
+/// True if a variable appears twice across both lists.
+fn has_repeats(const_vars: &[Var], mutable_vars: &[Var]) -> bool {
+    let n = const_vars.len() + mutable_vars.len();
+    if n <= 1 {
+        return false;
+    }
+    if n > 16 {
+        return true; // let dedup's hash set decide
+    }
+    let all = || const_vars.iter().chain(mutable_vars);
+    all().enumerate().any(|(i, v)| all().skip(i + 1).any(|w| w.same_as(v)))
+}
+
 fn dedup(const_vars: &[Var], mutable_vars: &[Var]) -> (VarList, VarList) {
     fn contains(list: &[Var], v: &Var) -> bool {
         list.iter().any(|x| x.same_as(v))
@@ -399,10 +424,7 @@ impl Engine {
             inner: Box::new(Inner {
                 id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
                 config,
-                pending: AtomicUsize::new(0),
-                idle_waiters: AtomicUsize::new(0),
-                idle_lock: Mutex::new(()),
-                idle_cv: Condvar::new(),
+                pending: pending::PendingOps::new(),
                 exceptions: Mutex::new(Vec::new()),
                 shutdown: AtomicBool::new(false),
                 executor,
@@ -419,7 +441,10 @@ impl Engine {
     /// `MXNET_ENGINE_TYPE` is reported by every call.
     pub fn global() -> Result<&'static Engine> {
         GLOBAL
-            .get_or_init(Engine::from_env)
+            .get_or_init(|| {
+                fork::register();
+                Engine::from_env()
+            })
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -476,6 +501,25 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Crate-internal: a sync push taking the variable lists by value (the C layer's path).
+    pub(crate) fn push_fn_owned<F>(&self, args: PushArgs<'_>, c: VarList, m: VarList, f: F) -> Result<()>
+    where
+        F: Fn(&RunContext) -> OpResult + Send + Sync + 'static,
+    {
+        if self.bulks(&args) {
+            return self.append_bulk(Arc::new(f), &args.reads(&c).writes(&m));
+        }
+        self.inner.push_owned(SyncBody(f), &args, c, m)
+    }
+
+    /// Crate-internal: an async push taking the variable lists by value.
+    pub(crate) fn push_async_owned<F>(&self, args: PushArgs<'_>, c: VarList, m: VarList, f: F) -> Result<()>
+    where
+        F: Fn(&RunContext, Completion) + Send + Sync + 'static,
+    {
+        self.inner.push_owned(AsyncBody(f), &args, c, m)
     }
 
     /// [`push_sync`](Self::push_sync) with a closure (stored inline in the op: one allocation).
@@ -737,9 +781,25 @@ impl Engine {
         Ok(lease)
     }
 
+    /// Waits until no op is pending and stops every worker thread (before `fork()`).
+    pub(crate) fn stop_workers(&self) {
+        let _ = self.inner.flush_bulk();
+        self.inner.wait_idle();
+        if let Some(x) = &self.inner.executor {
+            x.stop();
+        }
+    }
+
+    /// Starts the worker threads again after `stop_workers`.
+    pub(crate) fn start_workers(&self, cpu_workers: Option<usize>) {
+        if let Some(x) = &self.inner.executor {
+            x.restart(cpu_workers);
+        }
+    }
+
     /// Number of ops pushed and not yet finished.
     pub fn pending_ops(&self) -> usize {
-        self.inner.pending.load(Ordering::SeqCst)
+        self.inner.pending.count() as usize
     }
 }
 

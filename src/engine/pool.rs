@@ -11,11 +11,11 @@
 //! All four accesses are SeqCst, so one of the two sides always sees the other.
 
 use super::opr::OprRef;
+use crossbeam_queue::SegQueue;
 use parking_lot::{Condvar, Mutex};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
-use crossbeam_queue::SegQueue;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::thread::JoinHandle;
 
@@ -71,7 +71,11 @@ enum TaskQueue {
 impl TaskQueue {
     fn push(&self, op: OprRef, front: bool) {
         match self {
-            TaskQueue::Fifo { front: q, front_len, .. } if front => {
+            TaskQueue::Fifo {
+                front: q,
+                front_len,
+                ..
+            } if front => {
                 q.lock().push_back(op);
                 front_len.fetch_add(1, Ordering::SeqCst);
             }
@@ -89,7 +93,11 @@ impl TaskQueue {
     }
     fn pop(&self) -> Option<OprRef> {
         match self {
-            TaskQueue::Fifo { main, front, front_len } => {
+            TaskQueue::Fifo {
+                main,
+                front,
+                front_len,
+            } => {
                 if front_len.load(Ordering::Relaxed) > 0 {
                     if let Some(op) = front.lock().pop_front() {
                         front_len.fetch_sub(1, Ordering::SeqCst);
@@ -112,9 +120,9 @@ impl TaskQueue {
     }
     fn is_empty(&self) -> bool {
         match self {
-            TaskQueue::Fifo { main, front_len, .. } => {
-                front_len.load(Ordering::SeqCst) == 0 && main.is_empty()
-            }
+            TaskQueue::Fifo {
+                main, front_len, ..
+            } => front_len.load(Ordering::SeqCst) == 0 && main.is_empty(),
             TaskQueue::Priority { len, .. } => len.load(Ordering::SeqCst) == 0,
         }
     }
@@ -190,6 +198,8 @@ impl PoolShared {
 pub(crate) struct WorkerPool {
     shared: Arc<PoolShared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    name: String,
+    run: fn(OprRef),
 }
 
 impl WorkerPool {
@@ -214,18 +224,29 @@ impl WorkerPool {
             park_cv: Condvar::new(),
             stop: AtomicBool::new(false),
         });
-        let threads = (0..nthreads.max(1))
-            .map(|i| {
-                let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("{name}-{i}"))
-                    .spawn(move || worker_main(&shared, run))
-                    .expect("failed to spawn an engine worker thread")
-            })
-            .collect();
-        WorkerPool {
+        let pool = WorkerPool {
             shared,
-            threads: Mutex::new(threads),
+            threads: Mutex::new(Vec::new()),
+            name: name.to_owned(),
+            run,
+        };
+        pool.start(nthreads);
+        pool
+    }
+
+    /// Spawns `nthreads` workers (after `new`, or after `stop` to restart the pool).
+    pub(crate) fn start(&self, nthreads: usize) {
+        self.shared.stop.store(false, Ordering::SeqCst);
+        let mut threads = self.threads.lock();
+        for i in 0..nthreads.max(1) {
+            let shared = self.shared.clone();
+            let run = self.run;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("{}-{i}", self.name))
+                    .spawn(move || worker_main(&shared, run))
+                    .expect("failed to spawn an engine worker thread"),
+            );
         }
     }
 

@@ -247,6 +247,9 @@ impl KVStore {
     /// the merged and the stored value), else by storing the sum. Returns before the sums run.
     pub fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
         check_len(&keys, values.len(), "values")?;
+        // the pushing thread's MXSetNumOMPThreads cap applies to the reductions it starts
+        let mut cfg = self.cfg;
+        cfg.nthreads = crate::util::thread_cap::limit(cfg.nthreads);
         let updaters = self.updaters.read().clone();
         let use_updater = updaters.applies_to(keys.kind());
         let mut calls: Vec<(i32, Option<String>, NDArray, NDArray)> = Vec::new();
@@ -290,7 +293,7 @@ impl KVStore {
                             m
                         }
                     };
-                    comm::reduce_into(&merge, &inputs, &self.cfg, priority)?;
+                    comm::reduce_into(&merge, &inputs, &cfg, priority)?;
                     if use_updater {
                         calls.push((
                             id,
@@ -299,10 +302,10 @@ impl KVStore {
                             entry.stored.clone(),
                         ));
                     } else {
-                        comm::reduce_into(&entry.stored, &[&merge], &self.cfg, priority)?;
+                        comm::reduce_into(&entry.stored, &[&merge], &cfg, priority)?;
                     }
                 } else {
-                    comm::reduce_into(&entry.stored, &inputs, &self.cfg, priority)?;
+                    comm::reduce_into(&entry.stored, &inputs, &cfg, priority)?;
                 }
             }
         }

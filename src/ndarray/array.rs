@@ -42,7 +42,12 @@ impl SendPtr {
 impl NDArray {
     /// A "none" array: no storage, dtype/shape queries report "unknown".
     pub fn none() -> NDArray {
-        NDArray { chunk: None, shape: Shape::new(), dtype: DType::F32, offset: 0 }
+        NDArray {
+            chunk: None,
+            shape: Shape::new(),
+            dtype: DType::F32,
+            offset: 0,
+        }
     }
 
     /// A new dense array. With `delay_alloc` the memory is allocated on first use.
@@ -51,16 +56,32 @@ impl NDArray {
         // creates the device's manager: an unusable device (no GPU, bad pool settings) fails now
         crate::storage::Storage::global().alloc(ctx, 0)?;
         let chunk = Chunk::new(ctx, bytes, delay_alloc)?;
-        Ok(NDArray { chunk: Some(Arc::new(chunk)), shape: Shape::from_slice(shape), dtype, offset: 0 })
+        Ok(NDArray {
+            chunk: Some(Arc::new(chunk)),
+            shape: Shape::from_slice(shape),
+            dtype,
+            offset: 0,
+        })
     }
 
     /// An array over cpu_shared memory made by another process (`MXNDArrayCreateFromSharedMem`).
-    pub fn from_shared(shared_pid: i32, shared_id: i32, shape: &[i64], dtype: DType) -> Result<NDArray> {
+    pub fn from_shared(
+        shared_pid: i32,
+        shared_id: i32,
+        shape: &[i64],
+        dtype: DType,
+    ) -> Result<NDArray> {
         let bytes = shape::num_bytes(shape, dtype.size())?;
-        let alloc = crate::storage::Storage::global().attach_shared(shared_pid, shared_id, bytes)?;
+        let alloc =
+            crate::storage::Storage::global().attach_shared(shared_pid, shared_id, bytes)?;
         let (ctx, len) = (alloc.ctx(), alloc.len());
         let chunk = Chunk::from_memory(Memory::Storage(alloc), ctx, len);
-        Ok(NDArray { chunk: Some(Arc::new(chunk)), shape: Shape::from_slice(shape), dtype, offset: 0 })
+        Ok(NDArray {
+            chunk: Some(Arc::new(chunk)),
+            shape: Shape::from_slice(shape),
+            dtype,
+            offset: 0,
+        })
     }
 
     /// An array over foreign memory (`bytes` at `ptr`, on a host context) that calls `release`
@@ -76,8 +97,20 @@ impl NDArray {
         release: Box<dyn FnOnce() + Send>,
     ) -> Result<NDArray> {
         let bytes = shape::num_bytes(shape, dtype.size())?;
-        let chunk = Chunk::from_memory(Memory::Foreign { ptr, release: Some(release) }, ctx, bytes);
-        Ok(NDArray { chunk: Some(Arc::new(chunk)), shape: Shape::from_slice(shape), dtype, offset: 0 })
+        let chunk = Chunk::from_memory(
+            Memory::Foreign {
+                ptr,
+                release: Some(release),
+            },
+            ctx,
+            bytes,
+        );
+        Ok(NDArray {
+            chunk: Some(Arc::new(chunk)),
+            shape: Shape::from_slice(shape),
+            dtype,
+            offset: 0,
+        })
     }
 
     pub fn is_none(&self) -> bool {
@@ -99,7 +132,11 @@ impl NDArray {
     }
     /// Number of elements.
     pub fn size(&self) -> usize {
-        if self.is_none() { 0 } else { shape::num_elements(&self.shape).unwrap_or(0) }
+        if self.is_none() {
+            0
+        } else {
+            shape::num_elements(&self.shape).unwrap_or(0)
+        }
     }
     /// Bytes of data this view covers.
     pub fn nbytes(&self) -> usize {
@@ -114,7 +151,11 @@ impl NDArray {
     }
 
     fn chunk(&self, what: &str) -> Result<&Arc<Chunk>> {
-        self.chunk.as_ref().ok_or_else(|| Error::invalid(format!("{what}: the array is a none array (no shape, no data)")))
+        self.chunk.as_ref().ok_or_else(|| {
+            Error::invalid(format!(
+                "{what}: the array is a none array (no shape, no data)"
+            ))
+        })
     }
 
     /// Start of this view's data, allocating delayed storage; does not wait for pending ops
@@ -122,7 +163,11 @@ impl NDArray {
     pub fn data_ptr(&self) -> Result<*mut u8> {
         let p = self.chunk("data")?.data()?;
         // SAFETY: `offset` lies within the chunk (views are checked when made).
-        Ok(if p.is_null() { p } else { unsafe { p.add(self.offset) } })
+        Ok(if p.is_null() {
+            p
+        } else {
+            unsafe { p.add(self.offset) }
+        })
     }
 
     /// Waits for the writes pushed before; reports (once) an error the array carries.
@@ -220,7 +265,12 @@ impl NDArray {
         let reads = [s.var.clone()];
         let writes = [d.var.clone()];
         let same = Arc::ptr_eq(s, d);
-        let args = PushArgs::new(d.ctx).reads(if same { &[] } else { &reads }).writes(&writes).priority(priority).prop(prop).name("CopyCPU2CPU");
+        let args = PushArgs::new(d.ctx)
+            .reads(if same { &[] } else { &reads })
+            .writes(&writes)
+            .priority(priority)
+            .prop(prop)
+            .name("CopyCPU2CPU");
         engine()?.push_fn(args, move |_| {
             let _ = (&keep_s, &keep_d);
             // SAFETY: both ranges lie in live chunks; the engine grants this op write access to
@@ -237,15 +287,24 @@ impl NDArray {
             return Err(Error::invalid("Slice: cannot slice a 0-dimensional array"));
         };
         if begin < 0 || begin > end {
-            return Err(Error::invalid(format!("Invalid slicing range [{begin}, {end})")));
+            return Err(Error::invalid(format!(
+                "Invalid slicing range [{begin}, {end})"
+            )));
         }
         if end > rows {
-            return Err(Error::invalid(format!("Slice end index out of range: end {end} > {rows} rows")));
+            return Err(Error::invalid(format!(
+                "Slice end index out of range: end {end} > {rows} rows"
+            )));
         }
         let row_bytes = shape::num_elements(&self.shape[1..])? * self.dtype.size();
         let mut shape = self.shape.clone();
         shape[0] = end - begin;
-        Ok(NDArray { chunk: self.chunk.clone(), shape, dtype: self.dtype, offset: self.offset + begin as usize * row_bytes })
+        Ok(NDArray {
+            chunk: self.chunk.clone(),
+            shape,
+            dtype: self.dtype,
+            offset: self.offset + begin as usize * row_bytes,
+        })
     }
 
     /// Row `idx` of axis 0; the axis is dropped when the array has more than one dimension, or
@@ -253,7 +312,9 @@ impl NDArray {
     pub fn at(&self, idx: i64) -> Result<NDArray> {
         let rows = self.shape.first().copied().unwrap_or(0);
         if idx < 0 || idx >= rows {
-            return Err(Error::invalid(format!("index {idx} out of range for axis 0 of size {rows}")));
+            return Err(Error::invalid(format!(
+                "index {idx} out of range for axis 0 of size {rows}"
+            )));
         }
         let mut v = self.slice(idx, idx + 1)?;
         if self.shape.len() > 1 || super::np_shape::current().is_on() {
@@ -273,7 +334,12 @@ impl NDArray {
                 self.size()
             )));
         }
-        Ok(NDArray { chunk: self.chunk.clone(), shape: Shape::from_slice(shape), dtype: self.dtype, offset: self.offset })
+        Ok(NDArray {
+            chunk: self.chunk.clone(),
+            shape: Shape::from_slice(shape),
+            dtype: self.dtype,
+            offset: self.offset,
+        })
     }
 
     /// For cpu_shared arrays: a cross-process handle `(pid, fd)` another process passes to
@@ -326,7 +392,9 @@ impl NDArray {
                 rec.stype.name()
             )));
         }
-        let Some(shape) = &rec.shape else { return Ok(NDArray::none()) };
+        let Some(shape) = &rec.shape else {
+            return Ok(NDArray::none());
+        };
         // MXNet loads into cpu(0); a saved GPU array stays there when no GPU is present.
         let a = NDArray::new(shape, Context::cpu(0), rec.dtype, false)?;
         a.sync_copy_from_bytes(&rec.data)?;
@@ -342,7 +410,9 @@ fn read_leases(arrays: &[&NDArray]) -> Result<Vec<crate::engine::VarLease<'stati
     let mut leases = Vec::new();
     for (i, a) in arrays.iter().enumerate() {
         let c = a.chunk.as_ref().ok_or_else(|| {
-            Error::invalid(format!("array {i} is a none array (Unknown storage type-1)"))
+            Error::invalid(format!(
+                "array {i} is a none array (Unknown storage type-1)"
+            ))
         })?;
         if !seen.iter().any(|s| Arc::ptr_eq(s, c)) {
             seen.push(c);
@@ -354,10 +424,18 @@ fn read_leases(arrays: &[&NDArray]) -> Result<Vec<crate::engine::VarLease<'stati
 
 /// Writes `arrays` (with one name each, or no names) as an MXNet list file to `w`, after the
 /// writes pushed to them before.
-pub fn save_list<W: std::io::Write>(w: &mut W, arrays: &[&NDArray], names: &[&str], np: NpShape) -> Result<()> {
+pub fn save_list<W: std::io::Write>(
+    w: &mut W,
+    arrays: &[&NDArray],
+    names: &[&str],
+    np: NpShape,
+) -> Result<()> {
     let _leases = read_leases(arrays)?;
     // SAFETY: read leases on every chunk are held until the records are written.
-    let records = arrays.iter().map(|a| unsafe { a.record_ref() }).collect::<Result<Vec<_>>>()?;
+    let records = arrays
+        .iter()
+        .map(|a| unsafe { a.record_ref() })
+        .collect::<Result<Vec<_>>>()?;
     format::write_list(w, &records, names, np)
 }
 

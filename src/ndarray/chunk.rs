@@ -13,7 +13,10 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// callback.
 pub(crate) enum Memory {
     Storage(Allocation),
-    Foreign { ptr: *mut u8, release: Option<Box<dyn FnOnce() + Send>> },
+    Foreign {
+        ptr: *mut u8,
+        release: Option<Box<dyn FnOnce() + Send>>,
+    },
 }
 
 // SAFETY: foreign memory is only reached through the chunk's engine-ordered accesses, and its

@@ -12,11 +12,16 @@ pub const MAX_NDIM: usize = 32;
 /// Number of elements of `shape`; an error for negative dims or an overflowing product.
 pub fn num_elements(shape: &[i64]) -> Result<usize> {
     if shape.len() > MAX_NDIM {
-        return Err(Error::invalid(format!("{} dimensions, at most {MAX_NDIM} are supported", shape.len())));
+        return Err(Error::invalid(format!(
+            "{} dimensions, at most {MAX_NDIM} are supported",
+            shape.len()
+        )));
     }
     shape.iter().try_fold(1usize, |acc, &d| {
-        let d = usize::try_from(d).map_err(|_| Error::invalid(format!("negative dimension {d} in shape {shape:?}")))?;
-        acc.checked_mul(d).ok_or_else(|| Error::invalid(format!("shape {shape:?} has too many elements")))
+        let d = usize::try_from(d)
+            .map_err(|_| Error::invalid(format!("negative dimension {d} in shape {shape:?}")))?;
+        acc.checked_mul(d)
+            .ok_or_else(|| Error::invalid(format!("shape {shape:?} has too many elements")))
     })
 }
 
@@ -38,16 +43,24 @@ pub fn reshape_simple(src: &[i64], dims: &[i64]) -> Result<Shape> {
         let v = match d {
             -1 => {
                 if infer.replace(i).is_some() {
-                    return Err(Error::invalid(format!("Invalid new shape {dims:?}: more than one dimensions are -1")));
+                    return Err(Error::invalid(format!(
+                        "Invalid new shape {dims:?}: more than one dimensions are -1"
+                    )));
                 }
                 out.push(1);
                 continue;
             }
             0 => *src.get(i).ok_or_else(|| {
-                Error::invalid(format!("Invalid new shape {dims:?}: 0 dimension exceeds original shape {src:?}"))
+                Error::invalid(format!(
+                    "Invalid new shape {dims:?}: 0 dimension exceeds original shape {src:?}"
+                ))
             })?,
             d if d > 0 => d,
-            d => return Err(Error::invalid(format!("Invalid new shape {dims:?}: dimension {d} is negative"))),
+            d => {
+                return Err(Error::invalid(format!(
+                    "Invalid new shape {dims:?}: dimension {d} is negative"
+                )));
+            }
         };
         known = known
             .checked_mul(v as usize)
@@ -56,7 +69,11 @@ pub fn reshape_simple(src: &[i64], dims: &[i64]) -> Result<Shape> {
     }
     if let Some(i) = infer {
         let total = num_elements(src)?;
-        out[i] = if known == 0 { 0 } else { (total / known) as i64 };
+        out[i] = if known == 0 {
+            0
+        } else {
+            (total / known) as i64
+        };
     }
     Ok(out)
 }
@@ -66,11 +83,18 @@ pub fn reshape_simple(src: &[i64], dims: &[i64]) -> Result<Shape> {
 /// them may be -1); with `reverse` the codes are matched right to left.
 pub fn reshape_codes(src: &[i64], codes: &[i64], reverse: bool) -> Result<Shape> {
     let (src, codes): (Vec<i64>, Vec<i64>) = if reverse {
-        (src.iter().rev().copied().collect(), codes.iter().rev().copied().collect())
+        (
+            src.iter().rev().copied().collect(),
+            codes.iter().rev().copied().collect(),
+        )
     } else {
         (src.to_vec(), codes.to_vec())
     };
-    let bad = |msg: String| Err(Error::invalid(format!("Invalid reshape {codes:?} of {src:?}: {msg}")));
+    let bad = |msg: String| {
+        Err(Error::invalid(format!(
+            "Invalid reshape {codes:?} of {src:?}: {msg}"
+        )))
+    };
     let mut out = Shape::new();
     let mut si = 0usize;
     let mut infer: Option<usize> = None;
@@ -101,7 +125,10 @@ pub fn reshape_codes(src: &[i64], codes: &[i64], reverse: bool) -> Result<Shape>
                 }
             }
             -3 => match (take(&mut si), take(&mut si)) {
-                (Some(a), Some(b)) => out.push(a.checked_mul(b).ok_or_else(|| Error::invalid("reshape overflow"))?),
+                (Some(a), Some(b)) => out.push(
+                    a.checked_mul(b)
+                        .ok_or_else(|| Error::invalid("reshape overflow"))?,
+                ),
                 _ => return bad("-3 needs two input dimensions".into()),
             },
             -4 => {
@@ -124,7 +151,9 @@ pub fn reshape_codes(src: &[i64], codes: &[i64], reverse: bool) -> Result<Shape>
                     d2 = d0 / d1;
                 }
                 if d1 <= 0 && d0 != 0 || d2 <= 0 && d0 != 0 || d1.checked_mul(d2) != Some(d0) {
-                    return bad(format!("Split dims {d1}, {d2} do not divide original dim {d0}"));
+                    return bad(format!(
+                        "Split dims {d1}, {d2} do not divide original dim {d0}"
+                    ));
                 }
                 out.push(d1);
                 out.push(d2);
@@ -140,7 +169,11 @@ pub fn reshape_codes(src: &[i64], codes: &[i64], reverse: bool) -> Result<Shape>
     if let Some(k) = infer {
         let total = num_elements(&src)?;
         let known = num_elements(&out)?;
-        out[k] = if total == 0 || known == 0 { 0 } else { (total / known) as i64 };
+        out[k] = if total == 0 || known == 0 {
+            0
+        } else {
+            (total / known) as i64
+        };
     }
     if reverse {
         out.reverse();
@@ -180,8 +213,16 @@ mod tests {
         assert_eq!(r(&[-3, 4], false).unwrap(), vec![6, 4]);
         assert_eq!(r(&[-4, 1, 2, -2], false).unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(r(&[2, -4, -1, 3, -2], false).unwrap(), vec![2, 1, 3, 4]);
-        assert_eq!(reshape_codes(&[10, 5, 4], &[-1, 0], true).unwrap().to_vec(), vec![50, 4]);
-        assert_eq!(reshape_codes(&[10, 5, 4], &[-1, 0], false).unwrap().to_vec(), vec![40, 5]);
+        assert_eq!(
+            reshape_codes(&[10, 5, 4], &[-1, 0], true).unwrap().to_vec(),
+            vec![50, 4]
+        );
+        assert_eq!(
+            reshape_codes(&[10, 5, 4], &[-1, 0], false)
+                .unwrap()
+                .to_vec(),
+            vec![40, 5]
+        );
         assert!(r(&[-1, -1], false).is_err());
         assert!(r(&[-4, -1, -1], false).is_err());
         assert!(r(&[-4, 5, 2, -2], false).is_err());

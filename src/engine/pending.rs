@@ -1,0 +1,98 @@
+//! The count of ops created and not yet dropped, without a shared counter on the hot path.
+//!
+//! A single counter would be incremented by the pushing thread and decremented by a worker for
+//! every op, bouncing one cache line between cores. Instead each thread adds to its own shard of
+//! two monotonic counters: `created` when it creates an op, `dropped` when it drops one. A waiter
+//! reads every `dropped` first and then every `created`: every drop it counted belongs to an op
+//! whose creation it also counted, so equal sums mean every op created before the scan began has
+//! been dropped. Waiters are woken at most once per park (the `notified` flag coalesces wake-ups).
+
+use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+const SHARDS: usize = 16;
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard {
+    created: AtomicU64,
+    dropped: AtomicU64,
+}
+
+pub(crate) struct PendingOps {
+    shards: [Shard; SHARDS],
+    waiters: AtomicUsize,
+    notified: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static MY_SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn my_shard() -> usize {
+    MY_SHARD.with(|s| {
+        if s.get() == usize::MAX {
+            s.set(NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS);
+        }
+        s.get()
+    })
+}
+
+impl PendingOps {
+    pub(crate) fn new() -> Self {
+        PendingOps {
+            shards: Default::default(),
+            waiters: AtomicUsize::new(0),
+            notified: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// An op was created.
+    #[inline]
+    pub(crate) fn created(&self) {
+        self.shards[my_shard()].created.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// An op was dropped: wakes a waiter (once per park) so it can recount.
+    #[inline]
+    pub(crate) fn dropped(&self) {
+        self.shards[my_shard()].dropped.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 && !self.notified.swap(true, Ordering::SeqCst) {
+            let _g = self.lock.lock();
+            self.cv.notify_all();
+        }
+    }
+
+    /// Ops created and not dropped, as of the scan (see the module docs for why it is sound).
+    pub(crate) fn count(&self) -> u64 {
+        let dropped: u64 = self.shards.iter().map(|s| s.dropped.load(Ordering::SeqCst)).sum();
+        let created: u64 = self.shards.iter().map(|s| s.created.load(Ordering::SeqCst)).sum();
+        created.saturating_sub(dropped)
+    }
+
+    /// Blocks until every op created before the call has been dropped.
+    pub(crate) fn wait_zero(&self) {
+        if super::signal::spin_until(|| self.count() == 0) {
+            return;
+        }
+        let mut g = self.lock.lock();
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        loop {
+            self.notified.store(false, Ordering::SeqCst);
+            if self.count() == 0 {
+                break;
+            }
+            // the timeout only guards against a wake-up consumed by another waiter
+            self.cv.wait_for(&mut g, Duration::from_millis(5));
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
