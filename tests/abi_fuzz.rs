@@ -19,6 +19,7 @@ use mxrt::capi::global::*;
 use mxrt::capi::kvstore::*;
 use mxrt::capi::ndarray::*;
 use mxrt::capi::profiler::*;
+use mxrt::capi::resource::*;
 use mxrt::capi::storage::*;
 use mxrt::capi::types::*;
 use rand::rngs::StdRng;
@@ -143,6 +144,8 @@ enum Want {
     Var,
     Operator,
     Profile,
+    /// Resource handles live until the process exits: there is no freed one to try.
+    Resource,
 }
 
 /// The live objects the table's calls use for their other arguments.
@@ -496,7 +499,7 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         (
             "MXKVStoreInitEx",
             Box::new(move |h| unsafe {
-                MXKVStoreInitEx(h, 1, [skey.as_ptr()].as_ptr(), [nd].as_mut_ptr())
+                MXKVStoreInitEx(h, 1, [skey.as_ptr()].as_mut_ptr(), [nd].as_mut_ptr())
             }),
         ),
         (
@@ -505,7 +508,7 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         ),
         (
             "MXKVStorePushEx",
-            Box::new(move |h| unsafe { MXKVStorePushEx(h, 0, null(), null_mut(), 0) }),
+            Box::new(move |h| unsafe { MXKVStorePushEx(h, 0, null_mut(), null_mut(), 0) }),
         ),
         (
             "MXKVStorePull",
@@ -513,7 +516,7 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         ),
         (
             "MXKVStorePullEx",
-            Box::new(move |h| unsafe { MXKVStorePullEx(h, 0, null(), null_mut(), 0) }),
+            Box::new(move |h| unsafe { MXKVStorePullEx(h, 0, null_mut(), null_mut(), 0) }),
         ),
         (
             "MXKVStorePullWithSparse",
@@ -524,7 +527,7 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         (
             "MXKVStorePullWithSparseEx",
             Box::new(move |h| unsafe {
-                MXKVStorePullWithSparseEx(h, 0, null(), null_mut(), 0, true)
+                MXKVStorePullWithSparseEx(h, 0, null_mut(), null_mut(), 0, true)
             }),
         ),
         (
@@ -536,7 +539,7 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         (
             "MXKVStorePullRowSparseEx",
             Box::new(move |h| unsafe {
-                MXKVStorePullRowSparseEx(h, 0, null(), null_mut(), null(), 0)
+                MXKVStorePullRowSparseEx(h, 0, null_mut(), null_mut(), null(), 0)
             }),
         ),
         (
@@ -548,7 +551,7 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         (
             "MXKVStoreBroadcastEx",
             Box::new(move |h| unsafe {
-                MXKVStoreBroadcastEx(h, 0, null(), 0, null(), null_mut(), null_mut(), 0)
+                MXKVStoreBroadcastEx(h, 0, null_mut(), 0, null_mut(), null_mut(), null_mut(), 0)
             }),
         ),
         (
@@ -560,7 +563,7 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         (
             "MXKVStorePushPullEx",
             Box::new(move |h| unsafe {
-                MXKVStorePushPullEx(h, 0, null(), 0, null(), null_mut(), null_mut(), 0)
+                MXKVStorePushPullEx(h, 0, null_mut(), 0, null_mut(), null_mut(), null_mut(), 0)
             }),
         ),
         (
@@ -605,7 +608,9 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         ),
         (
             "MXKVStoreSetGradientCompression",
-            Box::new(move |h| unsafe { MXKVStoreSetGradientCompression(h, 0, null(), null()) }),
+            Box::new(move |h| unsafe {
+                MXKVStoreSetGradientCompression(h, 0, null_mut(), null_mut())
+            }),
         ),
         (
             "MXKVStoreFree",
@@ -790,6 +795,33 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         ),
     ];
     t.extend(prof.into_iter().map(|(f, a, c)| (f, a, Want::Profile, c)));
+    let res: Vec<(&'static str, Call)> = vec![
+        (
+            "MXResourceGetVar",
+            Box::new(|h| unsafe { MXResourceGetVar(h, &mut null_mut()) }),
+        ),
+        (
+            "MXResourceGetInfo",
+            Box::new(|h| unsafe { MXResourceGetInfo(h, &mut 0, &mut 0, &mut 0, &mut 0) }),
+        ),
+        (
+            "MXResourceGetTempSpace",
+            Box::new(|h| unsafe { MXResourceGetTempSpace(h, 16, &mut null_mut()) }),
+        ),
+        (
+            "MXResourceRandomUniform",
+            Box::new(|h| unsafe { MXResourceRandomUniform(h, [0f32; 4].as_mut_ptr(), 4, 0., 1.) }),
+        ),
+        (
+            "MXResourceRandomNormal",
+            Box::new(|h| unsafe { MXResourceRandomNormal(h, [0f32; 4].as_mut_ptr(), 4, 0., 1.) }),
+        ),
+        (
+            "MXResourceRandomBits",
+            Box::new(|h| unsafe { MXResourceRandomBits(h, [0u32; 4].as_mut_ptr(), 4) }),
+        ),
+    ];
+    t.extend(res.into_iter().map(|(f, c)| (f, "res", Want::Resource, c)));
     let _ = dom;
     t
 }
@@ -838,6 +870,8 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
     ok!(MXProfileCreateDomain(c"abi".as_ptr(), &mut domain));
     ok!(MXProfileCreateCounter(domain, c"c".as_ptr(), &mut counter));
     ok!(MXProfileCreateTask(domain, c"t".as_ptr(), &mut task));
+    let mut resource = null_mut();
+    ok!(MXResourceRequest(1, 0, 1, &mut resource));
     let live = Live {
         nd,
         kv,
@@ -869,6 +903,7 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
             (Want::Var, "an engine variable", var),
             (Want::Operator, "an engine operator", op),
             (Want::Profile, "a profiler handle", domain),
+            (Want::Resource, "a resource handle", resource),
         ]
         .into_iter()
         .filter(|&(w, _, _)| w != want)
@@ -908,6 +943,7 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
         Want::Var => freed_var,
         Want::Operator => freed_op,
         Want::Profile => freed_prof,
+        Want::Resource => garbage_buf[8..].as_ptr() as *mut c_void,
     };
 
     let deleted_before = DELETED.load(Ordering::SeqCst);
@@ -1401,7 +1437,7 @@ fn bad_sizes_counts_indices_and_codes_change_nothing() {
         "shape mismatch"
     );
     fails!(
-        MXKVStorePullEx(kv, 1, [c"w".as_ptr()].as_ptr(), [a].as_mut_ptr(), 0),
+        MXKVStorePullEx(kv, 1, [c"w".as_ptr()].as_mut_ptr(), [a].as_mut_ptr(), 0),
         "MXKVStorePullEx",
         "Mixed key types"
     );
@@ -1413,8 +1449,8 @@ fn bad_sizes_counts_indices_and_codes_change_nothing() {
         MXKVStoreSetGradientCompression(
             kv,
             1,
-            [c"type".as_ptr()].as_ptr(),
-            [c"2bit".as_ptr()].as_ptr()
+            [c"type".as_ptr()].as_mut_ptr(),
+            [c"2bit".as_ptr()].as_mut_ptr()
         ),
         "MXKVStoreSetGradientCompression"
     );
