@@ -57,6 +57,9 @@ soname_link() { # the library's SONAME is libmxrt.so.<major>
   ln -sf libmxrt.so "$1/libmxrt.so.$major"
 }
 
+# examples that write files (profile traces) write them into build/sanitize
+run_in_out() { (cd "$out" && "$@"); }
+
 cflags=(-std=c11 -Wall -Wextra -Werror -g -O1 -pthread -Iinclude)
 
 run_asan() {
@@ -73,7 +76,7 @@ run_asan() {
     # leak checking on; any ASan/UBSan report fails the run (exit code 23)
     if ASAN_OPTIONS="detect_leaks=1:exitcode=23:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=23" \
-       "$exe" >"$log" 2>&1; then
+       run_in_out "$exe" >"$log" 2>&1; then
       echo "asan+ubsan  $name: clean"
     else
       echo "asan+ubsan  $name: FAILED (log: $log)"
@@ -120,7 +123,7 @@ run_valgrind() {
     "$CC" "${cflags[@]}" "$src" -o "$exe" -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lmxrt
     # errors, and definitely lost blocks, fail the run (exit code 9)
     # shellcheck disable=SC2086
-    if valgrind --quiet --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
+    if run_in_out valgrind --quiet --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
          --show-leak-kinds=definite --track-origins=yes --suppressions="$out/fork-child.supp" --log-file="$log" ${VALGRIND_FLAGS:-} \
          "$exe" >"$log.stdout" 2>&1; then
       echo "valgrind    $name: clean"
@@ -163,7 +166,7 @@ run_tsan() {
     "$CC" "${cflags[@]}" -fsanitize=thread -c "$src" -o "$out/$name.tsan.o"
     "$CC" -pthread "$out/$name.tsan.o" -o "$out/$name.tsan" -Wl,--whole-archive "$rt" -Wl,--no-whole-archive \
       -rdynamic -L"$tlib" -Wl,-rpath,"$tlib" -lmxrt -lpthread -ldl -lm -lstdc++
-    if TSAN_OPTIONS="halt_on_error=1:exitcode=66" "$out/$name.tsan" >"$log" 2>&1; then
+    if TSAN_OPTIONS="halt_on_error=1:exitcode=66" run_in_out "$out/$name.tsan" >"$log" 2>&1; then
       echo "tsan        $name: clean"
     else
       echo "tsan        $name: FAILED (log: $log)"
