@@ -57,7 +57,7 @@ rust-test: mxnet-venv
 check-abi: lib mxnet-venv
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/check-abi.sh
 
-test: rust-test check-header run-examples test-install check-abi
+test: rust-test check-header run-examples test-install check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib
@@ -90,3 +90,25 @@ bench: lib
 clean:
 	$(CARGO) clean
 	rm -rf $(BUILD)
+
+# ---- Robustness: sanitizers and soak runs ---------------------------------------------------
+#   make sanitize        the C examples under AddressSanitizer + UBSan, then valgrind memcheck with
+#                        leak checking, against libmxrt built without mimalloc (part of make test)
+#   make sanitize-tsan   optional (nightly job): ThreadSanitizer with the library and std fully
+#                        instrumented; needs `rustup toolchain install nightly --component rust-src`
+#   make soak            the long runs: 1 M-op engine stress per engine config, a 60 s NDArray +
+#                        KVStore soak from 4 threads, 10 x 1 M fuzzer steps, 2 M ops with faults
+#                        (make test runs the same tests at bounded sizes)
+.PHONY: sanitize sanitize-tsan soak
+
+sanitize:
+	bash scripts/sanitize.sh
+
+sanitize-tsan:
+	bash scripts/sanitize.sh tsan
+
+SOAK_ENV ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60 MXRT_FUZZ_STEPS=1000000 MXRT_FUZZ_SEEDS=10 \
+	MXRT_FAULT_OPS=2000000
+
+soak:
+	$(SOAK_ENV) $(CARGO) test --release --test stress --test faults --test abi_fuzz -- --nocapture --test-threads 1

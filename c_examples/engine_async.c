@@ -11,7 +11,7 @@ static CallbackOnComplete pending[OPS];
 static int head, tail;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static long value;
+static unsigned long value; /* wraps: unsigned overflow is defined */
 static int log_order[OPS + 1], logged;
 
 struct Step {
@@ -45,7 +45,7 @@ static void *completer(void *arg) {
 
 static void read_value(void *run_ctx, void *param) {
   (void)run_ctx;
-  *(long *)param = value;
+  *(unsigned long *)param = value;
 }
 
 int main(void) {
@@ -56,22 +56,22 @@ int main(void) {
   CHECK_OK(MXEngineNewVariable(&var));
   CHECK_OK(MXEngineNewVariable(&out_var));
   static struct Step steps[OPS];
-  long expect = 0;
+  unsigned long expect = 0;
   for (int i = 0; i < OPS; i++) {
     steps[i].index = i;
     expect = expect * 3 + i;
     CHECK_OK(MXEnginePushAsync(async_step, &steps[i], NULL, &kCPU, NULL, 0, &var, 1, NULL, 0, "step", false));
   }
-  long seen = -1;
+  unsigned long seen = 0;
   CHECK_OK(MXEnginePushSync(read_value, &seen, NULL, &kCPU, &var, 1, &out_var, 1, NULL, 0, "read"));
   CHECK_OK(MXEngineWaitForVar(out_var));
   pthread_join(t, NULL);
   for (int i = 0; i < OPS; i++) EXPECT(log_order[i] == i, "op %d ran at position %d", log_order[i], i);
   uint64_t version = 0;
   CHECK_OK(MXEngineGetVarVersion(var, &version));
-  printf("  ran in push order; reader saw %ld (expected %ld); var version %llu\n", seen, expect,
+  printf("  ran in push order; reader saw %lu (expected %lu); var version %llu\n", seen, expect,
          (unsigned long long)version);
-  EXPECT(seen == expect, "seen %ld", seen);
+  EXPECT(seen == expect, "seen %lu", seen);
   EXPECT(version == OPS, "version %llu", (unsigned long long)version);
   CHECK_OK(MXEngineDeleteVariable(var));
   CHECK_OK(MXEngineDeleteVariable(out_var));

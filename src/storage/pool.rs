@@ -185,7 +185,7 @@ impl PooledManager {
 
     fn oom(&self, size: usize, block: usize, released: usize, cause: Error) -> Error {
         Error::out_of_memory(format!(
-            "Memory allocation failed: cannot allocate {size} bytes ({block}-byte block) on {} \
+            "Memory allocation failed (out of memory): cannot allocate {size} bytes ({block}-byte block) on {} \
              after releasing {released} cached bytes: {cause}",
             self.ctx
         ))

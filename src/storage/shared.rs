@@ -259,7 +259,7 @@ impl StorageManager for SharedMemoryManager {
             })?;
         if self.hooks.take_failure() {
             return Err(Error::out_of_memory(format!(
-                "Memory allocation failed: simulated failure of {size} bytes of shared memory"
+                "Memory allocation failed (out of memory): simulated failure of {size} bytes of shared memory"
             )));
         }
         let pid = std::process::id() as i32;
