@@ -950,14 +950,9 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
     let mut pushes_refused = 0;
     let mut checked = 0;
     for (func, arg, want, f) in &calls {
-        // MXNet's MXKVStoreFree(NULL) is `delete nullptr`: a no-op that succeeds (kept).
-        if *func == "MXKVStoreFree" {
-            // SAFETY: NULL is accepted.
-            assert_eq!(unsafe { MXKVStoreFree(null_mut()) }, 0);
-        } else {
-            expect_refused(func, arg, "NULL", null_mut(), f);
-            checked += 1;
-        }
+        // every free included: NULL is -1 (MXNet's frees accept it as `delete nullptr`)
+        expect_refused(func, arg, "NULL", null_mut(), f);
+        checked += 1;
         expect_refused(func, arg, "a freed handle", freed(*want), f);
         checked += 1;
         for (what, h) in garbage.iter().copied().chain(others(*want)) {
@@ -1392,7 +1387,12 @@ fn bad_sizes_counts_indices_and_codes_change_nothing() {
     assert_eq!(out, sentinel);
 
     // KVStore: unknown types, uninitialised keys, mismatched shapes; the stored value survives
-    // (as in MXNet, any other name is a local store: "bogus" is accepted)
+    // (unlike MXNet, which makes any other name a local store, unknown names are refused)
+    fails!(
+        MXKVStoreCreate(c"bogus".as_ptr(), &mut out),
+        "MXKVStoreCreate",
+        "unknown kvstore type 'bogus'"
+    );
     fails!(
         MXKVStoreCreate(c"horovod_dist".as_ptr(), &mut out),
         "MXKVStoreCreate",

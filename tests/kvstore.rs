@@ -518,9 +518,14 @@ fn errors_name_what_is_wrong() {
         assert_eq!(e.kind(), ErrorKind::NotSupported, "{t}");
         assert!(e.message().contains(t), "{e}");
     }
+    for t in ["", "bogus", "Local_Foo", "localx"] {
+        let e = StoreKind::parse(t).unwrap_err();
+        assert!(e.message().contains("unknown kvstore type"), "{e}");
+    }
     for (t, k) in [
         ("local", StoreKind::Local),
-        ("", StoreKind::Local),
+        ("LOCAL", StoreKind::Local),
+        ("local_allreduce_cpu", StoreKind::Local),
         ("local_update_cpu", StoreKind::Local),
         ("local_allreduce_device", StoreKind::Device),
         ("Device", StoreKind::Device),

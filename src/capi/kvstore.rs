@@ -187,9 +187,6 @@ pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStore
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     api_call("MXKVStoreFree", || {
-        if handle.is_null() {
-            return Ok(());
-        }
         drop(handle::take::<CKVStore>(handle, "handle")?);
         Ok(())
     })

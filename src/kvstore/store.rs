@@ -25,10 +25,15 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
-    /// Parses a type string as MXNet's `KVStore::Create` does (case-insensitive substring
-    /// matches): "dist" and "nccl" stores are not built and give an error naming what is missing.
+    /// Parses a type string (case-insensitive). MXNet's local spellings are accepted: "local",
+    /// "local_update_cpu", "local_allreduce_cpu" (reduce on the CPU) and "device",
+    /// "local_allreduce_device" (reduce where the values live). "dist*" and "nccl" stores are not
+    /// built and give an error naming what is missing. Unlike MXNet, which turns any other string
+    /// into a local store, an unknown name is an error listing the accepted ones.
     pub fn parse(type_name: &str) -> Result<StoreKind> {
         let t = type_name.to_lowercase();
+        const LOCAL: [&str; 3] = ["local", "local_update_cpu", "local_allreduce_cpu"];
+        const DEVICE: [&str; 2] = ["device", "local_allreduce_device"];
         if t.contains("dist") {
             return Err(Error::not_supported(format!(
                 "kvstore type '{type_name}' is a distributed store (KVStoreDist over ps-lite); \
@@ -41,11 +46,16 @@ impl StoreKind {
                  of mxrt does not have: use 'local' or 'device'"
             )));
         }
-        Ok(if t.contains("device") {
-            StoreKind::Device
+        if LOCAL.contains(&t.as_str()) {
+            Ok(StoreKind::Local)
+        } else if DEVICE.contains(&t.as_str()) {
+            Ok(StoreKind::Device)
         } else {
-            StoreKind::Local
-        })
+            Err(Error::invalid(format!(
+                "unknown kvstore type '{type_name}' (accepted: local, local_update_cpu, \
+                 local_allreduce_cpu, device, local_allreduce_device)"
+            )))
+        }
     }
 }
 
