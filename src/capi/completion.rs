@@ -8,7 +8,11 @@
 
 use crate::engine::Completion;
 use crate::error::{Error, Result};
+use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
+use std::cell::UnsafeCell;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -22,55 +26,86 @@ pub struct CallbackOnComplete {
     pub param: *mut c_void,
 }
 
+/// One outstanding completion. `state` packs the slot's generation (upper bits) and whether it
+/// holds a completion (bit 0); the single CAS that clears bit 0 decides which caller may take it,
+/// so concurrent or repeated completions cannot both succeed.
 struct Slot {
-    generation: usize,
-    completion: Option<Completion>,
+    state: AtomicU64,
+    completion: UnsafeCell<Option<Completion>>,
 }
 
-#[derive(Default)]
-struct Table {
-    slots: Vec<Slot>,
-    free: Vec<usize>,
+// SAFETY: `completion` is only accessed by the thread that owns the slot at that moment: the
+// registering thread while the slot is free (bit 0 clear and the index popped from `FREE`), or the
+// thread whose CAS cleared bit 0.
+unsafe impl Sync for Slot {}
+
+const CHUNK: usize = 1024;
+const MAX_CHUNKS: usize = 1024;
+
+/// Chunks of slots allocated on demand and never freed or moved, so a slot's address is stable
+/// and lookups need no lock. At most `CHUNK * MAX_CHUNKS` (about a million) completions can be
+/// outstanding at once.
+static CHUNKS: [OnceLock<Box<[Slot]>>; MAX_CHUNKS] = [const { OnceLock::new() }; MAX_CHUNKS];
+static FREE: SegQueue<usize> = SegQueue::new();
+static NEXT_CHUNK: Mutex<usize> = Mutex::new(0);
+
+fn slot(index: usize) -> Option<&'static Slot> {
+    CHUNKS.get(index / CHUNK)?.get().map(|c| &c[index % CHUNK])
 }
 
-static TABLE: Mutex<Table> = Mutex::new(Table {
-    slots: Vec::new(),
-    free: Vec::new(),
-});
+/// A free slot index: from the free list, or a newly allocated chunk.
+fn free_index() -> Option<usize> {
+    if let Some(i) = FREE.pop() {
+        return Some(i);
+    }
+    let mut next = NEXT_CHUNK.lock();
+    if let Some(i) = FREE.pop() {
+        return Some(i); // another thread grew the table meanwhile
+    }
+    let c = *next;
+    if c >= MAX_CHUNKS {
+        return None;
+    }
+    let chunk: Box<[Slot]> = (0..CHUNK)
+        .map(|_| Slot { state: AtomicU64::new(0), completion: UnsafeCell::new(None) })
+        .collect();
+    let _ = CHUNKS[c].set(chunk);
+    *next = c + 1;
+    for i in 1..CHUNK {
+        FREE.push(c * CHUNK + i);
+    }
+    Some(c * CHUNK)
+}
 
-/// Parks `completion` in the table and returns the struct handed to C.
+/// Parks `completion` in the table and returns the struct handed to C. If a million completions
+/// are already outstanding the op fails at once instead.
 pub(crate) fn register(completion: Completion) -> CallbackOnComplete {
-    let mut t = TABLE.lock();
-    let index = match t.free.pop() {
-        Some(i) => i,
-        None => {
-            t.slots.push(Slot {
-                generation: 0,
-                completion: None,
-            });
-            t.slots.len() - 1
-        }
+    let Some(index) = free_index() else {
+        completion.fail("too many asynchronous ops are waiting for their completion (about a million)");
+        return CallbackOnComplete { callback: Some(complete_from_c), engine: std::ptr::null_mut(), param: std::ptr::null_mut() };
     };
-    let slot = &mut t.slots[index];
-    slot.generation = slot.generation.wrapping_add(1);
-    slot.completion = Some(completion);
+    let s = slot(index).expect("allocated above");
+    let generation = (s.state.load(Ordering::Relaxed) >> 1).wrapping_add(1) & (u64::MAX >> 1);
+    // SAFETY: the slot is free and its index came off the free list, so no other thread touches
+    // `completion` until the state store below publishes it.
+    unsafe { *s.completion.get() = Some(completion) };
+    s.state.store(generation << 1 | 1, Ordering::Release);
     CallbackOnComplete {
         callback: Some(complete_from_c),
         engine: std::ptr::without_provenance_mut(index + 1),
-        param: std::ptr::without_provenance_mut(slot.generation),
+        param: std::ptr::without_provenance_mut(generation as usize),
     }
 }
 
 fn take(engine: *mut c_void, param: *mut c_void) -> Option<Completion> {
-    let (index, generation) = ((engine as usize).checked_sub(1)?, param as usize);
-    let mut t = TABLE.lock();
-    let slot = t.slots.get_mut(index)?;
-    if slot.generation != generation {
-        return None;
-    }
-    let c = slot.completion.take()?;
-    t.free.push(index);
-    Some(c)
+    let index = (engine as usize).checked_sub(1)?;
+    let s = slot(index)?;
+    let want = (param as u64) << 1 | 1;
+    s.state.compare_exchange(want, want & !1, Ordering::AcqRel, Ordering::Relaxed).ok()?;
+    // SAFETY: our CAS cleared the occupied bit, so this thread alone owns the slot's content.
+    let c = unsafe { (*s.completion.get()).take() };
+    FREE.push(index);
+    c
 }
 
 /// Completes the op behind (`engine`, `param`) with an optional NUL-terminated error message.

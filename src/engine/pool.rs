@@ -15,8 +15,9 @@ use crossbeam_queue::SegQueue;
 use parking_lot::{Condvar, Mutex};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
+use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
 use std::thread::JoinHandle;
 
 /// How a pool orders its queue.
@@ -130,6 +131,8 @@ impl TaskQueue {
 
 struct PoolShared {
     queue: TaskQueue,
+    /// The pool's workers plus one pushing thread outnumber the cores.
+    oversubscribed: AtomicBool,
     spinners: AtomicUsize,
     sleepers: AtomicUsize,
     park_lock: Mutex<()>,
@@ -137,8 +140,19 @@ struct PoolShared {
     stop: AtomicBool,
 }
 
-/// Spin budget of an idle worker before it parks.
-const WORKER_SPIN_ITERATIONS: u32 = 1 << 14;
+/// Spin budget of an idle worker before it parks: `MXRT_ENGINE_SPIN` iterations (default 16384,
+/// roughly 50 µs; 0 parks at once), read when the first pool starts.
+static MAX_POLL_DELAY: AtomicU32 = AtomicU32::new(128);
+
+fn worker_spin_iterations() -> u32 {
+    static SPIN: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        if let Some(d) = std::env::var("MXRT_ENGINE_POLL_DELAY").ok().and_then(|v| v.trim().parse().ok()) {
+            MAX_POLL_DELAY.store(d, Ordering::Relaxed);
+        }
+        std::env::var("MXRT_ENGINE_SPIN").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1 << 14)
+    })
+}
 
 impl PoolShared {
     fn try_pop(&self) -> Option<OprRef> {
@@ -161,8 +175,11 @@ impl PoolShared {
                 return Some(op);
             }
             if self.spinners.fetch_add(1, Ordering::SeqCst) == 0 {
+                // Poll with exponential backoff: quick to notice the next op, yet the queue's cache
+                // line is not pulled away from the pusher on every push.
                 let mut found = None;
-                for i in 0..WORKER_SPIN_ITERATIONS {
+                let (budget, mut spent, mut delay) = (worker_spin_iterations(), 0u32, 1u32);
+                while spent < budget {
                     if let Some(op) = self.try_pop() {
                         found = Some(op);
                         break;
@@ -170,11 +187,18 @@ impl PoolShared {
                     if self.stop.load(Ordering::Relaxed) {
                         break;
                     }
-                    if i % 1024 == 1023 {
+                    let cap = MAX_POLL_DELAY.load(Ordering::Relaxed);
+                    if delay >= cap && self.oversubscribed.load(Ordering::Relaxed) {
+                        // backed off fully, and this pool's workers plus a pusher outnumber the
+                        // cores: let the other runnable threads have this one
                         std::thread::yield_now();
                     } else {
-                        std::hint::spin_loop();
+                        for _ in 0..delay {
+                            std::hint::spin_loop();
+                        }
                     }
+                    spent += delay;
+                    delay = (delay * 2).min(cap);
                 }
                 self.spinners.fetch_sub(1, Ordering::SeqCst);
                 if found.is_some() {
@@ -218,6 +242,7 @@ impl WorkerPool {
         };
         let shared = Arc::new(PoolShared {
             queue,
+            oversubscribed: AtomicBool::new(false),
             spinners: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
             park_lock: Mutex::new(()),
@@ -237,6 +262,8 @@ impl WorkerPool {
     /// Spawns `nthreads` workers (after `new`, or after `stop` to restart the pool).
     pub(crate) fn start(&self, nthreads: usize) {
         self.shared.stop.store(false, Ordering::SeqCst);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.shared.oversubscribed.store(nthreads.max(1) + 1 > cores, Ordering::Relaxed);
         let mut threads = self.threads.lock();
         for i in 0..nthreads.max(1) {
             let shared = self.shared.clone();
@@ -250,15 +277,30 @@ impl WorkerPool {
         }
     }
 
-    /// Queues `op`; `front` puts it ahead of everything queued.
+    /// Queues `op`; `front` puts it ahead of everything queued. On one of this pool's own
+    /// workers, a FIFO op goes to the worker's hand-off slot instead when that is free (the
+    /// worker runs it as soon as its current op returns).
     pub(crate) fn push(&self, op: OprRef, front: bool) {
         let s = &*self.shared;
-        s.queue.push(op, front);
-        // pairs with the worker's fence between registering as a sleeper and re-checking
-        fence(Ordering::SeqCst);
-        if s.spinners.load(Ordering::SeqCst) == 0 && s.sleepers.load(Ordering::SeqCst) > 0 {
-            s.wake_one();
-        }
+        let own = WORKER.with(|w| std::ptr::eq(w.get(), s));
+        let op = if own && !front && matches!(s.queue, TaskQueue::Fifo { .. }) {
+            match NEXT.with(|n| {
+                let slot = n.take();
+                if slot.is_none() {
+                    n.set(Some(op));
+                    None
+                } else {
+                    n.set(slot);
+                    Some(op)
+                }
+            }) {
+                None => return,
+                Some(op) => op,
+            }
+        } else {
+            op
+        };
+        push_shared(s, op, front);
     }
 
     /// Stops the workers after the op each is running and joins them. Queued ops stay queued.
@@ -283,7 +325,19 @@ impl Drop for WorkerPool {
     }
 }
 
+thread_local! {
+    /// On a worker thread: its pool, and the op its last completion made ready for that pool,
+    /// which the worker runs next without a trip through the shared queue (a dependency chain
+    /// then runs back to back on one worker).
+    static WORKER: Cell<*const PoolShared> = const { Cell::new(std::ptr::null()) };
+    static NEXT: Cell<Option<OprRef>> = const { Cell::new(None) };
+}
+
+/// Most ops a worker runs from its hand-off slot in a row before it looks at the queue again.
+const MAX_DIRECT_RUNS: u32 = 64;
+
 fn worker_main(shared: &PoolShared, run: fn(OprRef)) {
+    WORKER.with(|w| w.set(shared as *const PoolShared));
     while let Some(op) = shared.next() {
         // more work queued and nobody looking for it: bring in another worker
         if !shared.queue.is_empty()
@@ -293,5 +347,25 @@ fn worker_main(shared: &PoolShared, run: fn(OprRef)) {
             shared.wake_one();
         }
         run(op);
+        let mut direct = 0;
+        while let Some(next) = NEXT.with(Cell::take) {
+            direct += 1;
+            if direct > MAX_DIRECT_RUNS || shared.stop.load(Ordering::Relaxed) {
+                // let queued ops have a turn; the chain continues from the queue
+                push_shared(shared, next, false);
+                break;
+            }
+            run(next);
+        }
+    }
+    WORKER.with(|w| w.set(std::ptr::null()));
+}
+
+fn push_shared(s: &PoolShared, op: OprRef, front: bool) {
+    s.queue.push(op, front);
+    // pairs with the worker's fence between registering as a sleeper and re-checking
+    fence(Ordering::SeqCst);
+    if s.spinners.load(Ordering::SeqCst) == 0 && s.sleepers.load(Ordering::SeqCst) > 0 {
+        s.wake_one();
     }
 }
