@@ -1215,3 +1215,33 @@ fn autostart_from_env() {
         2
     );
 }
+
+#[test]
+fn kvstore_calls_are_recorded() {
+    use mxrt::kvstore::KVStore;
+    use mxrt::kvstore::keys::Keys;
+    use mxrt::ndarray::NDArray;
+    let _g = lock();
+    let path = fresh("kv.json", &[("continuous_dump", "false")]);
+    assert_eq!(MXSetProfilerState(1), 0);
+    let kv = KVStore::create("local").unwrap();
+    let a = NDArray::new(&[4], Context::cpu(0), mxrt::DType::F32, false).unwrap();
+    a.sync_copy_from_bytes(&[0u8; 16]).unwrap();
+    kv.init(Keys::Int(&[3, 9]), &[&a, &a]).unwrap();
+    kv.push(Keys::Int(&[3, 3]), &[&a, &a], 0).unwrap();
+    kv.pull(Keys::Int(&[3]), &[&a], 0, true).unwrap();
+    a.wait_to_read().unwrap();
+    assert_eq!(MXSetProfilerState(0), 0);
+    assert_eq!(MXDumpProfile(1), 0);
+    let v = read_trace(&path);
+    let kvs: Vec<&Value> = events(&v).iter().filter(|e| e["cat"] == "KVStore").collect();
+    let names: Vec<(&str, &str)> = kvs
+        .iter()
+        .filter(|e| e["ph"] == "B")
+        .map(|e| (e["name"].as_str().unwrap(), e["args"]["key"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, vec![("KVStorePush", "3,3"), ("KVStorePull", "3")]);
+    assert_eq!(pairs(&kvs.into_iter().cloned().collect::<Vec<_>>()).len(), 2);
+    // the reduction of the two values is an engine op
+    assert!(events(&v).iter().any(|e| e["name"] == "KVStoreReduce" && e["cat"] == "operator"));
+}

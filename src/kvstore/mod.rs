@@ -37,6 +37,7 @@ pub mod keys;
 mod pool;
 pub mod reduce;
 pub mod store;
+mod trace;
 pub mod updater;
 
 pub use comm::CommKind;

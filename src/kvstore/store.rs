@@ -256,6 +256,7 @@ impl KVStore {
     /// updater when one applies (called on this thread, once per unique key, in key order, with
     /// the merged and the stored value), else by storing the sum. Returns before the sums run.
     pub fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
+        let _trace = super::trace::Traced::begin("KVStorePush", &keys);
         check_len(&keys, values.len(), "values")?;
         // the pushing thread's MXSetNumOMPThreads cap applies to the reductions it starts
         let mut cfg = self.cfg;
@@ -340,6 +341,7 @@ impl KVStore {
         ignore_sparse: bool,
     ) -> Result<()> {
         let _ = ignore_sparse;
+        let _trace = super::trace::Traced::begin("KVStorePull", &keys);
         check_len(&keys, outs.len(), "outputs")?;
         let mut st = self.state.lock();
         st.keys.check_kind(&keys)?;
