@@ -21,6 +21,9 @@ EXAMPLE_SRCS := $(wildcard c_examples/*.c)
 EXAMPLES := $(patsubst c_examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 MXNET_VENV ?= .venv-mxnet
+# make test's stress sizes: the 1 M-op engine workload on every engine config and a 60 s soak
+# (make soak runs everything bigger)
+TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
 .PHONY: profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench clean
 
@@ -51,7 +54,7 @@ mxnet-venv:
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/setup-mxnet.sh >/dev/null
 
 rust-test: mxnet-venv
-	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(CARGO) test --release
+	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --release
 	$(CARGO) test --release --no-default-features --test format_mutation
 
 check-abi: lib mxnet-venv
