@@ -542,3 +542,29 @@ fn pool_reuses_blocks() {
     ok!(MXStorageEmptyCache(1, 0));
     fails!(MXStorageEmptyCache(4, 0), "Unimplemented device 4");
 }
+
+/// The cost of the handle check: an export that only reads a field (MXNDArrayGetDType: guard +
+/// registry lookup) against the same read on the Rust object. Run with
+/// `cargo test --release --test ndarray handle_check_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "timing, not a check"]
+fn handle_check_cost() {
+    let h = new_array(&[4], 0);
+    let core = mxrt::ndarray::NDArray::new(&[4], mxrt::Context::cpu(0), mxrt::DType::F32, false).unwrap();
+    let n = 5_000_000;
+    let mut d = 0;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        // SAFETY: live handle, valid out-parameter.
+        unsafe { MXNDArrayGetDType(std::hint::black_box(h), &mut d) };
+    }
+    let c_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        d = std::hint::black_box(&core).dtype().code();
+    }
+    let rust_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!("MXNDArrayGetDType: {c_ns:.1} ns per call; the same read in Rust: {rust_ns:.1} ns; guard + handle check: {:.1} ns", c_ns - rust_ns);
+    assert_eq!(d, 0);
+    ok!(MXNDArrayFree(h));
+}
