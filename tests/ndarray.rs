@@ -25,6 +25,7 @@ fn last_error() -> String {
 macro_rules! ok {
     ($e:expr) => {{
         // SAFETY: test calls follow the C API contracts.
+        #[allow(unused_unsafe)]
         let rc = unsafe { $e };
         assert_eq!(rc, 0, "{} failed: {}", stringify!($e), last_error());
     }};
@@ -33,6 +34,7 @@ macro_rules! ok {
 macro_rules! fails {
     ($e:expr, $needle:expr) => {{
         // SAFETY: test calls follow the C API contracts (or are deliberately wrong but checked).
+        #[allow(unused_unsafe)]
         let rc = unsafe { $e };
         assert_eq!(rc, -1, "{} should fail", stringify!($e));
         let msg = last_error();
@@ -550,7 +552,8 @@ fn pool_reuses_blocks() {
 #[ignore = "timing, not a check"]
 fn handle_check_cost() {
     let h = new_array(&[4], 0);
-    let core = mxrt::ndarray::NDArray::new(&[4], mxrt::Context::cpu(0), mxrt::DType::F32, false).unwrap();
+    let core =
+        mxrt::ndarray::NDArray::new(&[4], mxrt::Context::cpu(0), mxrt::DType::F32, false).unwrap();
     let n = 5_000_000;
     let mut d = 0;
     let t = std::time::Instant::now();
@@ -564,7 +567,10 @@ fn handle_check_cost() {
         d = std::hint::black_box(&core).dtype().code();
     }
     let rust_ns = t.elapsed().as_nanos() as f64 / n as f64;
-    println!("MXNDArrayGetDType: {c_ns:.1} ns per call; the same read in Rust: {rust_ns:.1} ns; guard + handle check: {:.1} ns", c_ns - rust_ns);
+    println!(
+        "MXNDArrayGetDType: {c_ns:.1} ns per call; the same read in Rust: {rust_ns:.1} ns; guard + handle check: {:.1} ns",
+        c_ns - rust_ns
+    );
     assert_eq!(d, 0);
     ok!(MXNDArrayFree(h));
 }

@@ -1234,14 +1234,29 @@ fn kvstore_calls_are_recorded() {
     assert_eq!(MXSetProfilerState(0), 0);
     assert_eq!(MXDumpProfile(1), 0);
     let v = read_trace(&path);
-    let kvs: Vec<&Value> = events(&v).iter().filter(|e| e["cat"] == "KVStore").collect();
+    let kvs: Vec<&Value> = events(&v)
+        .iter()
+        .filter(|e| e["cat"] == "KVStore")
+        .collect();
     let names: Vec<(&str, &str)> = kvs
         .iter()
         .filter(|e| e["ph"] == "B")
-        .map(|e| (e["name"].as_str().unwrap(), e["args"]["key"].as_str().unwrap()))
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["args"]["key"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(names, vec![("KVStorePush", "3,3"), ("KVStorePull", "3")]);
-    assert_eq!(pairs(&kvs.into_iter().cloned().collect::<Vec<_>>()).len(), 2);
+    assert_eq!(
+        pairs(&kvs.into_iter().cloned().collect::<Vec<_>>()).len(),
+        2
+    );
     // the reduction of the two values is an engine op
-    assert!(events(&v).iter().any(|e| e["name"] == "KVStoreReduce" && e["cat"] == "operator"));
+    assert!(
+        events(&v)
+            .iter()
+            .any(|e| e["name"] == "KVStoreReduce" && e["cat"] == "operator")
+    );
 }

@@ -11,10 +11,10 @@ use crate::error::{Error, Result};
 use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
 use std::cell::UnsafeCell;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// MXNet's `engine::CallbackOnComplete`, as C code sees it.
 #[repr(C)]
@@ -67,7 +67,10 @@ fn free_index() -> Option<usize> {
         return None;
     }
     let chunk: Box<[Slot]> = (0..CHUNK)
-        .map(|_| Slot { state: AtomicU64::new(0), completion: UnsafeCell::new(None) })
+        .map(|_| Slot {
+            state: AtomicU64::new(0),
+            completion: UnsafeCell::new(None),
+        })
         .collect();
     let _ = CHUNKS[c].set(chunk);
     *next = c + 1;
@@ -81,8 +84,13 @@ fn free_index() -> Option<usize> {
 /// are already outstanding the op fails at once instead.
 pub(crate) fn register(completion: Completion) -> CallbackOnComplete {
     let Some(index) = free_index() else {
-        completion.fail("too many asynchronous ops are waiting for their completion (about a million)");
-        return CallbackOnComplete { callback: Some(complete_from_c), engine: std::ptr::null_mut(), param: std::ptr::null_mut() };
+        completion
+            .fail("too many asynchronous ops are waiting for their completion (about a million)");
+        return CallbackOnComplete {
+            callback: Some(complete_from_c),
+            engine: std::ptr::null_mut(),
+            param: std::ptr::null_mut(),
+        };
     };
     let s = slot(index).expect("allocated above");
     let generation = (s.state.load(Ordering::Relaxed) >> 1).wrapping_add(1) & (u64::MAX >> 1);
@@ -101,7 +109,9 @@ fn take(engine: *mut c_void, param: *mut c_void) -> Option<Completion> {
     let index = (engine as usize).checked_sub(1)?;
     let s = slot(index)?;
     let want = (param as u64) << 1 | 1;
-    s.state.compare_exchange(want, want & !1, Ordering::AcqRel, Ordering::Relaxed).ok()?;
+    s.state
+        .compare_exchange(want, want & !1, Ordering::AcqRel, Ordering::Relaxed)
+        .ok()?;
     // SAFETY: our CAS cleared the occupied bit, so this thread alone owns the slot's content.
     let c = unsafe { (*s.completion.get()).take() };
     FREE.push(index);

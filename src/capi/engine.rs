@@ -7,8 +7,9 @@ use super::error::api_call;
 use super::handle::{self, Handle, HandleKind};
 use super::types::*;
 use crate::context::Context;
-use crate::engine::{VarList, 
+use crate::engine::{
     Completion, Engine, FnProperty, OpResult, Operator, PushArgs, RunContext, Var, VarInner,
+    VarList,
 };
 use crate::error::{Error, Result};
 use smallvec::SmallVec;
@@ -157,10 +158,7 @@ pub(crate) unsafe fn push_c(
     let prop = unsafe { prop_arg(prop)? };
     // SAFETY: as above.
     let name = unsafe { args::opt_c_str(name, "opr_name")? };
-    let mut a = PushArgs::new(ctx)
-        .prop(prop)
-        .priority(priority)
-        .wait(wait);
+    let mut a = PushArgs::new(ctx).prop(prop).priority(priority).wait(wait);
     a.name = name;
     let engine = engine()?;
     match func {

@@ -110,7 +110,9 @@ pub(crate) fn with_at<T: Handle, R>(
     let map = shard(addr).read();
     let found = map.get(&addr);
     if found != Some(&T::KIND) {
-        return Err(check(addr, found, T::KIND, &format!("{arg}[{index}]")).expect_err("kind differs"));
+        return Err(
+            check(addr, found, T::KIND, &format!("{arg}[{index}]")).expect_err("kind differs")
+        );
     }
     // SAFETY: registered with kind T::KIND, so it is a live `Arc<T>` owned by C; the read lock
     // keeps `take` from releasing it while `f` runs.

@@ -809,7 +809,7 @@ mod tests {
                 "{}",
                 last_error()
             );
-            assert_eq!(MXKVStoreFree(std::ptr::null_mut()), 0);
+            assert_eq!(MXKVStoreFree(std::ptr::null_mut()), -1);
             for h in init.into_iter().chain(vals).chain(out) {
                 drop(handle::take::<NDArray>(h, "h").unwrap());
             }

@@ -3,6 +3,10 @@
 //! This layer only validates arguments, converts handles and calls the core modules. One file per
 //! group of the C API; `error` holds the guard every export goes through, `handle` the registry
 //! of live handles, `args` the checked pointer conversions, `types` MXNet's C typedefs.
+//!
+//! Every export is an `unsafe extern "C" fn` whose pointer contract is MXNet's and is stated in
+//! its doc comment (which also goes into `include/mxrt.h`); arguments are checked before use.
+#![allow(clippy::missing_safety_doc)]
 
 pub(crate) mod args;
 pub mod completion;

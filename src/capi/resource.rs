@@ -44,7 +44,6 @@ fn resource_arg(res: *mut c_void) -> Result<Resource> {
     })
 }
 
-
 /// Seeds every random number resource on every device (MXNet 1.9.1): kRandom and
 /// kParallelRandom, of the devices used so far and of those used later. The reseeding runs
 /// through the engine after the ops already pushed that use a generator, and before those pushed

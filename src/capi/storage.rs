@@ -53,10 +53,10 @@ pub unsafe extern "C" fn MXStorageGetStats(
                 bytes_in_use: s.bytes_in_use as u64,
                 bytes_cached: s.bytes_cached as u64,
                 peak_in_use: s.peak_in_use as u64,
-                hits: s.hits as u64,
-                misses: s.misses as u64,
-                allocs: s.allocs as u64,
-                frees: s.frees as u64,
+                hits: s.hits,
+                misses: s.misses,
+                allocs: s.allocs,
+                frees: s.frees,
             });
         Ok(())
     })

@@ -103,7 +103,7 @@ pub(crate) fn env_count(name: &str) -> Result<Option<usize>> {
     match std::env::var(name) {
         Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n >= 1 && n <= 1024 => Ok(Some(n)),
+            Ok(n) if (1..=1024).contains(&n) => Ok(Some(n)),
             _ => Err(Error::invalid(format!(
                 "{name}={v:?} is not a thread count (expected an integer from 1 to 1024)"
             ))),

@@ -38,11 +38,11 @@ extern "C" fn prepare() {
 
 fn restart(in_child: bool) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        if STOPPED.swap(false, Ordering::SeqCst) {
-            if let Some(engine) = global() {
-                let n = if in_child { Some(mp_workers()) } else { None };
-                engine.start_workers(n);
-            }
+        if STOPPED.swap(false, Ordering::SeqCst)
+            && let Some(engine) = global()
+        {
+            let n = if in_child { Some(mp_workers()) } else { None };
+            engine.start_workers(n);
         }
     }));
 }

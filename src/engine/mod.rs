@@ -55,12 +55,15 @@ use crate::context::{Context, DeviceType};
 use crate::error::{Error, ErrorKind, Result};
 use exception::ExceptionRef;
 use executor::{Executor, PerDevice, Pooled};
-use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody};
 pub(crate) use opr::VarList;
+use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody};
 use parking_lot::Mutex;
 use signal::Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+
+/// What `delete_variable` runs when the variable's deletion op executes.
+pub type OnDelete = Box<dyn FnOnce(&RunContext) + Send>;
 
 /// Where and how an op runs, and what it reads and writes.
 #[derive(Clone, Copy, Debug)]
@@ -356,7 +359,9 @@ fn has_repeats(const_vars: &[Var], mutable_vars: &[Var]) -> bool {
         return true; // let dedup's hash set decide
     }
     let all = || const_vars.iter().chain(mutable_vars);
-    all().enumerate().any(|(i, v)| all().skip(i + 1).any(|w| w.same_as(v)))
+    all()
+        .enumerate()
+        .any(|(i, v)| all().skip(i + 1).any(|w| w.same_as(v)))
 }
 
 fn dedup(const_vars: &[Var], mutable_vars: &[Var]) -> (VarList, VarList) {
@@ -499,7 +504,13 @@ impl Engine {
     }
 
     /// Crate-internal: a sync push taking the variable lists by value (the C layer's path).
-    pub(crate) fn push_fn_owned<F>(&self, args: PushArgs<'_>, c: VarList, m: VarList, f: F) -> Result<()>
+    pub(crate) fn push_fn_owned<F>(
+        &self,
+        args: PushArgs<'_>,
+        c: VarList,
+        m: VarList,
+        f: F,
+    ) -> Result<()>
     where
         F: Fn(&RunContext) -> OpResult + Send + Sync + 'static,
     {
@@ -510,7 +521,13 @@ impl Engine {
     }
 
     /// Crate-internal: an async push taking the variable lists by value.
-    pub(crate) fn push_async_owned<F>(&self, args: PushArgs<'_>, c: VarList, m: VarList, f: F) -> Result<()>
+    pub(crate) fn push_async_owned<F>(
+        &self,
+        args: PushArgs<'_>,
+        c: VarList,
+        m: VarList,
+        f: F,
+    ) -> Result<()>
     where
         F: Fn(&RunContext, Completion) + Send + Sync + 'static,
     {
@@ -597,7 +614,7 @@ impl Engine {
     /// the deletion), and the variable is freed when its last reference goes.
     pub fn delete_variable(
         &self,
-        on_delete: Option<Box<dyn FnOnce(&RunContext) + Send>>,
+        on_delete: Option<OnDelete>,
         ctx: Context,
         var: Var,
     ) -> Result<()> {

@@ -58,13 +58,17 @@ impl PendingOps {
     /// An op was created.
     #[inline]
     pub(crate) fn created(&self) {
-        self.shards[my_shard()].created.fetch_add(1, Ordering::SeqCst);
+        self.shards[my_shard()]
+            .created
+            .fetch_add(1, Ordering::SeqCst);
     }
 
     /// An op was dropped: wakes a waiter (once per park) so it can recount.
     #[inline]
     pub(crate) fn dropped(&self) {
-        self.shards[my_shard()].dropped.fetch_add(1, Ordering::SeqCst);
+        self.shards[my_shard()]
+            .dropped
+            .fetch_add(1, Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 && !self.notified.swap(true, Ordering::SeqCst) {
             let _g = self.lock.lock();
             self.cv.notify_all();
@@ -73,8 +77,16 @@ impl PendingOps {
 
     /// Ops created and not dropped, as of the scan (see the module docs for why it is sound).
     pub(crate) fn count(&self) -> u64 {
-        let dropped: u64 = self.shards.iter().map(|s| s.dropped.load(Ordering::SeqCst)).sum();
-        let created: u64 = self.shards.iter().map(|s| s.created.load(Ordering::SeqCst)).sum();
+        let dropped: u64 = self
+            .shards
+            .iter()
+            .map(|s| s.dropped.load(Ordering::SeqCst))
+            .sum();
+        let created: u64 = self
+            .shards
+            .iter()
+            .map(|s| s.created.load(Ordering::SeqCst))
+            .sum();
         created.saturating_sub(dropped)
     }
 

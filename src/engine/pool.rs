@@ -13,9 +13,9 @@
 use super::opr::OprRef;
 use crossbeam_queue::SegQueue;
 use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
-use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
 use std::thread::JoinHandle;
@@ -57,6 +57,7 @@ impl Ord for PrioEntry {
 
 /// The queue of ready ops. FIFO pools use a lock-free queue (pusher and worker never wait on each
 /// other), plus a rarely used locked side queue for ops that jump ahead (kDeleteVar).
+#[allow(clippy::large_enum_variant)] // one queue per pool: size does not matter
 enum TaskQueue {
     Fifo {
         main: SegQueue<OprRef>,
@@ -99,11 +100,11 @@ impl TaskQueue {
                 front,
                 front_len,
             } => {
-                if front_len.load(Ordering::Relaxed) > 0 {
-                    if let Some(op) = front.lock().pop_front() {
-                        front_len.fetch_sub(1, Ordering::SeqCst);
-                        return Some(op);
-                    }
+                if front_len.load(Ordering::Relaxed) > 0
+                    && let Some(op) = front.lock().pop_front()
+                {
+                    front_len.fetch_sub(1, Ordering::SeqCst);
+                    return Some(op);
                 }
                 main.pop()
             }
@@ -147,10 +148,16 @@ static MAX_POLL_DELAY: AtomicU32 = AtomicU32::new(128);
 fn worker_spin_iterations() -> u32 {
     static SPIN: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
-        if let Some(d) = std::env::var("MXRT_ENGINE_POLL_DELAY").ok().and_then(|v| v.trim().parse().ok()) {
+        if let Some(d) = std::env::var("MXRT_ENGINE_POLL_DELAY")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
             MAX_POLL_DELAY.store(d, Ordering::Relaxed);
         }
-        std::env::var("MXRT_ENGINE_SPIN").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1 << 14)
+        std::env::var("MXRT_ENGINE_SPIN")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(1 << 14)
     })
 }
 
@@ -263,7 +270,9 @@ impl WorkerPool {
     pub(crate) fn start(&self, nthreads: usize) {
         self.shared.stop.store(false, Ordering::SeqCst);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        self.shared.oversubscribed.store(nthreads.max(1) + 1 > cores, Ordering::Relaxed);
+        self.shared
+            .oversubscribed
+            .store(nthreads.max(1) + 1 > cores, Ordering::Relaxed);
         let mut threads = self.threads.lock();
         for i in 0..nthreads.max(1) {
             let shared = self.shared.clone();

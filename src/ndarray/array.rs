@@ -167,9 +167,8 @@ impl NDArray {
 
     /// Waits for every read and write pushed before (MXNet pushes an empty write and waits).
     pub fn wait_to_write(&self) -> Result<()> {
-        match &self.chunk {
-            Some(c) => drop(engine()?.lease(&c.var, true)?),
-            None => {}
+        if let Some(c) = &self.chunk {
+            drop(engine()?.lease(&c.var, true)?)
         }
         Ok(())
     }

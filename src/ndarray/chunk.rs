@@ -34,10 +34,10 @@ impl Memory {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        if let Memory::Foreign { release, .. } = self {
-            if let Some(f) = release.take() {
-                f();
-            }
+        if let Memory::Foreign { release, .. } = self
+            && let Some(f) = release.take()
+        {
+            f();
         }
     }
 }

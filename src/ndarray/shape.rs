@@ -69,11 +69,7 @@ pub fn reshape_simple(src: &[i64], dims: &[i64]) -> Result<Shape> {
     }
     if let Some(i) = infer {
         let total = num_elements(src)?;
-        out[i] = if known == 0 {
-            0
-        } else {
-            (total / known) as i64
-        };
+        out[i] = total.checked_div(known).unwrap_or(0) as i64;
     }
     Ok(out)
 }
@@ -150,7 +146,7 @@ pub fn reshape_codes(src: &[i64], codes: &[i64], reverse: bool) -> Result<Shape>
                 if d2 == -1 && d1 > 0 {
                     d2 = d0 / d1;
                 }
-                if d1 <= 0 && d0 != 0 || d2 <= 0 && d0 != 0 || d1.checked_mul(d2) != Some(d0) {
+                if (d0 != 0 && (d1 <= 0 || d2 <= 0)) || d1.checked_mul(d2) != Some(d0) {
                     return bad(format!(
                         "Split dims {d1}, {d2} do not divide original dim {d0}"
                     ));

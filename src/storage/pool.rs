@@ -35,7 +35,6 @@ use std::hash::BuildHasherDefault;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-
 /// A cached block address. Only the pool touches it, under its lock.
 struct BlockPtr(NonNull<u8>);
 // SAFETY: a cached block is plain device memory owned by the pool; the pointer is only moved
