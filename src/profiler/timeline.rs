@@ -34,7 +34,27 @@ pub fn colour(name: &str) -> String {
         h ^= b as u32;
         h = h.wrapping_mul(0x0100_0193);
     }
-    format!("hsl({},65%,55%)", h % 360)
+    let (r, g, b) = hsl_to_rgb((h % 360) as f64, 0.65, 0.55);
+    format!("#{r:02x}{g:02x}{b:02x}")
+}
+
+/// HSL (hue in degrees, saturation and lightness in 0..=1) to 8-bit RGB: hex colours render in
+/// every SVG viewer, `hsl()` only in browsers.
+fn hsl_to_rgb(h: f64, s: f64, l: f64) -> (u8, u8, u8) {
+    let c = (1.0 - (2.0 * l - 1.0).abs()) * s;
+    let hp = h / 60.0;
+    let x = c * (1.0 - (hp % 2.0 - 1.0).abs());
+    let (r, g, b) = match hp as u32 {
+        0 => (c, x, 0.0),
+        1 => (x, c, 0.0),
+        2 => (0.0, c, x),
+        3 => (0.0, x, c),
+        4 => (x, 0.0, c),
+        _ => (c, 0.0, x),
+    };
+    let m = l - c / 2.0;
+    let to = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u8;
+    (to(r), to(g), to(b))
 }
 
 /// Renders the bars as an SVG document.
