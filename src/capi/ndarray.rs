@@ -61,6 +61,20 @@ fn create(
     NDArray::new(shape, ctx, dtype, delay_alloc != 0)
 }
 
+/// Writes a new handle to the array `make` derives from the array behind `handle` (a view or a
+/// shallow copy) into `*out`.
+unsafe fn derive(
+    out: *mut NDArrayHandle,
+    handle: NDArrayHandle,
+    arg: &str,
+    make: impl FnOnce(&NDArray) -> Result<NDArray>,
+) -> Result<()> {
+    // SAFETY: API contract: out-parameter.
+    let out = unsafe { args::out(out, "out")? };
+    *out = new_handle(make(&*nd(handle, arg)?)?);
+    Ok(())
+}
+
 /// Creates a "none" array: no shape, no data (shape queries report ndim 0, dtype -1).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXNDArrayCreateNone(out: *mut NDArrayHandle) -> c_int {
@@ -231,10 +245,8 @@ pub unsafe extern "C" fn MXShallowCopyNDArray(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXShallowCopyNDArray", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        *out = new_handle((*nd(src, "src")?).clone());
-        Ok(())
+        // SAFETY: forwarded API contract.
+        unsafe { derive(out, src, "src", |a| Ok(a.clone())) }
     })
 }
 
@@ -375,10 +387,12 @@ pub unsafe extern "C" fn MXNDArraySlice(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArraySlice", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        *out = new_handle(nd(handle, "handle")?.slice(slice_begin.into(), slice_end.into())?);
-        Ok(())
+        // SAFETY: forwarded API contract.
+        unsafe {
+            derive(out, handle, "handle", |a| {
+                a.slice(slice_begin.into(), slice_end.into())
+            })
+        }
     })
 }
 
@@ -391,10 +405,8 @@ pub unsafe extern "C" fn MXNDArraySlice64(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArraySlice64", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        *out = new_handle(nd(handle, "handle")?.slice(slice_begin, slice_end)?);
-        Ok(())
+        // SAFETY: forwarded API contract.
+        unsafe { derive(out, handle, "handle", |a| a.slice(slice_begin, slice_end)) }
     })
 }
 
@@ -407,10 +419,8 @@ pub unsafe extern "C" fn MXNDArrayAt(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArrayAt", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        *out = new_handle(nd(handle, "handle")?.at(idx.into())?);
-        Ok(())
+        // SAFETY: forwarded API contract.
+        unsafe { derive(out, handle, "handle", |a| a.at(idx.into())) }
     })
 }
 
@@ -422,10 +432,8 @@ pub unsafe extern "C" fn MXNDArrayAt64(
     out: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXNDArrayAt64", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        *out = new_handle(nd(handle, "handle")?.at(idx)?);
-        Ok(())
+        // SAFETY: forwarded API contract.
+        unsafe { derive(out, handle, "handle", |a| a.at(idx)) }
     })
 }
 
@@ -697,10 +705,8 @@ pub unsafe extern "C" fn MXNDArrayGetGrad(handle: NDArrayHandle, out: *mut NDArr
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXNDArrayDetach(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
     api_call("MXNDArrayDetach", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        *out = new_handle((*nd(handle, "handle")?).clone());
-        Ok(())
+        // SAFETY: forwarded API contract.
+        unsafe { derive(out, handle, "handle", |a| Ok(a.clone())) }
     })
 }
 
