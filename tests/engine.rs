@@ -542,15 +542,18 @@ fn priority_pool_runs_higher_priority_first() {
     let mut cfg = EngineConfig::new(EngineKind::PerDevice);
     cfg.cpu_priority_workers = 1;
     let engine = Engine::new(cfg);
-    let gate = Arc::new(Barrier::new(2));
+    // the gate op occupies the only priority worker while the others queue up behind it
+    let (started, gate) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
     let order = Arc::new(Mutex::new(Vec::new()));
-    let g = gate.clone();
+    let (s, g) = (started.clone(), gate.clone());
     engine
         .push_fn(cpu().prop(FnProperty::CpuPrioritized), move |_| {
+            s.wait();
             g.wait();
             Ok(())
         })
         .unwrap();
+    started.wait();
     for p in [1, 5, 3, 9, 0] {
         let order = order.clone();
         engine

@@ -44,6 +44,7 @@ mod property;
 mod signal;
 mod threaded;
 mod var;
+mod var_queue;
 
 pub use config::{EngineConfig, EngineKind};
 pub use opr::{AsyncFn, Completion, OpResult, Operator, RunContext, SyncFn};

@@ -4,14 +4,14 @@
 //! every earlier read and write has finished; reads queued behind a write wait for it. Completing a
 //! write bumps the version and releases the run of reads behind it (or the next write).
 //!
-//! The state is guarded by a small mutex per variable; it is held only to queue or release, never
-//! while an operation runs.
+//! The queue logic is `var_queue::VarQueue` (model-checked with loom); here it is guarded by a
+//! small mutex per variable, held only to queue or release, never while an operation runs.
 
 use super::exception::ExceptionRef;
 use super::opr::OprRef;
+use super::var_queue::VarQueue;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,21 +26,10 @@ pub(crate) struct VarInner {
     has_exception: AtomicBool,
 }
 
-struct Pending {
-    op: OprRef,
-    write: bool,
-}
-
 #[derive(Default)]
 struct VarState {
-    /// Ops that could not be granted yet, in push order. Its front is a write whenever reads run.
-    queue: VecDeque<Pending>,
-    /// Reads granted and not finished.
-    running_reads: u32,
-    /// A write is granted and not finished.
-    write_granted: bool,
-    /// Number of completed writes.
-    version: u64,
+    /// The queue of pending accesses (the state machine itself, shared with the loom model).
+    queue: VarQueue<OprRef>,
     /// The error of the last failed write, until a wait reports it.
     exception: Option<ExceptionRef>,
 }
@@ -66,7 +55,7 @@ impl Var {
 
     /// Number of completed writes to this variable.
     pub fn version(&self) -> u64 {
-        self.0.state.lock().version
+        self.0.state.lock().queue.version()
     }
 
     /// Identity of the variable (for deduplication and ordering).
@@ -80,50 +69,18 @@ impl Var {
 
     /// Queues a read; true if it is granted at once.
     pub(crate) fn append_read(&self, op: &OprRef) -> bool {
-        let mut s = self.0.state.lock();
-        if !s.write_granted && s.queue.is_empty() {
-            s.running_reads += 1;
-            true
-        } else {
-            s.queue.push_back(Pending {
-                op: op.clone(),
-                write: false,
-            });
-            false
-        }
+        self.0.state.lock().queue.append_read(|| op.clone())
     }
 
     /// Queues a write; true if it is granted at once.
     pub(crate) fn append_write(&self, op: &OprRef) -> bool {
-        let mut s = self.0.state.lock();
-        if !s.write_granted && s.running_reads == 0 && s.queue.is_empty() {
-            s.write_granted = true;
-            true
-        } else {
-            s.queue.push_back(Pending {
-                op: op.clone(),
-                write: true,
-            });
-            false
-        }
+        self.0.state.lock().queue.append_write(|| op.clone())
     }
 
     /// Grants a read or write at once if nothing is running or queued that it would have to wait
     /// for; never queues.
     pub(crate) fn try_grant_now(&self, write: bool) -> bool {
-        let mut s = self.0.state.lock();
-        if s.write_granted || !s.queue.is_empty() {
-            return false;
-        }
-        if write {
-            if s.running_reads > 0 {
-                return false;
-            }
-            s.write_granted = true;
-        } else {
-            s.running_reads += 1;
-        }
-        true
+        self.0.state.lock().queue.try_grant_now(write)
     }
 
     /// True if no other reference to the variable exists (so no op can be queued on it).
@@ -133,46 +90,23 @@ impl Var {
 
     /// A granted read finished; the next write may start.
     pub(crate) fn complete_read(&self, ready: &mut Ready) {
-        let mut s = self.0.state.lock();
-        debug_assert!(s.running_reads > 0);
-        s.running_reads -= 1;
-        if s.running_reads == 0 && s.queue.front().is_some_and(|p| p.write) {
-            let p = s.queue.pop_front().expect("front checked");
-            s.write_granted = true;
-            ready.push(p.op);
-        }
+        self.0.state.lock().queue.complete_read(ready);
     }
 
     /// A granted write finished: bump the version, record its error (if any), and release the
     /// reads behind it or the next write.
     pub(crate) fn complete_write(&self, exception: Option<&ExceptionRef>, ready: &mut Ready) {
         let mut s = self.0.state.lock();
-        debug_assert!(s.write_granted);
-        s.version += 1;
-        s.write_granted = false;
         if let Some(e) = exception {
             s.exception = Some(e.clone());
             self.0.has_exception.store(true, Ordering::Release);
         }
-        while let Some(front) = s.queue.front() {
-            if front.write {
-                if s.running_reads == 0 {
-                    let p = s.queue.pop_front().expect("front checked");
-                    s.write_granted = true;
-                    ready.push(p.op);
-                }
-                break;
-            }
-            let p = s.queue.pop_front().expect("front checked");
-            s.running_reads += 1;
-            ready.push(p.op);
-        }
+        s.queue.complete_write(ready);
     }
 
     /// True if a write is running or queued (a WaitForVar has something to wait for).
     pub(crate) fn has_pending_write(&self) -> bool {
-        let s = self.0.state.lock();
-        s.write_granted || s.queue.iter().any(|p| p.write)
+        self.0.state.lock().queue.has_pending_write()
     }
 
     /// The variable's unreported error, if any.
@@ -194,7 +128,7 @@ impl Var {
 
     /// Bumps the version without queueing (NaiveEngine runs ops without dependency tracking).
     pub(crate) fn bump_version(&self) {
-        self.0.state.lock().version += 1;
+        self.0.state.lock().queue.bump_version();
     }
 }
 

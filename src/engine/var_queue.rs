@@ -1,0 +1,259 @@
+//! The state machine of one variable: the FIFO of pending reads and writes, independent of what
+//! an "op" is (the engine stores `OprRef`s, the loom model plain indices).
+//!
+//! Rules: adjacent reads run together; a write waits until every earlier read and write has
+//! finished; reads queued behind a write wait for it. Invariant: whenever reads run and ops are
+//! queued, the queue's front is a write.
+
+use std::collections::VecDeque;
+
+#[derive(Debug)]
+pub(crate) struct VarQueue<T> {
+    /// Ops not granted yet, in push order, with whether each writes.
+    queue: VecDeque<(T, bool)>,
+    /// Reads granted and not finished.
+    running_reads: u32,
+    /// A write is granted and not finished.
+    write_granted: bool,
+    /// Number of completed writes.
+    version: u64,
+}
+
+impl<T> Default for VarQueue<T> {
+    fn default() -> Self {
+        VarQueue { queue: VecDeque::new(), running_reads: 0, write_granted: false, version: 0 }
+    }
+}
+
+impl<T> VarQueue<T> {
+    /// Queues a read; true if it is granted at once (then `op` is not kept).
+    pub(crate) fn append_read(&mut self, op: impl FnOnce() -> T) -> bool {
+        if !self.write_granted && self.queue.is_empty() {
+            self.running_reads += 1;
+            true
+        } else {
+            self.queue.push_back((op(), false));
+            false
+        }
+    }
+
+    /// Queues a write; true if it is granted at once.
+    pub(crate) fn append_write(&mut self, op: impl FnOnce() -> T) -> bool {
+        if !self.write_granted && self.running_reads == 0 && self.queue.is_empty() {
+            self.write_granted = true;
+            true
+        } else {
+            self.queue.push_back((op(), true));
+            false
+        }
+    }
+
+    /// Grants a read or write at once if it would not have to wait; never queues.
+    pub(crate) fn try_grant_now(&mut self, write: bool) -> bool {
+        if self.write_granted || !self.queue.is_empty() || (write && self.running_reads > 0) {
+            return false;
+        }
+        if write {
+            self.write_granted = true;
+        } else {
+            self.running_reads += 1;
+        }
+        true
+    }
+
+    /// A granted read finished; the next write may be granted (pushed to `ready`).
+    pub(crate) fn complete_read(&mut self, ready: &mut impl Extend<T>) {
+        debug_assert!(self.running_reads > 0);
+        self.running_reads -= 1;
+        if self.running_reads == 0 && self.queue.front().is_some_and(|p| p.1) {
+            let (op, _) = self.queue.pop_front().expect("front checked");
+            self.write_granted = true;
+            ready.extend(Some(op));
+        }
+    }
+
+    /// A granted write finished: bump the version and grant the reads behind it, or the next write.
+    pub(crate) fn complete_write(&mut self, ready: &mut impl Extend<T>) {
+        debug_assert!(self.write_granted);
+        self.version += 1;
+        self.write_granted = false;
+        while let Some(&(_, write)) = self.queue.front() {
+            if write {
+                if self.running_reads == 0 {
+                    let (op, _) = self.queue.pop_front().expect("front checked");
+                    self.write_granted = true;
+                    ready.extend(Some(op));
+                }
+                break;
+            }
+            let (op, _) = self.queue.pop_front().expect("front checked");
+            self.running_reads += 1;
+            ready.extend(Some(op));
+        }
+    }
+
+    /// A write is running or queued.
+    pub(crate) fn has_pending_write(&self) -> bool {
+        self.write_granted || self.queue.iter().any(|p| p.1)
+    }
+
+    /// Number of completed writes.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Counts a write that ran without queueing (NaiveEngine).
+    pub(crate) fn bump_version(&mut self) {
+        self.version += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_share_writes_wait_in_order() {
+        let mut q = VarQueue::default();
+        let mut ready: Vec<u32> = Vec::new();
+        assert!(q.append_read(|| 0));
+        assert!(q.append_read(|| 1));
+        assert!(!q.append_write(|| 2));
+        assert!(!q.append_read(|| 3), "a read behind a queued write waits");
+        q.complete_read(&mut ready);
+        assert!(ready.is_empty());
+        q.complete_read(&mut ready);
+        assert_eq!(ready, [2]);
+        q.complete_write(&mut ready);
+        assert_eq!(ready, [2, 3]);
+        assert_eq!(q.version(), 1);
+        assert!(!q.try_grant_now(true));
+        assert!(q.try_grant_now(false));
+    }
+}
+
+/// Model check (loom) of the variables' queues together with the engine's grant counting: ops on
+/// two variables pushed from two threads are each run exactly once, only when every access they
+/// need is granted, never while a conflicting access runs, and one thread's writes run in its push
+/// order. Run with `RUSTFLAGS="--cfg loom" cargo test --release --lib loom_` (`make loom`).
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::VarQueue;
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    use loom::sync::{Arc, Mutex};
+
+    /// One op: its accesses as (variable, writes) and the engine's count of pending grants.
+    struct Op {
+        deps: Vec<(usize, bool)>,
+        wait: AtomicUsize,
+        runs: AtomicUsize,
+    }
+
+    struct World {
+        vars: Vec<Mutex<VarQueue<usize>>>,
+        ops: Vec<Op>,
+        /// Per variable: running readers, or usize::MAX while a writer runs.
+        active: Vec<Mutex<usize>>,
+        /// Order in which writes to each variable ran.
+        log: Vec<Mutex<Vec<usize>>>,
+    }
+
+    impl World {
+        /// The engine's `submit`: queue every access, then release the pusher's extra count.
+        fn push(&self, i: usize) {
+            let op = &self.ops[i];
+            let mut granted = 0;
+            for &(v, w) in &op.deps {
+                let mut q = self.vars[v].lock().unwrap();
+                granted += usize::from(if w { q.append_write(|| i) } else { q.append_read(|| i) });
+            }
+            if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
+                self.run(i);
+            }
+        }
+
+        /// Run the op, then the engine's `on_complete`: release its accesses and run what became
+        /// ready (inline, as a worker would pick it up).
+        fn run(&self, i: usize) {
+            let op = &self.ops[i];
+            assert_eq!(op.runs.fetch_add(1, Ordering::SeqCst), 0, "op {i} ran twice");
+            for &(v, w) in &op.deps {
+                let mut a = self.active[v].lock().unwrap();
+                if w {
+                    assert_eq!(*a, 0, "write {i} overlaps another access to var {v}");
+                    *a = usize::MAX;
+                    self.log[v].lock().unwrap().push(i);
+                } else {
+                    assert_ne!(*a, usize::MAX, "read {i} overlaps a write to var {v}");
+                    *a += 1;
+                }
+            }
+            for &(v, w) in &op.deps {
+                let mut a = self.active[v].lock().unwrap();
+                *a = if w { 0 } else { *a - 1 };
+            }
+            let mut ready = Vec::new();
+            for &(v, w) in &op.deps {
+                let mut q = self.vars[v].lock().unwrap();
+                if w { q.complete_write(&mut ready) } else { q.complete_read(&mut ready) }
+            }
+            for r in ready {
+                if self.ops[r].wait.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    self.run(r);
+                }
+            }
+        }
+    }
+
+    fn check(deps: Vec<Vec<(usize, bool)>>, threads: Vec<Vec<usize>>) {
+        loom::model(move || {
+            let world = Arc::new(World {
+                vars: (0..2).map(|_| Mutex::new(VarQueue::default())).collect(),
+                ops: deps
+                    .iter()
+                    .map(|d| Op { deps: d.clone(), wait: AtomicUsize::new(d.len() + 1), runs: AtomicUsize::new(0) })
+                    .collect(),
+                active: (0..2).map(|_| Mutex::new(0)).collect(),
+                log: (0..2).map(|_| Mutex::new(Vec::new())).collect(),
+            });
+            let handles: Vec<_> = threads
+                .clone()
+                .into_iter()
+                .map(|ops| {
+                    let w = world.clone();
+                    loom::thread::spawn(move || ops.into_iter().for_each(|i| w.push(i)))
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+            for (i, op) in world.ops.iter().enumerate() {
+                assert_eq!(op.runs.load(Ordering::SeqCst), 1, "op {i} did not run exactly once");
+            }
+            // writes pushed by one thread to one variable run in that thread's order
+            for v in 0..2 {
+                let log = world.log[v].lock().unwrap();
+                for t in &threads {
+                    let mine: Vec<usize> = log.iter().copied().filter(|i| t.contains(i)).collect();
+                    let pushed: Vec<usize> =
+                        t.iter().copied().filter(|&i| deps[i].contains(&(v, true))).collect();
+                    assert_eq!(mine, pushed, "var {v}: writes out of push order");
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn loom_write_read_write_across_two_vars() {
+        // thread A: op0 writes v0 + reads v1, op2 writes v0; thread B: op1 reads v0 + writes v1
+        check(
+            vec![vec![(0, true), (1, false)], vec![(0, false), (1, true)], vec![(0, true)]],
+            vec![vec![0, 2], vec![1]],
+        );
+    }
+
+    #[test]
+    fn loom_reads_then_write_on_one_var() {
+        check(vec![vec![(0, false)], vec![(0, false)], vec![(0, true)]], vec![vec![0, 2], vec![1]]);
+    }
+}
