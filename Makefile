@@ -25,7 +25,7 @@ MXNET_VENV ?= .venv-mxnet
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench clean
+.PHONY: loom profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench clean
 
 all: lib
 
@@ -57,10 +57,15 @@ rust-test: mxnet-venv
 	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --release
 	$(CARGO) test --release --no-default-features --test format_mutation
 
+# Model check (loom) of the variables' queues with the engine's grant counting: every
+# interleaving of two pushing threads (src/engine/var_queue.rs). Own target dir: --cfg loom.
+loom:
+	RUSTFLAGS="--cfg loom" $(CARGO) test --release --target-dir target/loom --lib loom_
+
 check-abi: lib mxnet-venv
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/check-abi.sh
 
-test: rust-test check-header run-examples test-install check-abi sanitize
+test: rust-test loom check-header run-examples test-install check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib

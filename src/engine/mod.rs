@@ -231,13 +231,7 @@ impl Inner {
                 None => Ok(()),
             };
         }
-        let mut granted = 0;
-        for v in &op.const_vars {
-            granted += usize::from(v.append_read(&op));
-        }
-        for v in &op.mutable_vars {
-            granted += usize::from(v.append_write(&op));
-        }
+        let granted = var::append_all(&op, &op.const_vars, &op.mutable_vars);
         if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
             self.dispatch(op, true);
         }

@@ -34,6 +34,41 @@ struct VarState {
     exception: Option<ExceptionRef>,
 }
 
+/// Queues `op`'s reads of `const_vars` and writes of `mutable_vars` (distinct variables) as one
+/// step and returns how many were granted at once.
+///
+/// An op with several variables locks them all, in address order, before it appends to any: two
+/// ops pushed concurrently from different threads then queue in the same order on every variable
+/// they share. Appending variable by variable instead lets them queue in opposite orders on two
+/// variables, and each would wait for the other forever (found by the loom model in
+/// `var_queue.rs`; MXNet's engine has that race for pushes from several threads).
+pub(crate) fn append_all(op: &OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> usize {
+    match (const_vars, mutable_vars) {
+        ([], []) => 0,
+        ([v], []) => usize::from(v.append_read(op)),
+        ([], [v]) => usize::from(v.append_write(op)),
+        _ => {
+            let mut vars: SmallVec<[(&Var, bool); 8]> = const_vars
+                .iter()
+                .map(|v| (v, false))
+                .chain(mutable_vars.iter().map(|v| (v, true)))
+                .collect();
+            vars.sort_unstable_by_key(|(v, _)| v.addr());
+            let mut guards: SmallVec<[_; 8]> = vars.iter().map(|(v, _)| v.0.state.lock()).collect();
+            let mut granted = 0;
+            for (g, &(_, write)) in guards.iter_mut().zip(&vars) {
+                let granted_now = if write {
+                    g.queue.append_write(|| op.clone())
+                } else {
+                    g.queue.append_read(|| op.clone())
+                };
+                granted += usize::from(granted_now);
+            }
+            granted
+        }
+    }
+}
+
 /// Ops made ready by a release; usually none or one.
 pub(crate) type Ready = SmallVec<[OprRef; 4]>;
 

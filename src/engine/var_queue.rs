@@ -159,14 +159,18 @@ mod loom_model {
     }
 
     impl World {
-        /// The engine's `submit`: queue every access, then release the pusher's extra count.
+        /// The engine's `submit` (`var::append_all`): lock every variable of the op in a fixed
+        /// order, queue every access, unlock, then release the pusher's extra count.
         fn push(&self, i: usize) {
             let op = &self.ops[i];
+            let mut deps = op.deps.clone();
+            deps.sort_unstable_by_key(|d| d.0);
+            let mut guards: Vec<_> = deps.iter().map(|&(v, _)| self.vars[v].lock().unwrap()).collect();
             let mut granted = 0;
-            for &(v, w) in &op.deps {
-                let mut q = self.vars[v].lock().unwrap();
+            for (q, &(_, w)) in guards.iter_mut().zip(&deps) {
                 granted += usize::from(if w { q.append_write(|| i) } else { q.append_read(|| i) });
             }
+            drop(guards);
             if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
                 self.run(i);
             }
