@@ -731,8 +731,14 @@ fn opposite_multi_var_pushes_from_two_threads_never_deadlock() {
                 let (engine, a, b) = (engine.clone(), a.clone(), b.clone());
                 std::thread::spawn(move || {
                     for _ in 0..20_000 {
-                        let (w, r) = if first { ([a.clone()], [b.clone()]) } else { ([b.clone()], [a.clone()]) };
-                        engine.push_fn(cpu().reads(&r).writes(&w), |_| Ok(())).unwrap();
+                        let (w, r) = if first {
+                            ([a.clone()], [b.clone()])
+                        } else {
+                            ([b.clone()], [a.clone()])
+                        };
+                        engine
+                            .push_fn(cpu().reads(&r).writes(&w), |_| Ok(()))
+                            .unwrap();
                     }
                 })
             })
@@ -745,7 +751,8 @@ fn opposite_multi_var_pushes_from_two_threads_never_deadlock() {
             e2.wait_for_all().unwrap();
             let _ = tx.send(());
         });
-        rx.recv_timeout(Duration::from_secs(60)).expect("pushes from two threads deadlocked");
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("pushes from two threads deadlocked");
         assert_eq!(a.version() + b.version(), 40_000);
     }
 }

@@ -253,22 +253,9 @@ impl Inner {
         Ok(())
     }
 
-    fn push_body<B: OpBody + 'static>(
-        &self,
-        body: B,
-        args: &PushArgs<'_>,
-        run_inline: bool,
-    ) -> Result<()> {
-        self.check_push(args.ctx, args.prop)?;
-        self.flush_bulk()?;
-        let (c, m) = dedup(args.const_vars, args.mutable_vars);
-        let op = self.new_op(body, c, m, OpSpec::from_args(args, run_inline));
-        self.submit(op)
-    }
-
-    /// [`push_body`](Self::push_body) with the variable lists by value (no extra reference
-    /// counting when they hold no repeats); `args`' own lists are ignored.
-    fn push_owned<B: OpBody + 'static>(
+    /// Checks a push (device, shutdown), pushes the calling thread's bulk segment first, then
+    /// queues the op on `const_vars`/`mutable_vars`.
+    fn push_lists<B: OpBody + 'static>(
         &self,
         body: B,
         args: &PushArgs<'_>,
@@ -277,12 +264,34 @@ impl Inner {
     ) -> Result<()> {
         self.check_push(args.ctx, args.prop)?;
         self.flush_bulk()?;
+        self.enqueue(body, args, const_vars, mutable_vars, false)
+    }
+
+    /// [`push_lists`](Self::push_lists) with `args`' own variable lists.
+    fn push_body<B: OpBody + 'static>(&self, body: B, args: &PushArgs<'_>) -> Result<()> {
+        let (c, m) = (
+            VarList::from(args.const_vars),
+            VarList::from(args.mutable_vars),
+        );
+        self.push_lists(body, args, c, m)
+    }
+
+    /// Creates the op and queues it, unchecked (for the engine's own wait and lease ops too).
+    /// Repeated variables are merged; lists without repeats are used as they are.
+    fn enqueue<B: OpBody + 'static>(
+        &self,
+        body: B,
+        args: &PushArgs<'_>,
+        const_vars: VarList,
+        mutable_vars: VarList,
+        run_inline: bool,
+    ) -> Result<()> {
         let (c, m) = if has_repeats(&const_vars, &mutable_vars) {
             dedup(&const_vars, &mutable_vars)
         } else {
             (const_vars, mutable_vars)
         };
-        let op = self.new_op(body, c, m, OpSpec::from_args(args, false));
+        let op = self.new_op(body, c, m, OpSpec::from_args(args, run_inline));
         self.submit(op)
     }
 
@@ -294,23 +303,20 @@ impl Inner {
     }
 
     fn push_segment(&self, seg: bulk::Segment) -> Result<()> {
-        let (c, m) = dedup(&seg.const_vars, &seg.mutable_vars);
-        let fns = seg.fns;
-        let ctx = seg.ctx;
+        let bulk::Segment {
+            ctx,
+            fns,
+            const_vars,
+            mutable_vars,
+            ..
+        } = seg;
         let body = SyncBody(move |_rc: &RunContext| {
             let rc = RunContext::new(ctx, true);
             fns.iter().try_for_each(|f| f(&rc))
         });
-        let spec = OpSpec {
-            ctx,
-            prop: FnProperty::Normal,
-            priority: 0,
-            name: op_name(Some("ImperativeBulk")),
-            wait: false,
-            run_inline: false,
-        };
-        let op = self.new_op(body, c, m, spec);
-        self.submit(op)
+        // the segment's ops were checked when they were appended; their variables may repeat
+        let args = PushArgs::new(ctx).name("ImperativeBulk");
+        self.enqueue(body, &args, const_vars, mutable_vars, false)
     }
 }
 
@@ -465,7 +471,7 @@ impl Engine {
     where
         F: Fn(&RunContext, Completion) + Send + Sync + 'static,
     {
-        self.inner.push_body(AsyncBody(f), &args, false)
+        self.inner.push_body(AsyncBody(f), &args)
     }
 
     /// Pushes a synchronous op (it completes when `f` returns). Eligible for bulking.
@@ -512,7 +518,7 @@ impl Engine {
         if self.bulks(&args) {
             return self.append_bulk(Arc::new(f), &args.reads(&c).writes(&m));
         }
-        self.inner.push_owned(SyncBody(f), &args, c, m)
+        self.inner.push_lists(SyncBody(f), &args, c, m)
     }
 
     /// Crate-internal: an async push taking the variable lists by value.
@@ -526,7 +532,7 @@ impl Engine {
     where
         F: Fn(&RunContext, Completion) + Send + Sync + 'static,
     {
-        self.inner.push_owned(AsyncBody(f), &args, c, m)
+        self.inner.push_lists(AsyncBody(f), &args, c, m)
     }
 
     /// [`push_sync`](Self::push_sync) with a closure (stored inline in the op: one allocation).
@@ -537,7 +543,7 @@ impl Engine {
         if self.bulks(&args) {
             return self.append_bulk(Arc::new(f), &args);
         }
-        self.inner.push_body(SyncBody(f), &args, false)
+        self.inner.push_body(SyncBody(f), &args)
     }
 
     /// Creates a reusable operator; each [`push_operator`](Self::push_operator) runs it once.
@@ -602,7 +608,7 @@ impl Engine {
             .writes(&vars)
             .prop(FnProperty::DeleteVar)
             .name("DeleteOperator");
-        self.inner.push_body(SyncBody(f), &args, false)
+        self.inner.push_body(SyncBody(f), &args)
     }
 
     /// Deletes `var` after every op queued on it: `on_delete` runs then (on the worker that runs
@@ -625,7 +631,7 @@ impl Engine {
             .writes(&vars)
             .prop(FnProperty::DeleteVar)
             .name("DeleteVariable");
-        self.inner.push_body(SyncBody(f), &args, false)
+        self.inner.push_body(SyncBody(f), &args)
     }
 
     /// Waits until every write pushed to `var` before this call has finished, then reports (once)
@@ -644,15 +650,10 @@ impl Engine {
                 s.set();
                 Ok(())
             });
-            let vars = [var.clone()];
-            let args = PushArgs::new(Context::cpu(0))
-                .reads(&vars)
-                .wait(true)
-                .name("WaitForVar");
+            let args = PushArgs::new(Context::cpu(0)).wait(true).name("WaitForVar");
+            let reads = VarList::from_elem(var.clone(), 1);
             // runs inline on the thread that completes the last write: no pool hop, no wake-up
-            let (c, m) = dedup(args.const_vars, args.mutable_vars);
-            let op = inner.new_op(body, c, m, OpSpec::from_args(&args, true));
-            inner.submit(op)?;
+            inner.enqueue(body, &args, reads, VarList::new(), true)?;
             signal.wait();
         }
         match var.pending_exception().and_then(|e| e.take()) {
@@ -768,14 +769,11 @@ impl Engine {
         } else {
             PushArgs::new(Context::cpu(0)).reads(&vars)
         };
-        let (c, m) = dedup(args.const_vars, args.mutable_vars);
-        let op = inner.new_op(
-            body,
-            c,
-            m,
-            OpSpec::from_args(&args.wait(true).name("VarLease"), true),
+        let (c, m) = (
+            VarList::from(args.const_vars),
+            VarList::from(args.mutable_vars),
         );
-        inner.submit(op)?;
+        inner.enqueue(body, &args.wait(true).name("VarLease"), c, m, true)?;
         signal.wait();
         let completion = slot.lock().take();
         let lease = VarLease {

@@ -21,7 +21,12 @@ pub(crate) struct VarQueue<T> {
 
 impl<T> Default for VarQueue<T> {
     fn default() -> Self {
-        VarQueue { queue: VecDeque::new(), running_reads: 0, write_granted: false, version: 0 }
+        VarQueue {
+            queue: VecDeque::new(),
+            running_reads: 0,
+            write_granted: false,
+            version: 0,
+        }
     }
 }
 
@@ -165,10 +170,17 @@ mod loom_model {
             let op = &self.ops[i];
             let mut deps = op.deps.clone();
             deps.sort_unstable_by_key(|d| d.0);
-            let mut guards: Vec<_> = deps.iter().map(|&(v, _)| self.vars[v].lock().unwrap()).collect();
+            let mut guards: Vec<_> = deps
+                .iter()
+                .map(|&(v, _)| self.vars[v].lock().unwrap())
+                .collect();
             let mut granted = 0;
             for (q, &(_, w)) in guards.iter_mut().zip(&deps) {
-                granted += usize::from(if w { q.append_write(|| i) } else { q.append_read(|| i) });
+                granted += usize::from(if w {
+                    q.append_write(|| i)
+                } else {
+                    q.append_read(|| i)
+                });
             }
             drop(guards);
             if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
@@ -180,7 +192,11 @@ mod loom_model {
         /// ready (inline, as a worker would pick it up).
         fn run(&self, i: usize) {
             let op = &self.ops[i];
-            assert_eq!(op.runs.fetch_add(1, Ordering::SeqCst), 0, "op {i} ran twice");
+            assert_eq!(
+                op.runs.fetch_add(1, Ordering::SeqCst),
+                0,
+                "op {i} ran twice"
+            );
             for &(v, w) in &op.deps {
                 let mut a = self.active[v].lock().unwrap();
                 if w {
@@ -199,7 +215,11 @@ mod loom_model {
             let mut ready = Vec::new();
             for &(v, w) in &op.deps {
                 let mut q = self.vars[v].lock().unwrap();
-                if w { q.complete_write(&mut ready) } else { q.complete_read(&mut ready) }
+                if w {
+                    q.complete_write(&mut ready)
+                } else {
+                    q.complete_read(&mut ready)
+                }
             }
             for r in ready {
                 if self.ops[r].wait.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -215,7 +235,11 @@ mod loom_model {
                 vars: (0..2).map(|_| Mutex::new(VarQueue::default())).collect(),
                 ops: deps
                     .iter()
-                    .map(|d| Op { deps: d.clone(), wait: AtomicUsize::new(d.len() + 1), runs: AtomicUsize::new(0) })
+                    .map(|d| Op {
+                        deps: d.clone(),
+                        wait: AtomicUsize::new(d.len() + 1),
+                        runs: AtomicUsize::new(0),
+                    })
                     .collect(),
                 active: (0..2).map(|_| Mutex::new(0)).collect(),
                 log: (0..2).map(|_| Mutex::new(Vec::new())).collect(),
@@ -232,15 +256,22 @@ mod loom_model {
                 h.join().unwrap();
             }
             for (i, op) in world.ops.iter().enumerate() {
-                assert_eq!(op.runs.load(Ordering::SeqCst), 1, "op {i} did not run exactly once");
+                assert_eq!(
+                    op.runs.load(Ordering::SeqCst),
+                    1,
+                    "op {i} did not run exactly once"
+                );
             }
             // writes pushed by one thread to one variable run in that thread's order
             for v in 0..2 {
                 let log = world.log[v].lock().unwrap();
                 for t in &threads {
                     let mine: Vec<usize> = log.iter().copied().filter(|i| t.contains(i)).collect();
-                    let pushed: Vec<usize> =
-                        t.iter().copied().filter(|&i| deps[i].contains(&(v, true))).collect();
+                    let pushed: Vec<usize> = t
+                        .iter()
+                        .copied()
+                        .filter(|&i| deps[i].contains(&(v, true)))
+                        .collect();
                     assert_eq!(mine, pushed, "var {v}: writes out of push order");
                 }
             }
@@ -251,13 +282,20 @@ mod loom_model {
     fn loom_write_read_write_across_two_vars() {
         // thread A: op0 writes v0 + reads v1, op2 writes v0; thread B: op1 reads v0 + writes v1
         check(
-            vec![vec![(0, true), (1, false)], vec![(0, false), (1, true)], vec![(0, true)]],
+            vec![
+                vec![(0, true), (1, false)],
+                vec![(0, false), (1, true)],
+                vec![(0, true)],
+            ],
             vec![vec![0, 2], vec![1]],
         );
     }
 
     #[test]
     fn loom_reads_then_write_on_one_var() {
-        check(vec![vec![(0, false)], vec![(0, false)], vec![(0, true)]], vec![vec![0, 2], vec![1]]);
+        check(
+            vec![vec![(0, false)], vec![(0, false)], vec![(0, true)]],
+            vec![vec![0, 2], vec![1]],
+        );
     }
 }
