@@ -12,7 +12,6 @@ use crate::engine::{
     VarList,
 };
 use crate::error::{Error, Result};
-use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
@@ -45,12 +44,7 @@ pub(crate) unsafe fn prop_arg(prop: EngineFnPropertyHandle) -> Result<FnProperty
 }
 
 /// Looks up `n` engine variable handles.
-unsafe fn vars_arg(
-    vars: EngineVarHandle,
-    n: c_int,
-    what: &str,
-    name: &str,
-) -> Result<SmallVec<[Var; 4]>> {
+unsafe fn vars_arg(vars: EngineVarHandle, n: c_int, what: &str, name: &str) -> Result<VarList> {
     let n = usize::try_from(n).map_err(|_| {
         Error::invalid(format!(
             "Non-negative number of {what} vars expected ({name} count = {n})"
@@ -59,6 +53,24 @@ unsafe fn vars_arg(
     // SAFETY: per the API contract `vars` is an array of `n` variable handles.
     let list = unsafe { handle::borrow_all::<VarInner>(vars as *const *mut c_void, n, name)? };
     Ok(list.into_iter().map(Var::from_inner).collect())
+}
+
+/// Looks up both variable arrays of a push (`const_vars` read, `mutable_vars` written).
+unsafe fn var_lists(
+    const_vars: EngineVarHandle,
+    num_const: c_int,
+    const_name: &str,
+    mutable_vars: EngineVarHandle,
+    num_mutable: c_int,
+    mutable_name: &str,
+) -> Result<(VarList, VarList)> {
+    // SAFETY: API contract for the variable arrays.
+    unsafe {
+        Ok((
+            vars_arg(const_vars, num_const, "const", const_name)?,
+            vars_arg(mutable_vars, num_mutable, "mutable", mutable_name)?,
+        ))
+    }
 }
 
 /// Owns a C op's `param`; runs the deleter when dropped (after the op, or when a push fails).
@@ -198,20 +210,13 @@ pub unsafe extern "C" fn MXEnginePushAsync(
     api_call("MXEnginePushAsync", || {
         let param = CParam::new(func_param, deleter);
         // SAFETY: API contract for the variable arrays.
-        let c = unsafe {
-            vars_arg(
+        let (c, m) = unsafe {
+            var_lists(
                 const_vars_handle,
                 num_const_vars,
-                "const",
                 "const_vars_handle",
-            )?
-        };
-        // SAFETY: as above.
-        let m = unsafe {
-            vars_arg(
                 mutable_vars_handle,
                 num_mutable_vars,
-                "mutable",
                 "mutable_vars_handle",
             )?
         };
@@ -253,20 +258,13 @@ pub unsafe extern "C" fn MXEnginePushSync(
     api_call("MXEnginePushSync", || {
         let param = CParam::new(func_param, deleter);
         // SAFETY: API contract for the variable arrays.
-        let c = unsafe {
-            vars_arg(
+        let (c, m) = unsafe {
+            var_lists(
                 const_vars_handle,
                 num_const_vars,
-                "const",
                 "const_vars_handle",
-            )?
-        };
-        // SAFETY: as above.
-        let m = unsafe {
-            vars_arg(
                 mutable_vars_handle,
                 num_mutable_vars,
-                "mutable",
                 "mutable_vars_handle",
             )?
         };
@@ -420,9 +418,16 @@ pub unsafe extern "C" fn MXEngineNewOperator(
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
         // SAFETY: API contract for the variable arrays.
-        let c = unsafe { vars_arg(const_vars, num_const, "const", "const_vars")? };
-        // SAFETY: as above.
-        let m = unsafe { vars_arg(mutable_vars, num_mutable, "mutable", "mutable_vars")? };
+        let (c, m) = unsafe {
+            var_lists(
+                const_vars,
+                num_const,
+                "const_vars",
+                mutable_vars,
+                num_mutable,
+                "mutable_vars",
+            )?
+        };
         // SAFETY: API contract.
         let prop = unsafe { prop_arg(prop)? };
         // SAFETY: API contract.

@@ -29,7 +29,7 @@ use super::error::api_call;
 use super::types::*;
 use crate::context::Context;
 use crate::dtype::DType;
-use crate::engine::{Engine, FnProperty, Var};
+use crate::engine::{Engine, FnProperty, VarList};
 use crate::error::Error;
 use crate::ndarray::format::{self, StorageType};
 use crate::ndarray::{self as nda, np_shape};
@@ -1084,15 +1084,14 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
     })
 }
 
-type Vars = SmallVec<[Var; 4]>;
 
 unsafe fn nd_vars(
     c: *mut NDArrayHandle,
     nc: c_int,
     m: *mut NDArrayHandle,
     nm: c_int,
-) -> Result<(Vars, Vars)> {
-    let one = |p: *mut NDArrayHandle, n: c_int, what: &str, name: &str| -> Result<Vars> {
+) -> Result<(VarList, VarList)> {
+    let one = |p: *mut NDArrayHandle, n: c_int, what: &str, name: &str| -> Result<VarList> {
         let n = usize::try_from(n).map_err(|_| {
             Error::invalid(format!(
                 "Non-negative number of {what} NDArrays expected ({name} count = {n})"
