@@ -179,6 +179,9 @@ static void report(const char *name, double value, const char *unit, const char 
 
 /* checks that every named symbol resolved; otherwise prints a "missing" line for each result */
 static bool need(const char *const *results, const int *syms, int nsyms) {
+  /* MXBENCH_ONLY=substring: run only the workloads whose (first) result name contains it */
+  const char *only = getenv("MXBENCH_ONLY");
+  if (only && *only && !strstr(results[0], only)) return false;
   for (int i = 0; i < nsyms; ++i) {
     if (!api_ptrs[syms[i]]) {
       for (const char *const *r = results; *r; ++r)

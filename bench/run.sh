@@ -10,6 +10,7 @@
 #   MXBENCH_REPEATS   repeats per workload, the median is reported (default 3)
 #   MXBENCH_TIMEOUT   seconds per mxbench run (default 600)
 #   MXBENCH_OUT       directory for the raw outputs (default target/mxbench)
+#   MXBENCH_ONLY      run only the workloads whose name contains this text
 # Exit status: non-zero if a run failed a check, crashed or timed out (missing symbols are
 # reported in the table but do not fail the script).
 set -euo pipefail

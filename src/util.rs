@@ -11,6 +11,21 @@ pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// Asks the CPU to fetch the cache line holding `addr` for writing, without waiting for it (for
+/// memory the calling thread will write soon that another core probably holds).
+#[inline]
+pub(crate) fn prefetch_write<T>(addr: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
+        // SAFETY: a prefetch is only a hint: it never faults and has no visible effect, whatever
+        // the address; SSE is part of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_ET0>(addr.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
 /// A per-thread cap on the threads that parallel work started from this thread may use
 /// (`MXSetNumOMPThreads`; MXNet sets OpenMP's per-thread count). `None` = no cap.
 pub mod thread_cap {

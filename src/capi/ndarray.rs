@@ -1084,7 +1084,6 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
     })
 }
 
-
 unsafe fn nd_vars(
     c: *mut NDArrayHandle,
     nc: c_int,

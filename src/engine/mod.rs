@@ -60,7 +60,7 @@ pub(crate) use opr::VarList;
 use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody};
 use parking_lot::Mutex;
 use signal::Signal;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// What `delete_variable` runs when the variable's deletion op executes.
@@ -194,26 +194,36 @@ impl Inner {
         spec: OpSpec,
     ) -> OprRef {
         self.pending.created();
-        let waits = const_vars.len() + mutable_vars.len() + 1;
-        Arc::new(OprBlock {
+        let n_const = const_vars.len();
+        let waits = n_const + mutable_vars.len() + 1;
+        let vars: opr::OpVars = if n_const == 0 {
+            mutable_vars.into_iter().collect()
+        } else {
+            const_vars.into_iter().chain(mutable_vars).collect()
+        };
+        let done = self
+            .is_naive()
+            .then(|| Arc::new(Signal::for_current_thread()));
+        let cold = (spec.name.is_some() || done.is_some()).then(|| {
+            Box::new(opr::OpCold {
+                name: spec.name,
+                done,
+            })
+        });
+        opr::alloc_op(OprBlock {
             engine: self.ptr(),
-            body: std::mem::ManuallyDrop::new(body),
-            const_vars,
-            mutable_vars,
+            vars,
+            n_const: u32::try_from(n_const).expect("fewer than 2^32 variables"),
+            wait: AtomicU32::new(u32::try_from(waits).expect("fewer than 2^32 variables")),
             ctx: spec.ctx,
-            prop: spec.prop,
             priority: spec.priority,
+            prop: spec.prop,
             wait_op: spec.wait,
             run_inline: spec.run_inline,
-            name: spec.name,
-            wait: AtomicUsize::new(waits),
-            exception: Mutex::new(None),
             has_exception: AtomicBool::new(false),
-            done: if self.is_naive() {
-                Some(Arc::new(Signal::for_current_thread()))
-            } else {
-                None
-            },
+            exception: Mutex::new(None),
+            cold,
+            body: std::mem::ManuallyDrop::new(body),
         })
     }
 
@@ -222,7 +232,7 @@ impl Inner {
     fn submit(&self, op: OprRef) -> Result<()> {
         if self.is_naive() {
             threaded::execute(op.clone());
-            if let Some(done) = &op.done {
+            if let Some(done) = op.done_signal() {
                 done.wait();
             }
             let err = op.exception.lock().take();
@@ -231,7 +241,7 @@ impl Inner {
                 None => Ok(()),
             };
         }
-        let granted = var::append_all(&op, &op.const_vars, &op.mutable_vars);
+        let granted = var::append_all(&op, op.const_vars(), op.mutable_vars()) as u32;
         if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
             self.dispatch(op, true);
         }
@@ -348,23 +358,25 @@ fn op_name(name: Option<&str>) -> Option<Arc<str>> {
     name.filter(|_| profiling::recording()).map(Arc::from)
 }
 
-/// Removes repeated variables: each mutable var once, and const vars that are also mutable or
-/// repeated. MXNet hangs on such ops; here they simply run.
-/// True if a variable appears twice across both lists.
+/// True if a variable appears twice across both lists (ops with repeats go through [`dedup`]).
 fn has_repeats(const_vars: &[Var], mutable_vars: &[Var]) -> bool {
     let n = const_vars.len() + mutable_vars.len();
     if n <= 1 {
         return false;
     }
-    if n > 16 {
-        return true; // let dedup's hash set decide
-    }
     let all = || const_vars.iter().chain(mutable_vars);
-    all()
-        .enumerate()
-        .any(|(i, v)| all().skip(i + 1).any(|w| w.same_as(v)))
+    if n <= 8 {
+        return all()
+            .enumerate()
+            .any(|(i, v)| all().skip(i + 1).any(|w| w.same_as(v)));
+    }
+    let mut addrs: smallvec::SmallVec<[usize; 32]> = all().map(Var::addr).collect();
+    addrs.sort_unstable();
+    addrs.windows(2).any(|w| w[0] == w[1])
 }
 
+/// Removes repeated variables: each mutable var once, and const vars that are also mutable or
+/// repeated. MXNet hangs on such ops; here they simply run.
 fn dedup(const_vars: &[Var], mutable_vars: &[Var]) -> (VarList, VarList) {
     fn contains(list: &[Var], v: &Var) -> bool {
         list.iter().any(|x| x.same_as(v))
@@ -862,4 +874,28 @@ fn _assert_send_sync() {
     is::<Engine>();
     is::<Var>();
     is::<Completion>();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_are_found_in_short_and_long_lists() {
+        for n in [2usize, 5, 8, 9, 17, 40] {
+            let vars: Vec<Var> = (0..n).map(|_| Var::new()).collect();
+            let (c, m) = vars.split_at(n / 2);
+            assert!(!has_repeats(c, m), "{n} distinct variables");
+            // the last variable again, as a read and as a write
+            let mut c2 = c.to_vec();
+            c2.push(vars[n - 1].clone());
+            assert!(has_repeats(&c2, m), "{n} variables, one read twice");
+            let mut m2 = m.to_vec();
+            m2.push(vars[0].clone());
+            assert!(has_repeats(c, &m2), "{n} variables, one read and written");
+            let (dc, dm) = dedup(&c2, &m2);
+            assert_eq!(dc.len() + dm.len(), n);
+            assert_eq!(dm.len(), m2.len(), "a written variable stays written");
+        }
+    }
 }

@@ -9,10 +9,11 @@ use super::{EnginePtr, Inner};
 use crate::context::Context;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
+use std::cell::Cell;
 use std::ffi::c_void;
-use std::mem::ManuallyDrop;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 /// Variables of one op; most ops have few.
 pub(crate) type VarList = SmallVec<[Var; 4]>;
@@ -97,30 +98,107 @@ impl RunContext {
 /// One pushed operation, from push until its last reference is dropped (which is what
 /// `WaitForAll` waits for, so the op's parameters are released before it returns). The body is the
 /// last field, stored inline: `OprRef` is `Arc<OprBlock<dyn OpBody>>`.
+///
+/// The block crosses from the pushing thread to a worker with every push, so it is kept small:
+/// with a C function as its body and up to three variables it fills two cache lines, reference
+/// counts included. Fields only some ops need live in `cold`.
 pub(crate) struct OprBlock<B: ?Sized> {
     pub(crate) engine: EnginePtr,
-    pub(crate) const_vars: VarList,
-    pub(crate) mutable_vars: VarList,
+    /// The variables it reads (`..n_const`), then those it writes.
+    pub(crate) vars: OpVars,
+    pub(crate) n_const: u32,
+    /// Dependencies not yet granted, plus one held by the pusher until it has queued them all.
+    pub(crate) wait: AtomicU32,
     pub(crate) ctx: Context,
-    pub(crate) prop: FnProperty,
     pub(crate) priority: i32,
+    pub(crate) prop: FnProperty,
     /// A wait-style op (MXNet's `wait=true`): runs even when its inputs carry an error.
     pub(crate) wait_op: bool,
     /// Run on whichever thread makes it ready instead of a worker pool (internal tiny ops).
     pub(crate) run_inline: bool,
-    pub(crate) name: Option<Arc<str>>,
-    /// Dependencies not yet granted, plus one held by the pusher until it has queued them all.
-    pub(crate) wait: AtomicUsize,
+    /// True once `exception` was set (checked without the lock on the hot path).
+    pub(crate) has_exception: AtomicBool,
     /// The error this op carries: adopted from an input when it starts, or its own failure.
     pub(crate) exception: Mutex<Option<ExceptionRef>>,
-    /// True once `exception` was set (checked without the lock on the hot path).
-    pub(crate) has_exception: std::sync::atomic::AtomicBool,
-    /// NaiveEngine: the pusher waits on this for the op to complete.
-    pub(crate) done: Option<Arc<Signal>>,
+    pub(crate) cold: Option<Box<OpCold>>,
     pub(crate) body: ManuallyDrop<B>,
 }
 
+/// The variables of one op as stored in it (reads then writes).
+pub(crate) type OpVars = SmallVec<[Var; 3]>;
+
+/// Parts of an op that most pushes leave empty.
+#[derive(Default)]
+pub(crate) struct OpCold {
+    /// Name for the profiler (kept only while the profiler records ops).
+    pub(crate) name: Option<Arc<str>>,
+    /// NaiveEngine: the pusher waits on this for the op to complete.
+    pub(crate) done: Option<Arc<Signal>>,
+}
+
+impl<B: ?Sized> OprBlock<B> {
+    pub(crate) fn const_vars(&self) -> &[Var] {
+        &self.vars[..self.n_const as usize]
+    }
+    pub(crate) fn mutable_vars(&self) -> &[Var] {
+        &self.vars[self.n_const as usize..]
+    }
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.cold.as_ref().and_then(|c| c.name.as_deref())
+    }
+    pub(crate) fn done_signal(&self) -> Option<&Arc<Signal>> {
+        self.cold.as_ref().and_then(|c| c.done.as_ref())
+    }
+}
+
 pub(crate) type OprRef = Arc<OprBlock<dyn OpBody>>;
+
+/// Memory for one op of the common size (a C function as body): the size and alignment of
+/// `OprBlock<B>` for such bodies, so `Arc::from_raw` may reinterpret it.
+type BlockMemory = MaybeUninit<[u64; 14]>;
+
+thread_local! {
+    /// Each pushing thread allocates the memory of its next op ahead of time and asks the CPU to
+    /// fetch it for writing. The allocator recycles blocks that workers freed, so without this
+    /// the pusher stalls on every push until those cache lines come back from the worker's core;
+    /// with it they arrive while the caller does other work.
+    static NEXT_BLOCK: Cell<Option<Arc<BlockMemory>>> = const { Cell::new(None) };
+}
+
+/// Puts `block` behind a reference count, in memory reserved ahead when its size allows.
+pub(crate) fn alloc_op<B: OpBody + 'static>(block: OprBlock<B>) -> OprRef {
+    if size_of::<OprBlock<B>>() != size_of::<BlockMemory>()
+        || align_of::<OprBlock<B>>() != align_of::<BlockMemory>()
+    {
+        return Arc::new(block);
+    }
+    let reserved = NEXT_BLOCK.try_with(|n| n.replace(Some(reserve_block())));
+    match reserved.ok().flatten() {
+        Some(memory) => {
+            // SAFETY: `Arc::from_raw` may take the pointer of an `Arc<U>` as `Arc<T>` when U and T
+            // have the same size and alignment, checked above; the memory is uninitialised either
+            // way.
+            let mut uninit: Arc<MaybeUninit<OprBlock<B>>> =
+                unsafe { Arc::from_raw(Arc::into_raw(memory).cast()) };
+            Arc::get_mut(&mut uninit)
+                .expect("a reserved block has no other reference")
+                .write(block);
+            // SAFETY: fully initialised by the write above.
+            unsafe { uninit.assume_init() }
+        }
+        None => Arc::new(block),
+    }
+}
+
+/// Allocates the memory of a thread's next op and prefetches its two cache lines for writing.
+fn reserve_block() -> Arc<BlockMemory> {
+    let memory = Arc::new(BlockMemory::uninit());
+    // the allocation starts with Arc's two counters, before the value
+    let start = Arc::as_ptr(&memory).cast::<u8>().wrapping_sub(16);
+    crate::util::prefetch_write(start);
+    crate::util::prefetch_write(start.wrapping_add(64));
+    memory
+}
 
 impl<B: ?Sized> OprBlock<B> {
     pub(crate) fn engine(&self) -> &Inner {
@@ -167,7 +245,7 @@ impl Completion {
 impl Drop for Completion {
     fn drop(&mut self) {
         if let Some(op) = self.op.take() {
-            let what = op.name.as_deref().unwrap_or("unnamed");
+            let what = op.name().unwrap_or("unnamed");
             let msg = if std::thread::panicking() {
                 format!("engine operation '{what}' panicked")
             } else {
@@ -202,5 +280,18 @@ impl std::fmt::Debug for Operator {
             .field("mutable_vars", &self.mutable_vars.len())
             .field("prop", &self.prop)
             .finish()
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_op_with_a_c_body_fills_two_cache_lines() {
+        // a C function, its parameter and its deleter; plus Arc's two counts
+        let block = size_of::<OprBlock<SyncBody<[usize; 3]>>>();
+        assert!(block + 16 <= 128, "OprBlock grew to {block} bytes");
+        // such ops use the memory reserved ahead
+        assert_eq!(block, size_of::<BlockMemory>());
     }
 }

@@ -5,11 +5,18 @@
 //! two monotonic counters: `created` when it creates an op, `dropped` when it drops one. A waiter
 //! reads every `dropped` first and then every `created`: every drop it counted belongs to an op
 //! whose creation it also counted, so equal sums mean every op created before the scan began has
-//! been dropped. Waiters are woken at most once per park (the `notified` flag coalesces wake-ups).
+//! been dropped.
+//!
+//! A waiter that has to sleep sets `countdown` to the number of ops it saw pending; while anyone
+//! waits, each drop decrements it, and the drop that takes it to zero wakes the waiters, who
+//! recount. So a waiter sleeps through the drops that cannot end its wait instead of waking for
+//! every one (on a busy machine those wake-ups cost more than the ops). The countdown may reach
+//! zero early (drops during the scan are counted twice), never late: an early wake-up only
+//! recounts.
 
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 const SHARDS: usize = 16;
@@ -24,10 +31,14 @@ struct Shard {
 pub(crate) struct PendingOps {
     shards: [Shard; SHARDS],
     waiters: AtomicUsize,
-    notified: AtomicBool,
+    /// Drops left before the waiters should recount (see the module docs).
+    countdown: AtomicI64,
     lock: Mutex<()>,
     cv: Condvar,
 }
+
+/// `countdown` while a waiter scans: far from zero, so no drop wakes anyone meanwhile.
+const SCANNING: i64 = 1 << 62;
 
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
@@ -49,7 +60,7 @@ impl PendingOps {
         PendingOps {
             shards: Default::default(),
             waiters: AtomicUsize::new(0),
-            notified: AtomicBool::new(false),
+            countdown: AtomicI64::new(SCANNING),
             lock: Mutex::new(()),
             cv: Condvar::new(),
         }
@@ -63,13 +74,15 @@ impl PendingOps {
             .fetch_add(1, Ordering::SeqCst);
     }
 
-    /// An op was dropped: wakes a waiter (once per park) so it can recount.
+    /// An op was dropped: the drop that ends the waiters' countdown wakes them.
     #[inline]
     pub(crate) fn dropped(&self) {
         self.shards[my_shard()]
             .dropped
             .fetch_add(1, Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0 && !self.notified.swap(true, Ordering::SeqCst) {
+        if self.waiters.load(Ordering::SeqCst) > 0
+            && self.countdown.fetch_sub(1, Ordering::SeqCst) == 1
+        {
             let _g = self.lock.lock();
             self.cv.notify_all();
         }
@@ -98,11 +111,20 @@ impl PendingOps {
         let mut g = self.lock.lock();
         self.waiters.fetch_add(1, Ordering::SeqCst);
         loop {
-            self.notified.store(false, Ordering::SeqCst);
-            if self.count() == 0 {
+            // waiters hold `lock` here, so one of them at a time resets the countdown
+            self.countdown.store(SCANNING, Ordering::SeqCst);
+            let pending = self.count();
+            if pending == 0 {
                 break;
             }
-            // the timeout only guards against a wake-up consumed by another waiter
+            let pending = i64::try_from(pending).unwrap_or(SCANNING / 2);
+            let left = self
+                .countdown
+                .fetch_sub(SCANNING - pending, Ordering::SeqCst);
+            if left - (SCANNING - pending) <= 0 {
+                continue; // every op seen pending was dropped during the scan
+            }
+            // the timeout is a safety net only: the countdown cannot end late
             self.cv.wait_for(&mut g, Duration::from_millis(5));
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);

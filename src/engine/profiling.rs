@@ -33,7 +33,7 @@ fn now_us() -> u64 {
 
 #[inline]
 pub(crate) fn begin(op: &OprBlock<dyn OpBody>) -> Option<u64> {
-    if recording() && op.name.is_some() {
+    if recording() && op.name().is_some() {
         Some(now_us())
     } else {
         None
@@ -42,7 +42,7 @@ pub(crate) fn begin(op: &OprBlock<dyn OpBody>) -> Option<u64> {
 
 #[inline]
 pub(crate) fn end(start: Option<u64>, op: &OprBlock<dyn OpBody>) {
-    if let (Some(start), Some(sink), Some(name)) = (start, SINK.get(), op.name.as_deref()) {
+    if let (Some(start), Some(sink), Some(name)) = (start, SINK.get(), op.name()) {
         sink(name, op.ctx, start, now_us());
     }
 }

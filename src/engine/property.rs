@@ -1,9 +1,10 @@
-//! `FnProperty`: how the engine schedules an operation. Values are MXNet's (part of the C ABI).
+//! `FnProperty`: how the engine schedules an operation. Values are MXNet's (part of the C ABI,
+//! where they are `int`s; stored in a byte here to keep ops small).
 
 use crate::error::{Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(i32)]
+#[repr(u8)]
 pub enum FnProperty {
     /// The device's normal FIFO queue.
     Normal = 0,

@@ -42,12 +42,7 @@ pub(crate) fn execute(op: OprRef) {
     let mut has_error = false;
     if !engine.is_naive() {
         // MXNet's OnStart: adopt the first unreported error of an input (reads first).
-        if let Some(e) = op
-            .const_vars
-            .iter()
-            .chain(&op.mutable_vars)
-            .find_map(|v| v.pending_exception())
-        {
+        if let Some(e) = op.vars.iter().find_map(|v| v.pending_exception()) {
             *op.exception.lock() = Some(e);
             op.has_exception.store(true, Ordering::Release);
             has_error = true;
@@ -68,7 +63,7 @@ pub(crate) fn execute(op: OprRef) {
         Err(_) if op.body.is_async() => None,
         Err(p) => Some(Err(format!(
             "engine operation '{}' panicked: {}",
-            op.name.as_deref().unwrap_or("unnamed"),
+            op.name().unwrap_or("unnamed"),
             panic_text(&*p)
         ))),
     };
@@ -88,10 +83,10 @@ impl Inner {
             if let Some(msg) = error {
                 *op.exception.lock() = Some(ExceptionRef::new(msg.into()));
             }
-            for v in &op.mutable_vars {
+            for v in op.mutable_vars() {
                 v.bump_version();
             }
-            if let Some(s) = &op.done {
+            if let Some(s) = op.done_signal() {
                 s.set();
             }
             return;
@@ -108,10 +103,10 @@ impl Inner {
             None => None,
         };
         let mut ready = Ready::new();
-        for v in &op.const_vars {
+        for v in op.const_vars() {
             v.complete_read(&mut ready);
         }
-        for v in &op.mutable_vars {
+        for v in op.mutable_vars() {
             v.complete_write(exception.as_ref(), &mut ready);
         }
         drop(op);

@@ -178,3 +178,13 @@ impl fmt::Debug for Var {
         write!(f, "Var({:#x})", self.addr())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_variable_fits_one_cache_line() {
+        // the queue lock, queue state and Arc's two counts move between threads as one line
+        let inner = std::mem::size_of::<super::VarInner>();
+        assert!(inner + 16 <= 64, "VarInner grew to {inner} bytes");
+    }
+}

@@ -9,8 +9,11 @@ use std::collections::VecDeque;
 
 #[derive(Debug)]
 pub(crate) struct VarQueue<T> {
-    /// Ops not granted yet, in push order, with whether each writes.
-    queue: VecDeque<(T, bool)>,
+    /// Ops not granted yet, in push order, with whether each writes. Allocated the first time an
+    /// op has to wait and kept afterwards; boxed so that a variable's whole state, reference
+    /// counts included, fits one cache line.
+    #[allow(clippy::box_collection)] // deliberate: see above
+    queue: Option<Box<VecDeque<(T, bool)>>>,
     /// Reads granted and not finished.
     running_reads: u32,
     /// A write is granted and not finished.
@@ -22,7 +25,7 @@ pub(crate) struct VarQueue<T> {
 impl<T> Default for VarQueue<T> {
     fn default() -> Self {
         VarQueue {
-            queue: VecDeque::new(),
+            queue: None,
             running_reads: 0,
             write_granted: false,
             version: 0,
@@ -31,31 +34,49 @@ impl<T> Default for VarQueue<T> {
 }
 
 impl<T> VarQueue<T> {
+    fn is_queue_empty(&self) -> bool {
+        self.queue.as_ref().is_none_or(|q| q.is_empty())
+    }
+
+    fn enqueue(&mut self, op: T, write: bool) {
+        self.queue.get_or_insert_default().push_back((op, write));
+    }
+
+    /// The first queued op, if it writes (`Some(true)`) or reads (`Some(false)`).
+    fn front_writes(&self) -> Option<bool> {
+        self.queue.as_ref().and_then(|q| q.front()).map(|p| p.1)
+    }
+
+    fn pop_front(&mut self) -> T {
+        let q = self.queue.as_mut().expect("front checked");
+        q.pop_front().expect("front checked").0
+    }
+
     /// Queues a read; true if it is granted at once (then `op` is not kept).
     pub(crate) fn append_read(&mut self, op: impl FnOnce() -> T) -> bool {
-        if !self.write_granted && self.queue.is_empty() {
+        if !self.write_granted && self.is_queue_empty() {
             self.running_reads += 1;
             true
         } else {
-            self.queue.push_back((op(), false));
+            self.enqueue(op(), false);
             false
         }
     }
 
     /// Queues a write; true if it is granted at once.
     pub(crate) fn append_write(&mut self, op: impl FnOnce() -> T) -> bool {
-        if !self.write_granted && self.running_reads == 0 && self.queue.is_empty() {
+        if !self.write_granted && self.running_reads == 0 && self.is_queue_empty() {
             self.write_granted = true;
             true
         } else {
-            self.queue.push_back((op(), true));
+            self.enqueue(op(), true);
             false
         }
     }
 
     /// Grants a read or write at once if it would not have to wait; never queues.
     pub(crate) fn try_grant_now(&mut self, write: bool) -> bool {
-        if self.write_granted || !self.queue.is_empty() || (write && self.running_reads > 0) {
+        if self.write_granted || !self.is_queue_empty() || (write && self.running_reads > 0) {
             return false;
         }
         if write {
@@ -70,8 +91,8 @@ impl<T> VarQueue<T> {
     pub(crate) fn complete_read(&mut self, ready: &mut impl Extend<T>) {
         debug_assert!(self.running_reads > 0);
         self.running_reads -= 1;
-        if self.running_reads == 0 && self.queue.front().is_some_and(|p| p.1) {
-            let (op, _) = self.queue.pop_front().expect("front checked");
+        if self.running_reads == 0 && self.front_writes() == Some(true) {
+            let op = self.pop_front();
             self.write_granted = true;
             ready.extend(Some(op));
         }
@@ -82,16 +103,16 @@ impl<T> VarQueue<T> {
         debug_assert!(self.write_granted);
         self.version += 1;
         self.write_granted = false;
-        while let Some(&(_, write)) = self.queue.front() {
+        while let Some(write) = self.front_writes() {
             if write {
                 if self.running_reads == 0 {
-                    let (op, _) = self.queue.pop_front().expect("front checked");
+                    let op = self.pop_front();
                     self.write_granted = true;
                     ready.extend(Some(op));
                 }
                 break;
             }
-            let (op, _) = self.queue.pop_front().expect("front checked");
+            let op = self.pop_front();
             self.running_reads += 1;
             ready.extend(Some(op));
         }
@@ -99,7 +120,7 @@ impl<T> VarQueue<T> {
 
     /// A write is running or queued.
     pub(crate) fn has_pending_write(&self) -> bool {
-        self.write_granted || self.queue.iter().any(|p| p.1)
+        self.write_granted || self.queue.as_ref().is_some_and(|q| q.iter().any(|p| p.1))
     }
 
     /// Number of completed writes.
