@@ -40,6 +40,9 @@ pub(crate) struct PendingOps {
 /// `countdown` while a waiter scans: far from zero, so no drop wakes anyone meanwhile.
 const SCANNING: i64 = 1 << 62;
 
+/// Up to this many pending ops a waiter recounts after every drop.
+const FEW: u64 = 64;
+
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
@@ -117,7 +120,12 @@ impl PendingOps {
             if pending == 0 {
                 break;
             }
-            let pending = i64::try_from(pending).unwrap_or(SCANNING / 2);
+            // with few ops pending, recount at the next drop (keeps short waits short)
+            let pending = if pending > FEW {
+                i64::try_from(pending).unwrap_or(SCANNING / 2)
+            } else {
+                1
+            };
             let left = self
                 .countdown
                 .fetch_sub(SCANNING - pending, Ordering::SeqCst);
