@@ -120,6 +120,7 @@ pub(crate) struct OprBlock<B: ?Sized> {
     pub(crate) has_exception: AtomicBool,
     /// The error this op carries: adopted from an input when it starts, or its own failure.
     pub(crate) exception: Mutex<Option<ExceptionRef>>,
+    /// The profiler name and NaiveEngine's completion signal, when the op has either.
     pub(crate) cold: Option<Box<OpCold>>,
     pub(crate) body: ManuallyDrop<B>,
 }
@@ -282,6 +283,7 @@ impl std::fmt::Debug for Operator {
             .finish()
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
