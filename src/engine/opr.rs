@@ -129,7 +129,6 @@ pub(crate) struct OprBlock<B: ?Sized> {
 pub(crate) type OpVars = SmallVec<[Var; 3]>;
 
 /// Parts of an op that most pushes leave empty.
-#[derive(Default)]
 pub(crate) struct OpCold {
     /// Name for the profiler (kept only while the profiler records ops).
     pub(crate) name: Option<Arc<str>>,

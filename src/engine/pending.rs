@@ -12,7 +12,8 @@
 //! recount. So a waiter sleeps through the drops that cannot end its wait instead of waking for
 //! every one (on a busy machine those wake-ups cost more than the ops). The countdown may reach
 //! zero early (drops during the scan are counted twice), never late: an early wake-up only
-//! recounts.
+//! recounts. With only a few ops pending (`FEW`) the countdown is 1: the waiter recounts
+//! after every drop, which keeps short waits short.
 
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
