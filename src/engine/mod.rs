@@ -36,6 +36,7 @@ mod config;
 mod exception;
 mod executor;
 mod fork;
+mod op_memory;
 mod opr;
 mod pending;
 mod pool;
@@ -186,21 +187,24 @@ impl Inner {
         self.pending.wait_zero();
     }
 
+    /// Creates an op on `const_vars` and `mutable_vars` (distinct variables). The op does not
+    /// count references to them: the caller keeps the lists until [`submit`](Self::submit)
+    /// returns, by which time each variable holds itself while the op is queued on it.
     fn new_op<B: OpBody + 'static>(
         &self,
         body: B,
-        const_vars: VarList,
-        mutable_vars: VarList,
+        const_vars: &[Var],
+        mutable_vars: &[Var],
         spec: OpSpec,
     ) -> OprRef {
         self.pending.created();
         let n_const = const_vars.len();
         let waits = n_const + mutable_vars.len() + 1;
-        let vars: opr::OpVars = if n_const == 0 {
-            mutable_vars.into_iter().collect()
-        } else {
-            const_vars.into_iter().chain(mutable_vars).collect()
-        };
+        let vars: opr::OpVars = const_vars
+            .iter()
+            .chain(mutable_vars)
+            .map(opr::uncounted)
+            .collect();
         let done = self
             .is_naive()
             .then(|| Arc::new(Signal::for_current_thread()));
@@ -210,7 +214,7 @@ impl Inner {
                 done,
             })
         });
-        opr::alloc_op(OprBlock {
+        op_memory::alloc_op(OprBlock {
             engine: self.ptr(),
             vars,
             n_const: u32::try_from(n_const).expect("fewer than 2^32 variables"),
@@ -301,7 +305,8 @@ impl Inner {
         } else {
             (const_vars, mutable_vars)
         };
-        let op = self.new_op(body, c, m, OpSpec::from_args(args, run_inline));
+        let op = self.new_op(body, &c, &m, OpSpec::from_args(args, run_inline));
+        // `c` and `m` keep the variables alive until the op is queued on them
         self.submit(op)
     }
 
@@ -594,10 +599,11 @@ impl Engine {
             run_inline: false,
         };
         let body = op.body.clone();
+        // `op` (held by the caller) keeps the variables alive until the op is queued on them
         let block = inner.new_op(
             AsyncBody(move |rc: &RunContext, done: Completion| body(rc, done)),
-            op.const_vars.clone(),
-            op.mutable_vars.clone(),
+            &op.const_vars,
+            &op.mutable_vars,
             spec,
         );
         inner.submit(block)
@@ -879,6 +885,51 @@ fn _assert_send_sync() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_variable_lives_while_ops_are_queued_on_it_and_no_longer() {
+        let engine = Engine::new(EngineConfig::new(EngineKind::PerDevice));
+        let (dropped, kept) = (engine.new_variable(), engine.new_variable());
+        let weak = Arc::downgrade(&dropped.0);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let rx = Mutex::new(rx);
+        let both = [dropped.clone(), kept.clone()];
+        let args = PushArgs::new(Context::cpu(0));
+        engine
+            .push_fn(args.writes(&both), move |_| {
+                rx.lock().recv().ok();
+                Ok(())
+            })
+            .unwrap();
+        let ran = Arc::new(AtomicU32::new(0));
+        for i in 0..10 {
+            let r = ran.clone();
+            let vars = [dropped.clone()];
+            let rw = if i % 2 == 0 {
+                args.reads(&vars)
+            } else {
+                args.writes(&vars)
+            };
+            engine
+                .push_fn(rw, move |_| {
+                    r.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                })
+                .unwrap();
+        }
+        drop((dropped, both));
+        assert!(weak.upgrade().is_some(), "ops queued on it keep it");
+        tx.send(()).unwrap();
+        engine.wait_for_all().unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 10);
+        assert!(weak.upgrade().is_none(), "freed once its last op finished");
+        assert_eq!(
+            Arc::strong_count(&kept.0),
+            1,
+            "an idle variable holds no reference"
+        );
+        assert_eq!(kept.version(), 1);
+    }
 
     #[test]
     fn repeats_are_found_in_short_and_long_lists() {

@@ -9,9 +9,8 @@ use super::{EnginePtr, Inner};
 use crate::context::Context;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
-use std::cell::Cell;
 use std::ffi::c_void;
-use std::mem::{ManuallyDrop, MaybeUninit};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 
@@ -125,8 +124,17 @@ pub(crate) struct OprBlock<B: ?Sized> {
     pub(crate) body: ManuallyDrop<B>,
 }
 
-/// The variables of one op as stored in it (reads then writes).
-pub(crate) type OpVars = SmallVec<[Var; 3]>;
+/// The variables of one op as stored in it (reads then writes): copies of the pusher's references
+/// that count nothing and are never dropped. A variable keeps itself alive while ops are queued
+/// on it (see `var.rs`), and the pusher's own reference covers the op until then.
+pub(crate) type OpVars = SmallVec<[ManuallyDrop<Var>; 3]>;
+
+/// The uncounted copy of `v` an op keeps (see [`OpVars`]).
+pub(crate) fn uncounted(v: &Var) -> ManuallyDrop<Var> {
+    // SAFETY: a bitwise copy of the `Arc` without taking a reference; `ManuallyDrop` keeps it from
+    // ever giving one back. It is only used while the variable is alive, per `OpVars`.
+    ManuallyDrop::new(unsafe { std::ptr::read(v) })
+}
 
 /// Parts of an op that most pushes leave empty.
 pub(crate) struct OpCold {
@@ -137,11 +145,17 @@ pub(crate) struct OpCold {
 }
 
 impl<B: ?Sized> OprBlock<B> {
+    fn all_vars(&self) -> &[Var] {
+        let vars: &[ManuallyDrop<Var>] = &self.vars;
+        // SAFETY: `ManuallyDrop<T>` is `repr(transparent)` over `T`, so the slices have the same
+        // layout; a shared slice cannot drop its elements.
+        unsafe { std::slice::from_raw_parts(vars.as_ptr().cast::<Var>(), vars.len()) }
+    }
     pub(crate) fn const_vars(&self) -> &[Var] {
-        &self.vars[..self.n_const as usize]
+        &self.all_vars()[..self.n_const as usize]
     }
     pub(crate) fn mutable_vars(&self) -> &[Var] {
-        &self.vars[self.n_const as usize..]
+        &self.all_vars()[self.n_const as usize..]
     }
     pub(crate) fn name(&self) -> Option<&str> {
         self.cold.as_ref().and_then(|c| c.name.as_deref())
@@ -152,53 +166,6 @@ impl<B: ?Sized> OprBlock<B> {
 }
 
 pub(crate) type OprRef = Arc<OprBlock<dyn OpBody>>;
-
-/// Memory for one op of the common size (a C function as body): the size and alignment of
-/// `OprBlock<B>` for such bodies, so `Arc::from_raw` may reinterpret it.
-type BlockMemory = MaybeUninit<[u64; 14]>;
-
-thread_local! {
-    /// Each pushing thread allocates the memory of its next op ahead of time and asks the CPU to
-    /// fetch it for writing. The allocator recycles blocks that workers freed, so without this
-    /// the pusher stalls on every push until those cache lines come back from the worker's core;
-    /// with it they arrive while the caller does other work.
-    static NEXT_BLOCK: Cell<Option<Arc<BlockMemory>>> = const { Cell::new(None) };
-}
-
-/// Puts `block` behind a reference count, in memory reserved ahead when its size allows.
-pub(crate) fn alloc_op<B: OpBody + 'static>(block: OprBlock<B>) -> OprRef {
-    if size_of::<OprBlock<B>>() != size_of::<BlockMemory>()
-        || align_of::<OprBlock<B>>() != align_of::<BlockMemory>()
-    {
-        return Arc::new(block);
-    }
-    let reserved = NEXT_BLOCK.try_with(|n| n.replace(Some(reserve_block())));
-    match reserved.ok().flatten() {
-        Some(memory) => {
-            // SAFETY: `Arc::from_raw` may take the pointer of an `Arc<U>` as `Arc<T>` when U and T
-            // have the same size and alignment, checked above; the memory is uninitialised either
-            // way.
-            let mut uninit: Arc<MaybeUninit<OprBlock<B>>> =
-                unsafe { Arc::from_raw(Arc::into_raw(memory).cast()) };
-            Arc::get_mut(&mut uninit)
-                .expect("a reserved block has no other reference")
-                .write(block);
-            // SAFETY: fully initialised by the write above.
-            unsafe { uninit.assume_init() }
-        }
-        None => Arc::new(block),
-    }
-}
-
-/// Allocates the memory of a thread's next op and prefetches its two cache lines for writing.
-fn reserve_block() -> Arc<BlockMemory> {
-    let memory = Arc::new(BlockMemory::uninit());
-    // the allocation starts with Arc's two counters, before the value
-    let start = Arc::as_ptr(&memory).cast::<u8>().wrapping_sub(16);
-    crate::util::prefetch_write(start);
-    crate::util::prefetch_write(start.wrapping_add(64));
-    memory
-}
 
 impl<B: ?Sized> OprBlock<B> {
     pub(crate) fn engine(&self) -> &Inner {
@@ -293,6 +260,6 @@ mod tests {
         let block = size_of::<OprBlock<SyncBody<[usize; 3]>>>();
         assert!(block + 16 <= 128, "OprBlock grew to {block} bytes");
         // such ops use the memory reserved ahead
-        assert_eq!(block, size_of::<BlockMemory>());
+        assert_eq!(block, super::super::op_memory::BLOCK_BYTES);
     }
 }

@@ -12,6 +12,7 @@
 
 use super::opr::OprRef;
 use crossbeam_queue::SegQueue;
+use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
 use std::cmp::Ordering as CmpOrdering;
@@ -134,8 +135,12 @@ struct PoolShared {
     queue: TaskQueue,
     /// The pool's workers plus one pushing thread outnumber the cores.
     oversubscribed: AtomicBool,
-    spinners: AtomicUsize,
-    sleepers: AtomicUsize,
+    /// Workers polling the queue. Changes whenever the queue runs dry, so it has a cache line of
+    /// its own: pushers read it only when `sleepers` is non-zero.
+    spinners: CachePadded<AtomicUsize>,
+    /// Workers parked (or about to). Read by every push; written only when a worker parks or
+    /// wakes, so in a steady stream of ops its line stays shared instead of bouncing.
+    sleepers: CachePadded<AtomicUsize>,
     park_lock: Mutex<()>,
     park_cv: Condvar,
     stop: AtomicBool,
@@ -250,8 +255,8 @@ impl WorkerPool {
         let shared = Arc::new(PoolShared {
             queue,
             oversubscribed: AtomicBool::new(false),
-            spinners: AtomicUsize::new(0),
-            sleepers: AtomicUsize::new(0),
+            spinners: CachePadded::new(AtomicUsize::new(0)),
+            sleepers: CachePadded::new(AtomicUsize::new(0)),
             park_lock: Mutex::new(()),
             park_cv: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -350,8 +355,8 @@ fn worker_main(shared: &PoolShared, run: fn(OprRef)) {
     while let Some(op) = shared.next() {
         // more work queued and nobody looking for it: bring in another worker
         if !shared.queue.is_empty()
-            && shared.spinners.load(Ordering::SeqCst) == 0
             && shared.sleepers.load(Ordering::SeqCst) > 0
+            && shared.spinners.load(Ordering::SeqCst) == 0
         {
             shared.wake_one();
         }
@@ -374,7 +379,8 @@ fn push_shared(s: &PoolShared, op: OprRef, front: bool) {
     s.queue.push(op, front);
     // pairs with the worker's fence between registering as a sleeper and re-checking
     fence(Ordering::SeqCst);
-    if s.spinners.load(Ordering::SeqCst) == 0 && s.sleepers.load(Ordering::SeqCst) > 0 {
+    // `sleepers` first: while no worker is parked that is all a push reads
+    if s.sleepers.load(Ordering::SeqCst) > 0 && s.spinners.load(Ordering::SeqCst) == 0 {
         s.wake_one();
     }
 }

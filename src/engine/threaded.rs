@@ -68,8 +68,10 @@ pub(crate) fn execute(op: OprRef) {
         ))),
     };
     super::profiling::end(profile, &op);
-    if let Some(result) = result {
-        Inner::on_complete(op, result.err());
+    match result {
+        Some(result) => Inner::on_complete(op, result.err()),
+        // an async body's completion holds its own reference
+        None => super::op_memory::release(op),
     }
 }
 
@@ -109,7 +111,7 @@ impl Inner {
         for v in op.mutable_vars() {
             v.complete_write(exception.as_ref(), &mut ready);
         }
-        drop(op);
+        super::op_memory::release(op);
         if !ready.is_empty() {
             // SAFETY: the ops in `ready` are pending ops of this engine, so it is still alive.
             unsafe { engine_ptr.get() }.dispatch_ready(ready);

@@ -6,6 +6,14 @@
 //!
 //! The queue logic is `var_queue::VarQueue` (model-checked with loom); here it is guarded by a
 //! small mutex per variable, held only to queue or release, never while an operation runs.
+//!
+//! Lifetime: ops do not count references to their variables (a worker dropping one reference per
+//! variable per op would pull each variable's cache line back from the pushing thread once more).
+//! Instead a variable holds one reference to itself while it is busy, i.e. while any access is
+//! granted or queued: taken when an access arrives at an idle variable, given back when the last
+//! one finishes. The pusher's own reference covers the op until it is queued, so a variable
+//! outlives every op queued on it, and the reference count changes only on the line the queue
+//! operation holds anyway, and not at all while the variable stays busy.
 
 use super::exception::ExceptionRef;
 use super::opr::OprRef;
@@ -42,6 +50,7 @@ struct VarState {
 /// they share. Appending variable by variable instead lets them queue in opposite orders on two
 /// variables, and each would wait for the other forever (found by the loom model in
 /// `var_queue.rs`; MXNet's engine has that race for pushes from several threads).
+/// The caller must keep every variable alive until this returns (its own reference does).
 pub(crate) fn append_all(op: &OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> usize {
     match (const_vars, mutable_vars) {
         ([], []) => 0,
@@ -56,7 +65,10 @@ pub(crate) fn append_all(op: &OprRef, const_vars: &[Var], mutable_vars: &[Var]) 
             vars.sort_unstable_by_key(|(v, _)| v.addr());
             let mut guards: SmallVec<[_; 8]> = vars.iter().map(|(v, _)| v.0.state.lock()).collect();
             let mut granted = 0;
-            for (g, &(_, write)) in guards.iter_mut().zip(&vars) {
+            for (g, &(v, write)) in guards.iter_mut().zip(&vars) {
+                if g.queue.is_idle() {
+                    v.pin();
+                }
                 let granted_now = if write {
                     g.queue.append_write(|| op.clone())
                 } else {
@@ -102,20 +114,49 @@ impl Var {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
+    /// Takes the reference a busy variable holds to itself (see the module docs).
+    fn pin(&self) {
+        std::mem::forget(self.clone());
+    }
+
+    /// Gives back the reference taken by [`pin`](Self::pin): the variable may be freed now, so
+    /// the caller must not touch it afterwards, and must not hold its lock.
+    ///
+    /// # Safety
+    /// `inner` is a pinned variable whose queue became idle under the lock just released.
+    unsafe fn unpin(inner: *const VarInner) {
+        // SAFETY: per the contract the pin's reference is still counted; this gives it back.
+        unsafe { Arc::decrement_strong_count(inner) };
+    }
+
     /// Queues a read; true if it is granted at once.
     pub(crate) fn append_read(&self, op: &OprRef) -> bool {
-        self.0.state.lock().queue.append_read(|| op.clone())
+        let mut s = self.0.state.lock();
+        if s.queue.is_idle() {
+            self.pin();
+        }
+        s.queue.append_read(|| op.clone())
     }
 
     /// Queues a write; true if it is granted at once.
     pub(crate) fn append_write(&self, op: &OprRef) -> bool {
-        self.0.state.lock().queue.append_write(|| op.clone())
+        let mut s = self.0.state.lock();
+        if s.queue.is_idle() {
+            self.pin();
+        }
+        s.queue.append_write(|| op.clone())
     }
 
     /// Grants a read or write at once if nothing is running or queued that it would have to wait
     /// for; never queues.
     pub(crate) fn try_grant_now(&self, write: bool) -> bool {
-        self.0.state.lock().queue.try_grant_now(write)
+        let mut s = self.0.state.lock();
+        let idle = s.queue.is_idle();
+        let granted = s.queue.try_grant_now(write);
+        if granted && idle {
+            self.pin();
+        }
+        granted
     }
 
     /// True if no other reference to the variable exists (so no op can be queued on it).
@@ -123,20 +164,37 @@ impl Var {
         Arc::strong_count(&self.0) == 1
     }
 
-    /// A granted read finished; the next write may start.
+    /// A granted read finished; the next write may start. The variable may be freed by this
+    /// call (when the caller holds no reference of its own).
     pub(crate) fn complete_read(&self, ready: &mut Ready) {
-        self.0.state.lock().queue.complete_read(ready);
+        let inner = Arc::as_ptr(&self.0);
+        let mut s = self.0.state.lock();
+        s.queue.complete_read(ready);
+        let idle = s.queue.is_idle();
+        drop(s);
+        if idle {
+            // SAFETY: the variable was busy (a read was granted), so pinned, and is idle now.
+            unsafe { Self::unpin(inner) };
+        }
     }
 
     /// A granted write finished: bump the version, record its error (if any), and release the
-    /// reads behind it or the next write.
+    /// reads behind it or the next write. The variable may be freed by this call (when the
+    /// caller holds no reference of its own).
     pub(crate) fn complete_write(&self, exception: Option<&ExceptionRef>, ready: &mut Ready) {
+        let inner = Arc::as_ptr(&self.0);
         let mut s = self.0.state.lock();
         if let Some(e) = exception {
             s.exception = Some(e.clone());
             self.0.has_exception.store(true, Ordering::Release);
         }
         s.queue.complete_write(ready);
+        let idle = s.queue.is_idle();
+        drop(s);
+        if idle {
+            // SAFETY: the variable was busy (a write was granted), so pinned, and is idle now.
+            unsafe { Self::unpin(inner) };
+        }
     }
 
     /// True if a write is running or queued (a WaitForVar has something to wait for).

@@ -118,6 +118,11 @@ impl<T> VarQueue<T> {
         }
     }
 
+    /// Nothing is running or queued.
+    pub(crate) fn is_idle(&self) -> bool {
+        !self.write_granted && self.running_reads == 0 && self.is_queue_empty()
+    }
+
     /// A write is running or queued.
     pub(crate) fn has_pending_write(&self) -> bool {
         self.write_granted || self.queue.as_ref().is_some_and(|q| q.iter().any(|p| p.1))
