@@ -157,8 +157,8 @@ pub(crate) unsafe fn push_c(
     func: CFunc,
     param: CParam,
     ctx: ContextHandle,
-    const_vars: VarList,
-    mutable_vars: VarList,
+    const_vars: &[Var],
+    mutable_vars: &[Var],
     prop: EngineFnPropertyHandle,
     priority: c_int,
     name: *const c_char,
@@ -170,17 +170,22 @@ pub(crate) unsafe fn push_c(
     let prop = unsafe { prop_arg(prop)? };
     // SAFETY: as above.
     let name = unsafe { args::opt_c_str(name, "opr_name")? };
-    let mut a = PushArgs::new(ctx).prop(prop).priority(priority).wait(wait);
+    let mut a = PushArgs::new(ctx)
+        .reads(const_vars)
+        .writes(mutable_vars)
+        .prop(prop)
+        .priority(priority)
+        .wait(wait);
     a.name = name;
     let engine = engine()?;
     match func {
         CFunc::Sync(f) => {
             let f = f.ok_or_else(|| Error::invalid("sync_func is NULL"))?;
-            engine.push_fn_owned(a, const_vars, mutable_vars, c_sync_body(f, param))
+            engine.push_fn(a, c_sync_body(f, param))
         }
         CFunc::Async(f) => {
             let f = f.ok_or_else(|| Error::invalid("async_func is NULL"))?;
-            engine.push_async_owned(a, const_vars, mutable_vars, c_async_body(f, param))
+            engine.push_async_fn(a, c_async_body(f, param))
         }
     }
 }
@@ -226,8 +231,8 @@ pub unsafe extern "C" fn MXEnginePushAsync(
                 CFunc::Async(async_func),
                 param,
                 ctx_handle,
-                c,
-                m,
+                &c,
+                &m,
                 prop_handle,
                 priority,
                 opr_name,
@@ -274,8 +279,8 @@ pub unsafe extern "C" fn MXEnginePushSync(
                 CFunc::Sync(sync_func),
                 param,
                 ctx_handle,
-                c,
-                m,
+                &c,
+                &m,
                 prop_handle,
                 priority,
                 opr_name,

@@ -98,27 +98,6 @@ fn borrow_named<T: Handle>(ptr: *const c_void, arg: impl FnOnce() -> String) -> 
     }
 }
 
-/// Runs `f` on the object behind a live handle while the registry shard is locked, without
-/// taking a reference (for cheap reads on hot paths). `f` must not call into the registry.
-pub(crate) fn with_at<T: Handle, R>(
-    ptr: *const c_void,
-    arg: &str,
-    index: usize,
-    f: impl FnOnce(&T) -> R,
-) -> Result<R> {
-    let addr = ptr as usize;
-    let map = shard(addr).read();
-    let found = map.get(&addr);
-    if found != Some(&T::KIND) {
-        return Err(
-            check(addr, found, T::KIND, &format!("{arg}[{index}]")).expect_err("kind differs")
-        );
-    }
-    // SAFETY: registered with kind T::KIND, so it is a live `Arc<T>` owned by C; the read lock
-    // keeps `take` from releasing it while `f` runs.
-    Ok(f(unsafe { &*(ptr as *const T) }))
-}
-
 /// Ends a handle's life: unregisters it and returns the reference C owned. Freeing twice is an error.
 pub(crate) fn take<T: Handle>(ptr: *mut c_void, arg: &str) -> Result<Arc<T>> {
     let addr = ptr as usize;

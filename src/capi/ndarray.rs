@@ -29,7 +29,7 @@ use super::error::api_call;
 use super::types::*;
 use crate::context::Context;
 use crate::dtype::DType;
-use crate::engine::{Engine, FnProperty, VarList};
+use crate::engine::{Engine, FnProperty, Var};
 use crate::error::Error;
 use crate::ndarray::format::{self, StorageType};
 use crate::ndarray::{self as nda, np_shape};
@@ -1014,7 +1014,7 @@ pub unsafe extern "C" fn MXEnginePushAsyncND(
 ) -> c_int {
     api_call("MXEnginePushAsyncND", || {
         // SAFETY: API contract for the handle arrays.
-        let (c, m) = unsafe {
+        let nds = unsafe {
             nd_vars(
                 const_nds_handle,
                 num_const_nds,
@@ -1029,8 +1029,8 @@ pub unsafe extern "C" fn MXEnginePushAsyncND(
                 CFunc::Async(async_func),
                 param,
                 ctx_handle,
-                c,
-                m,
+                nds.const_vars(),
+                nds.mutable_vars(),
                 prop_handle,
                 priority,
                 opr_name,
@@ -1058,7 +1058,7 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
 ) -> c_int {
     api_call("MXEnginePushSyncND", || {
         // SAFETY: API contract for the handle arrays.
-        let (c, m) = unsafe {
+        let nds = unsafe {
             nd_vars(
                 const_nds_handle,
                 num_const_nds,
@@ -1073,8 +1073,8 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
                 CFunc::Sync(sync_func),
                 param,
                 ctx_handle,
-                c,
-                m,
+                nds.const_vars(),
+                nds.mutable_vars(),
                 prop_handle,
                 priority,
                 opr_name,
@@ -1084,13 +1084,41 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
     })
 }
 
+/// The variables of the arrays a push names, borrowed from the arrays, which it holds.
+struct NdVars {
+    /// Keeps the arrays, and so their variables, alive until the push returns. Holding the arrays
+    /// rather than counting references to the variables leaves the variables' cache lines alone
+    /// until the engine queues the op (a worker touches them whenever an op on them finishes).
+    _arrays: SmallVec<[Arc<NDArray>; 8]>,
+    vars: SmallVec<[std::mem::ManuallyDrop<Var>; 8]>,
+    n_const: usize,
+}
+
+impl NdVars {
+    fn const_vars(&self) -> &[Var] {
+        &crate::engine::uncounted_slice(&self.vars)[..self.n_const]
+    }
+    fn mutable_vars(&self) -> &[Var] {
+        &crate::engine::uncounted_slice(&self.vars)[self.n_const..]
+    }
+}
+
+/// Looks up the arrays of an ND push: `c` (read) and `m` (written); none may be a none array.
 unsafe fn nd_vars(
     c: *mut NDArrayHandle,
     nc: c_int,
     m: *mut NDArrayHandle,
     nm: c_int,
-) -> Result<(VarList, VarList)> {
-    let one = |p: *mut NDArrayHandle, n: c_int, what: &str, name: &str| -> Result<VarList> {
+) -> Result<NdVars> {
+    let mut out = NdVars {
+        _arrays: SmallVec::new(),
+        vars: SmallVec::new(),
+        n_const: 0,
+    };
+    for (p, n, what, name) in [
+        (c, nc, "const", "const_nds_handle"),
+        (m, nm, "mutable", "mutable_nds_handle"),
+    ] {
         let n = usize::try_from(n).map_err(|_| {
             Error::invalid(format!(
                 "Non-negative number of {what} NDArrays expected ({name} count = {n})"
@@ -1098,16 +1126,18 @@ unsafe fn nd_vars(
         })?;
         // SAFETY: API contract: `n` handles.
         let hs = unsafe { args::slice(p as *const NDArrayHandle, n, name)? };
-        hs.iter()
-            .enumerate()
-            .map(|(i, &h)| {
-                handle::with_at::<NDArray, _>(h, name, i, |a| a.var().cloned())?
-                    .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))
-            })
-            .collect()
-    };
-    Ok((
-        one(c, nc, "const", "const_nds_handle")?,
-        one(m, nm, "mutable", "mutable_nds_handle")?,
-    ))
+        for (i, &h) in hs.iter().enumerate() {
+            let a = handle::borrow_at::<NDArray>(h, name, i)?;
+            let v = a
+                .var()
+                .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))?;
+            // the copy stays valid while `a`, kept in `_arrays`, owns the variable
+            out.vars.push(crate::engine::uncounted(v));
+            out._arrays.push(a);
+        }
+        if what == "const" {
+            out.n_const = out.vars.len();
+        }
+    }
+    Ok(out)
 }

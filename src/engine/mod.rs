@@ -57,8 +57,8 @@ use crate::context::{Context, DeviceType};
 use crate::error::{Error, ErrorKind, Result};
 use exception::ExceptionRef;
 use executor::{Executor, PerDevice, Pooled};
-pub(crate) use opr::VarList;
 use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody};
+pub(crate) use opr::{VarList, uncounted, uncounted_slice};
 use parking_lot::Mutex;
 use signal::Signal;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -188,8 +188,8 @@ impl Inner {
     }
 
     /// Creates an op on `const_vars` and `mutable_vars` (distinct variables). The op does not
-    /// count references to them: the caller keeps the lists until [`submit`](Self::submit)
-    /// returns, by which time each variable holds itself while the op is queued on it.
+    /// count references to them: the caller hands the lists to [`submit`](Self::submit), whose
+    /// references keep them alive until each variable holds itself for the op queued on it.
     fn new_op<B: OpBody + 'static>(
         &self,
         body: B,
@@ -232,8 +232,9 @@ impl Inner {
     }
 
     /// Queues `op` on its variables and dispatches it if nothing blocks it; NaiveEngine runs it
-    /// now and returns its error.
-    fn submit(&self, op: OprRef) -> Result<()> {
+    /// now and returns its error. `const_vars`/`mutable_vars` are the variables `op` was created
+    /// with, borrowed from the caller, which keeps them alive until the op is queued on them.
+    fn submit(&self, op: OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> Result<()> {
         if self.is_naive() {
             threaded::execute(op.clone());
             if let Some(done) = op.done_signal() {
@@ -245,7 +246,7 @@ impl Inner {
                 None => Ok(()),
             };
         }
-        let granted = var::append_all(&op, op.const_vars(), op.mutable_vars()) as u32;
+        let granted = var::append_all(&op, const_vars, mutable_vars) as u32;
         if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
             self.dispatch(op, true);
         }
@@ -268,46 +269,31 @@ impl Inner {
     }
 
     /// Checks a push (device, shutdown), pushes the calling thread's bulk segment first, then
-    /// queues the op on `const_vars`/`mutable_vars`.
-    fn push_lists<B: OpBody + 'static>(
-        &self,
-        body: B,
-        args: &PushArgs<'_>,
-        const_vars: VarList,
-        mutable_vars: VarList,
-    ) -> Result<()> {
+    /// queues the op on `args`' variables.
+    fn push_body<B: OpBody + 'static>(&self, body: B, args: &PushArgs<'_>) -> Result<()> {
         self.check_push(args.ctx, args.prop)?;
         self.flush_bulk()?;
-        self.enqueue(body, args, const_vars, mutable_vars, false)
+        self.enqueue(body, args, false)
     }
 
-    /// [`push_lists`](Self::push_lists) with `args`' own variable lists.
-    fn push_body<B: OpBody + 'static>(&self, body: B, args: &PushArgs<'_>) -> Result<()> {
-        let (c, m) = (
-            VarList::from(args.const_vars),
-            VarList::from(args.mutable_vars),
-        );
-        self.push_lists(body, args, c, m)
-    }
-
-    /// Creates the op and queues it, unchecked (for the engine's own wait and lease ops too).
-    /// Repeated variables are merged; lists without repeats are used as they are.
+    /// Creates the op and queues it on `args`' variables, unchecked (for the engine's own wait and
+    /// lease ops too). Repeated variables are merged; lists without repeats are used as they are,
+    /// without taking references: the borrow keeps them alive until the op is queued.
     fn enqueue<B: OpBody + 'static>(
         &self,
         body: B,
         args: &PushArgs<'_>,
-        const_vars: VarList,
-        mutable_vars: VarList,
         run_inline: bool,
     ) -> Result<()> {
-        let (c, m) = if has_repeats(&const_vars, &mutable_vars) {
-            dedup(&const_vars, &mutable_vars)
-        } else {
-            (const_vars, mutable_vars)
-        };
-        let op = self.new_op(body, &c, &m, OpSpec::from_args(args, run_inline));
-        // `c` and `m` keep the variables alive until the op is queued on them
-        self.submit(op)
+        let (c, m) = (args.const_vars, args.mutable_vars);
+        let spec = OpSpec::from_args(args, run_inline);
+        if has_repeats(c, m) {
+            let (c, m) = dedup(c, m);
+            let op = self.new_op(body, &c, &m, spec);
+            return self.submit(op, &c, &m);
+        }
+        let op = self.new_op(body, c, m, spec);
+        self.submit(op, c, m)
     }
 
     fn flush_bulk(&self) -> Result<()> {
@@ -330,8 +316,11 @@ impl Inner {
             fns.iter().try_for_each(|f| f(&rc))
         });
         // the segment's ops were checked when they were appended; their variables may repeat
-        let args = PushArgs::new(ctx).name("ImperativeBulk");
-        self.enqueue(body, &args, const_vars, mutable_vars, false)
+        let args = PushArgs::new(ctx)
+            .reads(&const_vars)
+            .writes(&mutable_vars)
+            .name("ImperativeBulk");
+        self.enqueue(body, &args, false)
     }
 }
 
@@ -521,37 +510,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Crate-internal: a sync push taking the variable lists by value (the C layer's path).
-    pub(crate) fn push_fn_owned<F>(
-        &self,
-        args: PushArgs<'_>,
-        c: VarList,
-        m: VarList,
-        f: F,
-    ) -> Result<()>
-    where
-        F: Fn(&RunContext) -> OpResult + Send + Sync + 'static,
-    {
-        if self.bulks(&args) {
-            return self.append_bulk(Arc::new(f), &args.reads(&c).writes(&m));
-        }
-        self.inner.push_lists(SyncBody(f), &args, c, m)
-    }
-
-    /// Crate-internal: an async push taking the variable lists by value.
-    pub(crate) fn push_async_owned<F>(
-        &self,
-        args: PushArgs<'_>,
-        c: VarList,
-        m: VarList,
-        f: F,
-    ) -> Result<()>
-    where
-        F: Fn(&RunContext, Completion) + Send + Sync + 'static,
-    {
-        self.inner.push_lists(AsyncBody(f), &args, c, m)
-    }
-
     /// [`push_sync`](Self::push_sync) with a closure (stored inline in the op: one allocation).
     pub fn push_fn<F>(&self, args: PushArgs<'_>, f: F) -> Result<()>
     where
@@ -599,14 +557,15 @@ impl Engine {
             run_inline: false,
         };
         let body = op.body.clone();
-        // `op` (held by the caller) keeps the variables alive until the op is queued on them
+        // the caller's `op` keeps its variables alive until the block is queued on them
+        let (c, m) = (&op.const_vars[..], &op.mutable_vars[..]);
         let block = inner.new_op(
             AsyncBody(move |rc: &RunContext, done: Completion| body(rc, done)),
-            &op.const_vars,
-            &op.mutable_vars,
+            c,
+            m,
             spec,
         );
-        inner.submit(block)
+        inner.submit(block, c, m)
     }
 
     /// Frees an operator after every pending push of it has finished.
@@ -668,10 +627,13 @@ impl Engine {
                 s.set();
                 Ok(())
             });
-            let args = PushArgs::new(Context::cpu(0)).wait(true).name("WaitForVar");
-            let reads = VarList::from_elem(var.clone(), 1);
+            let reads = std::slice::from_ref(var);
+            let args = PushArgs::new(Context::cpu(0))
+                .reads(reads)
+                .wait(true)
+                .name("WaitForVar");
             // runs inline on the thread that completes the last write: no pool hop, no wake-up
-            inner.enqueue(body, &args, reads, VarList::new(), true)?;
+            inner.enqueue(body, &args, true)?;
             signal.wait();
         }
         match var.pending_exception().and_then(|e| e.take()) {
@@ -787,11 +749,7 @@ impl Engine {
         } else {
             PushArgs::new(Context::cpu(0)).reads(&vars)
         };
-        let (c, m) = (
-            VarList::from(args.const_vars),
-            VarList::from(args.mutable_vars),
-        );
-        inner.enqueue(body, &args.wait(true).name("VarLease"), c, m, true)?;
+        inner.enqueue(body, &args.wait(true).name("VarLease"), true)?;
         signal.wait();
         let completion = slot.lock().take();
         let lease = VarLease {

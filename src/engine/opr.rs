@@ -129,11 +129,19 @@ pub(crate) struct OprBlock<B: ?Sized> {
 /// on it (see `var.rs`), and the pusher's own reference covers the op until then.
 pub(crate) type OpVars = SmallVec<[ManuallyDrop<Var>; 3]>;
 
-/// The uncounted copy of `v` an op keeps (see [`OpVars`]).
+/// A copy of `v` that counts no reference and is never dropped (see [`OpVars`]). Whoever uses it
+/// must make sure the variable is alive meanwhile.
 pub(crate) fn uncounted(v: &Var) -> ManuallyDrop<Var> {
     // SAFETY: a bitwise copy of the `Arc` without taking a reference; `ManuallyDrop` keeps it from
-    // ever giving one back. It is only used while the variable is alive, per `OpVars`.
+    // ever giving one back. Its users keep the variable alive while they use it (see above).
     ManuallyDrop::new(unsafe { std::ptr::read(v) })
+}
+
+/// Uncounted copies seen as variables.
+pub(crate) fn uncounted_slice(vars: &[ManuallyDrop<Var>]) -> &[Var] {
+    // SAFETY: `ManuallyDrop<T>` is `repr(transparent)` over `T`, so the slices have the same
+    // layout; a shared slice cannot drop its elements.
+    unsafe { std::slice::from_raw_parts(vars.as_ptr().cast::<Var>(), vars.len()) }
 }
 
 /// Parts of an op that most pushes leave empty.
@@ -146,10 +154,7 @@ pub(crate) struct OpCold {
 
 impl<B: ?Sized> OprBlock<B> {
     fn all_vars(&self) -> &[Var] {
-        let vars: &[ManuallyDrop<Var>] = &self.vars;
-        // SAFETY: `ManuallyDrop<T>` is `repr(transparent)` over `T`, so the slices have the same
-        // layout; a shared slice cannot drop its elements.
-        unsafe { std::slice::from_raw_parts(vars.as_ptr().cast::<Var>(), vars.len()) }
+        uncounted_slice(&self.vars)
     }
     pub(crate) fn const_vars(&self) -> &[Var] {
         &self.all_vars()[..self.n_const as usize]

@@ -43,19 +43,19 @@ struct VarState {
 }
 
 /// Queues `op`'s reads of `const_vars` and writes of `mutable_vars` (distinct variables) as one
-/// step and returns how many were granted at once.
+/// step and returns how many were granted at once. The caller's references keep the variables
+/// alive until then; from then on each holds itself while the op is queued on it.
 ///
 /// An op with several variables locks them all, in address order, before it appends to any: two
 /// ops pushed concurrently from different threads then queue in the same order on every variable
 /// they share. Appending variable by variable instead lets them queue in opposite orders on two
 /// variables, and each would wait for the other forever (found by the loom model in
 /// `var_queue.rs`; MXNet's engine has that race for pushes from several threads).
-/// The caller must keep every variable alive until this returns (its own reference does).
 pub(crate) fn append_all(op: &OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> usize {
     match (const_vars, mutable_vars) {
         ([], []) => 0,
-        ([v], []) => usize::from(v.append_read(op)),
-        ([], [v]) => usize::from(v.append_write(op)),
+        ([v], []) => usize::from(queue_locked(&mut v.0.state.lock(), v, false, op)),
+        ([], [v]) => usize::from(queue_locked(&mut v.0.state.lock(), v, true, op)),
         _ => {
             let mut vars: SmallVec<[(&Var, bool); 8]> = const_vars
                 .iter()
@@ -66,18 +66,22 @@ pub(crate) fn append_all(op: &OprRef, const_vars: &[Var], mutable_vars: &[Var]) 
             let mut guards: SmallVec<[_; 8]> = vars.iter().map(|(v, _)| v.0.state.lock()).collect();
             let mut granted = 0;
             for (g, &(v, write)) in guards.iter_mut().zip(&vars) {
-                if g.queue.is_idle() {
-                    v.pin();
-                }
-                let granted_now = if write {
-                    g.queue.append_write(|| op.clone())
-                } else {
-                    g.queue.append_read(|| op.clone())
-                };
-                granted += usize::from(granted_now);
+                granted += usize::from(queue_locked(g, v, write, op));
             }
             granted
         }
+    }
+}
+
+/// Queues one access of `op` on `var`, whose locked state is `state`; true if granted at once.
+fn queue_locked(state: &mut VarState, var: &Var, write: bool, op: &OprRef) -> bool {
+    if state.queue.is_idle() {
+        var.pin();
+    }
+    if write {
+        state.queue.append_write(|| op.clone())
+    } else {
+        state.queue.append_read(|| op.clone())
     }
 }
 
@@ -119,32 +123,14 @@ impl Var {
         std::mem::forget(self.clone());
     }
 
-    /// Gives back the reference taken by [`pin`](Self::pin): the variable may be freed now, so
-    /// the caller must not touch it afterwards, and must not hold its lock.
+    /// Gives back the reference taken when the variable became busy: the variable may be freed
+    /// now, so the caller must not touch it afterwards, and must not hold its lock.
     ///
     /// # Safety
-    /// `inner` is a pinned variable whose queue became idle under the lock just released.
+    /// `inner` is a variable whose queue became idle under the lock just released.
     unsafe fn unpin(inner: *const VarInner) {
-        // SAFETY: per the contract the pin's reference is still counted; this gives it back.
+        // SAFETY: per the contract the hold's reference is still counted; this gives it back.
         unsafe { Arc::decrement_strong_count(inner) };
-    }
-
-    /// Queues a read; true if it is granted at once.
-    pub(crate) fn append_read(&self, op: &OprRef) -> bool {
-        let mut s = self.0.state.lock();
-        if s.queue.is_idle() {
-            self.pin();
-        }
-        s.queue.append_read(|| op.clone())
-    }
-
-    /// Queues a write; true if it is granted at once.
-    pub(crate) fn append_write(&self, op: &OprRef) -> bool {
-        let mut s = self.0.state.lock();
-        if s.queue.is_idle() {
-            self.pin();
-        }
-        s.queue.append_write(|| op.clone())
     }
 
     /// Grants a read or write at once if nothing is running or queued that it would have to wait
