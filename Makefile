@@ -57,8 +57,9 @@ rust-test: mxnet-venv
 	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --release
 	$(CARGO) test --release --no-default-features --test format_mutation
 
-# Model check (loom) of the variables' queues with the engine's grant counting: every
-# interleaving of two pushing threads (src/engine/var_queue.rs). Own target dir: --cfg loom.
+# Model checks (loom): the variables' queues with the engine's grant counting, every interleaving
+# of two pushing threads (src/engine/var_queue.rs), and the worker pools' ready ring
+# (src/engine/ring.rs). Own target dir: --cfg loom.
 loom:
 	RUSTFLAGS="--cfg loom" $(CARGO) test --release --target-dir target/loom --lib loom_
 

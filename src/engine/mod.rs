@@ -42,6 +42,7 @@ mod pending;
 mod pool;
 pub mod profiling;
 mod property;
+mod ring;
 mod signal;
 mod threaded;
 mod var;

@@ -11,6 +11,7 @@
 //! All four accesses are SeqCst, so one of the two sides always sees the other.
 
 use super::opr::OprRef;
+use super::ring::Ring;
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
@@ -56,12 +57,20 @@ impl Ord for PrioEntry {
     }
 }
 
-/// The queue of ready ops. FIFO pools use a lock-free queue (pusher and worker never wait on each
-/// other), plus a rarely used locked side queue for ops that jump ahead (kDeleteVar).
+/// Ops a FIFO pool's ring holds before pushes spill into its unbounded overflow queue.
+const RING_CAPACITY: usize = 1024;
+
+/// The queue of ready ops. FIFO pools use a lock-free bounded ring (pusher and worker never wait
+/// on each other, nor touch each other's counters), an unbounded lock-free queue for when the
+/// ring is full, and a rarely used locked side queue for ops that jump ahead (kDeleteVar).
 #[allow(clippy::large_enum_variant)] // one queue per pool: size does not matter
 enum TaskQueue {
     Fifo {
-        main: SegQueue<OprRef>,
+        ring: Ring<OprRef>,
+        /// Takes pushes while the ring is full, and after that until it is drained, so the pool
+        /// stays first in, first out.
+        overflow: SegQueue<OprRef>,
+        overflow_len: AtomicUsize,
         front: Mutex<VecDeque<OprRef>>,
         front_len: AtomicUsize,
     },
@@ -82,7 +91,23 @@ impl TaskQueue {
                 q.lock().push_back(op);
                 front_len.fetch_add(1, Ordering::SeqCst);
             }
-            TaskQueue::Fifo { main, .. } => main.push(op),
+            TaskQueue::Fifo {
+                ring,
+                overflow,
+                overflow_len,
+                ..
+            } => {
+                let op = if overflow_len.load(Ordering::Relaxed) == 0 {
+                    match ring.try_push(op) {
+                        Ok(()) => return,
+                        Err(op) => op,
+                    }
+                } else {
+                    op
+                };
+                overflow_len.fetch_add(1, Ordering::SeqCst);
+                overflow.push(op);
+            }
             TaskQueue::Priority { heap, len } => {
                 // a front push (kDeleteVar) goes ahead of everything queued
                 let priority = if front { i32::MAX } else { op.priority };
@@ -97,7 +122,9 @@ impl TaskQueue {
     fn pop(&self) -> Option<OprRef> {
         match self {
             TaskQueue::Fifo {
-                main,
+                ring,
+                overflow,
+                overflow_len,
                 front,
                 front_len,
             } => {
@@ -107,7 +134,16 @@ impl TaskQueue {
                     front_len.fetch_sub(1, Ordering::SeqCst);
                     return Some(op);
                 }
-                main.pop()
+                if let Some(op) = ring.pop() {
+                    return Some(op);
+                }
+                if overflow_len.load(Ordering::Relaxed) > 0
+                    && let Some(op) = overflow.pop()
+                {
+                    overflow_len.fetch_sub(1, Ordering::SeqCst);
+                    return Some(op);
+                }
+                None
             }
             TaskQueue::Priority { heap, len } => {
                 if len.load(Ordering::Relaxed) == 0 {
@@ -124,8 +160,15 @@ impl TaskQueue {
     fn is_empty(&self) -> bool {
         match self {
             TaskQueue::Fifo {
-                main, front_len, ..
-            } => front_len.load(Ordering::SeqCst) == 0 && main.is_empty(),
+                ring,
+                overflow_len,
+                front_len,
+                ..
+            } => {
+                front_len.load(Ordering::SeqCst) == 0
+                    && overflow_len.load(Ordering::SeqCst) == 0
+                    && ring.is_empty()
+            }
             TaskQueue::Priority { len, .. } => len.load(Ordering::SeqCst) == 0,
         }
     }
@@ -243,7 +286,9 @@ impl WorkerPool {
     pub(crate) fn new(name: &str, nthreads: usize, order: QueueOrder, run: fn(OprRef)) -> Self {
         let queue = match order {
             QueueOrder::Fifo => TaskQueue::Fifo {
-                main: SegQueue::new(),
+                ring: Ring::new(RING_CAPACITY),
+                overflow: SegQueue::new(),
+                overflow_len: AtomicUsize::new(0),
                 front: Mutex::new(VecDeque::new()),
                 front_len: AtomicUsize::new(0),
             },
