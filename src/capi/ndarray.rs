@@ -1014,8 +1014,9 @@ pub unsafe extern "C" fn MXEnginePushAsyncND(
 ) -> c_int {
     api_call("MXEnginePushAsyncND", || {
         // SAFETY: API contract for the handle arrays.
-        let nds = unsafe {
-            nd_vars(
+        let mut nds = NdVars::default();
+        unsafe {
+            nds.look_up(
                 const_nds_handle,
                 num_const_nds,
                 mutable_nds_handle,
@@ -1058,8 +1059,9 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
 ) -> c_int {
     api_call("MXEnginePushSyncND", || {
         // SAFETY: API contract for the handle arrays.
-        let nds = unsafe {
-            nd_vars(
+        let mut nds = NdVars::default();
+        unsafe {
+            nds.look_up(
                 const_nds_handle,
                 num_const_nds,
                 mutable_nds_handle,
@@ -1084,13 +1086,15 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
     })
 }
 
-/// The variables of the arrays a push names, borrowed from the arrays, which it holds.
+/// The variables of the arrays a push names, borrowed from the arrays, which it holds. Filled in
+/// place (it is large enough that returning it by value costs a copy per push).
+#[derive(Default)]
 struct NdVars {
     /// Keeps the arrays, and so their variables, alive until the push returns. Holding the arrays
     /// rather than counting references to the variables leaves the variables' cache lines alone
     /// until the engine queues the op (a worker touches them whenever an op on them finishes).
-    _arrays: SmallVec<[Arc<NDArray>; 8]>,
-    vars: SmallVec<[std::mem::ManuallyDrop<Var>; 8]>,
+    arrays: SmallVec<[Arc<NDArray>; 4]>,
+    vars: SmallVec<[std::mem::ManuallyDrop<Var>; 4]>,
     n_const: usize,
 }
 
@@ -1101,43 +1105,39 @@ impl NdVars {
     fn mutable_vars(&self) -> &[Var] {
         &crate::engine::uncounted_slice(&self.vars)[self.n_const..]
     }
-}
 
-/// Looks up the arrays of an ND push: `c` (read) and `m` (written); none may be a none array.
-unsafe fn nd_vars(
-    c: *mut NDArrayHandle,
-    nc: c_int,
-    m: *mut NDArrayHandle,
-    nm: c_int,
-) -> Result<NdVars> {
-    let mut out = NdVars {
-        _arrays: SmallVec::new(),
-        vars: SmallVec::new(),
-        n_const: 0,
-    };
-    for (p, n, what, name) in [
-        (c, nc, "const", "const_nds_handle"),
-        (m, nm, "mutable", "mutable_nds_handle"),
-    ] {
-        let n = usize::try_from(n).map_err(|_| {
-            Error::invalid(format!(
-                "Non-negative number of {what} NDArrays expected ({name} count = {n})"
-            ))
-        })?;
-        // SAFETY: API contract: `n` handles.
-        let hs = unsafe { args::slice(p as *const NDArrayHandle, n, name)? };
-        for (i, &h) in hs.iter().enumerate() {
-            let a = handle::borrow_at::<NDArray>(h, name, i)?;
-            let v = a
-                .var()
-                .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))?;
-            // the copy stays valid while `a`, kept in `_arrays`, owns the variable
-            out.vars.push(crate::engine::uncounted(v));
-            out._arrays.push(a);
+    /// Looks up the arrays of an ND push: `c` (read) and `m` (written); none may be a none array.
+    unsafe fn look_up(
+        &mut self,
+        c: *mut NDArrayHandle,
+        nc: c_int,
+        m: *mut NDArrayHandle,
+        nm: c_int,
+    ) -> Result<()> {
+        for (p, n, what, name) in [
+            (c, nc, "const", "const_nds_handle"),
+            (m, nm, "mutable", "mutable_nds_handle"),
+        ] {
+            let n = usize::try_from(n).map_err(|_| {
+                Error::invalid(format!(
+                    "Non-negative number of {what} NDArrays expected ({name} count = {n})"
+                ))
+            })?;
+            // SAFETY: API contract: `n` handles.
+            let hs = unsafe { args::slice(p as *const NDArrayHandle, n, name)? };
+            for (i, &h) in hs.iter().enumerate() {
+                let a = handle::borrow_at::<NDArray>(h, name, i)?;
+                let v = a
+                    .var()
+                    .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))?;
+                // the copy stays valid while `a`, kept in `arrays`, owns the variable
+                self.vars.push(crate::engine::uncounted(v));
+                self.arrays.push(a);
+            }
+            if what == "const" {
+                self.n_const = self.vars.len();
+            }
         }
-        if what == "const" {
-            out.n_const = out.vars.len();
-        }
+        Ok(())
     }
-    Ok(out)
 }
