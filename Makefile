@@ -94,7 +94,7 @@ profile-demo: $(BUILD)/examples/profile_demo
 	@ls -l $(BUILD)/profile_demo.json $(BUILD)/profile_demo.html
 
 bench: lib
-	sh bench/run.sh
+	MXBENCH_REPEATS=$${MXBENCH_REPEATS:-5} bash bench/run.sh all
 
 clean:
 	$(CARGO) clean
