@@ -189,8 +189,8 @@ impl Inner {
     }
 
     /// Creates an op on `const_vars` and `mutable_vars` (distinct variables). The op does not
-    /// count references to them: the caller hands the lists to [`submit`](Self::submit), whose
-    /// references keep them alive until each variable holds itself for the op queued on it.
+    /// count references to them: the caller's borrow, passed on to [`submit`](Self::submit), keeps
+    /// them alive until each variable holds itself for the op queued on it.
     fn new_op<B: OpBody + 'static>(
         &self,
         body: B,
