@@ -54,8 +54,8 @@ struct VarState {
 pub(crate) fn append_all(op: &OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> usize {
     match (const_vars, mutable_vars) {
         ([], []) => 0,
-        ([v], []) => usize::from(queue_locked(&mut v.0.state.lock(), v, false, op)),
-        ([], [v]) => usize::from(queue_locked(&mut v.0.state.lock(), v, true, op)),
+        ([v], []) => usize::from(queue_locked(&mut v.0.lock(), v, false, op)),
+        ([], [v]) => usize::from(queue_locked(&mut v.0.lock(), v, true, op)),
         _ => {
             let mut vars: SmallVec<[(&Var, bool); 8]> = const_vars
                 .iter()
@@ -63,7 +63,7 @@ pub(crate) fn append_all(op: &OprRef, const_vars: &[Var], mutable_vars: &[Var]) 
                 .chain(mutable_vars.iter().map(|v| (v, true)))
                 .collect();
             vars.sort_unstable_by_key(|(v, _)| v.addr());
-            let mut guards: SmallVec<[_; 8]> = vars.iter().map(|(v, _)| v.0.state.lock()).collect();
+            let mut guards: SmallVec<[_; 8]> = vars.iter().map(|(v, _)| v.0.lock()).collect();
             let mut granted = 0;
             for (g, &(v, write)) in guards.iter_mut().zip(&vars) {
                 granted += usize::from(queue_locked(g, v, write, op));
@@ -84,6 +84,37 @@ fn queue_locked(state: &mut VarState, var: &Var, write: bool, op: &OprRef) -> bo
         state.queue.append_read(|| op.clone())
     }
 }
+
+impl VarInner {
+    /// Locks the state. A variable is locked for a few dozen instructions at a time, but a pusher
+    /// and a worker busy on the same variable lock it for every op, and when both poll the lock
+    /// they pass its cache line back and forth on every step. So on contention the caller backs
+    /// off without touching the lock (exponentially, from about 2 µs), which lets the holder run
+    /// several ops in a row with the line in its cache, and only then waits in parking_lot's
+    /// usual way. Measured: one variable at 1 worker +60% (1.9 -> 3.1 M ops/s), nothing else
+    /// slower; polling instead made it slower.
+    fn lock(&self) -> parking_lot::MutexGuard<'_, VarState> {
+        if let Some(g) = self.state.try_lock() {
+            return g;
+        }
+        let mut pause = BACKOFF_FIRST;
+        while pause <= BACKOFF_LAST {
+            for _ in 0..pause {
+                std::hint::spin_loop();
+            }
+            if let Some(g) = self.state.try_lock() {
+                return g;
+            }
+            pause *= 2;
+        }
+        self.state.lock()
+    }
+}
+
+/// Pause hints of the first back-off of a contended variable lock (~16 ns each on the machine
+/// the figures come from), doubled up to [`BACKOFF_LAST`]: at most ~8000 in all before waiting.
+const BACKOFF_FIRST: u32 = 128;
+const BACKOFF_LAST: u32 = 4096;
 
 /// Ops made ready by a release; usually none or one.
 pub(crate) type Ready = SmallVec<[OprRef; 4]>;
@@ -106,7 +137,7 @@ impl Var {
 
     /// Number of completed writes to this variable.
     pub fn version(&self) -> u64 {
-        self.0.state.lock().queue.version()
+        self.0.lock().queue.version()
     }
 
     /// Identity of the variable (for deduplication and ordering).
@@ -136,7 +167,7 @@ impl Var {
     /// Grants a read or write at once if nothing is running or queued that it would have to wait
     /// for; never queues.
     pub(crate) fn try_grant_now(&self, write: bool) -> bool {
-        let mut s = self.0.state.lock();
+        let mut s = self.0.lock();
         let idle = s.queue.is_idle();
         let granted = s.queue.try_grant_now(write);
         if granted && idle {
@@ -154,7 +185,7 @@ impl Var {
     /// call (when the caller holds no reference of its own).
     pub(crate) fn complete_read(&self, ready: &mut Ready) {
         let inner = Arc::as_ptr(&self.0);
-        let mut s = self.0.state.lock();
+        let mut s = self.0.lock();
         s.queue.complete_read(ready);
         let idle = s.queue.is_idle();
         drop(s);
@@ -169,7 +200,7 @@ impl Var {
     /// caller holds no reference of its own).
     pub(crate) fn complete_write(&self, exception: Option<&ExceptionRef>, ready: &mut Ready) {
         let inner = Arc::as_ptr(&self.0);
-        let mut s = self.0.state.lock();
+        let mut s = self.0.lock();
         if let Some(e) = exception {
             s.exception = Some(e.clone());
             self.0.has_exception.store(true, Ordering::Release);
@@ -185,7 +216,7 @@ impl Var {
 
     /// True if a write is running or queued (a WaitForVar has something to wait for).
     pub(crate) fn has_pending_write(&self) -> bool {
-        self.0.state.lock().queue.has_pending_write()
+        self.0.lock().queue.has_pending_write()
     }
 
     /// The variable's unreported error, if any.
@@ -193,7 +224,7 @@ impl Var {
         if !self.0.has_exception.load(Ordering::Acquire) {
             return None;
         }
-        let mut s = self.0.state.lock();
+        let mut s = self.0.lock();
         match &s.exception {
             Some(e) if e.is_pending() => Some(e.clone()),
             _ => {
@@ -207,7 +238,7 @@ impl Var {
 
     /// Bumps the version without queueing (NaiveEngine runs ops without dependency tracking).
     pub(crate) fn bump_version(&self) {
-        self.0.state.lock().queue.bump_version();
+        self.0.lock().queue.bump_version();
     }
 }
 
