@@ -1013,25 +1013,17 @@ pub unsafe extern "C" fn MXEnginePushAsyncND(
     wait: bool,
 ) -> c_int {
     api_call("MXEnginePushAsyncND", || {
-        // SAFETY: API contract for the handle arrays.
-        let mut nds = NdVars::default();
+        // SAFETY: forwarded API contract.
         unsafe {
-            nds.look_up(
+            push_nd(
+                CFunc::Async(async_func),
+                func_param,
+                deleter,
+                ctx_handle,
                 const_nds_handle,
                 num_const_nds,
                 mutable_nds_handle,
                 num_mutable_nds,
-            )?
-        };
-        let param = CParam::new(func_param, deleter);
-        // SAFETY: forwarded API contract.
-        unsafe {
-            push_c(
-                CFunc::Async(async_func),
-                param,
-                ctx_handle,
-                nds.const_vars(),
-                nds.mutable_vars(),
                 prop_handle,
                 priority,
                 opr_name,
@@ -1058,25 +1050,17 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
     opr_name: *const c_char,
 ) -> c_int {
     api_call("MXEnginePushSyncND", || {
-        // SAFETY: API contract for the handle arrays.
-        let mut nds = NdVars::default();
+        // SAFETY: forwarded API contract.
         unsafe {
-            nds.look_up(
+            push_nd(
+                CFunc::Sync(sync_func),
+                func_param,
+                deleter,
+                ctx_handle,
                 const_nds_handle,
                 num_const_nds,
                 mutable_nds_handle,
                 num_mutable_nds,
-            )?
-        };
-        let param = CParam::new(func_param, deleter);
-        // SAFETY: forwarded API contract.
-        unsafe {
-            push_c(
-                CFunc::Sync(sync_func),
-                param,
-                ctx_handle,
-                nds.const_vars(),
-                nds.mutable_vars(),
                 prop_handle,
                 priority,
                 opr_name,
@@ -1084,6 +1068,43 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
             )
         }
     })
+}
+
+/// The shared body of the ND pushes: looks up the arrays (failing before `func_param` is taken
+/// over, as MXNet does), then pushes `func` on their variables.
+#[allow(clippy::too_many_arguments)] // MXNet's parameter list
+unsafe fn push_nd(
+    func: CFunc,
+    func_param: *mut c_void,
+    deleter: EngineFuncParamDeleter,
+    ctx: ContextHandle,
+    c: *mut NDArrayHandle,
+    nc: c_int,
+    m: *mut NDArrayHandle,
+    nm: c_int,
+    prop: EngineFnPropertyHandle,
+    priority: c_int,
+    name: *const c_char,
+    wait: bool,
+) -> Result<()> {
+    let mut nds = NdVars::default();
+    // SAFETY: API contract for the handle arrays.
+    unsafe { nds.look_up(c, nc, m, nm)? };
+    let param = CParam::new(func_param, deleter);
+    // SAFETY: forwarded API contract.
+    unsafe {
+        push_c(
+            func,
+            param,
+            ctx,
+            nds.const_vars(),
+            nds.mutable_vars(),
+            prop,
+            priority,
+            name,
+            wait,
+        )
+    }
 }
 
 /// The variables of the arrays a push names, borrowed from the arrays, which it holds. Filled in
