@@ -14,7 +14,6 @@
 
 use mxrt::capi::dlpack::*;
 use mxrt::capi::engine::*;
-use mxrt::capi::error::MXGetLastError;
 use mxrt::capi::global::*;
 use mxrt::capi::kvstore::*;
 use mxrt::capi::ndarray::*;
@@ -25,10 +24,14 @@ use mxrt::capi::types::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CString, c_char, c_int, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[macro_use]
+mod common;
+use common::last_error;
 
 /// Tests here free handles on purpose and then check that the freed address is refused: no other
 /// test may allocate (and so reuse the address) meanwhile.
@@ -36,22 +39,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn last_error() -> String {
-    // SAFETY: MXGetLastError returns this thread's live message.
-    unsafe { CStr::from_ptr(MXGetLastError()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-macro_rules! ok {
-    ($e:expr) => {{
-        // SAFETY: test calls follow the C API contracts.
-        #[allow(unused_unsafe)]
-        let rc = unsafe { $e };
-        assert_eq!(rc, 0, "{} failed: {}", stringify!($e), last_error());
-    }};
 }
 
 macro_rules! fails {

@@ -14,29 +14,25 @@
 use mxrt::Context;
 use mxrt::capi::completion::CallbackOnComplete;
 use mxrt::capi::engine::*;
-use mxrt::capi::error::MXGetLastError;
 use mxrt::capi::ndarray::*;
 use mxrt::capi::types::*;
 use mxrt::engine::{Completion, Engine, EngineConfig, EngineKind, PushArgs, Var};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashSet;
-use std::ffi::{CStr, CString, c_int, c_void};
+use std::ffi::{CString, c_int, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[macro_use]
+mod common;
+use common::last_error;
+
 /// Tests that use the global engine (the C API) run one at a time: they check its error list.
 static GLOBAL_ENGINE: Mutex<()> = Mutex::new(());
-
-fn last_error() -> String {
-    // SAFETY: MXGetLastError returns this thread's live message.
-    unsafe { CStr::from_ptr(MXGetLastError()) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)

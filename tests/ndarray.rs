@@ -4,7 +4,6 @@
 
 use mxrt::capi::dlpack::*;
 use mxrt::capi::engine::*;
-use mxrt::capi::error::MXGetLastError;
 use mxrt::capi::global::MXSetIsNumpyShape;
 use mxrt::capi::ndarray::*;
 use mxrt::capi::storage::*;
@@ -15,21 +14,9 @@ use std::ffi::{CStr, CString, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
 
-fn last_error() -> String {
-    // SAFETY: MXGetLastError returns this thread's live message.
-    unsafe { CStr::from_ptr(MXGetLastError()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-macro_rules! ok {
-    ($e:expr) => {{
-        // SAFETY: test calls follow the C API contracts.
-        #[allow(unused_unsafe)]
-        let rc = unsafe { $e };
-        assert_eq!(rc, 0, "{} failed: {}", stringify!($e), last_error());
-    }};
-}
+#[macro_use]
+mod common;
+use common::last_error;
 
 macro_rules! fails {
     ($e:expr, $needle:expr) => {{

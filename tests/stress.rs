@@ -12,7 +12,6 @@
 //! `MXRT_SOAK_SECS` seconds of soak (default 8; `make soak`: 60).
 
 use mxrt::Context;
-use mxrt::capi::error::MXGetLastError;
 use mxrt::capi::kvstore::*;
 use mxrt::capi::ndarray::*;
 use mxrt::capi::storage::*;
@@ -20,33 +19,20 @@ use mxrt::capi::types::*;
 use mxrt::engine::{Completion, Engine, EngineConfig, EngineKind, PushArgs, Var};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::ffi::{CStr, c_int};
+use std::ffi::c_int;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+#[macro_use]
+mod common;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn last_error() -> String {
-    // SAFETY: MXGetLastError returns this thread's live message.
-    unsafe { CStr::from_ptr(MXGetLastError()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-macro_rules! ok {
-    ($e:expr) => {{
-        // SAFETY: test calls follow the C API contracts.
-        #[allow(unused_unsafe)]
-        let rc = unsafe { $e };
-        assert_eq!(rc, 0, "{} failed: {}", stringify!($e), last_error());
-    }};
 }
 
 fn configs() -> Vec<(EngineKind, usize)> {
