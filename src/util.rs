@@ -13,14 +13,18 @@ pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Asks the CPU to fetch the cache line holding `addr` for writing, without waiting for it (for
 /// memory the calling thread will write soon that another core probably holds).
+///
+/// `PREFETCHW` is written out because the compiler lowers a write-prefetch intrinsic to a read
+/// prefetch (`prefetcht0`) unless the whole crate is built for a CPU with `prfchw`; a read
+/// prefetch brings the line in shared, and the write then needs a second trip to take it over.
+/// CPUs without the instruction execute its encoding (0F 0D /1) as a no-op.
 #[inline]
 pub(crate) fn prefetch_write<T>(addr: *const T) {
     #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
-        // SAFETY: a prefetch is only a hint: it never faults and has no visible effect, whatever
-        // the address; SSE is part of the x86_64 baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_ET0>(addr.cast::<i8>()) };
+    // SAFETY: a prefetch is only a hint: it never faults, whatever the address, reads or writes
+    // no register but its address operand, and leaves memory and flags unchanged.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly));
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = addr;

@@ -1107,6 +1107,9 @@ unsafe fn push_nd(
     }
 }
 
+/// Arrays an ND push looks up without allocating (the push is on the caller's hot path).
+const ND_INLINE: usize = 16;
+
 /// The variables of the arrays a push names, borrowed from the arrays, which it holds. Filled in
 /// place (it is large enough that returning it by value costs a copy per push).
 #[derive(Default)]
@@ -1114,8 +1117,8 @@ struct NdVars {
     /// Keeps the arrays, and so their variables, alive until the push returns. Holding the arrays
     /// rather than counting references to the variables leaves the variables' cache lines alone
     /// until the engine queues the op (a worker touches them whenever an op on them finishes).
-    arrays: SmallVec<[Arc<NDArray>; 4]>,
-    vars: SmallVec<[std::mem::ManuallyDrop<Var>; 4]>,
+    arrays: SmallVec<[Arc<NDArray>; ND_INLINE]>,
+    vars: SmallVec<[std::mem::ManuallyDrop<Var>; ND_INLINE]>,
     n_const: usize,
 }
 

@@ -62,7 +62,7 @@ use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody};
 pub(crate) use opr::{VarList, uncounted, uncounted_slice};
 use parking_lot::Mutex;
 use signal::Signal;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// What `delete_variable` runs when the variable's deletion op executes.
@@ -225,7 +225,7 @@ impl Inner {
             prop: spec.prop,
             wait_op: spec.wait,
             run_inline: spec.run_inline,
-            has_exception: AtomicBool::new(false),
+            error_flags: AtomicU8::new(0),
             exception: Mutex::new(None),
             cold,
             body: std::mem::ManuallyDrop::new(body),
@@ -235,7 +235,13 @@ impl Inner {
     /// Queues `op` on its variables and dispatches it if nothing blocks it; NaiveEngine runs it
     /// now and returns its error. `const_vars`/`mutable_vars` are the variables `op` was created
     /// with, borrowed from the caller, which keeps them alive until the op is queued on them.
-    fn submit(&self, op: OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> Result<()> {
+    fn submit(
+        &self,
+        op: OprRef,
+        const_vars: &[Var],
+        mutable_vars: &[Var],
+        order: Option<&var::LockOrder>,
+    ) -> Result<()> {
         if self.is_naive() {
             threaded::execute(op.clone());
             if let Some(done) = op.done_signal() {
@@ -247,9 +253,12 @@ impl Inner {
                 None => Ok(()),
             };
         }
-        let granted = var::append_all(&op, const_vars, mutable_vars) as u32;
+        let granted = var::append_all(&op, const_vars, mutable_vars, order) as u32;
+        // This reference now belongs to the op's wait count: if grants are still pending, the
+        // last one takes it back (`QueuedOp::grant`) and the op may be gone as soon as we count.
+        let op = std::mem::ManuallyDrop::new(op);
         if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
-            self.dispatch(op, true);
+            self.dispatch(std::mem::ManuallyDrop::into_inner(op), true);
         }
         Ok(())
     }
@@ -288,13 +297,19 @@ impl Inner {
     ) -> Result<()> {
         let (c, m) = (args.const_vars, args.mutable_vars);
         let spec = OpSpec::from_args(args, run_inline);
-        if has_repeats(c, m) {
+        if c.len() + m.len() <= 1 {
+            let op = self.new_op(body, c, m, spec);
+            return self.submit(op, c, m, None);
+        }
+        let order = var::LockOrder::new(c, m);
+        if order.has_repeats() {
             let (c, m) = dedup(c, m);
+            let order = var::LockOrder::new(&c, &m);
             let op = self.new_op(body, &c, &m, spec);
-            return self.submit(op, &c, &m);
+            return self.submit(op, &c, &m, Some(&order));
         }
         let op = self.new_op(body, c, m, spec);
-        self.submit(op, c, m)
+        self.submit(op, c, m, Some(&order))
     }
 
     fn flush_bulk(&self) -> Result<()> {
@@ -351,23 +366,6 @@ impl OpSpec {
 /// Keeps an op's name only while the profiler records ops (copying it costs an allocation).
 fn op_name(name: Option<&str>) -> Option<Arc<str>> {
     name.filter(|_| profiling::recording()).map(Arc::from)
-}
-
-/// True if a variable appears twice across both lists (ops with repeats go through [`dedup`]).
-fn has_repeats(const_vars: &[Var], mutable_vars: &[Var]) -> bool {
-    let n = const_vars.len() + mutable_vars.len();
-    if n <= 1 {
-        return false;
-    }
-    let all = || const_vars.iter().chain(mutable_vars);
-    if n <= 8 {
-        return all()
-            .enumerate()
-            .any(|(i, v)| all().skip(i + 1).any(|w| w.same_as(v)));
-    }
-    let mut addrs: smallvec::SmallVec<[usize; 32]> = all().map(Var::addr).collect();
-    addrs.sort_unstable();
-    addrs.windows(2).any(|w| w[0] == w[1])
 }
 
 /// Removes repeated variables: each mutable var once, and const vars that are also mutable or
@@ -566,7 +564,8 @@ impl Engine {
             m,
             spec,
         );
-        inner.submit(block, c, m)
+        let order = (c.len() + m.len() > 1).then(|| var::LockOrder::new(c, m));
+        inner.submit(block, c, m, order.as_ref())
     }
 
     /// Frees an operator after every pending push of it has finished.
@@ -892,6 +891,7 @@ mod tests {
 
     #[test]
     fn repeats_are_found_in_short_and_long_lists() {
+        let has_repeats = |c: &[Var], m: &[Var]| var::LockOrder::new(c, m).has_repeats();
         for n in [2usize, 5, 8, 9, 17, 40] {
             let vars: Vec<Var> = (0..n).map(|_| Var::new()).collect();
             let (c, m) = vars.split_at(n / 2);

@@ -11,8 +11,9 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicU8, AtomicU32};
 
 /// Variables of one op; most ops have few.
 pub(crate) type VarList = SmallVec<[Var; 4]>;
@@ -115,8 +116,9 @@ pub(crate) struct OprBlock<B: ?Sized> {
     pub(crate) wait_op: bool,
     /// Run on whichever thread makes it ready instead of a worker pool (internal tiny ops).
     pub(crate) run_inline: bool,
-    /// True once `exception` was set (checked without the lock on the hot path).
-    pub(crate) has_exception: AtomicBool,
+    /// [`ERROR_SET`] and [`INPUT_ERROR_HINT`]: lets the hot path skip the `exception` lock and
+    /// the variables' error slots.
+    pub(crate) error_flags: AtomicU8,
     /// The error this op carries: adopted from an input when it starts, or its own failure.
     pub(crate) exception: Mutex<Option<ExceptionRef>>,
     /// The profiler name and NaiveEngine's completion signal, when the op has either.
@@ -142,6 +144,24 @@ pub(crate) fn uncounted_slice(vars: &[ManuallyDrop<Var>]) -> &[Var] {
     // SAFETY: `ManuallyDrop<T>` is `repr(transparent)` over `T`, so the slices have the same
     // layout; a shared slice cannot drop its elements.
     unsafe { std::slice::from_raw_parts(vars.as_ptr().cast::<Var>(), vars.len()) }
+}
+
+/// `OprBlock::error_flags`: `exception` was set.
+pub(crate) const ERROR_SET: u8 = 1;
+/// `OprBlock::error_flags`: a variable granted this op an access while it carried an error. Only
+/// then does the op look for an error on its inputs when it starts (sparing a trip to each
+/// variable's cache line). A variable's error changes only when a write to it completes, which
+/// cannot happen between granting this op an access and this op's completion.
+pub(crate) const INPUT_ERROR_HINT: u8 = 2;
+
+impl<B: ?Sized> OprBlock<B> {
+    pub(crate) fn has_error_flag(&self, flag: u8) -> bool {
+        self.error_flags.load(std::sync::atomic::Ordering::Acquire) & flag != 0
+    }
+    pub(crate) fn set_error_flag(&self, flag: u8) {
+        self.error_flags
+            .fetch_or(flag, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Parts of an op that most pushes leave empty.
@@ -171,6 +191,56 @@ impl<B: ?Sized> OprBlock<B> {
 }
 
 pub(crate) type OprRef = Arc<OprBlock<dyn OpBody>>;
+
+/// An op waiting in a variable's queue. It counts no reference: a pushed op that waits for
+/// grants is owned by its `wait` count, and the grant that brings the count to zero takes the
+/// ownership back (see [`QueuedOp::grant`]). So granting costs one atomic operation on the op,
+/// not two, and queueing none.
+pub(crate) struct QueuedOp(NonNull<OprBlock<dyn OpBody>>);
+
+// SAFETY: a `QueuedOp` only points to an `OprBlock`, which is `Send + Sync` (its body is); the
+// op outlives it (see `grant`).
+unsafe impl Send for QueuedOp {}
+// SAFETY: as above.
+unsafe impl Sync for QueuedOp {}
+
+impl QueuedOp {
+    /// Points at `op`, which is about to wait for this access.
+    pub(crate) fn of(op: &OprRef) -> Self {
+        QueuedOp(NonNull::from(&**op))
+    }
+
+    /// The op, while it waits.
+    fn block(&self) -> &OprBlock<dyn OpBody> {
+        // SAFETY: an op cannot run, let alone finish, before every access it waits for has been
+        // granted; until this one is, the op's `wait` count keeps the op alive.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Notes that the granting variable carries an error (see [`INPUT_ERROR_HINT`]).
+    pub(crate) fn hint_input_error(&self) {
+        self.block().set_error_flag(INPUT_ERROR_HINT);
+    }
+
+    /// Grants the access: counts down the op's pending grants and returns the op, owned, if this
+    /// was the last one (the op is then ready to run). After an earlier grant the op may run and
+    /// be freed at any time, so this consumes the `QueuedOp`.
+    pub(crate) fn grant(self) -> Option<OprRef> {
+        if self
+            .block()
+            .wait
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            // SAFETY: the pusher gave up its reference with `Arc::into_raw` when it left grants
+            // pending (`Inner::submit`); the grant that ends the wait, this one, takes it back,
+            // exactly once.
+            Some(unsafe { Arc::from_raw(self.0.as_ptr()) })
+        } else {
+            None
+        }
+    }
+}
 
 impl<B: ?Sized> OprBlock<B> {
     pub(crate) fn engine(&self) -> &Inner {

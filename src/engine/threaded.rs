@@ -3,13 +3,12 @@
 
 use super::Inner;
 use super::exception::ExceptionRef;
-use super::opr::{OprRef, Pending, RunContext};
+use super::opr::{ERROR_SET, INPUT_ERROR_HINT, OprRef, Pending, RunContext};
 use super::property::FnProperty;
 use super::var::Ready;
 use crate::util::panic_text;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::Ordering;
 
 thread_local! {
     /// How many op bodies are running on this thread (nested when an inline op pushes another).
@@ -40,11 +39,11 @@ impl Drop for OpDepthGuard {
 pub(crate) fn execute(op: OprRef) {
     let engine = op.engine();
     let mut has_error = false;
-    if !engine.is_naive() {
+    if !engine.is_naive() && op.has_error_flag(INPUT_ERROR_HINT) {
         // MXNet's OnStart: adopt the first unreported error of an input (reads first).
         if let Some(e) = op.vars.iter().find_map(|v| v.pending_exception()) {
             *op.exception.lock() = Some(e);
-            op.has_exception.store(true, Ordering::Release);
+            op.set_error_flag(ERROR_SET);
             has_error = true;
         }
     }
@@ -98,13 +97,19 @@ impl Inner {
                 let e = ExceptionRef::new(msg.into());
                 engine.record_exception(&e);
                 *op.exception.lock() = Some(e.clone());
-                op.has_exception.store(true, Ordering::Release);
+                op.set_error_flag(ERROR_SET);
                 Some(e)
             }
-            None if op.has_exception.load(Ordering::Acquire) => op.exception.lock().clone(),
+            None if op.has_error_flag(ERROR_SET) => op.exception.lock().clone(),
             None => None,
         };
         let mut ready = Ready::new();
+        // the locks below wait for each line in turn: start fetching them all first
+        if op.vars.len() > 1 {
+            for v in op.vars.iter() {
+                v.prefetch();
+            }
+        }
         for v in op.const_vars() {
             v.complete_read(&mut ready);
         }
@@ -118,11 +123,11 @@ impl Inner {
         }
     }
 
-    /// Counts down the dependencies of ops released by a variable and runs those now ready.
+    /// Grants the accesses variables released and runs the ops that got their last one.
     pub(crate) fn dispatch_ready(&self, ready: Ready) {
         for r in ready {
-            if r.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.dispatch(r, false);
+            if let Some(op) = r.grant() {
+                self.dispatch(op, false);
             }
         }
     }

@@ -16,7 +16,7 @@
 //! operation holds anyway, and not at all while the variable stays busy.
 
 use super::exception::ExceptionRef;
-use super::opr::OprRef;
+use super::opr::{OprRef, QueuedOp};
 use super::var_queue::VarQueue;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -37,35 +37,75 @@ pub(crate) struct VarInner {
 #[derive(Default)]
 struct VarState {
     /// The queue of pending accesses (the state machine itself, shared with the loom model).
-    queue: VarQueue<OprRef>,
+    queue: VarQueue<QueuedOp>,
     /// The error of the last failed write, until a wait reports it.
     exception: Option<ExceptionRef>,
 }
 
-/// Queues `op`'s reads of `const_vars` and writes of `mutable_vars` (distinct variables) as one
-/// step and returns how many were granted at once. The caller's references keep the variables
-/// alive until then; from then on each holds itself while the op is queued on it.
+/// An op's variables sorted by address: the order [`append_all`] locks them in, and how repeats
+/// are found (one sort serves both). Each entry is a variable's address and its index in the
+/// op's reads followed by its writes.
+pub(crate) struct LockOrder(SmallVec<[(usize, u32); 16]>);
+
+impl LockOrder {
+    /// Sorts the variables of an op reading `const_vars` and writing `mutable_vars`. Also starts
+    /// fetching their cache lines, which `append_all` is about to lock.
+    #[inline]
+    pub(crate) fn new(const_vars: &[Var], mutable_vars: &[Var]) -> Self {
+        let n = const_vars.len() + mutable_vars.len();
+        let mut order = LockOrder(SmallVec::new());
+        order.0.extend(
+            const_vars
+                .iter()
+                .chain(mutable_vars)
+                .zip(0..u32::try_from(n).expect("fewer than 2^32 variables"))
+                .map(|(v, i)| {
+                    v.prefetch();
+                    (v.addr(), i)
+                }),
+        );
+        order.0.sort_unstable();
+        order
+    }
+
+    /// True if a variable appears twice (as two reads, two writes, or a read and a write).
+    pub(crate) fn has_repeats(&self) -> bool {
+        self.0.windows(2).any(|w| w[0].0 == w[1].0)
+    }
+}
+
+/// Queues `op`'s reads of `const_vars` and writes of `mutable_vars` (distinct variables, sorted
+/// in `order`, which only ops with more than one variable need) as one step and returns how many were granted at once. The caller's references
+/// keep the variables alive until then; from then on each holds itself while the op is queued on
+/// it.
 ///
 /// An op with several variables locks them all, in address order, before it appends to any: two
 /// ops pushed concurrently from different threads then queue in the same order on every variable
 /// they share. Appending variable by variable instead lets them queue in opposite orders on two
 /// variables, and each would wait for the other forever (found by the loom model in
 /// `var_queue.rs`; MXNet's engine has that race for pushes from several threads).
-pub(crate) fn append_all(op: &OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> usize {
+pub(crate) fn append_all(
+    op: &OprRef,
+    const_vars: &[Var],
+    mutable_vars: &[Var],
+    order: Option<&LockOrder>,
+) -> usize {
     match (const_vars, mutable_vars) {
         ([], []) => 0,
         ([v], []) => usize::from(queue_locked(&mut v.0.lock(), v, false, op)),
         ([], [v]) => usize::from(queue_locked(&mut v.0.lock(), v, true, op)),
         _ => {
-            let mut vars: SmallVec<[(&Var, bool); 8]> = const_vars
-                .iter()
-                .map(|v| (v, false))
-                .chain(mutable_vars.iter().map(|v| (v, true)))
-                .collect();
-            vars.sort_unstable_by_key(|(v, _)| v.addr());
-            let mut guards: SmallVec<[_; 8]> = vars.iter().map(|(v, _)| v.0.lock()).collect();
+            let order = order.expect("an op with several variables comes with their lock order");
+            debug_assert_eq!(order.0.len(), const_vars.len() + mutable_vars.len());
+            let var_at = |i: u32| match const_vars.get(i as usize) {
+                Some(v) => (v, false),
+                None => (&mutable_vars[i as usize - const_vars.len()], true),
+            };
+            let mut guards: SmallVec<[_; 16]> =
+                order.0.iter().map(|&(_, i)| var_at(i).0.0.lock()).collect();
             let mut granted = 0;
-            for (g, &(v, write)) in guards.iter_mut().zip(&vars) {
+            for (g, &(_, i)) in guards.iter_mut().zip(&order.0) {
+                let (v, write) = var_at(i);
                 granted += usize::from(queue_locked(g, v, write, op));
             }
             granted
@@ -78,11 +118,15 @@ fn queue_locked(state: &mut VarState, var: &Var, write: bool, op: &OprRef) -> bo
     if state.queue.is_idle() {
         var.pin();
     }
-    if write {
-        state.queue.append_write(|| op.clone())
+    let granted = if write {
+        state.queue.append_write(|| QueuedOp::of(op))
     } else {
-        state.queue.append_read(|| op.clone())
+        state.queue.append_read(|| QueuedOp::of(op))
+    };
+    if granted && var.0.has_exception.load(Ordering::Relaxed) {
+        QueuedOp::of(op).hint_input_error();
     }
+    granted
 }
 
 impl VarInner {
@@ -116,8 +160,8 @@ impl VarInner {
 const BACKOFF_FIRST: u32 = 128;
 const BACKOFF_LAST: u32 = 4096;
 
-/// Ops made ready by a release; usually none or one.
-pub(crate) type Ready = SmallVec<[OprRef; 4]>;
+/// Ops granted an access by a release (each may wait for others); usually none or one.
+pub(crate) type Ready = SmallVec<[QueuedOp; 4]>;
 
 impl Var {
     pub fn new() -> Self {
@@ -147,6 +191,16 @@ impl Var {
 
     pub fn same_as(&self, other: &Var) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Starts bringing the variable's line (reference counts, lock and queue state) into this
+    /// core's cache for writing. Each lock is a locked instruction, which waits for its line
+    /// before the next one can start; prefetching the lines of all of an op's variables first lets
+    /// their transfers overlap.
+    #[inline]
+    pub(crate) fn prefetch(&self) {
+        // the allocation starts with Arc's two counters, 16 bytes before the value
+        crate::util::prefetch_write(Arc::as_ptr(&self.0).cast::<u8>().wrapping_sub(16));
     }
 
     /// Takes the reference a busy variable holds to itself (see the module docs).
@@ -186,7 +240,9 @@ impl Var {
     pub(crate) fn complete_read(&self, ready: &mut Ready) {
         let inner = Arc::as_ptr(&self.0);
         let mut s = self.0.lock();
+        let before = ready.len();
         s.queue.complete_read(ready);
+        self.hint_input_error(&ready[before..]);
         let idle = s.queue.is_idle();
         drop(s);
         if idle {
@@ -205,12 +261,22 @@ impl Var {
             s.exception = Some(e.clone());
             self.0.has_exception.store(true, Ordering::Release);
         }
+        let before = ready.len();
         s.queue.complete_write(ready);
+        self.hint_input_error(&ready[before..]);
         let idle = s.queue.is_idle();
         drop(s);
         if idle {
             // SAFETY: the variable was busy (a write was granted), so pinned, and is idle now.
             unsafe { Self::unpin(inner) };
+        }
+    }
+
+    /// Tells the ops just granted an access (under the lock) whether this variable carries an
+    /// error, which they must then look at when they start.
+    fn hint_input_error(&self, granted: &[QueuedOp]) {
+        if !granted.is_empty() && self.0.has_exception.load(Ordering::Relaxed) {
+            granted.iter().for_each(QueuedOp::hint_input_error);
         }
     }
 
