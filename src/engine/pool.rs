@@ -244,9 +244,17 @@ impl PoolShared {
                     }
                     let cap = MAX_POLL_DELAY.load(Ordering::Relaxed);
                     if delay >= cap && self.oversubscribed.load(Ordering::Relaxed) {
-                        // backed off fully, and this pool's workers plus a pusher outnumber the
-                        // cores: let the other runnable threads have this one
+                        // Backed off fully, and this pool's workers plus a pusher outnumber the
+                        // cores: let the other runnable threads have this one. A thread that
+                        // yields may stay away for a whole scheduler tick (4 ms), so meanwhile it
+                        // does not count as the pool's spinner: a push wakes a parked worker
+                        // (perhaps on an idle core) instead of leaving its op to this one.
+                        self.spinners.fetch_sub(1, Ordering::SeqCst);
                         std::thread::yield_now();
+                        if self.spinners.fetch_add(1, Ordering::SeqCst) != 0 {
+                            // another worker took over the polling: park
+                            break;
+                        }
                     } else {
                         for _ in 0..delay {
                             std::hint::spin_loop();
