@@ -207,7 +207,11 @@ unsafe impl Sync for QueuedOp {}
 impl QueuedOp {
     /// Points at `op`, which is about to wait for this access.
     pub(crate) fn of(op: &OprRef) -> Self {
-        QueuedOp(NonNull::from(&**op))
+        // `Arc::as_ptr` keeps the provenance of the whole allocation, which `grant` needs to
+        // rebuild the `Arc`
+        let ptr = Arc::as_ptr(op).cast_mut();
+        // SAFETY: an `Arc`'s pointer is never null.
+        QueuedOp(unsafe { NonNull::new_unchecked(ptr) })
     }
 
     /// The op, while it waits.
@@ -232,9 +236,9 @@ impl QueuedOp {
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
             == 1
         {
-            // SAFETY: the pusher gave up its reference with `Arc::into_raw` when it left grants
-            // pending (`Inner::submit`); the grant that ends the wait, this one, takes it back,
-            // exactly once.
+            // SAFETY: the pointer came from `Arc::as_ptr` (`of`); the pusher left its reference
+            // to the wait count when grants were still pending (`Inner::submit`), and the grant
+            // that ends the wait, this one, takes it back, exactly once.
             Some(unsafe { Arc::from_raw(self.0.as_ptr()) })
         } else {
             None
