@@ -1,5 +1,5 @@
 //! The state machine of one variable: the FIFO of pending reads and writes, independent of what
-//! an "op" is (the engine stores `OprRef`s, the loom model plain indices).
+//! an "op" is (the engine stores `QueuedOp`s, the loom model plain indices).
 //!
 //! Rules: adjacent reads run together; a write waits until every earlier read and write has
 //! finished; reads queued behind a write wait for it. Invariant: whenever reads run and ops are
