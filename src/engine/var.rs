@@ -238,23 +238,25 @@ impl Var {
     /// A granted read finished; the next write may start. The variable may be freed by this
     /// call (when the caller holds no reference of its own).
     pub(crate) fn complete_read(&self, ready: &mut Ready) {
-        let inner = Arc::as_ptr(&self.0);
-        let mut s = self.0.lock();
-        let before = ready.len();
-        s.queue.complete_read(ready);
-        self.hint_input_error(&ready[before..]);
-        let idle = s.queue.is_idle();
-        drop(s);
-        if idle {
-            // SAFETY: the variable was busy (a read was granted), so pinned, and is idle now.
-            unsafe { Self::unpin(inner) };
-        }
+        self.release(None, ready, VarQueue::complete_read);
     }
 
     /// A granted write finished: bump the version, record its error (if any), and release the
     /// reads behind it or the next write. The variable may be freed by this call (when the
     /// caller holds no reference of its own).
     pub(crate) fn complete_write(&self, exception: Option<&ExceptionRef>, ready: &mut Ready) {
+        self.release(exception, ready, VarQueue::complete_write);
+    }
+
+    /// Ends a granted access with `step` under the lock (recording `exception` first), flags the
+    /// ops it grants if the variable carries an error, and gives back the variable's hold on
+    /// itself if nothing is left queued.
+    fn release(
+        &self,
+        exception: Option<&ExceptionRef>,
+        ready: &mut Ready,
+        step: impl FnOnce(&mut VarQueue<QueuedOp>, &mut Ready),
+    ) {
         let inner = Arc::as_ptr(&self.0);
         let mut s = self.0.lock();
         if let Some(e) = exception {
@@ -262,12 +264,13 @@ impl Var {
             self.0.has_exception.store(true, Ordering::Release);
         }
         let before = ready.len();
-        s.queue.complete_write(ready);
+        step(&mut s.queue, ready);
         self.hint_input_error(&ready[before..]);
         let idle = s.queue.is_idle();
         drop(s);
         if idle {
-            // SAFETY: the variable was busy (a write was granted), so pinned, and is idle now.
+            // SAFETY: the variable was busy (the access ending was granted), so pinned, and is
+            // idle now.
             unsafe { Self::unpin(inner) };
         }
     }
