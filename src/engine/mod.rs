@@ -297,19 +297,15 @@ impl Inner {
     ) -> Result<()> {
         let (c, m) = (args.const_vars, args.mutable_vars);
         let spec = OpSpec::from_args(args, run_inline);
-        if c.len() + m.len() <= 1 {
-            let op = self.new_op(body, c, m, spec);
-            return self.submit(op, c, m, None);
-        }
-        let order = var::LockOrder::new(c, m);
-        if order.has_repeats() {
+        let order = var::LockOrder::of_op(c, m);
+        if order.as_ref().is_some_and(var::LockOrder::has_repeats) {
             let (c, m) = dedup(c, m);
-            let order = var::LockOrder::new(&c, &m);
+            let order = var::LockOrder::of_op(&c, &m);
             let op = self.new_op(body, &c, &m, spec);
-            return self.submit(op, &c, &m, Some(&order));
+            return self.submit(op, &c, &m, order.as_ref());
         }
         let op = self.new_op(body, c, m, spec);
-        self.submit(op, c, m, Some(&order))
+        self.submit(op, c, m, order.as_ref())
     }
 
     fn flush_bulk(&self) -> Result<()> {
@@ -564,8 +560,7 @@ impl Engine {
             m,
             spec,
         );
-        let order = (c.len() + m.len() > 1).then(|| var::LockOrder::new(c, m));
-        inner.submit(block, c, m, order.as_ref())
+        inner.submit(block, c, m, var::LockOrder::of_op(c, m).as_ref())
     }
 
     /// Frees an operator after every pending push of it has finished.
@@ -891,7 +886,8 @@ mod tests {
 
     #[test]
     fn repeats_are_found_in_short_and_long_lists() {
-        let has_repeats = |c: &[Var], m: &[Var]| var::LockOrder::new(c, m).has_repeats();
+        let has_repeats =
+            |c: &[Var], m: &[Var]| var::LockOrder::of_op(c, m).is_some_and(|o| o.has_repeats());
         for n in [2usize, 5, 8, 9, 17, 40] {
             let vars: Vec<Var> = (0..n).map(|_| Var::new()).collect();
             let (c, m) = vars.split_at(n / 2);

@@ -13,7 +13,7 @@ use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 /// Variables of one op; most ops have few.
 pub(crate) type VarList = SmallVec<[Var; 4]>;
@@ -156,11 +156,10 @@ pub(crate) const INPUT_ERROR_HINT: u8 = 2;
 
 impl<B: ?Sized> OprBlock<B> {
     pub(crate) fn has_error_flag(&self, flag: u8) -> bool {
-        self.error_flags.load(std::sync::atomic::Ordering::Acquire) & flag != 0
+        self.error_flags.load(Ordering::Acquire) & flag != 0
     }
     pub(crate) fn set_error_flag(&self, flag: u8) {
-        self.error_flags
-            .fetch_or(flag, std::sync::atomic::Ordering::AcqRel);
+        self.error_flags.fetch_or(flag, Ordering::AcqRel);
     }
 }
 
@@ -230,12 +229,7 @@ impl QueuedOp {
     /// was the last one (the op is then ready to run). After an earlier grant the op may run and
     /// be freed at any time, so this consumes the `QueuedOp`.
     pub(crate) fn grant(self) -> Option<OprRef> {
-        if self
-            .block()
-            .wait
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
-            == 1
-        {
+        if self.block().wait.fetch_sub(1, Ordering::AcqRel) == 1 {
             // SAFETY: the pointer came from `Arc::as_ptr` (`of`); the pusher left its reference
             // to the wait count when grants were still pending (`Inner::submit`), and the grant
             // that ends the wait, this one, takes it back, exactly once.

@@ -48,10 +48,17 @@ struct VarState {
 pub(crate) struct LockOrder(SmallVec<[(usize, u32); 16]>);
 
 impl LockOrder {
+    /// The lock order of an op reading `const_vars` and writing `mutable_vars`, or `None` for an
+    /// op with at most one variable (nothing to order, nothing to repeat).
+    #[inline]
+    pub(crate) fn of_op(const_vars: &[Var], mutable_vars: &[Var]) -> Option<Self> {
+        (const_vars.len() + mutable_vars.len() > 1).then(|| Self::new(const_vars, mutable_vars))
+    }
+
     /// Sorts the variables of an op reading `const_vars` and writing `mutable_vars`. Also starts
     /// fetching their cache lines, which `append_all` is about to lock.
     #[inline]
-    pub(crate) fn new(const_vars: &[Var], mutable_vars: &[Var]) -> Self {
+    fn new(const_vars: &[Var], mutable_vars: &[Var]) -> Self {
         let n = const_vars.len() + mutable_vars.len();
         let mut order = LockOrder(SmallVec::new());
         order.0.extend(
@@ -74,10 +81,10 @@ impl LockOrder {
     }
 }
 
-/// Queues `op`'s reads of `const_vars` and writes of `mutable_vars` (distinct variables, sorted
-/// in `order`, which only ops with more than one variable need) as one step and returns how many were granted at once. The caller's references
-/// keep the variables alive until then; from then on each holds itself while the op is queued on
-/// it.
+/// Queues `op`'s reads of `const_vars` and writes of `mutable_vars` (distinct variables, in the
+/// lock `order` [`LockOrder::of_op`] gives) as one step and returns how many were granted at once.
+/// The caller's references keep the variables alive until then; from then on each holds itself
+/// while the op is queued on it.
 ///
 /// An op with several variables locks them all, in address order, before it appends to any: two
 /// ops pushed concurrently from different threads then queue in the same order on every variable
