@@ -18,14 +18,9 @@ pub mod storage;
 
 pub mod capi;
 
+mod allocator;
 mod util;
 
 pub use context::{Context, DeviceType};
 pub use dtype::DType;
 pub use error::{Error, ErrorKind, Result};
-
-/// mimalloc: engine ops are allocated on the pushing thread and freed on a worker; glibc's
-/// per-thread caches handle that pattern poorly (arena lock contention), mimalloc well.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -644,6 +644,7 @@ impl Engine {
         let inner = &*self.inner;
         inner.flush_bulk()?;
         inner.wait_idle();
+        crate::allocator::trim_after_burst();
         let list = std::mem::take(&mut *inner.exceptions.lock());
         let mut first = None;
         for e in &list {

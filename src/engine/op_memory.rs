@@ -12,7 +12,10 @@
 //!
 //! Memory stays bounded: at most [`MAX_SHARED_BATCHES`] batches wait in the shared stack, one
 //! partial and one spare batch per thread; anything beyond that goes back to the allocator, and a
-//! thread's batches are freed when it exits.
+//! thread's batches are freed when it exits. Op memory taken from the allocator (ops of other
+//! sizes always, blocks when nothing recycled is at hand: a burst of queued ops) is counted, so
+//! that the allocator can be asked to give a burst's memory back once it has drained
+//! (`crate::allocator`).
 //!
 //! Each pushing thread also reserves its next op's memory one push ahead and asks the CPU to fetch
 //! it for writing: recycled memory was last written by a worker's core, and the prefetch brings its
@@ -37,6 +40,9 @@ const BATCH: usize = 32;
 /// Most batches waiting in the shared stack (32 × 32 × 128 bytes = 128 KiB).
 const MAX_SHARED_BATCHES: usize = 32;
 
+/// Fresh op memory a thread reports to the allocator module at a time.
+const FRESH_REPORT_BYTES: usize = 128 << 10;
+
 type Batch = Vec<Arc<BlockMemory>>;
 
 static SHARED: Mutex<Vec<Batch>> = Mutex::new(Vec::new());
@@ -48,6 +54,8 @@ thread_local! {
     static FREED: RefCell<Batch> = const { RefCell::new(Vec::new()) };
     /// A batch taken from the shared stack, for this thread's next ops.
     static SPARE: RefCell<Batch> = const { RefCell::new(Vec::new()) };
+    /// Bytes of op memory this thread took from the allocator and has not reported yet.
+    static FRESH_UNREPORTED: Cell<usize> = const { Cell::new(0) };
 }
 
 fn is_common_size(size: usize, align: usize) -> bool {
@@ -57,6 +65,7 @@ fn is_common_size(size: usize, align: usize) -> bool {
 /// Puts `block` behind a reference count, in recycled memory reserved ahead when its size allows.
 pub(crate) fn alloc_op<B: OpBody + 'static>(block: OprBlock<B>) -> OprRef {
     if !is_common_size(size_of::<OprBlock<B>>(), align_of::<OprBlock<B>>()) {
+        count_fresh(size_of::<OprBlock<B>>() + 16);
         return Arc::new(block);
     }
     let reserved = NEXT_BLOCK.try_with(|n| n.replace(Some(reserve_block())));
@@ -83,12 +92,32 @@ pub(crate) fn alloc_op<B: OpBody + 'static>(block: OprBlock<B>) -> OprRef {
 
 /// Memory for the calling thread's next op, with its two cache lines being fetched for writing.
 fn reserve_block() -> Arc<BlockMemory> {
-    let memory = take_recycled().unwrap_or_else(|| Arc::new(BlockMemory::uninit()));
+    let memory = take_recycled().unwrap_or_else(fresh_block);
     // the allocation starts with Arc's two counters, before the value
     let start = Arc::as_ptr(&memory).cast::<u8>().wrapping_sub(16);
     crate::util::prefetch_write(start);
     crate::util::prefetch_write(start.wrapping_add(64));
     memory
+}
+
+/// New memory from the allocator, when nothing recycled is at hand (the queued ops of a burst).
+fn fresh_block() -> Arc<BlockMemory> {
+    count_fresh(BLOCK_BYTES + 16);
+    Arc::new(BlockMemory::uninit())
+}
+
+/// Counts op memory taken from the allocator, reported to [`crate::allocator`] in batches so
+/// that a wait after a burst gives the burst's memory back.
+fn count_fresh(bytes: usize) {
+    let _ = FRESH_UNREPORTED.try_with(|n| {
+        let total = n.get() + bytes;
+        if total < FRESH_REPORT_BYTES {
+            n.set(total);
+        } else {
+            n.set(0);
+            crate::allocator::note_fresh_op_memory(total);
+        }
+    });
 }
 
 fn take_recycled() -> Option<Arc<BlockMemory>> {

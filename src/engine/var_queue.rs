@@ -7,6 +7,10 @@
 
 use std::collections::VecDeque;
 
+/// Entries a drained queue keeps allocated; a larger buffer, grown by a backlog, is freed once the
+/// backlog has drained (a burst of a million pushes must not pin its peak memory).
+const KEEP_CAPACITY: usize = 256;
+
 #[derive(Debug)]
 pub(crate) struct VarQueue<T> {
     /// Ops not granted yet, in push order, with whether each writes. Allocated the first time an
@@ -49,7 +53,12 @@ impl<T> VarQueue<T> {
 
     fn pop_front(&mut self) -> T {
         let q = self.queue.as_mut().expect("front checked");
-        q.pop_front().expect("front checked").0
+        let op = q.pop_front().expect("front checked").0;
+        if q.is_empty() && q.capacity() > KEEP_CAPACITY {
+            // a backlog drained: give its memory back rather than hold the peak for good
+            self.queue = None;
+        }
+        op
     }
 
     /// Queues a read; true if it is granted at once (then `op` is not kept).
