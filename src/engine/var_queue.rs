@@ -170,6 +170,29 @@ mod tests {
         assert!(!q.try_grant_now(true));
         assert!(q.try_grant_now(false));
     }
+
+    #[test]
+    fn a_drained_backlog_frees_its_buffer_and_a_small_queue_keeps_it() {
+        let mut q = VarQueue::default();
+        let mut ready: Vec<u32> = Vec::new();
+        for (n, kept) in [(KEEP_CAPACITY as u32 * 4, false), (8, true)] {
+            assert!(q.append_write(|| 0));
+            for i in 1..=n {
+                assert!(!q.append_write(|| i));
+            }
+            for _ in 0..=n {
+                q.complete_write(&mut ready);
+            }
+            assert!(q.is_idle());
+            assert_eq!(q.queue.is_some(), kept, "{n} queued writes drained");
+        }
+        assert_eq!(
+            ready.len(),
+            KEEP_CAPACITY * 4 + 8,
+            "every queued write was granted"
+        );
+        assert_eq!(q.version(), KEEP_CAPACITY as u64 * 4 + 1 + 9);
+    }
 }
 
 /// Model check (loom) of the variables' queues together with the engine's grant counting: ops on
