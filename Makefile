@@ -3,6 +3,7 @@
 #   make test     Rust tests, header check, C examples (-Werror), install + pkg-config check
 #   make install PREFIX=/usr/local DESTDIR=   library with SONAME links, header, mxrt.pc
 #   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet)
+#   make bench-floor  line-transfer latency and the engine's own per-op costs on this machine
 
 CARGO ?= cargo
 CC ?= cc
@@ -25,7 +26,7 @@ MXNET_VENV ?= .venv-mxnet
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: loom profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench clean
+.PHONY: loom profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -66,7 +67,7 @@ loom:
 check-abi: lib mxnet-venv
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/check-abi.sh
 
-test: rust-test loom check-header run-examples test-install check-abi sanitize
+test: rust-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib
@@ -95,6 +96,13 @@ profile-demo: $(BUILD)/examples/profile_demo
 
 bench: lib
 	MXBENCH_REPEATS=$${MXBENCH_REPEATS:-5} bash bench/run.sh all
+
+$(BUILD)/engine_floor: bench/engine_floor.c include/mxrt.h | lib
+	@mkdir -p $(dir $@)
+	$(CC) $(EXAMPLE_CFLAGS) -O2 -Iinclude $< -o $@ -L$(TARGET) -Wl,-rpath,$(abspath $(TARGET)) -lmxrt
+
+bench-floor: $(BUILD)/engine_floor
+	@for n in 1 2; do MXNET_CPU_WORKER_NTHREADS=$$n $(BUILD)/engine_floor || exit 1; done
 
 clean:
 	$(CARGO) clean
