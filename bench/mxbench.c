@@ -13,16 +13,19 @@
  * "missing: SYMBOL". Exit status: 0 all ok, 1 some check or API call failed, 2 only missing
  * symbols, 64 usage / dlopen error.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_setaffinity, for MXBENCH_PIN */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -342,8 +345,42 @@ static void op_async_enqueue(void *rctx, void *on_complete, void *param) {
   pthread_mutex_unlock(&g_q.mu);
 }
 
+/* MXBENCH_PIN=1 (async workload): fixed thread placement, so that a run measures the libraries
+ * rather than where the kernel happened to put three busy threads on two cores. The pushing and
+ * the completing thread go to CPU 0, every other thread of the process (the library's workers)
+ * to CPU 1. */
+static bool g_pin;
+static long g_main_tid, g_completer_tid;
+
+static long this_tid(void) { return (long)syscall(SYS_gettid); }
+
+static bool pin_thread(long tid, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity((pid_t)tid, sizeof set, &set) == 0;
+}
+
+/* pins every thread but the pusher and the completer to CPU 1 (workers may start lazily, so this
+ * runs before each repeat) */
+static void pin_library_threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    long tid = atol(e->d_name);
+    if (tid > 0 && tid != g_main_tid && tid != g_completer_tid && !pin_thread(tid, 1))
+      fprintf(stderr, "# MXBENCH_PIN: cannot pin thread %ld\n", tid);
+  }
+  closedir(d);
+}
+
 static void *completer_main(void *arg) {
   (void)arg;
+  if (g_pin) {
+    __atomic_store_n(&g_completer_tid, this_tid(), __ATOMIC_RELEASE);
+    pin_thread(0, 0);
+  }
   struct CallbackOnComplete batch[256];
   for (;;) {
     pthread_mutex_lock(&g_q.mu);
@@ -367,11 +404,24 @@ static void engine_async_completer(void) {
     return;
   const int n = 100000;
   NDArrayHandle vars[NVARS] = {0};
-  double rates[16];
+  double rates[16], push_secs[16], completed_early[16];
   int done = 0;
   uint32_t shape[1] = {1};
   pthread_t th;
   bool started = false;
+  const char *pin = getenv("MXBENCH_PIN");
+  g_pin = pin && strcmp(pin, "1") == 0;
+  if (g_pin && sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+    printf("# MXBENCH_PIN needs two CPUs; running unpinned\n");
+    g_pin = false;
+  }
+  if (g_pin) {
+    g_main_tid = this_tid();
+    if (!pin_thread(0, 0)) {
+      printf("# MXBENCH_PIN: sched_setaffinity failed; running unpinned\n");
+      g_pin = false;
+    }
+  }
   g_q.items = calloc(QCAP, sizeof(struct CallbackOnComplete));
   g_q.head = g_q.tail = 0;
   g_q.stop = g_q.overflow = false;
@@ -383,13 +433,17 @@ static void engine_async_completer(void) {
     goto out;
   }
   started = true;
+  while (g_pin && __atomic_load_n(&g_completer_tid, __ATOMIC_ACQUIRE) == 0) sched_yield();
   for (int r = 0; r < g_repeats; ++r) {
     memset(g_counts, 0, sizeof g_counts);
     long before = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED);
+    if (g_pin) pin_library_threads();
     double t0 = now_s();
     for (int i = 0; i < n; ++i)
       CALL(MX(MXEnginePushAsyncND)(op_async_enqueue, &g_counts[i % NVARS], NULL, &CPU0, NULL, 0,
                                    &vars[i % NVARS], 1, NULL, 0, NULL, false));
+    push_secs[done] = now_s() - t0;
+    completed_early[done] = (double)(__atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) - before);
     CALL(MX(MXNDArrayWaitAll)());
     rates[done++] = n / (now_s() - t0);
     long completed = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) - before;
@@ -426,7 +480,13 @@ out:
   free_all(vars, NVARS);
   free(g_q.items);
   g_q.items = NULL;
-  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
+  g_completer_tid = 0;
+  /* where the time goes: how long the pushes took, how many ops had completed by then */
+  char note[128];
+  snprintf(note, sizeof note, "pushes %.4f s, %.0f completed by then%s",
+           done ? median(push_secs, done) : 0.0, done ? median(completed_early, done) : 0.0,
+           g_pin ? ", pinned (MXBENCH_PIN)" : "");
+  report(name, done ? median(rates, done) : 0.0, "ops/s", note);
 }
 
 /* fan-out / fan-in: A -> 16 x B_i -> C, checked against per-op round counters */
