@@ -351,6 +351,7 @@ static void op_async_enqueue(void *rctx, void *on_complete, void *param) {
  * to CPU 1. */
 static bool g_pin;
 static long g_main_tid, g_completer_tid;
+static cpu_set_t g_unpinned; /* the process's affinity before pinning, restored afterwards */
 
 static long this_tid(void) { return (long)syscall(SYS_gettid); }
 
@@ -361,26 +362,37 @@ static bool pin_thread(long tid, int cpu) {
   return sched_setaffinity((pid_t)tid, sizeof set, &set) == 0;
 }
 
-/* pins every thread but the pusher and the completer to CPU 1 (workers may start lazily, so this
- * runs before each repeat) */
-static void pin_library_threads(void) {
+/* gives every thread of the process but the pusher and the completer the affinity `set` (workers
+ * may start lazily, so pinning runs before each repeat) */
+static void set_library_threads(const cpu_set_t *set) {
   DIR *d = opendir("/proc/self/task");
   if (!d) return;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     long tid = atol(e->d_name);
-    if (tid > 0 && tid != g_main_tid && tid != g_completer_tid && !pin_thread(tid, 1))
-      fprintf(stderr, "# MXBENCH_PIN: cannot pin thread %ld\n", tid);
+    if (tid > 0 && tid != g_main_tid && tid != g_completer_tid &&
+        sched_setaffinity((pid_t)tid, sizeof *set, set) != 0)
+      fprintf(stderr, "# MXBENCH_PIN: cannot set the affinity of thread %ld\n", tid);
   }
   closedir(d);
 }
 
+static void pin_library_threads(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(1, &set);
+  set_library_threads(&set);
+}
+
+/* after the pinned workload: every thread back to the affinity the process started with */
+static void unpin_all(void) {
+  set_library_threads(&g_unpinned);
+  sched_setaffinity(0, sizeof g_unpinned, &g_unpinned);
+}
+
 static void *completer_main(void *arg) {
   (void)arg;
-  if (g_pin) {
-    __atomic_store_n(&g_completer_tid, this_tid(), __ATOMIC_RELEASE);
-    pin_thread(0, 0);
-  }
+  if (g_pin) __atomic_store_n(&g_completer_tid, this_tid(), __ATOMIC_RELEASE);
   struct CallbackOnComplete batch[256];
   for (;;) {
     pthread_mutex_lock(&g_q.mu);
@@ -415,12 +427,9 @@ static void engine_async_completer(void) {
     printf("# MXBENCH_PIN needs two CPUs; running unpinned\n");
     g_pin = false;
   }
-  if (g_pin) {
-    g_main_tid = this_tid();
-    if (!pin_thread(0, 0)) {
-      printf("# MXBENCH_PIN: sched_setaffinity failed; running unpinned\n");
-      g_pin = false;
-    }
+  if (g_pin && sched_getaffinity(0, sizeof g_unpinned, &g_unpinned) != 0) {
+    printf("# MXBENCH_PIN: sched_getaffinity failed; running unpinned\n");
+    g_pin = false;
   }
   g_q.items = calloc(QCAP, sizeof(struct CallbackOnComplete));
   g_q.head = g_q.tail = 0;
@@ -433,7 +442,22 @@ static void engine_async_completer(void) {
     goto out;
   }
   started = true;
-  while (g_pin && __atomic_load_n(&g_completer_tid, __ATOMIC_ACQUIRE) == 0) sched_yield();
+  if (g_pin) {
+    /* a library starts its workers with the affinity of the thread that first needs them (and
+     * mxrt sizes its spinning by it): one op first, then pin */
+    CALL(MX(MXEnginePushAsyncND)(op_async_enqueue, &g_counts[0], NULL, &CPU0, NULL, 0, &vars[0], 1,
+                                 NULL, 0, NULL, false));
+    CALL(MX(MXNDArrayWaitAll)());
+    /* the completer counts after calling back, so after WaitAll returns */
+    while (__atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) < 1) sched_yield();
+    while (__atomic_load_n(&g_completer_tid, __ATOMIC_ACQUIRE) == 0) sched_yield();
+    g_main_tid = this_tid();
+    if (!pin_thread(0, 0) || !pin_thread(g_completer_tid, 0)) {
+      printf("# MXBENCH_PIN: sched_setaffinity failed; running unpinned\n");
+      unpin_all();
+      g_pin = false;
+    }
+  }
   for (int r = 0; r < g_repeats; ++r) {
     memset(g_counts, 0, sizeof g_counts);
     long before = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED);
@@ -480,6 +504,7 @@ out:
   free_all(vars, NVARS);
   free(g_q.items);
   g_q.items = NULL;
+  if (g_pin) unpin_all();
   g_completer_tid = 0;
   /* where the time goes: how long the pushes took, how many ops had completed by then */
   char note[128];
