@@ -345,10 +345,9 @@ static void op_async_enqueue(void *rctx, void *on_complete, void *param) {
   pthread_mutex_unlock(&g_q.mu);
 }
 
-/* MXBENCH_PIN=1 (async workload): fixed thread placement, so that a run measures the libraries
- * rather than where the kernel happened to put three busy threads on two cores. The pushing and
- * the completing thread go to CPU 0, every other thread of the process (the library's workers)
- * to CPU 1. */
+/* MXBENCH_PIN=1 (async workload): fixed thread placement, to study how much the figure depends on
+ * where the kernel puts three busy threads on two cores. The pushing and the completing thread go
+ * to CPU 0, every other thread of the process (the library's workers) to CPU 1. */
 static bool g_pin;
 static long g_main_tid, g_completer_tid;
 static cpu_set_t g_unpinned; /* the process's affinity before pinning, restored afterwards */
