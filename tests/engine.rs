@@ -261,6 +261,70 @@ fn async_ops_complete_from_another_thread() {
     }
 }
 
+/// Completions from a thread that shares the one CPU with the workers: the workers then park at
+/// once (and defer to the completing thread) instead of polling; every op still runs, in order.
+#[cfg(target_os = "linux")]
+#[test]
+fn async_ops_completed_by_a_thread_on_the_workers_cpu_all_run_in_order() {
+    // SAFETY: cpu_set_t is plain data; the calls get valid pointers and sizes for this thread.
+    let saved = unsafe {
+        let mut saved: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut saved),
+            0
+        );
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(libc::sched_getcpu().max(0) as usize, &mut one);
+        assert_eq!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one),
+            0
+        );
+        saved
+    };
+    // workers and the completing thread inherit this thread's single CPU
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        for workers in [1, 2] {
+            let engine = Engine::new(EngineConfig::with_workers(kind, workers));
+            let vars: Vec<Var> = (0..8).map(|_| engine.new_variable()).collect();
+            let (tx, rx) = std::sync::mpsc::channel::<mxrt::engine::Completion>();
+            let completer = std::thread::spawn(move || {
+                for done in rx {
+                    done.done();
+                }
+            });
+            let logs: Arc<Vec<Mutex<Vec<usize>>>> =
+                Arc::new((0..8).map(|_| Mutex::new(Vec::new())).collect());
+            let n = 4000;
+            for i in 0..n {
+                let (tx, logs) = (Mutex::new(tx.clone()), logs.clone());
+                engine
+                    .push_async(
+                        Arc::new(move |_: &RunContext, done: mxrt::engine::Completion| {
+                            logs[i % 8].lock().unwrap().push(i);
+                            tx.lock().unwrap().send(done).unwrap();
+                        }),
+                        cpu().writes(std::slice::from_ref(&vars[i % 8])),
+                    )
+                    .unwrap();
+            }
+            engine.wait_for_all().unwrap();
+            drop(tx);
+            completer.join().unwrap();
+            for (k, log) in logs.iter().enumerate() {
+                let want: Vec<usize> = (0..n).filter(|i| i % 8 == k).collect();
+                assert_eq!(
+                    *log.lock().unwrap(),
+                    want,
+                    "{kind:?}, {workers} workers, var {k}"
+                );
+                assert_eq!(vars[k].version(), want.len() as u64);
+            }
+        }
+    }
+    // SAFETY: restores the affinity read above.
+    unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &saved) };
+}
+
 #[test]
 fn errors_poison_outputs_and_are_reported_once() {
     for engine in threaded_engines() {

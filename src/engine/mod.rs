@@ -36,6 +36,7 @@ mod config;
 mod exception;
 mod executor;
 mod fork;
+mod neighbour;
 mod op_memory;
 mod opr;
 mod pending;

@@ -277,6 +277,9 @@ impl Completion {
     }
     pub fn finish(mut self, result: OpResult) {
         if let Some(op) = self.op.take() {
+            if !super::pool::on_worker_thread() {
+                super::neighbour::note_completion();
+            }
             Inner::on_complete(op, result.err());
         }
     }

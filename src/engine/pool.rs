@@ -229,7 +229,12 @@ impl PoolShared {
             if let Some(op) = self.try_pop() {
                 return Some(op);
             }
-            if self.spinners.fetch_add(1, Ordering::SeqCst) == 0 {
+            // A thread outside the pools that completes ops runs on this CPU: polling would keep it
+            // off the CPU, so park at once, and let it finish its completions before this worker
+            // runs again (see `neighbour`).
+            let completer_here = super::neighbour::completer_on_this_cpu();
+            super::neighbour::defer_to_completer(completer_here);
+            if !completer_here && self.spinners.fetch_add(1, Ordering::SeqCst) == 0 {
                 // Poll with exponential backoff: quick to notice the next op, yet the queue's cache
                 // line is not pulled away from the pusher on every push.
                 let mut found = None;
@@ -243,6 +248,10 @@ impl PoolShared {
                         break;
                     }
                     let cap = MAX_POLL_DELAY.load(Ordering::Relaxed);
+                    if delay >= cap && super::neighbour::completer_on_this_cpu() {
+                        super::neighbour::defer_to_completer(true);
+                        break;
+                    }
                     if delay >= cap && self.oversubscribed.load(Ordering::Relaxed) {
                         // Backed off fully, and this pool's workers plus a pusher outnumber the
                         // cores: let the other runnable threads have this one. A thread that
@@ -267,7 +276,7 @@ impl PoolShared {
                 if found.is_some() {
                     return found;
                 }
-            } else {
+            } else if !completer_here {
                 self.spinners.fetch_sub(1, Ordering::SeqCst);
             }
             let mut guard = self.park_lock.lock();
@@ -398,6 +407,11 @@ thread_local! {
     /// then runs back to back on one worker).
     static WORKER: Cell<*const PoolShared> = const { Cell::new(std::ptr::null()) };
     static NEXT: Cell<Option<OprRef>> = const { Cell::new(None) };
+}
+
+/// True on a worker thread of any pool.
+pub(crate) fn on_worker_thread() -> bool {
+    WORKER.try_with(|w| !w.get().is_null()).unwrap_or(false)
 }
 
 /// Most ops a worker runs from its hand-off slot in a row before it looks at the queue again.
