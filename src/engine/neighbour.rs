@@ -57,18 +57,9 @@ fn current_cpu() -> Option<u64> {
     None
 }
 
-/// Monotonic time in units of 2^20 ns (about 1 ms).
+/// Monotonic time in units of 1024 µs (about 1 ms).
 fn now_ticks() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let ns = (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64);
-    (ns >> 20) & TIME_MASK
+    (crate::profiler::now_us() >> 10) & TIME_MASK
 }
 
 /// Called by a thread outside the worker pools as it completes an op.
