@@ -103,9 +103,8 @@ fn encode(cpu: u64, now: u64) -> u64 {
 
 /// True if `note` was made on `cpu` at most [`FRESH_TICKS`] before `now`.
 fn matches(note: u64, cpu: u64, now: u64) -> bool {
-    note != 0
-        && note >> TIME_BITS == cpu + 1
-        && now.wrapping_sub(note & TIME_MASK) & TIME_MASK <= FRESH_TICKS
+    // `cpu + 1` is never 0, so no note (0) matches no CPU
+    note >> TIME_BITS == cpu + 1 && now.wrapping_sub(note & TIME_MASK) & TIME_MASK <= FRESH_TICKS
 }
 
 /// The scheduling policy a worker runs under, as far as deferring is concerned.
