@@ -287,6 +287,8 @@ int MXEngineWaitForVar(void *var);
 /**
  * mxrt addition. Blocks until every pushed op has finished; returns -1 with the message of the
  * first failed op whose error no wait has reported yet (all such errors count as reported then).
+ * While it waits, the calling thread may run queued CPU ops itself, as a worker would, if they
+ * are long enough for that to pay (`MXRT_ENGINE_WAIT_HELPS=0` keeps ops on the engine's threads).
  */
 int MXEngineWaitForAll(void);
 
@@ -757,7 +759,8 @@ int MXNDArrayWaitToRead(NDArrayHandle handle);
 int MXNDArrayWaitToWrite(NDArrayHandle handle);
 
 /**
- * Waits for every pushed op; -1 with the first unreported error of a failed op.
+ * Waits for every pushed op; -1 with the first unreported error of a failed op. The calling
+ * thread may run queued CPU ops meanwhile (see MXEngineWaitForAll).
  */
 int MXNDArrayWaitAll(void);
 

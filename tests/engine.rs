@@ -820,3 +820,127 @@ fn opposite_multi_var_pushes_from_two_threads_never_deadlock() {
         assert_eq!(a.version() + b.version(), 40_000);
     }
 }
+
+/// An engine of `kind` with one CPU worker; `helps` sets whether `wait_for_all` runs ops itself.
+fn one_worker(kind: EngineKind, helps: bool) -> Engine {
+    let mut cfg = EngineConfig::with_workers(kind, 1);
+    cfg.wait_helps = helps;
+    Engine::new(cfg)
+}
+
+/// Pushes an op that occupies the engine's only worker until `release` returns true (or 20 s
+/// pass), and returns once the worker is running it.
+fn block_the_worker(engine: &Engine, release: impl Fn() -> bool + Send + Sync + 'static) {
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    let v = engine.new_variable();
+    engine
+        .push_fn(
+            cpu().writes(std::slice::from_ref(&v)).priority(1),
+            move |_| {
+                s.store(1, Ordering::SeqCst);
+                let t = Instant::now();
+                while !release() && t.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    while started.load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn wait_for_all_runs_queued_ops_on_the_waiting_thread_in_dependency_order() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = one_worker(kind, true);
+        let me = std::thread::current().id();
+        // the only worker stays busy until this thread has run an op: only helping drains
+        let on_waiter = Arc::new(AtomicUsize::new(0));
+        let w = on_waiter.clone();
+        block_the_worker(&engine, move || w.load(Ordering::SeqCst) > 0);
+        // ops pushed from the ops this thread runs must not land in this thread's bulk segment
+        assert_eq!(engine.set_bulk_size(16).unwrap(), 0);
+        let chain = engine.new_variable();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let children = Arc::new(AtomicUsize::new(0));
+        let engine = Arc::new(engine);
+        for i in 0..10 {
+            let (w, order, children, e) = (
+                on_waiter.clone(),
+                order.clone(),
+                children.clone(),
+                engine.clone(),
+            );
+            // priority 1: these pushes are not bulked, the ops' own pushes would be
+            let args = cpu().writes(std::slice::from_ref(&chain)).priority(1);
+            engine
+                .push_fn(args, move |_| {
+                    spin_for(Duration::from_micros(300));
+                    if std::thread::current().id() == me {
+                        w.fetch_add(1, Ordering::SeqCst);
+                    }
+                    order.lock().unwrap().push(i);
+                    let c = children.clone();
+                    e.push_fn(cpu(), move |_| {
+                        c.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    })
+                    .unwrap();
+                    Ok(())
+                })
+                .unwrap();
+        }
+        engine.wait_for_all().unwrap();
+        assert!(on_waiter.load(Ordering::SeqCst) > 0, "{kind:?}");
+        assert_eq!(*order.lock().unwrap(), (0..10).collect::<Vec<_>>());
+        assert_eq!(
+            children.load(Ordering::SeqCst),
+            10,
+            "{kind:?}: pushes from ops all ran"
+        );
+        assert_eq!(chain.version(), 10);
+        assert_eq!(engine.set_bulk_size(0).unwrap(), 16, "bulk size restored");
+    }
+}
+
+#[test]
+fn wait_for_all_stops_helping_when_ops_are_short_and_never_helps_when_turned_off() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        for helps in [true, false] {
+            let engine = one_worker(kind, helps);
+            let me = std::thread::current().id();
+            let release = Arc::new(AtomicUsize::new(0));
+            let r = release.clone();
+            block_the_worker(&engine, move || r.load(Ordering::SeqCst) > 0);
+            // 20 000 ready ops queued behind the blocked worker
+            let vars: Vec<_> = (0..64).map(|_| engine.new_variable()).collect();
+            let (ran, on_waiter) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+            for i in 0..20_000 {
+                let (ran, w) = (ran.clone(), on_waiter.clone());
+                engine
+                    .push_fn(cpu().writes(&vars[i % 64..i % 64 + 1]), move |_| {
+                        ran.fetch_add(1, Ordering::Relaxed);
+                        if std::thread::current().id() == me {
+                            w.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+            }
+            release.store(1, Ordering::SeqCst);
+            engine.wait_for_all().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), 20_000);
+            let n = on_waiter.load(Ordering::SeqCst);
+            if helps {
+                // it tries a few, finds them short and sleeps; helping throughout would have
+                // taken thousands
+                assert!(n < 200, "{kind:?}: the waiting thread ran {n} short ops");
+            } else {
+                assert_eq!(n, 0, "{kind:?}");
+            }
+        }
+    }
+}

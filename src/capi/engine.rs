@@ -344,6 +344,8 @@ pub unsafe extern "C" fn MXEngineWaitForVar(var: *mut c_void) -> c_int {
 
 /// mxrt addition. Blocks until every pushed op has finished; returns -1 with the message of the
 /// first failed op whose error no wait has reported yet (all such errors count as reported then).
+/// While it waits, the calling thread may run queued CPU ops itself, as a worker would, if they
+/// are long enough for that to pay (`MXRT_ENGINE_WAIT_HELPS=0` keeps ops on the engine's threads).
 #[unsafe(no_mangle)]
 pub extern "C" fn MXEngineWaitForAll() -> c_int {
     api_call("MXEngineWaitForAll", || engine()?.wait_for_all())

@@ -352,7 +352,8 @@ pub unsafe extern "C" fn MXNDArrayWaitToWrite(handle: NDArrayHandle) -> c_int {
     })
 }
 
-/// Waits for every pushed op; -1 with the first unreported error of a failed op.
+/// Waits for every pushed op; -1 with the first unreported error of a failed op. The calling
+/// thread may run queued CPU ops meanwhile (see MXEngineWaitForAll).
 #[unsafe(no_mangle)]
 pub extern "C" fn MXNDArrayWaitAll() -> c_int {
     api_call("MXNDArrayWaitAll", || Engine::global()?.wait_for_all())

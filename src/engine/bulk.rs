@@ -44,6 +44,26 @@ pub(crate) fn set_size(size: usize) -> (usize, Option<Segment>) {
     })
 }
 
+/// Turns the calling thread's bulking off until the guard drops, segment untouched: ops that
+/// `wait_help` runs on a waiting thread push without bulking, as they would on a worker.
+pub(crate) fn suspend() -> Suspended {
+    Suspended(BULK.with(|b| std::mem::take(&mut b.borrow_mut().size)))
+}
+
+/// Restores the bulk size [`suspend`] found (unless an op body changed it meanwhile).
+pub(crate) struct Suspended(usize);
+
+impl Drop for Suspended {
+    fn drop(&mut self) {
+        let _ = BULK.try_with(|b| {
+            let mut b = b.borrow_mut();
+            if b.size == 0 {
+                b.size = self.0;
+            }
+        });
+    }
+}
+
 /// Takes the calling thread's segment only if it was collected for `engine`.
 pub(crate) fn take_for(engine: EnginePtr) -> Option<Segment> {
     BULK.with(|b| {

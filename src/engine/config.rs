@@ -52,6 +52,9 @@ pub struct EngineConfig {
     pub gpu_workers: usize,
     /// Threads per GPU copy pool (`MXNET_GPU_COPY_NTHREADS`, default 2).
     pub gpu_copy_workers: usize,
+    /// Whether a thread in `wait_for_all` runs queued CPU ops itself while that pays
+    /// (`MXRT_ENGINE_WAIT_HELPS`, default 1; mxrt's own, MXNet has no such setting).
+    pub wait_helps: bool,
 }
 
 impl EngineConfig {
@@ -64,6 +67,7 @@ impl EngineConfig {
             pooled_workers: 16,
             gpu_workers: 2,
             gpu_copy_workers: 2,
+            wait_helps: true,
         }
     }
 
@@ -94,7 +98,29 @@ impl EngineConfig {
         if let Some(n) = env_count("MXNET_GPU_COPY_NTHREADS")? {
             c.gpu_copy_workers = n;
         }
+        if let Some(on) = env_switch("MXRT_ENGINE_WAIT_HELPS")? {
+            c.wait_helps = on;
+        }
         Ok(c)
+    }
+}
+
+/// A 0/1 setting from the environment; `None` when unset or empty.
+fn env_switch(name: &str) -> Result<Option<bool>> {
+    match std::env::var(name) {
+        Ok(v) => parse_switch(name, &v),
+        Err(_) => Ok(None),
+    }
+}
+
+fn parse_switch(name: &str, v: &str) -> Result<Option<bool>> {
+    match v.trim() {
+        "" => Ok(None),
+        "0" => Ok(Some(false)),
+        "1" => Ok(Some(true)),
+        _ => Err(Error::invalid(format!(
+            "{name}={v:?} is not a switch (expected 0 or 1)"
+        ))),
     }
 }
 
@@ -135,5 +161,17 @@ mod tests {
         for k in [EngineKind::Naive, EngineKind::Pooled, EngineKind::PerDevice] {
             assert_eq!(EngineKind::from_name(k.name()).unwrap(), k);
         }
+    }
+
+    #[test]
+    fn switches() {
+        assert_eq!(parse_switch("S", "0").unwrap(), Some(false));
+        assert_eq!(parse_switch("S", " 1 ").unwrap(), Some(true));
+        assert_eq!(parse_switch("S", "").unwrap(), None);
+        let e = parse_switch("MXRT_ENGINE_WAIT_HELPS", "yes").unwrap_err();
+        assert_eq!(
+            e.message(),
+            "MXRT_ENGINE_WAIT_HELPS=\"yes\" is not a switch (expected 0 or 1)"
+        );
     }
 }

@@ -14,6 +14,9 @@ pub(crate) trait Executor: Send + Sync {
     /// Runs `op`, whose dependencies are all granted. `pusher_thread` is true when the op became
     /// ready inside the push that created it.
     fn dispatch(&self, op: OprRef, pusher_thread: bool);
+    /// Takes a queued op of a normal CPU pool (not the priority or copy pools) for the calling
+    /// thread to run (see `wait_help`).
+    fn take_cpu_op(&self) -> Option<OprRef>;
     /// Stops and joins every worker thread.
     fn stop(&self);
     /// Starts the workers of every pool again after `stop`; `cpu_workers` overrides the size of
@@ -60,6 +63,13 @@ impl LazyPools {
                 f(&pool)
             }
         }
+    }
+    fn take_op(&self) -> Option<OprRef> {
+        self.first
+            .iter()
+            .filter_map(OnceLock::get)
+            .find_map(WorkerPool::try_take)
+            .or_else(|| self.rest.lock().values().find_map(|p| p.try_take()))
     }
     fn stop(&self) {
         for p in self.first.iter().filter_map(OnceLock::get) {
@@ -119,6 +129,10 @@ impl Executor for PerDevice {
         }
     }
 
+    fn take_cpu_op(&self) -> Option<OprRef> {
+        self.cpu.take_op()
+    }
+
     fn stop(&self) {
         self.cpu.stop();
         if let Some(p) = self.cpu_priority.get() {
@@ -169,6 +183,10 @@ impl Executor for Pooled {
                 .get_or_init(|| WorkerPool::new("mxrt-worker", n, QueueOrder::Fifo, execute))
                 .push(op, front);
         }
+    }
+
+    fn take_cpu_op(&self) -> Option<OprRef> {
+        self.main.get().and_then(WorkerPool::try_take)
     }
 
     fn stop(&self) {

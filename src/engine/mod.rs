@@ -6,7 +6,9 @@
 //! (`ThreadedEngine`) and [`EngineKind::PerDevice`] (`ThreadedEnginePerDevice`, the default).
 //!
 //! Layout: `var` (the per-variable queue), `opr` (ops, completions, operators), `threaded` (run and
-//! complete), `executor` + `pool` (where ops run), `bulk` (segments of small sync ops),
+//! complete), `executor` + `pool` (where ops run), `neighbour` (idle workers defer to a thread
+//! completing ops on their CPU), `wait_help` (a thread in `wait_for_all` runs queued ops), `bulk`
+//! (segments of small sync ops),
 //! `exception` (how errors travel), `config` (environment), `profiling` (the profiler hook).
 //!
 //! ```
@@ -48,6 +50,7 @@ mod signal;
 mod threaded;
 mod var;
 mod var_queue;
+mod wait_help;
 
 pub use config::{EngineConfig, EngineKind};
 pub use opr::{AsyncFn, Completion, OpResult, Operator, RunContext, SyncFn};
@@ -185,7 +188,16 @@ impl Inner {
     pub(crate) fn op_released(&self) {
         self.pending.dropped();
     }
-    fn wait_idle(&self) {
+    /// Blocks until no op is pending; with `help`, the calling thread runs queued CPU ops
+    /// meanwhile (see `wait_help`).
+    fn wait_idle(&self, help: bool) {
+        if help
+            && self.config.wait_helps
+            && let Some(x) = &self.executor
+            && wait_help::help_drain(x.as_ref(), &self.pending)
+        {
+            return;
+        }
         self.pending.wait_zero();
     }
 
@@ -640,11 +652,13 @@ impl Engine {
 
     /// Waits until every op pushed so far has finished, then reports (once) the first error of a
     /// failed op that no wait has reported yet; all such errors count as reported afterwards.
+    /// Meanwhile the calling thread runs queued CPU ops itself while that pays, unless
+    /// [`EngineConfig::wait_helps`] is off.
     pub fn wait_for_all(&self) -> Result<()> {
         refuse_inside_op("WaitForAll")?;
         let inner = &*self.inner;
         inner.flush_bulk()?;
-        inner.wait_idle();
+        inner.wait_idle(true);
         crate::allocator::trim_after_burst();
         let list = std::mem::take(&mut *inner.exceptions.lock());
         let mut first = None;
@@ -665,7 +679,7 @@ impl Engine {
         let _ = self.inner.flush_bulk();
         self.inner.shutdown.store(true, Ordering::SeqCst);
         refuse_inside_op("MXNotifyShutdown")?;
-        self.inner.wait_idle();
+        self.inner.wait_idle(false);
         Ok(())
     }
 
@@ -762,7 +776,7 @@ impl Engine {
     /// Waits until no op is pending and stops every worker thread (before `fork()`).
     pub(crate) fn stop_workers(&self) {
         let _ = self.inner.flush_bulk();
-        self.inner.wait_idle();
+        self.inner.wait_idle(false);
         if let Some(x) = &self.inner.executor {
             x.stop();
         }
@@ -813,7 +827,7 @@ impl Drop for VarLease<'_> {
 impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.inner.flush_bulk();
-        self.inner.wait_idle();
+        self.inner.wait_idle(false);
         if let Some(x) = &self.inner.executor {
             x.stop();
         }

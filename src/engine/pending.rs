@@ -108,8 +108,14 @@ impl PendingOps {
     }
 
     /// Blocks until every op created before the call has been dropped.
+    ///
+    /// Spins first only when few ops are pending: with more, the wait lasts at least as long as
+    /// their bodies, and a spinning waiter would take a core from the workers running them (a
+    /// pushing thread that has the other core to itself otherwise spins on it for milliseconds,
+    /// its yields returning at once, while the workers share one core).
     pub(crate) fn wait_zero(&self) {
-        if super::signal::spin_until(|| self.count() == 0) {
+        let pending = self.count();
+        if pending == 0 || (pending <= FEW && super::signal::spin_until(|| self.count() == 0)) {
             return;
         }
         let mut g = self.lock.lock();

@@ -379,6 +379,11 @@ impl WorkerPool {
         push_shared(s, op, front);
     }
 
+    /// Takes the op at the head of the queue, for a waiting thread that runs it itself.
+    pub(crate) fn try_take(&self) -> Option<OprRef> {
+        self.shared.try_pop()
+    }
+
     /// Stops the workers after the op each is running and joins them. Queued ops stay queued.
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
