@@ -89,7 +89,7 @@ fn cpu_alloc_keeps_ctx_and_size_and_zero_is_null() {
 
 #[test]
 fn naive_pool_reuses_blocks_and_counts() {
-    let s = storage_with(&[]);
+    let s = storage_with(&[("MXNET_CPU_MEM_POOL_PAGE_SIZE", "4096")]);
     let cpu = Context::cpu(0);
     let a = s.alloc(cpu, 1000).unwrap();
     let p = a.as_ptr();
@@ -126,12 +126,38 @@ fn naive_pool_reuses_blocks_and_counts() {
 }
 
 #[test]
+fn host_blocks_round_to_64_bytes_by_default() {
+    let s = storage_with(&[]);
+    for ctx in [Context::cpu(0), Context::cpu_pinned(0)] {
+        let scalars: Vec<_> = (0..4).map(|_| s.alloc(ctx, 8).unwrap()).collect();
+        let b = s.alloc(ctx, 100).unwrap();
+        let st = s.stats(ctx).unwrap();
+        assert_eq!(st.bytes_in_use, 4 * 64 + 128, "{ctx}");
+        for a in &scalars {
+            assert_eq!(a.as_ptr() as usize % 64, 0, "{ctx}: 64-byte aligned");
+        }
+        let p = b.as_ptr();
+        drop(b);
+        // the next size in the same 64-byte bucket reuses the block
+        let c = s.alloc(ctx, 65).unwrap();
+        assert_eq!(c.as_ptr(), p, "{ctx}");
+        drop((scalars, c));
+    }
+    // GPU pools keep 4 KiB pages
+    with_fake_gpu(&s, FakeDevice::with_capacity(1 << 20));
+    let g = s.alloc(Context::gpu(0), 8).unwrap();
+    assert_eq!(s.stats(Context::gpu(0)).unwrap().bytes_in_use, 4096);
+    drop(g);
+}
+
+#[test]
 fn round_pool_matches_mxnet_storage_test() {
     // tests/cpp/storage/storage_test.cc (GPU Round pool, cutoff 20) replayed on both a host pool and a
     // fake gpu device.
     let s = storage_with(&[
         ("MXNET_CPU_MEM_POOL_TYPE", "Round"),
         ("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF", "20"),
+        ("MXNET_CPU_MEM_POOL_PAGE_SIZE", "4096"),
         ("MXNET_GPU_MEM_POOL_TYPE", "Round"),
         ("MXNET_GPU_MEM_POOL_ROUND_LINEAR_CUTOFF", "20"),
     ]);
@@ -240,8 +266,8 @@ fn gpu_without_backend_is_a_clear_error() {
     // cpu_pinned is ordinary host memory; each id has its own manager.
     let a = s.alloc(Context::cpu_pinned(0), 10).unwrap();
     let b = s.alloc(Context::cpu_pinned(20), 10).unwrap();
-    assert_eq!(s.stats(Context::cpu_pinned(0)).unwrap().bytes_in_use, 4096);
-    assert_eq!(s.stats(Context::cpu_pinned(20)).unwrap().bytes_in_use, 4096);
+    assert_eq!(s.stats(Context::cpu_pinned(0)).unwrap().bytes_in_use, 64);
+    assert_eq!(s.stats(Context::cpu_pinned(20)).unwrap().bytes_in_use, 64);
     assert!(s.stats(Context::cpu_pinned(1)).is_none());
     drop((a, b));
 }
@@ -273,8 +299,8 @@ fn bad_environment_fails_at_first_use_and_can_be_fixed() {
     );
     env.lock().remove("MXNET_CPU_MEM_POOL_ROUND_LINEAR_CUTOFF");
     let a = s.alloc(Context::cpu(0), 8).unwrap();
-    // Round with the default 4096-byte page.
-    assert_eq!(s.stats(Context::cpu(0)).unwrap().bytes_in_use, 4096);
+    // Round with the default host page, 64 bytes.
+    assert_eq!(s.stats(Context::cpu(0)).unwrap().bytes_in_use, 64);
     drop(a);
     // GPU variables are separate and only read for gpu managers.
     env.lock()
@@ -289,7 +315,7 @@ fn bad_environment_fails_at_first_use_and_can_be_fixed() {
 
 #[test]
 fn failed_allocation_releases_cache_then_retries() {
-    let s = storage_with(&[]);
+    let s = storage_with(&[("MXNET_CPU_MEM_POOL_PAGE_SIZE", "4096")]);
     let cpu = Context::cpu(0);
     drop(s.alloc(cpu, 100).unwrap());
     drop(s.alloc(cpu, 10000).unwrap());
@@ -466,7 +492,7 @@ fn hook(e: &MemoryEvent) {
 
 #[test]
 fn memory_hook_sees_allocs_and_frees() {
-    let s = storage_with(&[]);
+    let s = storage_with(&[("MXNET_CPU_MEM_POOL_PAGE_SIZE", "4096")]);
     s.set_memory_hook(Some(hook));
     let ctx = Context::cpu_pinned(7);
     let a = s.alloc(ctx, 10).unwrap();
@@ -724,7 +750,10 @@ fn bench_pool_hit() {
 
 #[test]
 fn pinned_backend_slot_is_used_when_registered() {
-    let s = storage_with(&[("MXNET_CPU_MEM_POOL_RESERVE", "0")]);
+    let s = storage_with(&[
+        ("MXNET_CPU_MEM_POOL_RESERVE", "0"),
+        ("MXNET_CPU_MEM_POOL_PAGE_SIZE", "4096"),
+    ]);
     let dev = FakeDevice::with_capacity(1 << 20);
     let d2 = dev.clone();
     s.set_pinned_backend(Some(Arc::new(move |id| {
