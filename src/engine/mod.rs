@@ -60,6 +60,7 @@ pub(crate) use var::VarInner;
 
 use crate::context::{Context, DeviceType};
 use crate::error::{Error, ErrorKind, Result};
+use crossbeam_utils::CachePadded;
 use exception::ExceptionRef;
 use executor::{Executor, PerDevice, Pooled};
 use opr::{AsyncBody, OpBody, OprBlock, OprRef, SyncBody};
@@ -157,6 +158,9 @@ pub(crate) struct Inner {
     exceptions: Mutex<Vec<ExceptionRef>>,
     shutdown: AtomicBool,
     executor: Option<Box<dyn Executor>>,
+    /// Held while an op with several variables queues on them (see `var::append_all`). Taken by
+    /// pushing threads only, so it has a cache line of its own.
+    push_lock: CachePadded<Mutex<()>>,
 }
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
@@ -248,13 +252,7 @@ impl Inner {
     /// Queues `op` on its variables and dispatches it if nothing blocks it; NaiveEngine runs it
     /// now and returns its error. `const_vars`/`mutable_vars` are the variables `op` was created
     /// with, borrowed from the caller, which keeps them alive until the op is queued on them.
-    fn submit(
-        &self,
-        op: OprRef,
-        const_vars: &[Var],
-        mutable_vars: &[Var],
-        order: Option<&var::LockOrder>,
-    ) -> Result<()> {
+    fn submit(&self, op: OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> Result<()> {
         if self.is_naive() {
             threaded::execute(op.clone());
             if let Some(done) = op.done_signal() {
@@ -266,7 +264,7 @@ impl Inner {
                 None => Ok(()),
             };
         }
-        let granted = var::append_all(&op, const_vars, mutable_vars, order) as u32;
+        let granted = var::append_all(&op, const_vars, mutable_vars, &self.push_lock) as u32;
         // This reference now belongs to the op's wait count: if grants are still pending, the
         // last one takes it back (`QueuedOp::grant`) and the op may be gone as soon as we count.
         let op = std::mem::ManuallyDrop::new(op);
@@ -310,15 +308,13 @@ impl Inner {
     ) -> Result<()> {
         let (c, m) = (args.const_vars, args.mutable_vars);
         let spec = OpSpec::from_args(args, run_inline);
-        let order = var::LockOrder::of_op(c, m);
-        if order.as_ref().is_some_and(var::LockOrder::has_repeats) {
+        if var::has_repeats(c, m) {
             let (c, m) = dedup(c, m);
-            let order = var::LockOrder::of_op(&c, &m);
             let op = self.new_op(body, &c, &m, spec);
-            return self.submit(op, &c, &m, order.as_ref());
+            return self.submit(op, &c, &m);
         }
         let op = self.new_op(body, c, m, spec);
-        self.submit(op, c, m, order.as_ref())
+        self.submit(op, c, m)
     }
 
     fn flush_bulk(&self) -> Result<()> {
@@ -442,6 +438,7 @@ impl Engine {
                 pending: pending::PendingOps::new(),
                 exceptions: Mutex::new(Vec::new()),
                 shutdown: AtomicBool::new(false),
+                push_lock: CachePadded::new(Mutex::new(())),
                 executor,
             }),
         }
@@ -573,7 +570,7 @@ impl Engine {
             m,
             spec,
         );
-        inner.submit(block, c, m, var::LockOrder::of_op(c, m).as_ref())
+        inner.submit(block, c, m)
     }
 
     /// Frees an operator after every pending push of it has finished.
@@ -902,8 +899,7 @@ mod tests {
 
     #[test]
     fn repeats_are_found_in_short_and_long_lists() {
-        let has_repeats =
-            |c: &[Var], m: &[Var]| var::LockOrder::of_op(c, m).is_some_and(|o| o.has_repeats());
+        let has_repeats = var::has_repeats;
         for n in [2usize, 5, 8, 9, 17, 40] {
             let vars: Vec<Var> = (0..n).map(|_| Var::new()).collect();
             let (c, m) = vars.split_at(n / 2);

@@ -203,6 +203,26 @@ unsafe impl Send for QueuedOp {}
 // SAFETY: as above.
 unsafe impl Sync for QueuedOp {}
 
+/// An op's address with its lowest bit set: a queue entry for a write (see `QueueEntry`). An op
+/// lives in an `Arc`, after its two `usize` counts, so its address is a multiple of 8 and the bit
+/// is otherwise always clear.
+const WRITE_BIT: usize = 1;
+
+impl super::var_queue::QueueEntry for QueuedOp {
+    fn pack(self, write: bool) -> Self {
+        // `map_addr` keeps the pointer's provenance and its vtable
+        QueuedOp(self.0.map_addr(|a| a | (usize::from(write) * WRITE_BIT)))
+    }
+    fn writes(&self) -> bool {
+        self.0.addr().get() & WRITE_BIT != 0
+    }
+    fn unpack(self) -> Self {
+        QueuedOp(self.0.map_addr(|a| {
+            std::num::NonZeroUsize::new(a.get() & !WRITE_BIT).expect("a block's address is >= 8")
+        }))
+    }
+}
+
 impl QueuedOp {
     /// Points at `op`, which is about to wait for this access.
     pub(crate) fn of(op: &OprRef) -> Self {

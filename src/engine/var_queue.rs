@@ -7,6 +7,19 @@
 
 use std::collections::VecDeque;
 
+/// What a variable's queue holds: an op together with whether it writes, packed into one value
+/// (the engine's queued ops are pointers, whose lowest bit is free), so that an entry is as small
+/// as the op alone: a queued op has one entry per variable, and pushing far ahead of the workers
+/// queues them by the thousand.
+pub(crate) trait QueueEntry: Sized {
+    /// `self` marked as a write (`true`) or a read.
+    fn pack(self, write: bool) -> Self;
+    /// Whether a packed entry is a write.
+    fn writes(&self) -> bool;
+    /// The op of a packed entry, unmarked.
+    fn unpack(self) -> Self;
+}
+
 /// Entries a drained queue keeps allocated; a larger buffer, grown by a backlog, is freed once the
 /// backlog has drained (a burst of a million pushes must not pin its peak memory).
 const KEEP_CAPACITY: usize = 256;
@@ -17,7 +30,7 @@ pub(crate) struct VarQueue<T> {
     /// op has to wait and kept afterwards; boxed so that a variable's whole state, reference
     /// counts included, fits one cache line.
     #[allow(clippy::box_collection)] // deliberate: see above
-    queue: Option<Box<VecDeque<(T, bool)>>>,
+    queue: Option<Box<VecDeque<T>>>,
     /// Reads granted and not finished.
     running_reads: u32,
     /// A write is granted and not finished.
@@ -37,23 +50,23 @@ impl<T> Default for VarQueue<T> {
     }
 }
 
-impl<T> VarQueue<T> {
+impl<T: QueueEntry> VarQueue<T> {
     fn is_queue_empty(&self) -> bool {
         self.queue.as_ref().is_none_or(|q| q.is_empty())
     }
 
     fn enqueue(&mut self, op: T, write: bool) {
-        self.queue.get_or_insert_default().push_back((op, write));
+        self.queue.get_or_insert_default().push_back(op.pack(write));
     }
 
     /// The first queued op, if it writes (`Some(true)`) or reads (`Some(false)`).
     fn front_writes(&self) -> Option<bool> {
-        self.queue.as_ref().and_then(|q| q.front()).map(|p| p.1)
+        self.queue.as_ref().and_then(|q| q.front()).map(T::writes)
     }
 
     fn pop_front(&mut self) -> T {
         let q = self.queue.as_mut().expect("front checked");
-        let op = q.pop_front().expect("front checked").0;
+        let op = q.pop_front().expect("front checked").unpack();
         if q.is_empty() && q.capacity() > KEEP_CAPACITY {
             // a backlog drained: give its memory back rather than hold the peak for good
             self.queue = None;
@@ -134,7 +147,7 @@ impl<T> VarQueue<T> {
 
     /// A write is running or queued.
     pub(crate) fn has_pending_write(&self) -> bool {
-        self.write_granted || self.queue.as_ref().is_some_and(|q| q.iter().any(|p| p.1))
+        self.write_granted || self.queue.as_ref().is_some_and(|q| q.iter().any(T::writes))
     }
 
     /// Number of completed writes.
@@ -147,6 +160,27 @@ impl<T> VarQueue<T> {
         self.version += 1;
     }
 }
+
+/// Small integers as queue entries (the unit tests' and the loom model's ops): shifted left by
+/// one, the flag in the freed bit.
+#[cfg(test)]
+macro_rules! int_entries {
+    ($($t:ty),*) => {$(
+        impl QueueEntry for $t {
+            fn pack(self, write: bool) -> Self {
+                self << 1 | <$t>::from(write)
+            }
+            fn writes(&self) -> bool {
+                self & 1 == 1
+            }
+            fn unpack(self) -> Self {
+                self >> 1
+            }
+        }
+    )*};
+}
+#[cfg(test)]
+int_entries!(u32, usize);
 
 #[cfg(test)]
 mod tests {
@@ -213,6 +247,8 @@ mod loom_model {
     }
 
     struct World {
+        /// The engine's lock for pushes of ops with several variables.
+        push_lock: Mutex<()>,
         vars: Vec<Mutex<VarQueue<usize>>>,
         ops: Vec<Op>,
         /// Per variable: running readers, or usize::MAX while a writer runs.
@@ -222,25 +258,22 @@ mod loom_model {
     }
 
     impl World {
-        /// The engine's `submit` (`var::append_all`): lock every variable of the op in a fixed
-        /// order, queue every access, unlock, then release the pusher's extra count.
+        /// The engine's `submit` (`var::append_all`): an op with several variables holds the
+        /// push lock while it queues each access in turn (each under its variable's lock); then
+        /// the pusher's extra count is released.
         fn push(&self, i: usize) {
             let op = &self.ops[i];
-            let mut deps = op.deps.clone();
-            deps.sort_unstable_by_key(|d| d.0);
-            let mut guards: Vec<_> = deps
-                .iter()
-                .map(|&(v, _)| self.vars[v].lock().unwrap())
-                .collect();
+            let push = (op.deps.len() > 1).then(|| self.push_lock.lock().unwrap());
             let mut granted = 0;
-            for (q, &(_, w)) in guards.iter_mut().zip(&deps) {
+            for &(v, w) in &op.deps {
+                let mut q = self.vars[v].lock().unwrap();
                 granted += usize::from(if w {
                     q.append_write(|| i)
                 } else {
                     q.append_read(|| i)
                 });
             }
-            drop(guards);
+            drop(push);
             if op.wait.fetch_sub(granted + 1, Ordering::AcqRel) == granted + 1 {
                 self.run(i);
             }
@@ -290,6 +323,7 @@ mod loom_model {
     fn check(deps: Vec<Vec<(usize, bool)>>, threads: Vec<Vec<usize>>) {
         loom::model(move || {
             let world = Arc::new(World {
+                push_lock: Mutex::new(()),
                 vars: (0..2).map(|_| Mutex::new(VarQueue::default())).collect(),
                 ops: deps
                     .iter()
@@ -346,6 +380,15 @@ mod loom_model {
                 vec![(0, true)],
             ],
             vec![vec![0, 2], vec![1]],
+        );
+    }
+
+    #[test]
+    fn loom_two_writers_listing_their_variables_in_opposite_orders() {
+        // without the push lock each can queue first on the variable it lists first: a cycle
+        check(
+            vec![vec![(0, true), (1, true)], vec![(1, true), (0, true)]],
+            vec![vec![0], vec![1]],
         );
     }
 
