@@ -10,7 +10,7 @@ use mxrt::capi::storage::*;
 use mxrt::capi::types::*;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::ffi::{CStr, CString, c_char, c_void};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
 
@@ -484,6 +484,141 @@ fn copies_are_ordered_with_engine_ops_and_errors_are_reported_once() {
         ok!(MXNDArrayFree(h));
     }
     fails!(MXNDArrayFree(a), "not a live NDArray handle");
+}
+
+extern "C" fn free_array(param: *mut c_void) {
+    // SAFETY: `param` is an NDArray handle the test handed over for this.
+    assert_eq!(unsafe { MXNDArrayFree(param as NDArrayHandle) }, 0);
+}
+
+extern "C" fn free_input_then_complete(
+    _rc: *mut c_void,
+    on_complete: *mut c_void,
+    param: *mut c_void,
+) {
+    // SAFETY: `param` is a handle the test handed over; `on_complete` is valid during the call.
+    unsafe {
+        assert_eq!(MXNDArrayFree(param as NDArrayHandle), 0);
+        assert_eq!(MXEngineCallbackInvoke(on_complete, std::ptr::null()), 0);
+    }
+}
+
+extern "C" fn free_input(_rc: *mut c_void, param: *mut c_void) {
+    free_array(param);
+}
+
+#[test]
+fn c_code_run_during_an_nd_push_may_free_the_pushed_arrays() {
+    // a deadlock fails the test instead of hanging the suite
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        free_during_push();
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a push deadlocked with C code freeing its arrays");
+    // NaiveEngine runs every op inside its push
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "free_during_push_child", "--ignored"])
+        .env("MXNET_ENGINE_TYPE", "NaiveEngine")
+        .env("MXRT_FREE_DURING_PUSH_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("a NaiveEngine push deadlocked with C code freeing its arrays");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
+
+#[test]
+#[ignore = "run by c_code_run_during_an_nd_push_may_free_the_pushed_arrays"]
+fn free_during_push_child() {
+    if std::env::var_os("MXRT_FREE_DURING_PUSH_CHILD").is_some() {
+        free_during_push();
+    }
+}
+
+fn free_during_push() {
+    // The push looks its arrays up without counting references, holding the registry's locks
+    // until the engine has queued the op: C code that runs before then must not wait for them.
+    let ctx = MXContext {
+        dev_type: 1,
+        dev_id: 0,
+    };
+    // a push that fails runs the deleter, which frees an array the push named
+    let (a, b) = (new_array(&[4], 0), new_array(&[4], 0));
+    let gpu = MXContext {
+        dev_type: 2,
+        dev_id: 0,
+    };
+    let mut c = [a, b];
+    fails!(
+        MXEnginePushSyncND(
+            Some(fill_ones),
+            a,
+            Some(free_array),
+            &gpu as *const _ as ContextHandle,
+            c.as_mut_ptr(),
+            2,
+            null_mut(),
+            0,
+            std::ptr::null(),
+            0,
+            std::ptr::null()
+        ),
+        "GPU support"
+    );
+    fails!(MXNDArrayFree(a), "not a live NDArray handle");
+    // a kAsync op runs on the pushing thread as soon as it is queued, and frees its own input
+    let prop: c_int = 1; // kAsync
+    let mut c = [b];
+    let out = new_array(&[4], 0);
+    let mut m = [out];
+    ok!(MXEnginePushAsyncND(
+        Some(free_input_then_complete),
+        b,
+        None,
+        &ctx as *const _ as ContextHandle,
+        c.as_mut_ptr(),
+        1,
+        m.as_mut_ptr(),
+        1,
+        &prop as *const c_int as EngineFnPropertyHandle,
+        0,
+        std::ptr::null(),
+        false
+    ));
+    ok!(MXNDArrayWaitAll());
+    fails!(MXNDArrayFree(b), "not a live NDArray handle");
+    // a sync op that frees its own input (NaiveEngine runs it inside the push)
+    let d = new_array(&[4], 0);
+    let mut c = [d];
+    ok!(MXEnginePushSyncND(
+        Some(free_input),
+        d,
+        None,
+        &ctx as *const _ as ContextHandle,
+        c.as_mut_ptr(),
+        1,
+        m.as_mut_ptr(),
+        1,
+        std::ptr::null(),
+        0,
+        std::ptr::null()
+    ));
+    ok!(MXNDArrayWaitAll());
+    fails!(MXNDArrayFree(d), "not a live NDArray handle");
+    ok!(MXNDArrayFree(out));
 }
 
 #[test]

@@ -8,8 +8,8 @@ use super::handle::{self, Handle, HandleKind};
 use super::types::*;
 use crate::context::Context;
 use crate::engine::{
-    Completion, Engine, FnProperty, OpResult, Operator, PushArgs, RunContext, Var, VarInner,
-    VarList,
+    Completion, Engine, FnProperty, OnQueued, OpResult, Operator, PushArgs, RunContext, Var,
+    VarInner, VarList,
 };
 use crate::error::{Error, Result};
 use std::cell::RefCell;
@@ -98,8 +98,12 @@ impl CParam {
 impl Drop for CParam {
     fn drop(&mut self) {
         if let Some(d) = self.deleter {
-            // SAFETY: the caller gave us `deleter` for `param`; it runs exactly once, here.
-            unsafe { d(self.param) };
+            let param = self.param;
+            // put off while this thread holds registry locks (a push that failed part way)
+            super::handle::run_c(move || {
+                // SAFETY: the caller gave us `deleter` for `param`; it runs exactly once, here.
+                unsafe { d(param) };
+            });
         }
     }
 }
@@ -163,6 +167,7 @@ pub(crate) unsafe fn push_c(
     priority: c_int,
     name: *const c_char,
     wait: bool,
+    on_queued: Option<OnQueued<'_>>,
 ) -> Result<()> {
     // SAFETY: forwarded API contracts.
     let ctx = unsafe { context_arg(ctx, "ctx_handle")? };
@@ -177,6 +182,7 @@ pub(crate) unsafe fn push_c(
         .priority(priority)
         .wait(wait);
     a.name = name;
+    a.on_queued = on_queued;
     let engine = engine()?;
     match func {
         CFunc::Sync(f) => {
@@ -237,6 +243,7 @@ pub unsafe extern "C" fn MXEnginePushAsync(
                 priority,
                 opr_name,
                 wait,
+                None,
             )
         }
     })
@@ -285,6 +292,7 @@ pub unsafe extern "C" fn MXEnginePushSync(
                 priority,
                 opr_name,
                 false,
+                None,
             )
         }
     })

@@ -29,7 +29,7 @@ use super::error::api_call;
 use super::types::*;
 use crate::context::Context;
 use crate::dtype::DType;
-use crate::engine::{Engine, FnProperty, Var};
+use crate::engine::{Engine, FnProperty, OnQueued, Var};
 use crate::error::Error;
 use crate::ndarray::format::{self, StorageType};
 use crate::ndarray::{self as nda, np_shape};
@@ -1088,10 +1088,13 @@ unsafe fn push_nd(
     name: *const c_char,
     wait: bool,
 ) -> Result<()> {
+    let lookup = handle::SharedLookup::new();
     let mut nds = NdVars::default();
     // SAFETY: API contract for the handle arrays.
-    unsafe { nds.look_up(c, nc, m, nm)? };
+    unsafe { nds.look_up(&lookup, c, nc, m, nm)? };
     let param = CParam::new(func_param, deleter);
+    // the engine holds the variables from here on; nothing from `lookup` is used after this
+    let release = || lookup.release();
     // SAFETY: forwarded API contract.
     unsafe {
         push_c(
@@ -1104,6 +1107,7 @@ unsafe fn push_nd(
             priority,
             name,
             wait,
+            Some(OnQueued(&release)),
         )
     }
 }
@@ -1111,14 +1115,14 @@ unsafe fn push_nd(
 /// Arrays an ND push looks up without allocating (the push is on the caller's hot path).
 const ND_INLINE: usize = 16;
 
-/// The variables of the arrays a push names, borrowed from the arrays, which it holds. Filled in
-/// place (it is large enough that returning it by value costs a copy per push).
+/// The variables of the arrays a push names: uncounted copies, valid while the registry lookup
+/// that found the arrays is held (it keeps them from being freed) and, once the engine has queued
+/// the op on them, while the op is queued (each variable holds itself then). Counting no
+/// references leaves the arrays' and variables' cache lines alone until the engine queues the op
+/// (a worker touches a variable's line whenever an op on it finishes). Filled in place (it is
+/// large enough that returning it by value costs a copy per push).
 #[derive(Default)]
 struct NdVars {
-    /// Keeps the arrays, and so their variables, alive until the push returns. Holding the arrays
-    /// rather than counting references to the variables leaves the variables' cache lines alone
-    /// until the engine queues the op (a worker touches them whenever an op on them finishes).
-    arrays: SmallVec<[Arc<NDArray>; ND_INLINE]>,
     vars: SmallVec<[std::mem::ManuallyDrop<Var>; ND_INLINE]>,
     n_const: usize,
 }
@@ -1131,9 +1135,11 @@ impl NdVars {
         &crate::engine::uncounted_slice(&self.vars)[self.n_const..]
     }
 
-    /// Looks up the arrays of an ND push: `c` (read) and `m` (written); none may be a none array.
+    /// Looks up the arrays of an ND push in `lookup`: `c` (read) and `m` (written); none may be a
+    /// none array. The variables are valid while `lookup` is held (see above).
     unsafe fn look_up(
         &mut self,
+        lookup: &handle::SharedLookup,
         c: *mut NDArrayHandle,
         nc: c_int,
         m: *mut NDArrayHandle,
@@ -1151,13 +1157,12 @@ impl NdVars {
             // SAFETY: API contract: `n` handles.
             let hs = unsafe { args::slice(p as *const NDArrayHandle, n, name)? };
             for (i, &h) in hs.iter().enumerate() {
-                let a = handle::borrow_at::<NDArray>(h, name, i)?;
+                // SAFETY: `a` is used only in this iteration, before the caller releases `lookup`.
+                let a = unsafe { lookup.get::<NDArray>(h, name, i)? };
                 let v = a
                     .var()
                     .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))?;
-                // the copy stays valid while `a`, kept in `arrays`, owns the variable
                 self.vars.push(crate::engine::uncounted(v));
-                self.arrays.push(a);
             }
             if what == "const" {
                 self.n_const = self.vars.len();

@@ -85,6 +85,28 @@ pub struct PushArgs<'a> {
     pub name: Option<&'a str>,
     /// A wait-style op: runs even when its inputs carry an error.
     pub wait: bool,
+    /// Called once the engine holds the op's variables itself (queued on them, or copied into a
+    /// bulk segment), before any op body can run on the calling thread: the borrow of
+    /// `const_vars`/`mutable_vars` may end there. Not called when the push fails before that.
+    pub(crate) on_queued: Option<OnQueued<'a>>,
+}
+
+/// See [`PushArgs::on_queued`].
+#[derive(Clone, Copy)]
+pub(crate) struct OnQueued<'a>(pub(crate) &'a dyn Fn());
+
+impl std::fmt::Debug for OnQueued<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnQueued")
+    }
+}
+
+impl OnQueued<'_> {
+    fn call(hook: Option<Self>) {
+        if let Some(h) = hook {
+            (h.0)();
+        }
+    }
 }
 
 impl<'a> PushArgs<'a> {
@@ -97,6 +119,7 @@ impl<'a> PushArgs<'a> {
             priority: 0,
             name: None,
             wait: false,
+            on_queued: None,
         }
     }
     pub fn reads(mut self, vars: &'a [Var]) -> Self {
@@ -252,8 +275,20 @@ impl Inner {
     /// Queues `op` on its variables and dispatches it if nothing blocks it; NaiveEngine runs it
     /// now and returns its error. `const_vars`/`mutable_vars` are the variables `op` was created
     /// with, borrowed from the caller, which keeps them alive until the op is queued on them.
-    fn submit(&self, op: OprRef, const_vars: &[Var], mutable_vars: &[Var]) -> Result<()> {
+    fn submit(
+        &self,
+        op: OprRef,
+        const_vars: &[Var],
+        mutable_vars: &[Var],
+        on_queued: Option<OnQueued<'_>>,
+    ) -> Result<()> {
         if self.is_naive() {
+            // the op uses its variables while it runs, here, after the caller's borrow may end
+            let _held: VarList = match on_queued {
+                Some(_) => const_vars.iter().chain(mutable_vars).cloned().collect(),
+                None => VarList::new(),
+            };
+            OnQueued::call(on_queued);
             threaded::execute(op.clone());
             if let Some(done) = op.done_signal() {
                 done.wait();
@@ -265,6 +300,8 @@ impl Inner {
             };
         }
         let granted = var::append_all(&op, const_vars, mutable_vars, &self.push_lock) as u32;
+        // every variable now holds itself while the op is queued on it (or runs)
+        OnQueued::call(on_queued);
         // This reference now belongs to the op's wait count: if grants are still pending, the
         // last one takes it back (`QueuedOp::grant`) and the op may be gone as soon as we count.
         let op = std::mem::ManuallyDrop::new(op);
@@ -311,10 +348,10 @@ impl Inner {
         if var::has_repeats(c, m) {
             let (c, m) = dedup(c, m);
             let op = self.new_op(body, &c, &m, spec);
-            return self.submit(op, &c, &m);
+            return self.submit(op, &c, &m, args.on_queued);
         }
         let op = self.new_op(body, c, m, spec);
-        self.submit(op, c, m)
+        self.submit(op, c, m, args.on_queued)
     }
 
     fn flush_bulk(&self) -> Result<()> {
@@ -504,6 +541,8 @@ impl Engine {
         {
             inner.check_push(args.ctx, args.prop)?;
             let flush = bulk::append(inner.ptr(), args.ctx, f, args.const_vars, args.mutable_vars);
+            // the segment holds its own references to the variables
+            OnQueued::call(args.on_queued);
             if let Some(seg) = flush.before {
                 // SAFETY: a segment is only kept for a live engine (engines flush theirs on drop).
                 unsafe { seg.engine.get() }.push_segment(seg)?;
@@ -570,7 +609,7 @@ impl Engine {
             m,
             spec,
         );
-        inner.submit(block, c, m)
+        inner.submit(block, c, m, None)
     }
 
     /// Frees an operator after every pending push of it has finished.
