@@ -45,6 +45,7 @@ mod pending;
 mod pool;
 pub mod profiling;
 mod property;
+mod recycler;
 mod ring;
 mod signal;
 mod threaded;
@@ -241,11 +242,7 @@ impl Inner {
         self.pending.created();
         let n_const = const_vars.len();
         let waits = n_const + mutable_vars.len() + 1;
-        let vars: opr::OpVars = const_vars
-            .iter()
-            .chain(mutable_vars)
-            .map(opr::uncounted)
-            .collect();
+        let vars = op_memory::op_vars(const_vars, mutable_vars);
         let done = self
             .is_naive()
             .then(|| Arc::new(Signal::for_current_thread()));

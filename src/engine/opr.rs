@@ -129,7 +129,10 @@ pub(crate) struct OprBlock<B: ?Sized> {
 /// The variables of one op as stored in it (reads then writes): copies of the pusher's references
 /// that count nothing and are never dropped. A variable keeps itself alive while ops are queued
 /// on it (see `var.rs`), and the pusher's own reference covers the op until then.
-pub(crate) type OpVars = SmallVec<[ManuallyDrop<Var>; 3]>;
+pub(crate) type OpVars = SmallVec<[ManuallyDrop<Var>; INLINE_VARS]>;
+
+/// Variables an op stores inline (more go to a list, see `op_memory::op_vars`).
+pub(crate) const INLINE_VARS: usize = 3;
 
 /// A copy of `v` that counts no reference and is never dropped (see [`OpVars`]). Whoever uses it
 /// must make sure the variable is alive meanwhile.
@@ -272,6 +275,7 @@ impl<B: ?Sized> Drop for OprBlock<B> {
     fn drop(&mut self) {
         // SAFETY: the body is dropped exactly once, here; nothing reads it afterwards.
         unsafe { ManuallyDrop::drop(&mut self.body) };
+        super::op_memory::recycle_vars(&mut self.vars);
         self.engine().op_released();
     }
 }
