@@ -2,8 +2,8 @@
 //! `recycler`): the blocks of ops of the common size (a C function as body, <= 3 variables:
 //! [`BLOCK_BYTES`]), and the lists that hold the variables of ops with 4 to [`POOLED_VARS`], which
 //! would otherwise be an allocation on the pusher and a cross-thread free on the worker per op
-//! (with both recycled, a RandSumExpr push took 0.67 instead of 0.70 µs, `make bench-floor`, and
-//! RandSumExpr at 2 workers 36.4 instead of 37.0 ms). Op memory taken from the allocator (ops of
+//! (with both recycled and the larger shared stack, a RandSumExpr push took 0.63 instead of
+//! 0.67 µs, `make bench-floor`, and RandSumExpr at 2 workers 35.4 instead of 36.0 ms). Op memory taken from the allocator (ops of
 //! other sizes always, blocks and lists when nothing recycled is at hand) is counted, so that the
 //! allocator can be asked to give a burst's memory back once it has drained (`crate::allocator`).
 //!
