@@ -116,15 +116,17 @@ pub(crate) fn take<T: Handle>(ptr: *mut c_void, arg: &str) -> Result<Arc<T>> {
 
 /// Read access to the registry shards of the handles a call looks up, held until [`release`]:
 /// while it is held, no handle in those shards can be freed, so their objects can be used
-/// without taking a reference each (two atomic operations per handle, about 8% of an ND push with
+/// without taking a reference each (two atomic operations per handle, 6–8% of an ND push with
 /// 11 arrays: `make bench-floor`). Each shard is read-locked once, however many of the handles it
 /// holds.
 ///
-/// The locks are `read_recursive`: they never wait for a writer that is only waiting, so a thread
-/// holding several cannot deadlock with writers (which hold one shard at a time and wait for
-/// nothing while they do). A thread must not free or create a handle while it holds them: an op
-/// body that could run on this thread must not start before [`release`], and C code that runs
-/// meanwhile anyway (the deleter of a push that failed) is put off until then (see [`run_c`]).
+/// [`lock`](Self::lock) takes all the shards a call needs at once, in ascending order, with
+/// fair read locks: a waiting writer (a create or free) holds back later readers, so pushes from
+/// several threads cannot starve it, and the fixed order keeps two readers that each wait behind
+/// a writer on the other's shard from deadlocking (writers hold one shard and wait for nothing
+/// while they do). A thread must not free or create a handle while it holds them: an op body that
+/// could run on this thread must not start before [`release`], and C code that runs meanwhile
+/// anyway (the deleter of a push that failed) is put off until then (see [`run_c`]).
 ///
 /// [`release`]: SharedLookup::release
 pub(crate) struct SharedLookup {
@@ -158,8 +160,21 @@ impl SharedLookup {
         }
     }
 
+    /// Read-locks the shards of all of `ptrs` (once per call: a second call could take shards out
+    /// of order).
+    pub(crate) fn lock(&self, ptrs: impl Iterator<Item = *const c_void>) {
+        let mask = ptrs.fold(0u32, |m, p| m | 1 << shard_index(p as usize));
+        let mut guards = self.guards.borrow_mut();
+        debug_assert!(guards.iter().all(Option::is_none), "locked twice");
+        for (i, g) in guards.iter_mut().enumerate() {
+            if mask & 1 << i != 0 {
+                *g = Some(REGISTRY[i].read());
+            }
+        }
+    }
+
     /// The object of `ptr`, element `index` of the C array `arg`, which must be a live handle of
-    /// type `T`.
+    /// type `T` in a shard [`lock`](Self::lock) took.
     ///
     /// # Safety
     /// The reference must not be used after [`release`](Self::release) (nor after `self` drops,
@@ -171,8 +186,10 @@ impl SharedLookup {
         index: usize,
     ) -> Result<&T> {
         let addr = ptr as usize;
-        let mut guards = self.guards.borrow_mut();
-        let map = guards[shard_index(addr)].get_or_insert_with(|| shard(addr).read_recursive());
+        let guards = self.guards.borrow();
+        let map = guards[shard_index(addr)]
+            .as_ref()
+            .expect("the shards of every handle looked up are locked first");
         let found = map.get(&addr);
         if found != Some(&T::KIND) {
             let name = format!("{arg}[{index}]");

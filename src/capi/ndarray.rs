@@ -1145,17 +1145,19 @@ impl NdVars {
         m: *mut NDArrayHandle,
         nm: c_int,
     ) -> Result<()> {
-        for (p, n, what, name) in [
-            (c, nc, "const", "const_nds_handle"),
-            (m, nm, "mutable", "mutable_nds_handle"),
-        ] {
-            let n = usize::try_from(n).map_err(|_| {
+        let list = |p: *mut NDArrayHandle, n: c_int, what: &str, name: &str| {
+            let len = usize::try_from(n).map_err(|_| {
                 Error::invalid(format!(
                     "Non-negative number of {what} NDArrays expected ({name} count = {n})"
                 ))
             })?;
-            // SAFETY: API contract: `n` handles.
-            let hs = unsafe { args::slice(p as *const NDArrayHandle, n, name)? };
+            // SAFETY: API contract: `len` handles.
+            unsafe { args::slice(p as *const NDArrayHandle, len, name) }
+        };
+        let reads = list(c, nc, "const", "const_nds_handle")?;
+        let writes = list(m, nm, "mutable", "mutable_nds_handle")?;
+        lookup.lock(reads.iter().chain(writes).map(|&h| h as *const c_void));
+        for (hs, name) in [(reads, "const_nds_handle"), (writes, "mutable_nds_handle")] {
             for (i, &h) in hs.iter().enumerate() {
                 // SAFETY: `a` is used only in this iteration, before the caller releases `lookup`.
                 let a = unsafe { lookup.get::<NDArray>(h, name, i)? };
@@ -1164,10 +1166,8 @@ impl NdVars {
                     .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))?;
                 self.vars.push(crate::engine::uncounted(v));
             }
-            if what == "const" {
-                self.n_const = self.vars.len();
-            }
         }
+        self.n_const = reads.len();
         Ok(())
     }
 }

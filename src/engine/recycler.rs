@@ -21,7 +21,8 @@ use std::thread::LocalKey;
 /// Items handed between threads at a time.
 pub(crate) const BATCH: usize = 32;
 
-/// Most batches waiting in the shared stack (8192 items).
+/// Most batches waiting in the shared stack: 8192 items, at most 1 MiB each for op memory
+/// (128-byte blocks) and for variable lists (16 variables).
 pub(crate) const MAX_SHARED_BATCHES: usize = 256;
 
 /// One thread's items: those it freed last, not yet handed over, and a batch taken from the
