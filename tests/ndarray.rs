@@ -397,6 +397,34 @@ fn views_reshape_codes_and_queries() {
     );
 }
 
+/// `MXEnginePushSyncND` of `f(param)` on `ctx`, reading `reads` and writing `writes`, with the
+/// default property and priority and no name.
+unsafe fn push_sync_nd(
+    f: EngineSyncFunc,
+    param: *mut c_void,
+    deleter: EngineFuncParamDeleter,
+    ctx: &MXContext,
+    reads: &mut [NDArrayHandle],
+    writes: &mut [NDArrayHandle],
+) -> c_int {
+    // SAFETY: the arrays hold `len` handles each; the rest is the caller's contract.
+    unsafe {
+        MXEnginePushSyncND(
+            f,
+            param,
+            deleter,
+            ctx as *const MXContext as ContextHandle,
+            reads.as_mut_ptr(),
+            reads.len() as c_int,
+            writes.as_mut_ptr(),
+            writes.len() as c_int,
+            std::ptr::null(),
+            0,
+            std::ptr::null(),
+        )
+    }
+}
+
 extern "C" fn fill_ones(_rc: *mut c_void, param: *mut c_void) {
     let h = param as NDArrayHandle;
     let mut p: *mut c_void = null_mut();
@@ -420,50 +448,28 @@ fn copies_are_ordered_with_engine_ops_and_errors_are_reported_once() {
         dev_id: 0,
     };
     let mut m = [a];
-    ok!(MXEnginePushSyncND(
+    ok!(push_sync_nd(
         Some(fill_ones),
         a,
         None,
-        &ctx as *const _ as ContextHandle,
-        null_mut(),
-        0,
-        m.as_mut_ptr(),
-        1,
-        std::ptr::null(),
-        0,
-        std::ptr::null()
+        &ctx,
+        &mut [],
+        &mut m
     ));
     assert_eq!(get_f32(a), vec![1.0; 4], "SyncCopyToCPU waits for the op");
     put_f32(a, &[5.0; 4]);
     let b = new_array(&[4], 0);
     let mut c = [a];
     let mut m = [b];
-    ok!(MXEnginePushSyncND(
+    ok!(push_sync_nd(
         Some(fail_op),
         null_mut(),
         None,
-        &ctx as *const _ as ContextHandle,
-        null_mut(),
-        0,
-        c.as_mut_ptr(),
-        1,
-        std::ptr::null(),
-        0,
-        std::ptr::null()
+        &ctx,
+        &mut [],
+        &mut c
     ));
-    ok!(MXEnginePushSyncND(
-        Some(fill_ones),
-        b,
-        None,
-        &ctx as *const _ as ContextHandle,
-        c.as_mut_ptr(),
-        1,
-        m.as_mut_ptr(),
-        1,
-        std::ptr::null(),
-        0,
-        std::ptr::null()
-    ));
+    ok!(push_sync_nd(Some(fill_ones), b, None, &ctx, &mut c, &mut m));
     let mut out = [0f32; 4];
     fails!(
         MXNDArraySyncCopyToCPU(b, out.as_mut_ptr() as *mut c_void, 4),
@@ -563,19 +569,7 @@ fn free_during_push() {
     };
     let mut c = [a, b];
     fails!(
-        MXEnginePushSyncND(
-            Some(fill_ones),
-            a,
-            Some(free_array),
-            &gpu as *const _ as ContextHandle,
-            c.as_mut_ptr(),
-            2,
-            null_mut(),
-            0,
-            std::ptr::null(),
-            0,
-            std::ptr::null()
-        ),
+        push_sync_nd(Some(fill_ones), a, Some(free_array), &gpu, &mut c, &mut []),
         "GPU support"
     );
     fails!(MXNDArrayFree(a), "not a live NDArray handle");
@@ -603,18 +597,13 @@ fn free_during_push() {
     // a sync op that frees its own input (NaiveEngine runs it inside the push)
     let d = new_array(&[4], 0);
     let mut c = [d];
-    ok!(MXEnginePushSyncND(
+    ok!(push_sync_nd(
         Some(free_input),
         d,
         None,
-        &ctx as *const _ as ContextHandle,
-        c.as_mut_ptr(),
-        1,
-        m.as_mut_ptr(),
-        1,
-        std::ptr::null(),
-        0,
-        std::ptr::null()
+        &ctx,
+        &mut c,
+        &mut m
     ));
     ok!(MXNDArrayWaitAll());
     fails!(MXNDArrayFree(d), "not a live NDArray handle");
