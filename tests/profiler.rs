@@ -1027,6 +1027,7 @@ fn engine_ops_are_recorded() {
         .unwrap();
     engine.wait_for_all().unwrap();
     assert_eq!(MXSetProfilerState(1), 0);
+    let pushed_at = profiler::now_us();
     for dev in 0..2 {
         for _ in 0..10 {
             engine
@@ -1047,6 +1048,7 @@ fn engine_ops_are_recorded() {
             .unwrap();
     }
     engine.wait_for_all().unwrap();
+    let done_at = profiler::now_us();
     assert_eq!(MXSetProfilerState(0), 0);
     assert_eq!(MXDumpProfile(1), 0);
     let v = read_trace(&path);
@@ -1069,6 +1071,13 @@ fn engine_ops_are_recorded() {
             })
             .collect();
         assert_eq!(iv.len(), 10, "device {dev}");
+        // The engine's times are on the profiler's clock: every op ran between push and wait.
+        for &(b, e) in &iv {
+            assert!(
+                pushed_at <= b && b <= e && e <= done_at,
+                "{b}..{e} outside {pushed_at}..{done_at}"
+            );
+        }
         // Ops writing one variable are serialised: their intervals do not overlap.
         iv.sort();
         for w in iv.windows(2) {

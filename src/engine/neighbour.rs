@@ -59,7 +59,7 @@ fn current_cpu() -> Option<u64> {
 
 /// Monotonic time in units of 1024 µs (about 1 ms).
 fn now_ticks() -> u64 {
-    (crate::profiler::now_us() >> 10) & TIME_MASK
+    (crate::clock::now_us() >> 10) & TIME_MASK
 }
 
 /// Called by a thread outside the worker pools as it completes an op.

@@ -1,19 +1,19 @@
 //! The engine's hook for the profiler: when op recording is off, each op costs one relaxed atomic
-//! load here. The profiler switches recording on and installs its sink.
+//! load here. The profiler switches recording on and installs its sink; the engine does not depend
+//! on the profiler. Times come from [`crate::clock`], the profiler's clock too.
 
 use super::opr::{OpBody, OprBlock};
+use crate::clock::now_us;
 use crate::context::Context;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
-/// Receives (op name, device, start µs, end µs) for each op run while recording is on; called on
-/// the thread that ran the op.
+/// Receives (op name, device, start and end in [`crate::clock::now_us`] µs) for each op run while
+/// recording is on; called on the thread that ran the op.
 pub type OpSink = fn(name: &str, ctx: Context, start_us: u64, end_us: u64);
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
 static SINK: OnceLock<OpSink> = OnceLock::new();
-static EPOCH: OnceLock<Instant> = OnceLock::new();
 
 /// Installs the sink (once per process) and switches recording on or off.
 pub fn set_op_recording(sink: OpSink, on: bool) {
@@ -25,10 +25,6 @@ pub fn set_op_recording(sink: OpSink, on: bool) {
 #[inline]
 pub(crate) fn recording() -> bool {
     RECORDING.load(Ordering::Relaxed)
-}
-
-fn now_us() -> u64 {
-    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
 }
 
 #[inline]
