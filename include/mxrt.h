@@ -25,6 +25,195 @@
 /** MXNet's feature entry; defined by mxnet/c_api.h, read it through MXRTLibFeature here. */
 typedef struct LibFeature LibFeature;
 
+/**
+ * FnProperty (`mxnet::FnProperty`): how the engine schedules an op (`MXEnginePush*` take a pointer
+ * to one of these `int`s, or NULL for MXRT_FN_PROPERTY_NORMAL).
+ *
+ * The device's normal queue.
+ */
+#define MXRT_FN_PROPERTY_NORMAL 0
+
+/**
+ * A copy from a GPU (on a CPU context: like MXRT_FN_PROPERTY_NORMAL).
+ */
+#define MXRT_FN_PROPERTY_COPY_FROM_GPU 1
+
+/**
+ * A copy to a GPU (on a CPU context: like MXRT_FN_PROPERTY_NORMAL).
+ */
+#define MXRT_FN_PROPERTY_COPY_TO_GPU 2
+
+/**
+ * The CPU priority pool (higher priority first).
+ */
+#define MXRT_FN_PROPERTY_CPU_PRIORITIZED 3
+
+/**
+ * Runs on the pushing thread when its dependencies are ready at push time; completes through
+ * its completion callback.
+ */
+#define MXRT_FN_PROPERTY_ASYNC 4
+
+/**
+ * Deletes a variable.
+ */
+#define MXRT_FN_PROPERTY_DELETE_VAR 5
+
+/**
+ * The GPU priority pool.
+ */
+#define MXRT_FN_PROPERTY_GPU_PRIORITIZED 6
+
+/**
+ * Runs even when an input carries an error.
+ */
+#define MXRT_FN_PROPERTY_NO_SKIP 7
+
+/**
+ * Element types (`mshadow::TypeFlag`: the `dtype` arguments and results).
+ */
+#define MXRT_DTYPE_FLOAT32 0
+
+#define MXRT_DTYPE_FLOAT64 1
+
+#define MXRT_DTYPE_FLOAT16 2
+
+#define MXRT_DTYPE_UINT8 3
+
+#define MXRT_DTYPE_INT32 4
+
+#define MXRT_DTYPE_INT8 5
+
+#define MXRT_DTYPE_INT64 6
+
+#define MXRT_DTYPE_BOOL 7
+
+/**
+ * MXNet 1.9.1 refuses to create arrays of this type; mxrt accepts it.
+ */
+#define MXRT_DTYPE_INT16 8
+
+/**
+ * See MXRT_DTYPE_INT16.
+ */
+#define MXRT_DTYPE_UINT16 9
+
+/**
+ * See MXRT_DTYPE_INT16.
+ */
+#define MXRT_DTYPE_UINT32 10
+
+/**
+ * See MXRT_DTYPE_INT16.
+ */
+#define MXRT_DTYPE_UINT64 11
+
+#define MXRT_DTYPE_BFLOAT16 12
+
+/**
+ * Device types (`mxnet::Context::DeviceType`: `dev_type` arguments, `MXContext.dev_type`).
+ */
+#define MXRT_DEVICE_CPU 1
+
+/**
+ * Not supported by mxrt yet: functions given a GPU context fail.
+ */
+#define MXRT_DEVICE_GPU 2
+
+#define MXRT_DEVICE_CPU_PINNED 3
+
+#define MXRT_DEVICE_CPU_SHARED 5
+
+/**
+ * Storage types (`mxnet::NDArrayStorageType`: `MXNDArrayGetStorageType`,
+ * `MXNDArrayCreateSparseEx`).
+ */
+#define MXRT_STORAGE_UNDEFINED -1
+
+#define MXRT_STORAGE_DEFAULT 0
+
+#define MXRT_STORAGE_ROW_SPARSE 1
+
+#define MXRT_STORAGE_CSR 2
+
+/**
+ * Aux array indices of sparse arrays (`MXNDArrayGetAuxType`, `MXNDArrayGetAuxNDArray`).
+ *
+ * A CSR array's row pointers.
+ */
+#define MXRT_CSR_AUX_INDPTR 0
+
+/**
+ * A CSR array's column indices.
+ */
+#define MXRT_CSR_AUX_INDICES 1
+
+/**
+ * A row-sparse array's row indices.
+ */
+#define MXRT_ROW_SPARSE_AUX_INDICES 0
+
+/**
+ * Numpy-shape semantics (`MXSetIsNumpyShape`, `MXIsNumpyShape`).
+ */
+#define MXRT_NP_SHAPE_OFF 0
+
+#define MXRT_NP_SHAPE_THREAD_LOCAL_ON 1
+
+#define MXRT_NP_SHAPE_GLOBAL_ON 2
+
+/**
+ * Profiler (`MXSetProfilerState`, `MXSetProcessProfilerState`, `MXAggregateProfileStatsPrintEx`;
+ * the mode bits are what `MXNET_PROFILER_MODE` holds).
+ */
+#define MXRT_PROFILER_STATE_STOP 0
+
+#define MXRT_PROFILER_STATE_RUN 1
+
+/**
+ * Mode bit: symbolic (graph) operators.
+ */
+#define MXRT_PROFILER_MODE_SYMBOLIC 1
+
+/**
+ * Mode bit: engine operators and KVStore calls.
+ */
+#define MXRT_PROFILER_MODE_IMPERATIVE 2
+
+/**
+ * Mode bit: C API calls.
+ */
+#define MXRT_PROFILER_MODE_API 4
+
+/**
+ * Mode bit: storage use.
+ */
+#define MXRT_PROFILER_MODE_MEMORY 8
+
+/**
+ * The profiling process of the `*ProcessProfiler*` functions: this one.
+ */
+#define MXRT_PROFILE_PROCESS_WORKER 0
+
+/**
+ * The profiling process of the `*ProcessProfiler*` functions: the KVStore servers.
+ */
+#define MXRT_PROFILE_PROCESS_SERVER 1
+
+#define MXRT_AGGREGATE_FORMAT_TABLE 0
+
+#define MXRT_AGGREGATE_FORMAT_JSON 1
+
+#define MXRT_AGGREGATE_SORT_TOTAL 0
+
+#define MXRT_AGGREGATE_SORT_AVG 1
+
+#define MXRT_AGGREGATE_SORT_MIN 2
+
+#define MXRT_AGGREGATE_SORT_MAX 3
+
+#define MXRT_AGGREGATE_SORT_COUNT 4
+
 
 /**
  * An NDArray.

@@ -4,7 +4,10 @@
 #     and by MXNet 1.9.1's libmxnet.so (so the list names only real MXNet functions);
 #  2. include/mxrt.h and MXNet's own mxnet/c_api.h (from the mxnet==1.9.1 wheel, installed by
 #     scripts/setup-mxnet.sh) compile together in both orders with -Werror, so every function in
-#     both has the same prototype.
+#     both has the same prototype;
+#  3. the MXRT_* constants of include/mxrt.h have MXNet's values: scripts/check-constants.cc
+#     static_asserts them against the enums of MXNet's C++ headers (when a C++ compiler is
+#     installed), scripts/check-constants.py compares the profiler codes with MXNet's Python package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib="${MXRT_LIB:-target/release/libmxrt.so}"
@@ -43,3 +46,17 @@ done
 both=$(comm -12 <(grep -oE '^(const char \*|int) MX[A-Za-z0-9_]+\(' include/mxrt.h | grep -oE 'MX[A-Za-z0-9_]+' | sort -u) \
                 <(grep -oE 'MXNET_DLL [a-z ]+\*? ?MX[A-Za-z0-9_]+\(' "$inc/mxnet/c_api.h" | grep -oE 'MX[A-Za-z0-9_]+' | sort -u) | wc -l)
 echo "check-abi: mxrt.h and mxnet/c_api.h compile together in both orders ($both shared prototypes agree)"
+
+# 3. the constants' values
+cxx="${CXX:-c++}"
+if command -v "$cxx" >/dev/null; then
+  # MXNet's headers without its optional BLAS and CUDA dependencies.
+  "$cxx" -std=c++17 -fsyntax-only -DMSHADOW_USE_MKL=0 -DMSHADOW_USE_CBLAS=0 -DMSHADOW_USE_CUDA=0 \
+    -Iinclude -I"$inc" scripts/check-constants.cc
+  n_cxx=$(grep -c '^SAME(MXRT_' scripts/check-constants.cc)
+else
+  echo "check-abi: no C++ compiler ($cxx): constants not checked against MXNet's C++ headers" >&2
+  n_cxx=0
+fi
+n_py=$(python3 scripts/check-constants.py include/mxrt.h "$(dirname "$mxnet_lib")/profiler.py")
+echo "check-abi: MXRT_* constants equal MXNet's ($n_cxx against its C++ headers, $n_py against its Python package)"

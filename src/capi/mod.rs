@@ -2,7 +2,8 @@
 //!
 //! This layer only validates arguments, converts handles and calls the core modules. One file per
 //! group of the C API; `error` holds the guard every export goes through, `handle` the registry
-//! of live handles, `args` the checked pointer conversions, `types` MXNet's C typedefs.
+//! of live handles, `args` the checked pointer conversions, `types` MXNet's C typedefs, `constants` the enum values C callers
+//! use.
 //!
 //! Every export is an `unsafe extern "C" fn` whose pointer contract is MXNet's and is stated in
 //! its doc comment (which also goes into `include/mxrt.h`); arguments are checked before use.
@@ -10,6 +11,7 @@
 
 pub(crate) mod args;
 pub mod completion;
+pub mod constants;
 pub mod dlpack;
 pub mod engine;
 pub mod error;
