@@ -106,7 +106,7 @@ static void op_hold(void *rctx, void *on_complete, void *param) {
   atomic_store(&g_started, 1);
 }
 
-static const int CPU0[2] = {1, 0};
+static const int CPU0[2] = {MXRT_DEVICE_CPU, 0};
 
 static void push_round(NDArrayHandle *vars, int round) {
   g_rng = 0xdeadbeefull + (uint64_t)round;
@@ -138,7 +138,7 @@ int main(void) {
   NDArrayHandle vars[VARS];
   uint32_t shape[1] = {1};
   double ping[ROUNDS], held_push[ROUNDS], drain[ROUNDS], live_push[ROUNDS], live_total[ROUNDS];
-  for (int i = 0; i < VARS; ++i) CHECK(MXNDArrayCreateEx(shape, 1, 1, 0, 0, 1, &vars[i]));
+  for (int i = 0; i < VARS; ++i) CHECK(MXNDArrayCreateEx(shape, 1, MXRT_DEVICE_CPU, 0, 0, MXRT_DTYPE_FLOAT64, &vars[i]));
   for (int r = 0; r < ROUNDS; ++r) {
     ping[r] = line_transfer_ns();
 

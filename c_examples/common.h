@@ -37,6 +37,6 @@
     printf("  %-58s -> -1 \"%s\"\n", #call, MXGetLastError());                             \
   } while (0)
 
-static const MXContext kCPU = {1, 0};
+static const MXContext kCPU = {MXRT_DEVICE_CPU, 0};
 
 #endif

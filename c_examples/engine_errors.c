@@ -60,7 +60,7 @@ int main(void) {
   printf("  error reported once, then a, b and WaitForAll are clean\n");
 
   /* kNoSkip ops run despite the error, their outputs still inherit it */
-  int no_skip = 7;
+  int no_skip = MXRT_FN_PROPERTY_NO_SKIP;
   CHECK_OK(MXEnginePushAsync(async_fail, "async op failed: disk full", NULL, &kCPU, NULL, 0, &a, 1, NULL, 0, "afail", false));
   CHECK_OK(MXEnginePushSync(mark_ran, NULL, NULL, &kCPU, &a, 1, &c, 1, &no_skip, 0, "noskip"));
   EXPECT_ERROR(MXEngineWaitForAll(), "async op failed: disk full");
@@ -74,7 +74,7 @@ int main(void) {
 
   printf("engine_errors: misuse gets -1 and a message\n");
   int bad_prop = 42;
-  MXContext gpu = {2, 0}, weird = {4, 0};
+  MXContext gpu = {MXRT_DEVICE_GPU, 0}, weird = {4, 0}; /* 4: no such device type */
   EXPECT_ERROR(MXEnginePushSync(mark_ran, NULL, deleter, &kCPU, NULL, -1, NULL, 0, NULL, 0, NULL), "Non-negative number of const vars");
   EXPECT(deleter_calls == 1, "deleter runs when a push fails (%d)", deleter_calls);
   EXPECT_ERROR(MXEnginePushSync(NULL, NULL, NULL, &kCPU, NULL, 0, NULL, 0, NULL, 0, NULL), "sync_func is NULL");

@@ -52,7 +52,7 @@ static void str_updater(const char *key, NDArrayHandle recv, NDArrayHandle local
 
 static NDArrayHandle make(uint32_t n, const float *data) {
   NDArrayHandle h = NULL;
-  CHECK_OK(MXNDArrayCreateEx(&n, 1, 1, 0, 0, 0, &h));
+  CHECK_OK(MXNDArrayCreateEx(&n, 1, MXRT_DEVICE_CPU, 0, 0, MXRT_DTYPE_FLOAT32, &h));
   CHECK_OK(MXNDArraySyncCopyFromCPU(h, data, n));
   return h;
 }

@@ -23,7 +23,7 @@ int main(void) {
   /* 1. create a 3x4 float32 array and fill it */
   uint32_t shape[2] = {3, 4};
   NDArrayHandle a;
-  CHECK_OK(MXNDArrayCreateEx(shape, 2, 1, 0, 0, 0, &a));
+  CHECK_OK(MXNDArrayCreateEx(shape, 2, MXRT_DEVICE_CPU, 0, 0, MXRT_DTYPE_FLOAT32, &a));
   float src[12], back[12];
   for (int i = 0; i < 12; i++) src[i] = (float)i;
   CHECK_OK(MXNDArraySyncCopyFromCPU(a, src, 12));
@@ -57,9 +57,9 @@ int main(void) {
 
   /* 3. a user op through the engine: b = 2 a + 1, then a dependent read */
   NDArrayHandle b;
-  CHECK_OK(MXNDArrayCreateEx(shape, 2, 1, 0, 0, 0, &b));
+  CHECK_OK(MXNDArrayCreateEx(shape, 2, MXRT_DEVICE_CPU, 0, 0, MXRT_DTYPE_FLOAT32, &b));
   struct Affine op = {a, b, 12};
-  MXContext cpu = {1, 0};
+  MXContext cpu = {MXRT_DEVICE_CPU, 0};
   CHECK_OK(MXEnginePushSyncND(affine, &op, NULL, &cpu, &a, 1, &b, 1, NULL, 0, "affine"));
   CHECK_OK(MXNDArraySyncCopyToCPU(b, back, 12)); /* waits for the op */
   EXPECT(back[0] == 1 && back[4] == -1 && back[11] == 23, "affine %g %g %g", back[0], back[4], back[11]);
@@ -85,7 +85,7 @@ int main(void) {
   /* 5. shared memory: a forked child writes into the parent's cpu_shared array */
   uint32_t sshape[1] = {4};
   NDArrayHandle shared;
-  CHECK_OK(MXNDArrayCreateEx(sshape, 1, 5, 0, 0, 0, &shared));
+  CHECK_OK(MXNDArrayCreateEx(sshape, 1, MXRT_DEVICE_CPU_SHARED, 0, 0, MXRT_DTYPE_FLOAT32, &shared));
   float zeros[4] = {0};
   CHECK_OK(MXNDArraySyncCopyFromCPU(shared, zeros, 4));
   int pid, id;
@@ -94,7 +94,7 @@ int main(void) {
   if (child == 0) {
     NDArrayHandle mine;
     float vals[4] = {10, 20, 30, 40};
-    if (MXNDArrayCreateFromSharedMem(pid, id, sshape, 1, 0, &mine) != 0) _exit(2);
+    if (MXNDArrayCreateFromSharedMem(pid, id, sshape, 1, MXRT_DTYPE_FLOAT32, &mine) != 0) _exit(2);
     if (MXNDArraySyncCopyFromCPU(mine, vals, 4) != 0) _exit(3);
     if (MXNDArrayFree(mine) != 0) _exit(4);
     _exit(0);
@@ -109,8 +109,8 @@ int main(void) {
 
   /* 6. errors */
   NDArrayHandle bad;
-  EXPECT_ERROR(MXNDArrayCreateEx(shape, 2, 1, 0, 0, 99, &bad), "Unknown type enum 99");
-  EXPECT_ERROR(MXNDArrayCreateEx(shape, 2, 4, 0, 0, 0, &bad), "Unimplemented device 4");
+  EXPECT_ERROR(MXNDArrayCreateEx(shape, 2, MXRT_DEVICE_CPU, 0, 0, 99, &bad), "Unknown type enum 99");
+  EXPECT_ERROR(MXNDArrayCreateEx(shape, 2, 4, 0, 0, MXRT_DTYPE_FLOAT32, &bad), "Unimplemented device 4");
   EXPECT_ERROR(MXNDArraySyncCopyFromCPU(a, src, 5), "Memory size do not match");
   EXPECT_ERROR(MXNDArraySlice(a, 2, 9, &bad), "Slice end index out of range");
   EXPECT_ERROR(MXNDArrayLoad("/nonexistent/x.params", &n, &loaded, &nn, &lnames), "cannot read");

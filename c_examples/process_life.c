@@ -51,7 +51,7 @@ static int child_uses_engine(void) {
 static int exit_with_pending_ops(void) {
   uint32_t shape[1] = {1024};
   NDArrayHandle live;
-  if (MXNDArrayCreateEx(shape, 1, 1, 0, 0, 0, &live) != 0) return 1;
+  if (MXNDArrayCreateEx(shape, 1, MXRT_DEVICE_CPU, 0, 0, MXRT_DTYPE_FLOAT32, &live) != 0) return 1;
   void *var;
   if (MXEngineNewVariable(&var) != 0) return 2;
   for (int i = 0; i < 50; i++) MXEnginePushSync(slow, NULL, NULL, &kCPU, NULL, 0, &var, 1, NULL, 0, "slow");

@@ -19,7 +19,7 @@ int main(int argc, char **argv) {
   const char *keys[] = {"profile_all", "filename", "aggregate_stats", "timeline", "continuous_dump"};
   const char *vals[] = {"true", trace, "true", "true", "false"};
   CHECK_OK(MXSetProfilerConfig(5, keys, vals));
-  CHECK_OK(MXSetProfilerState(1));
+  CHECK_OK(MXSetProfilerState(MXRT_PROFILER_STATE_RUN));
 
   /* a domain with a task around the whole run, and a counter */
   ProfileHandle domain, task, counter;
@@ -43,8 +43,8 @@ int main(int argc, char **argv) {
   /* NDArray copies and a KVStore push/pull */
   uint32_t shape[1] = {1 << 16};
   NDArrayHandle a, b;
-  CHECK_OK(MXNDArrayCreateEx(shape, 1, 1, 0, 0, 0, &a));
-  CHECK_OK(MXNDArrayCreateEx(shape, 1, 1, 0, 0, 0, &b));
+  CHECK_OK(MXNDArrayCreateEx(shape, 1, MXRT_DEVICE_CPU, 0, 0, MXRT_DTYPE_FLOAT32, &a));
+  CHECK_OK(MXNDArrayCreateEx(shape, 1, MXRT_DEVICE_CPU, 0, 0, MXRT_DTYPE_FLOAT32, &b));
   static float buf[1 << 16];
   CHECK_OK(MXNDArraySyncCopyFromCPU(a, buf, 1 << 16));
   KVStoreHandle kv;
@@ -59,10 +59,11 @@ int main(int argc, char **argv) {
   CHECK_OK(MXProfileSetMarker(domain, "all done", "process"));
   CHECK_OK(MXProfileDurationStop(task));
 
-  CHECK_OK(MXSetProfilerState(0));
+  CHECK_OK(MXSetProfilerState(MXRT_PROFILER_STATE_STOP));
   CHECK_OK(MXDumpProfile(1)); /* the final dump closes the trace (MXNet's rule) */
   const char *stats;
-  CHECK_OK(MXAggregateProfileStatsPrintEx(&stats, 0, 0, 0, 0));
+  CHECK_OK(MXAggregateProfileStatsPrintEx(&stats, 0, MXRT_AGGREGATE_FORMAT_TABLE,
+                                          MXRT_AGGREGATE_SORT_TOTAL, 0));
   printf("%s\n", stats);
   printf("profile_demo: wrote %s (open in chrome://tracing or ui.perfetto.dev) and its .html timeline\n", trace);
 

@@ -66,20 +66,21 @@ int main(void) {
   printf("resource_rng: random numbers and temp space for engine ops\n");
 
   /* 1. resources and their engine variables */
-  CHECK_OK(MXResourceRequest(1, 0, 0, &g_rng));
-  CHECK_OK(MXResourceRequest(1, 0, 2, &g_par));
-  CHECK_OK(MXResourceRequest(1, 0, 1, &g_temp[0]));
-  CHECK_OK(MXResourceRequest(1, 0, 1, &g_temp[1]));
+  CHECK_OK(MXResourceRequest(MXRT_DEVICE_CPU, 0, MXRT_RESOURCE_RANDOM, &g_rng));
+  CHECK_OK(MXResourceRequest(MXRT_DEVICE_CPU, 0, MXRT_RESOURCE_PARALLEL_RANDOM, &g_par));
+  CHECK_OK(MXResourceRequest(MXRT_DEVICE_CPU, 0, MXRT_RESOURCE_TEMP_SPACE, &g_temp[0]));
+  CHECK_OK(MXResourceRequest(MXRT_DEVICE_CPU, 0, MXRT_RESOURCE_TEMP_SPACE, &g_temp[1]));
   CHECK_OK(MXResourceGetVar(g_rng, &g_rng_var));
   CHECK_OK(MXResourceGetVar(g_par, &g_par_var));
   for (int i = 0; i < 2; i++) CHECK_OK(MXResourceGetVar(g_temp[i], &g_temp_var[i]));
   void *again = NULL;
-  CHECK_OK(MXResourceRequest(3, 0, 0, &again)); /* cpu_pinned shares the CPU's generator */
+  CHECK_OK(MXResourceRequest(MXRT_DEVICE_CPU_PINNED, 0, MXRT_RESOURCE_RANDOM, &again)); /* cpu_pinned shares the CPU's generator */
   EXPECT(again == g_rng, "kRandom is one per device");
   int kind = -1, dev_type = -1, dev_id = -1, copy = -1;
   CHECK_OK(MXResourceGetInfo(g_temp[1], &kind, &dev_type, &dev_id, &copy));
   printf("  temp space #%d: kind %d on device (%d, %d)\n", copy, kind, dev_type, dev_id);
-  EXPECT(kind == 1 && dev_type == 1 && dev_id == 0 && copy == 1, "info");
+  EXPECT(kind == MXRT_RESOURCE_TEMP_SPACE && dev_type == MXRT_DEVICE_CPU && dev_id == 0 && copy == 1,
+         "info");
   EXPECT(g_temp[0] != g_temp[1], "temp space requests cycle through copies");
 
   /* 2. same seed, same ops: same numbers; another seed: other numbers */
@@ -121,8 +122,8 @@ int main(void) {
   if (engine_type == NULL || strcmp(engine_type, "NaiveEngine") != 0)
     EXPECT_ERROR(MXResourceRandomUniform(g_rng, x, 4, 0.0f, 1.0f), "used outside an engine op");
   EXPECT_ERROR(MXResourceRandomUniform(g_temp[0], x, 4, 0.0f, 1.0f), "is not a kRandom resource");
-  EXPECT_ERROR(MXResourceRequest(1, 0, 7, &h), "unknown resource type 7");
-  EXPECT_ERROR(MXResourceRequest(2, 0, 0, &h), "GPU support");
+  EXPECT_ERROR(MXResourceRequest(MXRT_DEVICE_CPU, 0, 7, &h), "unknown resource type 7");
+  EXPECT_ERROR(MXResourceRequest(MXRT_DEVICE_GPU, 0, MXRT_RESOURCE_RANDOM, &h), "GPU support");
   EXPECT_ERROR(MXResourceGetVar(NULL, &h), "res is NULL");
   CHECK_OK(MXRandomSeedContext(5, 2, 0)); /* a gpu seed is accepted, as in MXNet's CPU build */
   CHECK_OK(MXRandomSeedContext(5, 1, 0));

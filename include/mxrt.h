@@ -163,6 +163,23 @@ typedef struct LibFeature LibFeature;
 #define MXRT_NP_SHAPE_GLOBAL_ON 2
 
 /**
+ * Resource kinds (`mxnet::ResourceRequest::Type`: `MXResourceRequest`, `MXResourceGetInfo`).
+ *
+ * One random number generator per device.
+ */
+#define MXRT_RESOURCE_RANDOM 0
+
+/**
+ * Scratch memory, several round-robin copies per device.
+ */
+#define MXRT_RESOURCE_TEMP_SPACE 1
+
+/**
+ * Generators with one stream per parallel worker.
+ */
+#define MXRT_RESOURCE_PARALLEL_RANDOM 2
+
+/**
  * Profiler (`MXSetProfilerState`, `MXSetProcessProfilerState`, `MXAggregateProfileStatsPrintEx`;
  * the mode bits are what `MXNET_PROFILER_MODE` holds).
  */

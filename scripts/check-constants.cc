@@ -4,6 +4,7 @@
 #include <mxnet/engine.h>
 #include <mxnet/imperative.h>
 #include <mxnet/ndarray.h>
+#include <mxnet/resource.h>
 
 #include "mxrt.h"
 
@@ -49,3 +50,7 @@ SAME(MXRT_ROW_SPARSE_AUX_INDICES, mxnet::rowsparse::kIdx)
 SAME(MXRT_NP_SHAPE_OFF, mxnet::Off)
 SAME(MXRT_NP_SHAPE_THREAD_LOCAL_ON, mxnet::ThreadLocalOn)
 SAME(MXRT_NP_SHAPE_GLOBAL_ON, mxnet::GlobalOn)
+
+SAME(MXRT_RESOURCE_RANDOM, mxnet::ResourceRequest::kRandom)
+SAME(MXRT_RESOURCE_TEMP_SPACE, mxnet::ResourceRequest::kTempSpace)
+SAME(MXRT_RESOURCE_PARALLEL_RANDOM, mxnet::ResourceRequest::kParallelRandom)

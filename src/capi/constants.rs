@@ -76,6 +76,15 @@ pub const MXRT_NP_SHAPE_OFF: c_int = 0;
 pub const MXRT_NP_SHAPE_THREAD_LOCAL_ON: c_int = 1;
 pub const MXRT_NP_SHAPE_GLOBAL_ON: c_int = 2;
 
+/// Resource kinds (`mxnet::ResourceRequest::Type`: `MXResourceRequest`, `MXResourceGetInfo`).
+///
+/// One random number generator per device.
+pub const MXRT_RESOURCE_RANDOM: c_int = 0;
+/// Scratch memory, several round-robin copies per device.
+pub const MXRT_RESOURCE_TEMP_SPACE: c_int = 1;
+/// Generators with one stream per parallel worker.
+pub const MXRT_RESOURCE_PARALLEL_RANDOM: c_int = 2;
+
 /// Profiler (`MXSetProfilerState`, `MXSetProcessProfilerState`, `MXAggregateProfileStatsPrintEx`;
 /// the mode bits are what `MXNET_PROFILER_MODE` holds).
 pub const MXRT_PROFILER_STATE_STOP: c_int = 0;
@@ -108,6 +117,7 @@ mod tests {
     use crate::engine::FnProperty;
     use crate::ndarray::format::{NpShape, StorageType};
     use crate::profiler::{Format, SortBy, config};
+    use crate::resource::ResourceRequest;
 
     #[test]
     fn fn_properties_are_the_engines() {
@@ -182,6 +192,18 @@ mod tests {
             (MXRT_NP_SHAPE_GLOBAL_ON, NpShape::GlobalOn),
         ] {
             assert_eq!(NpShape::from_code(code).unwrap(), np);
+        }
+    }
+
+    #[test]
+    fn resource_kinds_are_the_managers() {
+        for (code, r) in [
+            (MXRT_RESOURCE_RANDOM, ResourceRequest::Random),
+            (MXRT_RESOURCE_TEMP_SPACE, ResourceRequest::TempSpace),
+            (MXRT_RESOURCE_PARALLEL_RANDOM, ResourceRequest::ParallelRandom),
+        ] {
+            assert_eq!(ResourceRequest::from_code(code).unwrap(), r);
+            assert_eq!(r.code(), code);
         }
     }
 
