@@ -482,15 +482,21 @@ fn errors_name_what_is_wrong() {
         msg(kv.pull(Keys::Int(&[8]), &[&a], 0, true)),
         "key 8 has not been inited"
     );
-    let e = msg(kv.push(Keys::Int(&[7]), &[&arr(&[1.0, 2.0, 3.0])], 0));
+    let e = msg(kv.push(Keys::Int(&[7, 7]), &[&a, &arr(&[1.0, 2.0, 3.0])], 0));
     assert!(
-        e.contains("shape mismatch") && e.contains("[3]") && e.contains("[2]"),
+        e.contains("value 1 pushed to key 7")
+            && e.contains("shape mismatch")
+            && e.contains("[3]")
+            && e.contains("[2]"),
         "{e}"
     );
     let i32a = NDArray::new(&[2], Context::cpu(0), DType::I32, false).unwrap();
-    let e = msg(kv.pull(Keys::Int(&[7]), &[&i32a], 0, true));
+    let e = msg(kv.pull(Keys::Int(&[7, 7]), &[&a, &i32a], 0, true));
     assert!(
-        e.contains("dtype mismatch") && e.contains("int32") && e.contains("float32"),
+        e.contains("output 1 pulled from key 7")
+            && e.contains("dtype mismatch")
+            && e.contains("int32")
+            && e.contains("float32"),
         "{e}"
     );
     let e = msg(kv.push(Keys::Int(&[7]), &[&NDArray::none()], 0));

@@ -200,7 +200,10 @@ mod tests {
         for (code, r) in [
             (MXRT_RESOURCE_RANDOM, ResourceRequest::Random),
             (MXRT_RESOURCE_TEMP_SPACE, ResourceRequest::TempSpace),
-            (MXRT_RESOURCE_PARALLEL_RANDOM, ResourceRequest::ParallelRandom),
+            (
+                MXRT_RESOURCE_PARALLEL_RANDOM,
+                ResourceRequest::ParallelRandom,
+            ),
         ] {
             assert_eq!(ResourceRequest::from_code(code).unwrap(), r);
             assert_eq!(r.code(), code);

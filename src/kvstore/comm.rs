@@ -58,10 +58,50 @@ fn host_ptr(a: &NDArray, what: &str) -> Result<*mut u8> {
     Ok(p)
 }
 
-fn push_vars(vars: &mut SmallVec<[Var; 8]>, v: &Var) {
-    if !vars.iter().any(|x| x.same_as(v)) {
-        vars.push(v.clone());
+/// The host data pointers of `arrays` and their distinct engine variables (`what` names array
+/// `i` in errors as "`what` i").
+fn host_arrays(
+    arrays: &[&NDArray],
+    what: &str,
+) -> Result<(SmallVec<[SendPtr; 8]>, SmallVec<[Var; 8]>)> {
+    let mut ptrs = SmallVec::new();
+    let mut vars: SmallVec<[Var; 8]> = SmallVec::new();
+    for (i, a) in arrays.iter().enumerate() {
+        ptrs.push(SendPtr(host_ptr(a, &format!("{what} {i}"))?));
+        let v = a.var().expect("checked by host_ptr");
+        if !vars.iter().any(|x| x.same_as(v)) {
+            vars.push(v.clone());
+        }
     }
+    Ok((ptrs, vars))
+}
+
+/// Pushes `body` as a `CpuPrioritized` op named `name` that reads `reads` and writes `writes`;
+/// the op holds `arrays` and `one` until it has run, so their memory outlives `body`.
+fn push_holding(
+    name: &str,
+    reads: &[Var],
+    writes: &[Var],
+    priority: i32,
+    (arrays, one): (&[&NDArray], &NDArray),
+    body: impl Fn() + Send + Sync + 'static,
+) -> Result<()> {
+    let keep: SmallVec<[NDArray; 8]> = arrays
+        .iter()
+        .map(|&a| a.clone())
+        .chain([one.clone()])
+        .collect();
+    let args = PushArgs::new(Context::cpu(0))
+        .reads(reads)
+        .writes(writes)
+        .prop(FnProperty::CpuPrioritized)
+        .priority(priority)
+        .name(name);
+    Engine::global()?.push_fn(args, move |_| {
+        let _alive = &keep;
+        body();
+        Ok(())
+    })
 }
 
 /// Pushes `target = inputs[0] + inputs[1] + ...` (in that order). All arrays must have the
@@ -87,35 +127,25 @@ pub fn reduce_into(
         return Ok(());
     }
     let out = SendPtr(host_ptr(target, "the reduction target")?);
-    let mut ins: SmallVec<[SendPtr; 8]> = SmallVec::new();
-    let mut reads: SmallVec<[Var; 8]> = SmallVec::new();
-    for (i, a) in inputs.iter().enumerate() {
-        ins.push(SendPtr(host_ptr(a, &format!("pushed value {i}"))?));
-        push_vars(&mut reads, a.var().expect("checked by host_ptr"));
-    }
+    let (ins, reads) = host_arrays(inputs, "pushed value")?;
     let writes = [target.var().expect("checked by host_ptr").clone()];
-    let keep: SmallVec<[NDArray; 8]> = inputs
-        .iter()
-        .map(|&a| a.clone())
-        .chain([target.clone()])
-        .collect();
     let (dtype, cfg) = (target.dtype(), *cfg);
-    let args = PushArgs::new(Context::cpu(0))
-        .reads(&reads)
-        .writes(&writes)
-        .prop(FnProperty::CpuPrioritized)
-        .priority(priority)
-        .name("KVStoreReduce");
-    Engine::global()?.push_fn(args, move |_| {
-        let _alive = &keep;
-        let ptrs: SmallVec<[*const u8; 8]> = ins.iter().map(|p| p.get() as *const u8).collect();
-        // SAFETY: `keep` holds every array, so the memory is live; each pointer covers `len`
-        // aligned elements of `dtype` (same shape and dtype as the target, checked by the
-        // caller); the target shares no memory with an input; the engine gives this op write
-        // access to the target and read access to the inputs.
-        unsafe { reduce::reduce(dtype, out.get(), &ptrs, len, &cfg) };
-        Ok(())
-    })
+    let held = (inputs, target);
+    push_holding(
+        "KVStoreReduce",
+        &reads,
+        &writes,
+        priority,
+        held,
+        move || {
+            let ptrs: SmallVec<[*const u8; 8]> = ins.iter().map(|p| p.get() as *const u8).collect();
+            // SAFETY: the op holds every array, so the memory is live; each pointer covers `len`
+            // aligned elements of `dtype` (same shape and dtype as the target, checked by the
+            // caller); the target shares no memory with an input; the engine gives this op write
+            // access to the target and read access to the inputs.
+            unsafe { reduce::reduce(dtype, out.get(), &ptrs, len, &cfg) };
+        },
+    )
 }
 
 /// Pushes copies of `src` into every output (same shape and dtype as `src`). Outputs that are
@@ -141,32 +171,22 @@ pub fn broadcast(
         return Ok(());
     }
     let from = SendPtr(host_ptr(src, "the stored value")?);
-    let mut dsts: SmallVec<[SendPtr; 8]> = SmallVec::new();
-    let mut writes: SmallVec<[Var; 8]> = SmallVec::new();
-    for (i, o) in outs.iter().enumerate() {
-        dsts.push(SendPtr(host_ptr(o, &format!("pull output {i}"))?));
-        push_vars(&mut writes, o.var().expect("checked by host_ptr"));
-    }
+    let (dsts, writes) = host_arrays(outs, "pull output")?;
     let reads = [src.var().expect("checked by host_ptr").clone()];
-    let keep: SmallVec<[NDArray; 8]> = outs
-        .iter()
-        .map(|&a| a.clone())
-        .chain([src.clone()])
-        .collect();
     let (len, cfg) = (src.size(), *cfg);
-    let args = PushArgs::new(Context::cpu(0))
-        .reads(&reads)
-        .writes(&writes)
-        .prop(FnProperty::CpuPrioritized)
-        .priority(priority)
-        .name("KVStoreBroadcast");
-    Engine::global()?.push_fn(args, move |_| {
-        let _alive = &keep;
-        let ptrs: SmallVec<[*mut u8; 8]> = dsts.iter().map(|p| p.get()).collect();
-        // SAFETY: `keep` holds every array; each covers `bytes` bytes; outputs share no memory
-        // with each other or the source (checked above); the engine gives this op read access to
-        // the source and write access to every output.
-        unsafe { reduce::broadcast(from.get(), &ptrs, bytes, len, &cfg) };
-        Ok(())
-    })
+    let held = (outs, src);
+    push_holding(
+        "KVStoreBroadcast",
+        &reads,
+        &writes,
+        priority,
+        held,
+        move || {
+            let ptrs: SmallVec<[*mut u8; 8]> = dsts.iter().map(|p| p.get()).collect();
+            // SAFETY: the op holds every array; each covers `bytes` bytes; outputs share no memory
+            // with each other or the source (checked above); the engine gives this op read access to
+            // the source and write access to every output.
+            unsafe { reduce::broadcast(from.get(), &ptrs, bytes, len, &cfg) };
+        },
+    )
 }

@@ -78,35 +78,22 @@ trait Elem: Copy + Send + Sync + 'static {
     fn store(a: Self::Acc) -> Self;
 }
 
-macro_rules! float_elem {
-    ($($t:ty),*) => {$(
+/// Types that accumulate in themselves; `a, b => sum` says how two of them add.
+macro_rules! self_acc_elem {
+    ($a:ident, $b:ident => $sum:expr; $($t:ty),*) => {$(
         impl Elem for $t {
             type Acc = $t;
             #[inline(always)]
             fn load(self) -> $t { self }
             #[inline(always)]
-            fn add(a: $t, b: $t) -> $t { a + b }
+            fn add($a: $t, $b: $t) -> $t { $sum }
             #[inline(always)]
             fn store(a: $t) -> $t { a }
         }
     )*};
 }
-float_elem!(f32, f64);
-
-macro_rules! int_elem {
-    ($($t:ty),*) => {$(
-        impl Elem for $t {
-            type Acc = $t;
-            #[inline(always)]
-            fn load(self) -> $t { self }
-            #[inline(always)]
-            fn add(a: $t, b: $t) -> $t { a.wrapping_add(b) }
-            #[inline(always)]
-            fn store(a: $t) -> $t { a }
-        }
-    )*};
-}
-int_elem!(u8, i8, i16, u16, i32, u32, i64, u64);
+self_acc_elem!(a, b => a + b; f32, f64);
+self_acc_elem!(a, b => a.wrapping_add(b); u8, i8, i16, u16, i32, u32, i64, u64);
 
 macro_rules! half_elem {
     ($($t:ty),*) => {$(

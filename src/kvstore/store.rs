@@ -73,6 +73,31 @@ struct State {
     entries: HashMap<i32, Entry>,
 }
 
+impl State {
+    /// The ids of `keys`, which must be of this store's key kind (the first keys used fix it) and
+    /// initialised, after checking that each array has its key's shape and dtype (errors name
+    /// "`noun` i `verb` key k").
+    fn look_up_like(
+        &mut self,
+        keys: &Keys<'_>,
+        arrays: &[&NDArray],
+        noun: &str,
+        verb: &str,
+    ) -> Result<Vec<i32>> {
+        self.keys.check_kind(keys)?;
+        let ids = self
+            .keys
+            .lookup(keys, |id| self.entries.contains_key(&id))?;
+        for (i, a) in arrays.iter().enumerate() {
+            let stored = &self.entries[&ids[i]].stored;
+            check_like(a, stored.shape(), stored.dtype(), &|| {
+                format!("{noun} {i} {verb} key {}", keys.display(i))
+            })?;
+        }
+        Ok(ids)
+    }
+}
+
 /// A local store: values are kept per key in host memory, pushes are summed and folded in, pulls
 /// copy the stored values out. Every data movement is an engine op, so calls return at once and
 /// ops on different keys overlap; the engine's variable order makes a pull see the pushes before
@@ -266,17 +291,7 @@ impl KVStore {
         let mut calls: Vec<(i32, Option<String>, NDArray, NDArray)> = Vec::new();
         {
             let mut st = self.state.lock();
-            st.keys.check_kind(&keys)?;
-            let ids = {
-                let entries = &st.entries;
-                st.keys.lookup(&keys, |id| entries.contains_key(&id))?
-            };
-            for (i, v) in values.iter().enumerate() {
-                let stored = &st.entries[&ids[i]].stored;
-                check_like(v, stored.shape(), stored.dtype(), &|| {
-                    format!("value {i} pushed to key {}", keys.display(i))
-                })?;
-            }
+            let ids = st.look_up_like(&keys, values, "value", "pushed to")?;
             let State {
                 keys: table,
                 entries,
@@ -344,17 +359,7 @@ impl KVStore {
         let _trace = super::trace::Traced::begin("KVStorePull", &keys);
         check_len(&keys, outs.len(), "outputs")?;
         let mut st = self.state.lock();
-        st.keys.check_kind(&keys)?;
-        let ids = {
-            let entries = &st.entries;
-            st.keys.lookup(&keys, |id| entries.contains_key(&id))?
-        };
-        for (i, o) in outs.iter().enumerate() {
-            let stored = &st.entries[&ids[i]].stored;
-            check_like(o, stored.shape(), stored.dtype(), &|| {
-                format!("output {i} pulled from key {}", keys.display(i))
-            })?;
-        }
+        let ids = st.look_up_like(&keys, outs, "output", "pulled from")?;
         for (id, pos) in keys::group(&ids) {
             let outputs: Vec<&NDArray> = pos.iter().map(|&i| outs[i]).collect();
             comm::broadcast(&st.entries[&id].stored, &outputs, &self.cfg, priority)?;
