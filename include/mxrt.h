@@ -6,7 +6,9 @@
  * Every function returns 0 on success and -1 on failure; MXGetLastError() then returns a message
  * for the calling thread that names the function and the bad argument. Functions that also exist
  * in MXNet 1.9.1 have exactly its prototypes, so this header can be included together with
- * MXNet's mxnet/c_api.h. Functions marked "mxrt addition" fill gaps of MXNet's C API.
+ * MXNet's mxnet/c_api.h. Functions marked "mxrt addition" fill gaps of MXNet's C API. The
+ * MXRT_* constants below are the values of the enums MXNet keeps in its C++ headers (FnProperty,
+ * dtypes, device and storage types, ...), named so they clash with nothing in c_api.h.
  */
 
 #ifndef MXRT_H
