@@ -58,22 +58,26 @@ fn host_ptr(a: &NDArray, what: &str) -> Result<*mut u8> {
     Ok(p)
 }
 
-/// The host data pointers of `arrays` and their distinct engine variables (`what` names array
-/// `i` in errors as "`what` i").
-fn host_arrays(
-    arrays: &[&NDArray],
-    what: &str,
-) -> Result<(SmallVec<[SendPtr; 8]>, SmallVec<[Var; 8]>)> {
-    let mut ptrs = SmallVec::new();
-    let mut vars: SmallVec<[Var; 8]> = SmallVec::new();
-    for (i, a) in arrays.iter().enumerate() {
-        ptrs.push(SendPtr(host_ptr(a, &format!("{what} {i}"))?));
-        let v = a.var().expect("checked by host_ptr");
-        if !vars.iter().any(|x| x.same_as(v)) {
-            vars.push(v.clone());
+/// The host data pointers of some arrays and their distinct engine variables.
+struct HostArrays {
+    ptrs: SmallVec<[SendPtr; 8]>,
+    vars: SmallVec<[Var; 8]>,
+}
+
+impl HostArrays {
+    /// `what` names array `i` in errors as "`what` i".
+    fn of(arrays: &[&NDArray], what: &str) -> Result<Self> {
+        let mut ptrs = SmallVec::new();
+        let mut vars: SmallVec<[Var; 8]> = SmallVec::new();
+        for (i, a) in arrays.iter().enumerate() {
+            ptrs.push(SendPtr(host_ptr(a, &format!("{what} {i}"))?));
+            let v = a.var().expect("checked by host_ptr");
+            if !vars.iter().any(|x| x.same_as(v)) {
+                vars.push(v.clone());
+            }
         }
+        Ok(HostArrays { ptrs, vars })
     }
-    Ok((ptrs, vars))
 }
 
 /// Pushes `body` as a `CpuPrioritized` op named `name` that reads `reads` and writes `writes`;
@@ -127,7 +131,10 @@ pub fn reduce_into(
         return Ok(());
     }
     let out = SendPtr(host_ptr(target, "the reduction target")?);
-    let (ins, reads) = host_arrays(inputs, "pushed value")?;
+    let HostArrays {
+        ptrs: ins,
+        vars: reads,
+    } = HostArrays::of(inputs, "pushed value")?;
     let writes = [target.var().expect("checked by host_ptr").clone()];
     let (dtype, cfg) = (target.dtype(), *cfg);
     let held = (inputs, target);
@@ -171,7 +178,10 @@ pub fn broadcast(
         return Ok(());
     }
     let from = SendPtr(host_ptr(src, "the stored value")?);
-    let (dsts, writes) = host_arrays(outs, "pull output")?;
+    let HostArrays {
+        ptrs: dsts,
+        vars: writes,
+    } = HostArrays::of(outs, "pull output")?;
     let reads = [src.var().expect("checked by host_ptr").clone()];
     let (len, cfg) = (src.size(), *cfg);
     let held = (outs, src);
