@@ -194,7 +194,8 @@ fn memory_counter_name(ctx: Context) -> std::sync::Arc<str> {
 }
 
 /// Records the bytes in use on `ctx` (a counter `Memory: <dev>` in category `Device Storage`).
-/// Callers (storage, on every allocation and free) check [`memory_enabled`] first.
+/// Callers (storage, on every allocation and free) check
+/// [`memory_enabled`](super::memory_enabled) first.
 pub fn record_memory(ctx: Context, bytes_in_use: u64) {
     push_counter(
         memory_counter_name(ctx),
@@ -206,7 +207,8 @@ pub fn record_memory(ctx: Context, bytes_in_use: u64) {
 }
 
 /// Records a KVStore call (`op` such as `"KVStore Push"`, `"KVStore Pull"`, `"KVStore Reduce"`)
-/// on key `key` (category `KVStore`, the key in `args`). Callers check [`kvstore_enabled`].
+/// on key `key` (category `KVStore`, the key in `args`). Callers check
+/// [`kvstore_enabled`](super::kvstore_enabled).
 pub fn record_kvstore(op: &str, key: &str, start_us: u64, end_us: u64) {
     push_interval(
         op,
