@@ -14,6 +14,14 @@
 //! ```
 //! or, with explicit times, `if ops_enabled() { let t0 = now_us(); ...; record_op(name, ctx, t0, now_us()) }`.
 //!
+//! The engine and the storage do not know the profiler: it installs its op sink and memory hook
+//! into them while it records (see `state`), and shares their clock ([`crate::clock`]).
+//!
+//! Files: `flags` (the hot-path checks), `record` (the records the rest of mxrt makes), `state`
+//! (configuration, run, pause), `output` (dumps, aggregate statistics, the dump timer), `buffer`
+//! (per-thread record buffers), `trace` (Chrome JSON), `aggregate`, `timeline`, `objects` (user
+//! profile objects), `config` (the configuration keys).
+//!
 //! # State (MXNet semantics, §7.2 of the spec)
 //! * [`set_config`] replaces the whole configuration, deletes the trace file and starts a new one.
 //! * [`set_state`]`(true)` runs (enables output, unpauses); `set_state(false)` stops and pauses.

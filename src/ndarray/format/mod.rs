@@ -25,6 +25,8 @@
 //! numpy-shape mismatches use MXNet's exact messages.
 //!
 //! Like MXNet's memory streams, the readers ignore bytes after the end of the list (or record).
+//!
+//! Files: `layout` (magics, limits, MXNet's messages, the record types), `reader`, `writer`.
 
 mod layout;
 mod reader;
