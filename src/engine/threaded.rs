@@ -1,11 +1,11 @@
-//! Running and completing ops: shared by all engine kinds. The threaded engines track
-//! dependencies through the variables' queues; NaiveEngine only runs the body and bumps versions.
+//! Running an op's body on the calling thread (a worker, or the pusher for inline ops), shared by
+//! all engine kinds, and the thread's note that it is inside an op. Completion
+//! (`Inner::on_complete`, in `inner.rs`) releases the op's variables; the threaded engines track
+//! dependencies through the variables' queues, NaiveEngine only bumps versions.
 
 use super::Inner;
-use super::exception::ExceptionRef;
 use super::opr::{ERROR_SET, INPUT_ERROR_HINT, OprRef, Pending, RunContext};
 use super::property::FnProperty;
-use super::var::Ready;
 use crate::util::panic_text;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -71,64 +71,5 @@ pub(crate) fn execute(op: OprRef) {
         Some(result) => Inner::on_complete(op, result.err()),
         // an async body's completion holds its own reference
         None => super::op_memory::release(op),
-    }
-}
-
-impl Inner {
-    /// Completes `op` (from any thread): records its error, releases its variables and
-    /// dispatches the ops that became ready.
-    pub(crate) fn on_complete(op: OprRef, error: Option<String>) {
-        let engine_ptr = op.engine;
-        let engine = op.engine();
-        if engine.is_naive() {
-            if let Some(msg) = error {
-                *op.exception.lock() = Some(ExceptionRef::new(msg.into()));
-            }
-            for v in op.mutable_vars() {
-                v.bump_version();
-            }
-            if let Some(s) = op.done_signal() {
-                s.set();
-            }
-            return;
-        }
-        let exception = match error {
-            Some(msg) => {
-                let e = ExceptionRef::new(msg.into());
-                engine.record_exception(&e);
-                *op.exception.lock() = Some(e.clone());
-                op.set_error_flag(ERROR_SET);
-                Some(e)
-            }
-            None if op.has_error_flag(ERROR_SET) => op.exception.lock().clone(),
-            None => None,
-        };
-        let mut ready = Ready::new();
-        // the locks below wait for each line in turn: start fetching them all first
-        if op.vars.len() > 1 {
-            for v in op.vars.iter() {
-                v.prefetch();
-            }
-        }
-        for v in op.const_vars() {
-            v.complete_read(&mut ready);
-        }
-        for v in op.mutable_vars() {
-            v.complete_write(exception.as_ref(), &mut ready);
-        }
-        super::op_memory::release(op);
-        if !ready.is_empty() {
-            // SAFETY: the ops in `ready` are pending ops of this engine, so it is still alive.
-            unsafe { engine_ptr.get() }.dispatch_ready(ready);
-        }
-    }
-
-    /// Grants the accesses variables released and runs the ops that got their last one.
-    pub(crate) fn dispatch_ready(&self, ready: Ready) {
-        for r in ready {
-            if let Some(op) = r.grant() {
-                self.dispatch(op, false);
-            }
-        }
     }
 }
