@@ -254,7 +254,6 @@ impl Inner {
     /// Completes `op` (from any thread): records its error, releases its variables and
     /// dispatches the ops that became ready.
     pub(crate) fn on_complete(op: OprRef, error: Option<String>) {
-        let engine_ptr = op.engine;
         let engine = op.engine();
         if engine.is_naive() {
             if let Some(msg) = error {
@@ -292,11 +291,13 @@ impl Inner {
         for v in op.mutable_vars() {
             v.complete_write(exception.as_ref(), &mut ready);
         }
-        super::op_memory::release(op);
         if !ready.is_empty() {
-            // SAFETY: the ops in `ready` are pending ops of this engine, so it is still alive.
-            unsafe { engine_ptr.get() }.dispatch_ready(ready);
+            engine.dispatch_ready(ready);
         }
+        // Released last: until then the op's pending count keeps the engine alive for this
+        // thread, which may be a thread outside the engine's pools that nothing else keeps out of
+        // a dropping engine (the ops it dispatched may run and finish before `dispatch` returns).
+        super::op_memory::release(op);
     }
 
     /// Grants the accesses variables released and runs the ops that got their last one.
@@ -304,6 +305,8 @@ impl Inner {
         for r in ready {
             if let Some(op) = r.grant() {
                 self.dispatch(op, false);
+                #[cfg(test)]
+                super::test_hooks::reached(super::test_hooks::Point::AfterDispatch);
             }
         }
     }

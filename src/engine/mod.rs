@@ -61,6 +61,8 @@ mod push;
 mod recycler;
 mod ring;
 mod signal;
+#[cfg(test)]
+mod test_hooks;
 mod threaded;
 mod var;
 mod var_queue;

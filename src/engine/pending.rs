@@ -14,6 +14,18 @@
 //! zero early (drops during the scan are counted twice), never late: an early wake-up only
 //! recounts. With only a few ops pending (`FEW`) the countdown is 1: the waiter recounts
 //! after every drop, which keeps short waits short.
+//!
+//! A drop learns whether anyone waits from the increment itself: while a waiter is registered,
+//! the top bit of every shard's `dropped` word ([`WAITING`]) is set, and the `fetch_add` returns
+//! it. So a drop touches nothing after its increment unless someone waits. That matters because
+//! the increment is what lets a dropping engine free this struct: once `wait_zero` sees the count
+//! reach zero, `Engine::drop` goes on to free the engine, and the dropping thread (a thread outside
+//! the engine's pools completing an async op, say) must not touch it afterwards. A drop that saw
+//! `WAITING` does touch it (the countdown, the lock, the condition variable), so it counts itself
+//! in `woke` when it is done, as its last touch; and the waiter that clears `WAITING` (the last
+//! to leave) first waits until every drop that saw it has done so (see `lower`). A waiter that
+//! returns has therefore seen every such drop finish, and one that only spins (no `WAITING`)
+//! races only with drops that touch nothing after their increment.
 
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
@@ -22,20 +34,37 @@ use std::time::Duration;
 
 const SHARDS: usize = 16;
 
+/// The top bit of each shard's `dropped` word: set while a waiter is registered (see the module
+/// docs). The count is the other 63 bits.
+const WAITING: u64 = 1 << 63;
+
 #[repr(align(128))]
 #[derive(Default)]
 struct Shard {
     created: AtomicU64,
+    /// Ops dropped, plus [`WAITING`].
     dropped: AtomicU64,
 }
 
 pub(crate) struct PendingOps {
     shards: [Shard; SHARDS],
-    waiters: AtomicUsize,
     /// Drops left before the waiters should recount (see the module docs).
     countdown: AtomicI64,
-    lock: Mutex<()>,
+    /// Drops that saw [`WAITING`] and have finished touching this struct.
+    woke: AtomicU64,
+    lock: Mutex<Waiters>,
     cv: Condvar,
+}
+
+/// The registered waiters' bookkeeping, under `PendingOps::lock`.
+#[derive(Default)]
+struct Waiters {
+    count: usize,
+    /// Each shard's drop count when [`WAITING`] was last set on it.
+    raised_at: [u64; SHARDS],
+    /// Drops that ever saw [`WAITING`] (counted when it is cleared), which `woke` must reach
+    /// before the waiter that cleared it returns.
+    saw_waiting: u64,
 }
 
 /// `countdown` while a waiter scans: far from zero, so no drop wakes anyone meanwhile.
@@ -63,9 +92,9 @@ impl PendingOps {
     pub(crate) fn new() -> Self {
         PendingOps {
             shards: Default::default(),
-            waiters: AtomicUsize::new(0),
             countdown: AtomicI64::new(SCANNING),
-            lock: Mutex::new(()),
+            woke: AtomicU64::new(0),
+            lock: Mutex::new(Waiters::default()),
             cv: Condvar::new(),
         }
     }
@@ -78,18 +107,31 @@ impl PendingOps {
             .fetch_add(1, Ordering::SeqCst);
     }
 
-    /// An op was dropped: the drop that ends the waiters' countdown wakes them.
+    /// An op was dropped. Unless a waiter is registered, the increment is the last access to
+    /// `self`: it may let a dropping engine free it.
     #[inline]
     pub(crate) fn dropped(&self) {
-        self.shards[my_shard()]
+        let before = self.shards[my_shard()]
             .dropped
             .fetch_add(1, Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0
-            && self.countdown.fetch_sub(1, Ordering::SeqCst) == 1
-        {
+        if before & WAITING != 0 {
+            self.count_down();
+        }
+    }
+
+    /// A drop while a waiter is registered: the drop that ends the waiters' countdown wakes them.
+    /// The waiters stay (and so does `self`) until this has counted itself in `woke`.
+    #[cold]
+    #[inline(never)]
+    fn count_down(&self) {
+        #[cfg(test)]
+        super::test_hooks::reached(super::test_hooks::Point::AfterDropCounted);
+        if self.countdown.fetch_sub(1, Ordering::SeqCst) == 1 {
             let _g = self.lock.lock();
             self.cv.notify_all();
         }
+        // the last access to `self` (see `lower`)
+        self.woke.fetch_add(1, Ordering::Release);
     }
 
     /// Ops created and not dropped, as of the scan (see the module docs for why it is sound).
@@ -97,7 +139,7 @@ impl PendingOps {
         let dropped: u64 = self
             .shards
             .iter()
-            .map(|s| s.dropped.load(Ordering::SeqCst))
+            .map(|s| s.dropped.load(Ordering::SeqCst) & !WAITING)
             .sum();
         let created: u64 = self
             .shards
@@ -107,7 +149,8 @@ impl PendingOps {
         created.saturating_sub(dropped)
     }
 
-    /// Blocks until every op created before the call has been dropped.
+    /// Blocks until every op created before the call has been dropped, and every drop that
+    /// touched `self` after counting itself has finished doing so.
     ///
     /// Spins first only when few ops are pending: with more, the wait lasts at least as long as
     /// their bodies, and a spinning waiter would take a core from the workers running them (a
@@ -119,7 +162,10 @@ impl PendingOps {
             return;
         }
         let mut g = self.lock.lock();
-        self.waiters.fetch_add(1, Ordering::SeqCst);
+        if g.count == 0 {
+            self.raise(&mut g);
+        }
+        g.count += 1;
         loop {
             // waiters hold `lock` here, so one of them at a time resets the countdown
             self.countdown.store(SCANNING, Ordering::SeqCst);
@@ -142,6 +188,35 @@ impl PendingOps {
             // the timeout is a safety net only: the countdown cannot end late
             self.cv.wait_for(&mut g, Duration::from_millis(5));
         }
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        g.count -= 1;
+        if g.count == 0 {
+            let saw_waiting = self.lower(&mut g);
+            drop(g);
+            // Not under `lock`: a drop that saw WAITING may need it to notify. The wait is short:
+            // such a drop has already counted itself and only has the few steps of `count_down`
+            // left.
+            let backoff = crossbeam_utils::Backoff::new();
+            while self.woke.load(Ordering::Acquire) < saw_waiting {
+                backoff.snooze();
+            }
+        }
+    }
+
+    /// The first waiter registers: every drop from now on sees [`WAITING`].
+    fn raise(&self, w: &mut Waiters) {
+        for (shard, at) in self.shards.iter().zip(&mut w.raised_at) {
+            *at = shard.dropped.fetch_or(WAITING, Ordering::SeqCst) & !WAITING;
+        }
+    }
+
+    /// The last waiter leaves: clears [`WAITING`] and returns how many drops ever saw it, which
+    /// `woke` must reach before the waiter may return (a drop's increment and its `fetch_and`
+    /// here are ordered on the shard's word, so the count is exact).
+    fn lower(&self, w: &mut Waiters) -> u64 {
+        for (shard, at) in self.shards.iter().zip(&w.raised_at) {
+            let now = shard.dropped.fetch_and(!WAITING, Ordering::SeqCst) & !WAITING;
+            w.saw_waiting += now - at;
+        }
+        w.saw_waiting
     }
 }
