@@ -1164,7 +1164,10 @@ impl NdVars {
                 let v = a
                     .var()
                     .ok_or_else(|| Error::invalid(format!("{name}[{i}] is a none array")))?;
-                self.vars.push(crate::engine::uncounted(v));
+                // SAFETY: the copy is used while `lookup` is held, which keeps the array and so
+                // its variable alive, and then by the engine, which takes over as documented on
+                // `NdVars`.
+                self.vars.push(unsafe { crate::engine::uncounted(v) });
             }
         }
         self.n_const = reads.len();

@@ -100,7 +100,8 @@ impl Inner {
 
     /// Creates an op on `const_vars` and `mutable_vars` (distinct variables). The op does not
     /// count references to them: the caller's borrow, passed on to [`submit`](Self::submit), keeps
-    /// them alive until each variable holds itself for the op queued on it.
+    /// them alive until each variable holds itself for the op queued on it. An op that is dropped
+    /// instead of submitted never touches them.
     pub(super) fn new_op<B: OpBody + 'static>(
         &self,
         body: B,
@@ -111,7 +112,9 @@ impl Inner {
         self.pending.created();
         let n_const = const_vars.len();
         let waits = n_const + mutable_vars.len() + 1;
-        let vars = op_memory::op_vars(const_vars, mutable_vars);
+        // SAFETY: the op uses its variables only once submitted, and `submit`'s caller promises
+        // that they are these, kept alive until the op is queued on them.
+        let vars = unsafe { op_memory::op_vars(const_vars, mutable_vars) };
         let done = self
             .is_naive()
             .then(|| Arc::new(Signal::for_current_thread()));
@@ -139,9 +142,13 @@ impl Inner {
     }
 
     /// Queues `op` on its variables and dispatches it if nothing blocks it; NaiveEngine runs it
-    /// now and returns its error. `const_vars`/`mutable_vars` are the variables `op` was created
-    /// with, borrowed from the caller, which keeps them alive until the op is queued on them.
-    pub(super) fn submit(
+    /// now and returns its error.
+    ///
+    /// # Safety
+    /// `op` is a new op of this engine from [`new_op`](Self::new_op), not yet submitted, and
+    /// `const_vars`/`mutable_vars` are the variables it was created with: the op holds uncounted
+    /// copies of them, which the caller's borrow keeps alive until the op is queued on them.
+    pub(super) unsafe fn submit(
         &self,
         op: OprRef,
         const_vars: &[Var],
@@ -165,7 +172,10 @@ impl Inner {
                 None => Ok(()),
             };
         }
-        let granted = var::append_all(&op, const_vars, mutable_vars, &self.push_lock) as u32;
+        // SAFETY: `new_op` set `op.wait` to one per variable plus one for this reference, which
+        // goes to the wait count below; the variables are the op's own (this fn's contract).
+        let granted =
+            unsafe { var::append_all(&op, const_vars, mutable_vars, &self.push_lock) } as u32;
         // every variable now holds itself while the op is queued on it (or runs)
         OnQueued::call(on_queued);
         // This reference now belongs to the op's wait count: if grants are still pending, the
@@ -218,10 +228,12 @@ impl Inner {
         if var::has_repeats(c, m) {
             let (c, m) = dedup(c, m);
             let op = self.new_op(body, &c, &m, spec);
-            return self.submit(op, &c, &m, args.on_queued);
+            // SAFETY: a new op, created with these variables, which `c` and `m` hold
+            return unsafe { self.submit(op, &c, &m, args.on_queued) };
         }
         let op = self.new_op(body, c, m, spec);
-        self.submit(op, c, m, args.on_queued)
+        // SAFETY: a new op, created with these variables, borrowed from `args` for the call
+        unsafe { self.submit(op, c, m, args.on_queued) }
     }
 
     pub(super) fn flush_bulk(&self) -> Result<()> {
@@ -286,10 +298,13 @@ impl Inner {
             }
         }
         for v in op.const_vars() {
-            v.complete_read(&mut ready);
+            // SAFETY: the op ran (or was skipped) with every access granted; this ends each one
+            // once, and the variable is alive because it is busy with the op.
+            unsafe { v.complete_read(&mut ready) };
         }
         for v in op.mutable_vars() {
-            v.complete_write(exception.as_ref(), &mut ready);
+            // SAFETY: as above.
+            unsafe { v.complete_write(exception.as_ref(), &mut ready) };
         }
         if !ready.is_empty() {
             engine.dispatch_ready(ready);

@@ -96,10 +96,14 @@ impl Drop for VarLease<'_> {
         }
         if let Some(var) = self.var.take() {
             let mut ready = var::Ready::new();
-            if self.write {
-                var.complete_write(None, &mut ready);
-            } else {
-                var.complete_read(&mut ready);
+            // SAFETY: `try_grant_now` granted this access to the lease, which ends it once, here;
+            // `var` is a counted reference.
+            unsafe {
+                if self.write {
+                    var.complete_write(None, &mut ready);
+                } else {
+                    var.complete_read(&mut ready);
+                }
             }
             if !ready.is_empty() {
                 self.engine.inner.dispatch_ready(ready);

@@ -1,29 +1,54 @@
 //! Memory of ops, recycled between the threads that push ops and those that finish them (see
 //! `recycler`): the blocks of ops of the common size (a C function as body, <= 3 variables:
 //! [`BLOCK_BYTES`]), and the lists that hold the variables of ops with 4 to [`POOLED_VARS`], which
-//! would otherwise be an allocation on the pusher and a cross-thread free on the worker per op
-//! (with both recycled and the larger shared stack, a RandSumExpr push took 0.63 instead of
-//! 0.67 µs, `make bench-floor`, and RandSumExpr at 2 workers 35.4 instead of 36.0 ms). Op memory taken from the allocator (ops of
-//! other sizes always, blocks and lists when nothing recycled is at hand) is counted, so that the
-//! allocator can be asked to give a burst's memory back once it has drained (`crate::allocator`).
+//! would otherwise be an allocation on the pusher and a cross-thread free on the worker per op.
+//! Op memory taken from the allocator (ops of other sizes always, blocks and lists when nothing
+//! recycled is at hand) is counted, so that the allocator can be asked to give a burst's memory
+//! back once it has drained (`crate::allocator`).
 //!
 //! Each pushing thread also reserves its next op's memory one push ahead and asks the CPU to fetch
 //! it for writing: recycled memory was last written by a worker's core, and the prefetch brings its
 //! lines over while the caller does other work.
 
-use super::opr::{INLINE_VARS, OpBody, OpVars, OprBlock, OprRef, uncounted};
+use super::opr::{INLINE_VARS, OpBody, OpVars, OprBlock, OprRef, SyncBody, uncounted};
 use super::recycler::{Local, Recycler};
 use super::var::Var;
 use std::cell::{Cell, RefCell};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::Arc;
 
-/// Memory for one op of the common size: the size and alignment of `OprBlock<B>` for such bodies,
-/// so `Arc::from_raw` may reinterpret it.
-pub(crate) type BlockMemory = MaybeUninit<[u64; 14]>;
+/// An op of the common size: a body of three words (a C function, its parameter and its
+/// deleter). Any `OprBlock<B>` of the same size and alignment shares its memory.
+type CommonBlock = OprBlock<SyncBody<[usize; 3]>>;
+
+/// Memory for one op of the common size.
+///
+/// Recycling reinterprets an `Arc`'s allocation as one of another type: `Arc::from_raw` accepts
+/// the pointer of an `Arc<U>` as an `Arc<T>` when `U` and `T` have the same size and alignment
+/// (its documented contract), because the allocation (`ArcInner`: the two counts, then the value,
+/// `repr(C)`) is then laid out identically. `MaybeUninit<T>` has `T`'s size and alignment, so
+/// this type is laid out as the common op itself, and [`is_common_size`] admits exactly the
+/// `OprBlock<B>`s that match it: the layout follows the op type instead of being written down.
+pub(crate) type BlockMemory = MaybeUninit<CommonBlock>;
 
 /// Bytes of an op of the common size (without the reference counts).
 pub(crate) const BLOCK_BYTES: usize = size_of::<BlockMemory>();
+
+/// `Arc`'s allocation as the standard library lays it out (`ArcInner`, `repr(C)`): the strong and
+/// weak counts, then the value. Only its offsets are used (to prefetch an op's memory and to count
+/// it); nothing is read or written through it.
+#[allow(dead_code)]
+#[repr(C)]
+struct ArcAllocation<T> {
+    strong: std::sync::atomic::AtomicUsize,
+    weak: std::sync::atomic::AtomicUsize,
+    value: T,
+}
+
+/// Bytes an `Arc` allocation of an op has before the op.
+const ARC_COUNTS: usize = std::mem::offset_of!(ArcAllocation<BlockMemory>, value);
+
+const _: () = assert!(size_of::<ArcAllocation<BlockMemory>>() == ARC_COUNTS + BLOCK_BYTES);
 
 /// Fresh op memory a thread reports to the allocator module at a time.
 const FRESH_REPORT_BYTES: usize = 128 << 10;
@@ -52,7 +77,7 @@ fn is_common_size(size: usize, align: usize) -> bool {
 /// Puts `block` behind a reference count, in recycled memory reserved ahead when its size allows.
 pub(crate) fn alloc_op<B: OpBody + 'static>(block: OprBlock<B>) -> OprRef {
     if !is_common_size(size_of::<OprBlock<B>>(), align_of::<OprBlock<B>>()) {
-        count_fresh(size_of::<OprBlock<B>>() + 16);
+        count_fresh(size_of::<OprBlock<B>>() + ARC_COUNTS);
         return Arc::new(block);
     }
     let reserved = NEXT_BLOCK.try_with(|n| n.replace(Some(reserve_block())));
@@ -81,7 +106,7 @@ pub(crate) fn alloc_op<B: OpBody + 'static>(block: OprBlock<B>) -> OprRef {
 fn reserve_block() -> Arc<BlockMemory> {
     let memory = BLOCKS.take().unwrap_or_else(fresh_block);
     // the allocation starts with Arc's two counters, before the value
-    let start = Arc::as_ptr(&memory).cast::<u8>().wrapping_sub(16);
+    let start = Arc::as_ptr(&memory).cast::<u8>().wrapping_sub(ARC_COUNTS);
     crate::util::prefetch_write(start);
     crate::util::prefetch_write(start.wrapping_add(64));
     memory
@@ -89,7 +114,7 @@ fn reserve_block() -> Arc<BlockMemory> {
 
 /// New memory from the allocator, when nothing recycled is at hand (the queued ops of a burst).
 fn fresh_block() -> Arc<BlockMemory> {
-    count_fresh(BLOCK_BYTES + 16);
+    count_fresh(BLOCK_BYTES + ARC_COUNTS);
     Arc::new(BlockMemory::uninit())
 }
 
@@ -110,8 +135,16 @@ fn count_fresh(bytes: usize) {
 /// The variables of an op reading `const_vars` and writing `mutable_vars`, as the op stores them
 /// (uncounted, see `opr::OpVars`): inline up to [`INLINE_VARS`], in a recycled list up to
 /// [`POOLED_VARS`], in a list of their own beyond.
-pub(crate) fn op_vars(const_vars: &[Var], mutable_vars: &[Var]) -> OpVars {
-    let all = const_vars.iter().chain(mutable_vars).map(uncounted);
+///
+/// # Safety
+/// The list's variables are [`uncounted`] copies: the caller keeps each variable alive while the
+/// list is used (an op's pusher until the op is queued on them, then the variables themselves).
+pub(crate) unsafe fn op_vars(const_vars: &[Var], mutable_vars: &[Var]) -> OpVars {
+    // SAFETY: passed on to the caller (see above).
+    let all = const_vars
+        .iter()
+        .chain(mutable_vars)
+        .map(|v| unsafe { uncounted(v) });
     let n = const_vars.len() + mutable_vars.len();
     if n <= INLINE_VARS || n > POOLED_VARS {
         return all.collect();
@@ -199,7 +232,8 @@ mod tests {
         let writes: u64 = vars.iter().map(Var::version).sum();
         assert_eq!(writes, 200);
         // a list comes back empty with its full capacity, and is taken again
-        let mut v = op_vars(&vars[..5], &vars[5..6]);
+        // SAFETY: `vars` outlives the list, which is only inspected.
+        let mut v = unsafe { op_vars(&vars[..5], &vars[5..6]) };
         assert_eq!((v.len(), v.capacity()), (6, POOLED_VARS));
         recycle_vars(&mut v);
         assert!(v.is_empty() && !v.spilled());

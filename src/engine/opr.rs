@@ -134,11 +134,15 @@ pub(crate) type OpVars = SmallVec<[ManuallyDrop<Var>; INLINE_VARS]>;
 /// Variables an op stores inline (more go to a list, see `op_memory::op_vars`).
 pub(crate) const INLINE_VARS: usize = 3;
 
-/// A copy of `v` that counts no reference and is never dropped (see [`OpVars`]). Whoever uses it
-/// must make sure the variable is alive meanwhile.
-pub(crate) fn uncounted(v: &Var) -> ManuallyDrop<Var> {
+/// A copy of `v` that counts no reference and is never dropped (see [`OpVars`]).
+///
+/// # Safety
+/// The copy is a pointer to `v`'s variable that does not keep it alive: the caller must not use
+/// it (nor a slice of such copies, [`uncounted_slice`]) once the variable may have been freed,
+/// that is, after every counted reference is gone and no op holds the variable busy.
+pub(crate) unsafe fn uncounted(v: &Var) -> ManuallyDrop<Var> {
     // SAFETY: a bitwise copy of the `Arc` without taking a reference; `ManuallyDrop` keeps it from
-    // ever giving one back. Its users keep the variable alive while they use it (see above).
+    // ever giving one back. The caller keeps the variable alive while the copy is used.
     ManuallyDrop::new(unsafe { std::ptr::read(v) })
 }
 
@@ -228,7 +232,14 @@ impl super::var_queue::QueueEntry for QueuedOp {
 
 impl QueuedOp {
     /// Points at `op`, which is about to wait for this access.
-    pub(crate) fn of(op: &OprRef) -> Self {
+    ///
+    /// # Safety
+    /// `op` was created to wait for this access: its `wait` count holds one for it until
+    /// [`grant`](Self::grant) counts it down, the reference its pusher holds goes to that count
+    /// once every access is queued (`Inner::submit`), and no other `QueuedOp` stands for the same
+    /// access. `grant` relies on all three to take that reference back exactly once, and
+    /// [`block`](Self::block) on the count keeping the op alive until then.
+    pub(crate) unsafe fn of(op: &OprRef) -> Self {
         // `Arc::as_ptr` keeps the provenance of the whole allocation, which `grant` needs to
         // rebuild the `Arc`
         let ptr = Arc::as_ptr(op).cast_mut();
@@ -239,7 +250,7 @@ impl QueuedOp {
     /// The op, while it waits.
     fn block(&self) -> &OprBlock<dyn OpBody> {
         // SAFETY: an op cannot run, let alone finish, before every access it waits for has been
-        // granted; until this one is, the op's `wait` count keeps the op alive.
+        // granted; until this one is, the op's `wait` count keeps the op alive (`of`'s contract).
         unsafe { self.0.as_ref() }
     }
 
@@ -253,9 +264,10 @@ impl QueuedOp {
     /// be freed at any time, so this consumes the `QueuedOp`.
     pub(crate) fn grant(self) -> Option<OprRef> {
         if self.block().wait.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // SAFETY: the pointer came from `Arc::as_ptr` (`of`); the pusher left its reference
-            // to the wait count when grants were still pending (`Inner::submit`), and the grant
-            // that ends the wait, this one, takes it back, exactly once.
+            // SAFETY: the pointer came from `Arc::as_ptr` (`of`); per `of`'s contract the pusher
+            // left its reference to the wait count when grants were still pending
+            // (`Inner::submit`), and the grant that ends the wait, this one, takes it back,
+            // exactly once (`self` is consumed and no other `QueuedOp` stands for this access).
             Some(unsafe { Arc::from_raw(self.0.as_ptr()) })
         } else {
             None

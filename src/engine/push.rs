@@ -230,7 +230,8 @@ impl Engine {
             m,
             spec,
         );
-        inner.submit(block, c, m, None)
+        // SAFETY: a new op, created with these variables, which the caller's `op` holds
+        unsafe { inner.submit(block, c, m, None) }
     }
 
     /// Frees an operator after every pending push of it has finished.

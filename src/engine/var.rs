@@ -16,7 +16,7 @@
 //! operation holds anyway, and not at all while the variable stays busy.
 
 use super::exception::ExceptionRef;
-use super::opr::{OprRef, QueuedOp};
+use super::opr::{INPUT_ERROR_HINT, OprRef, QueuedOp};
 use super::var_queue::VarQueue;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -71,10 +71,15 @@ pub(crate) fn has_repeats(const_vars: &[Var], mutable_vars: &[Var]) -> bool {
 /// same order on every variable they share. Appending variable by variable without it lets them
 /// queue in opposite orders on two variables, and each would wait for the other forever (found by
 /// the loom model in `var_queue.rs`; MXNet's engine has that race for pushes from several
-/// threads). An op with one variable cannot take part in such a cycle and skips the lock. One
-/// lock per push replaced locking all of an op's variables at once in address order, whose sort
-/// and held locks cost 12–14% of a RandSumExpr push (`make bench-floor`, 0.85 -> 0.73 µs).
-pub(crate) fn append_all(
+/// threads). An op with one variable cannot take part in such a cycle and skips the lock. (Locking
+/// all of an op's variables at once in address order would avoid the cycle too, but its sort and
+/// held locks cost more than one lock per push.)
+///
+/// # Safety
+/// `op` waits for exactly these accesses: its `wait` count holds one per variable (plus the
+/// caller's), the caller's reference goes to that count afterwards, and `op` is not queued on
+/// them already (see [`QueuedOp::of`]).
+pub(crate) unsafe fn append_all(
     op: &OprRef,
     const_vars: &[Var],
     mutable_vars: &[Var],
@@ -82,8 +87,10 @@ pub(crate) fn append_all(
 ) -> usize {
     match (const_vars, mutable_vars) {
         ([], []) => 0,
-        ([v], []) => usize::from(queue_locked(&mut v.0.lock(), v, false, op)),
-        ([], [v]) => usize::from(queue_locked(&mut v.0.lock(), v, true, op)),
+        // SAFETY (each `queue_locked` below): one access of `op`'s, queued once (this fn's
+        // contract)
+        ([v], []) => usize::from(unsafe { queue_locked(&mut v.0.lock(), v, false, op) }),
+        ([], [v]) => usize::from(unsafe { queue_locked(&mut v.0.lock(), v, true, op) }),
         _ => {
             // each lock below waits for its line in turn: start fetching them all first
             for v in const_vars.iter().chain(mutable_vars) {
@@ -94,24 +101,31 @@ pub(crate) fn append_all(
             let writes = mutable_vars.iter().map(|v| (v, true));
             reads
                 .chain(writes)
-                .map(|(v, write)| usize::from(queue_locked(&mut v.0.lock(), v, write, op)))
+                .map(|(v, write)| {
+                    usize::from(unsafe { queue_locked(&mut v.0.lock(), v, write, op) })
+                })
                 .sum()
         }
     }
 }
 
 /// Queues one access of `op` on `var`, whose locked state is `state`; true if granted at once.
-fn queue_locked(state: &mut VarState, var: &Var, write: bool, op: &OprRef) -> bool {
+///
+/// # Safety
+/// As [`append_all`], for this one access.
+unsafe fn queue_locked(state: &mut VarState, var: &Var, write: bool, op: &OprRef) -> bool {
     if state.queue.is_idle() {
         var.pin();
     }
+    // SAFETY: `op` waits for this access (this fn's contract); the queue makes one entry for it.
+    let entry = || unsafe { QueuedOp::of(op) };
     let granted = if write {
-        state.queue.append_write(|| QueuedOp::of(op))
+        state.queue.append_write(entry)
     } else {
-        state.queue.append_read(|| QueuedOp::of(op))
+        state.queue.append_read(entry)
     };
     if granted && var.0.has_exception.load(Ordering::Relaxed) {
-        QueuedOp::of(op).hint_input_error();
+        op.set_error_flag(INPUT_ERROR_HINT);
     }
     granted
 }
@@ -224,14 +238,26 @@ impl Var {
 
     /// A granted read finished; the next write may start. The variable may be freed by this
     /// call (when the caller holds no reference of its own).
-    pub(crate) fn complete_read(&self, ready: &mut Ready) {
+    ///
+    /// # Safety
+    /// A read of this variable was granted (queued and granted, or `try_grant_now`) and this ends
+    /// it, once: the variable gives back its hold on itself when it becomes idle, and an
+    /// unbalanced call would give back a reference it never took.
+    pub(crate) unsafe fn complete_read(&self, ready: &mut Ready) {
         self.release(None, ready, VarQueue::complete_read);
     }
 
     /// A granted write finished: bump the version, record its error (if any), and release the
     /// reads behind it or the next write. The variable may be freed by this call (when the
     /// caller holds no reference of its own).
-    pub(crate) fn complete_write(&self, exception: Option<&ExceptionRef>, ready: &mut Ready) {
+    ///
+    /// # Safety
+    /// As [`complete_read`](Self::complete_read), for a granted write.
+    pub(crate) unsafe fn complete_write(
+        &self,
+        exception: Option<&ExceptionRef>,
+        ready: &mut Ready,
+    ) {
         self.release(exception, ready, VarQueue::complete_write);
     }
 
