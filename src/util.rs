@@ -20,13 +20,14 @@ pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 /// CPUs without the instruction execute its encoding (0F 0D /1) as a no-op.
 #[inline]
 pub(crate) fn prefetch_write<T>(addr: *const T) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: a prefetch is only a hint: it never faults, whatever the address, reads or writes
     // no register but its address operand, and leaves memory and flags unchanged.
     unsafe {
         std::arch::asm!("prefetchw [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly));
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    // (Miri cannot run inline assembly; a hint changes nothing it checks)
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = addr;
 }
 

@@ -45,14 +45,14 @@ thread_local! {
 }
 
 /// The CPU the calling thread runs on (from the kernel's rseq area or the vDSO: no system call).
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 fn current_cpu() -> Option<u64> {
     // SAFETY: sched_getcpu takes no arguments and only reads per-thread kernel data.
     let cpu = unsafe { libc::sched_getcpu() };
     u64::try_from(cpu).ok().filter(|&c| c < (1 << 15))
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(not(target_os = "linux"), miri))]
 fn current_cpu() -> Option<u64> {
     None
 }
@@ -148,13 +148,13 @@ pub(crate) fn defer_to_completer(on: bool) {
     });
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 fn initial_policy_is_other() -> bool {
     // SAFETY: no arguments but the calling thread's id (0).
     unsafe { libc::sched_getscheduler(0) == libc::SCHED_OTHER }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 fn set_policy(policy: Policy) -> bool {
     let policy = if policy == Policy::Batch {
         libc::SCHED_BATCH
@@ -167,12 +167,12 @@ fn set_policy(policy: Policy) -> bool {
     unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(not(target_os = "linux"), miri))]
 fn initial_policy_is_other() -> bool {
     false
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(not(target_os = "linux"), miri))]
 fn set_policy(_: Policy) -> bool {
     false
 }
@@ -195,7 +195,7 @@ mod tests {
         assert!(matches(wrap, 1, 1));
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn deferring_switches_between_batch_and_other_and_leaves_other_policies_alone() {
         std::thread::spawn(|| {
