@@ -13,6 +13,7 @@ pub mod error;
 pub mod engine;
 pub mod kvstore;
 pub mod ndarray;
+pub mod operator;
 pub mod profiler;
 pub mod resource;
 pub mod storage;
