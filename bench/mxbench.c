@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "workloads.h"
+
 /* ---- C API types (c_api.h) ------------------------------------------------------------------ */
 typedef void *NDArrayHandle;
 typedef void *KVStoreHandle;
@@ -91,52 +93,8 @@ static void *api_ptrs[E_COUNT];
 #define MX(name) ((name##_fn)api_ptrs[E_##name])
 
 static const struct MxContext CPU0 = {1, 0};
-static int g_repeats = 3;
-static int g_status = 0; /* 0 ok, 1 failure, 2 missing only */
 
 /* ---- small helpers -------------------------------------------------------------------------- */
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void spin_us(int us) {
-  double end = now_s() + us * 1e-6;
-  while (now_s() < end) {
-  }
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return (n % 2) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double rss_mib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long size = 0, resident = 0;
-  if (!f) return -1.0;
-  if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
-  fclose(f);
-  return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
-}
-
-/* per-workload failure text; the first failure wins */
-static char g_fail[512];
-
-static void fail(const char *fmt, ...) {
-  if (g_fail[0]) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_fail, sizeof g_fail, fmt, ap);
-  va_end(ap);
-}
-
 static const char *last_error(void) {
   if (!api_ptrs[E_MXGetLastError]) return "(MXGetLastError missing)";
   const char *e = MX(MXGetLastError)();
@@ -171,20 +129,9 @@ static const char *call_text(const char *expr) {
     }                                                                       \
   } while (0)
 
-static void report(const char *name, double value, const char *unit, const char *note) {
-  const char *check = g_fail[0] ? g_fail : "ok";
-  if (g_fail[0]) g_status = 1;
-  if (g_fail[0] || value == 0.0) value = NAN; /* nothing (valid) was measured */
-  printf("%s\t%.6g\t%s\t%s%s\t%s\n", name, value, unit, g_fail[0] ? "FAIL: " : "", check,
-         note ? note : "");
-  fflush(stdout);
-}
-
 /* checks that every named symbol resolved; otherwise prints a "missing" line for each result */
 static bool need(const char *const *results, const int *syms, int nsyms) {
-  /* MXBENCH_ONLY=substring: run only the workloads whose (first) result name contains it */
-  const char *only = getenv("MXBENCH_ONLY");
-  if (only && *only && !strstr(results[0], only)) return false;
+  if (!bench_selected(results[0])) return false;
   for (int i = 0; i < nsyms; ++i) {
     if (!api_ptrs[syms[i]]) {
       for (const char *const *r = results; *r; ++r)
@@ -216,35 +163,22 @@ static void free_all(NDArrayHandle *h, int n) {
     }
 }
 
-/* ---- engine workloads ----------------------------------------------------------------------- */
-#define NVARS 64
-
-/* one counter per var, each on its own cache line */
-struct padded_counter {
-  long n;
-  char pad[64 - sizeof(long)];
-};
-static struct padded_counter g_counts[NVARS];
-
-static void op_count(void *rctx, void *param) {
-  (void)rctx;
-  ((struct padded_counter *)param)->n++;
-}
-
+/* ---- engine workloads (bodies, sizes and checks in workloads.h) ------------------------------ */
 static void op_nothing(void *rctx, void *param) {
   (void)rctx;
   (void)param;
 }
 
 static void engine_sync_independent(void) {
-  const char *name = "engine.sync_64vars_200k";
+  const char *name = NAME_SYNC64;
   if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND, E_MXNDArrayWaitAll))
     return;
-  const int n = 200000;
+  const int n = SYNC_OPS;
   NDArrayHandle vars[NVARS] = {0};
   double rates[16];
   int done = 0;
   uint32_t shape[1] = {1};
+  g_ran_on_pusher = 0;
   for (int i = 0; i < NVARS; ++i) CALL(create_f(shape, 1, 0, &vars[i]));
   CALL(MX(MXNDArrayWaitAll)());
   for (int r = 0; r < g_repeats; ++r) {
@@ -255,37 +189,24 @@ static void engine_sync_independent(void) {
                                   &vars[i % NVARS], 1, NULL, 0, NULL));
     CALL(MX(MXNDArrayWaitAll)());
     rates[done++] = n / (now_s() - t0);
-    for (int v = 0; v < NVARS; ++v) {
-      long want = n / NVARS + (v < n % NVARS ? 1 : 0);
-      if (g_counts[v].n != want) {
-        fail("var %d ran %ld ops, expected %ld", v, g_counts[v].n, want);
-        goto out;
-      }
-    }
+    if (!counts_check(n)) goto out;
   }
 out:
   if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
   free_all(vars, NVARS);
-  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
-}
-
-static long *g_order_log;
-static long g_order_pos;
-
-static void op_append(void *rctx, void *param) {
-  (void)rctx;
-  g_order_log[g_order_pos++] = (long)(intptr_t)param;
+  report_rate(name, rates, done, n);
 }
 
 static void engine_sync_one_var(void) {
-  const char *name = "engine.sync_1var_ordered_200k";
+  const char *name = NAME_SYNC1;
   if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND, E_MXNDArrayWaitAll))
     return;
-  const long n = 200000;
+  const long n = SYNC_OPS;
   NDArrayHandle var = NULL;
   double rates[16];
   int done = 0;
   uint32_t shape[1] = {1};
+  g_ran_on_pusher = 0;
   g_order_log = calloc((size_t)n, sizeof(long));
   CALL(create_f(shape, 1, 0, &var));
   for (int r = 0; r < g_repeats; ++r) {
@@ -296,60 +217,30 @@ static void engine_sync_one_var(void) {
                                   NULL, 0, NULL));
     CALL(MX(MXNDArrayWaitAll)());
     rates[done++] = n / (now_s() - t0);
-    if (g_order_pos != n) {
-      fail("%ld ops ran, expected %ld", g_order_pos, n);
-      goto out;
-    }
-    for (long i = 0; i < n; ++i)
-      if (g_order_log[i] != i) {
-        fail("position %ld holds op %ld (writes to one var ran out of order)", i, g_order_log[i]);
-        goto out;
-      }
+    if (!order_check(n)) goto out;
   }
 out:
   if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
   free_all(&var, 1);
   free(g_order_log);
   g_order_log = NULL;
-  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
+  report_rate(name, rates, done, n);
 }
 
-/* completion queue served by a separate C thread */
-#define QCAP (1 << 17)
-static struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  struct CallbackOnComplete *items;
-  size_t head, tail; /* tail - head = queued */
-  bool stop;
-  bool overflow;
-  long completed;
-} g_q = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, false, false, 0};
-
+/* the async fn: count, then hand the engine's completion to the completer thread */
 static void op_async_enqueue(void *rctx, void *on_complete, void *param) {
-  (void)rctx;
-  ((struct padded_counter *)param)->n++;
-  pthread_mutex_lock(&g_q.mu);
-  if (g_q.tail - g_q.head >= QCAP) {
-    g_q.overflow = true;
-    pthread_mutex_unlock(&g_q.mu);
-    struct CallbackOnComplete cb;
-    memcpy(&cb, on_complete, sizeof cb);
-    cb.callback(cb.engine, cb.param, NULL);
-    return;
-  }
+  op_count(rctx, param);
   /* the struct dies when this function returns: copy its 24 bytes */
-  memcpy(&g_q.items[g_q.tail % QCAP], on_complete, sizeof(struct CallbackOnComplete));
-  g_q.tail++;
-  pthread_cond_signal(&g_q.cv);
-  pthread_mutex_unlock(&g_q.mu);
+  struct CallbackOnComplete cb;
+  memcpy(&cb, on_complete, sizeof cb);
+  completion_push((struct completion){cb.callback, cb.engine, cb.param});
 }
 
 /* MXBENCH_PIN=1 (async workload): fixed thread placement, to study how much the figure depends on
  * where the kernel puts three busy threads on two cores. The pushing and the completing thread go
  * to CPU 0, every other thread of the process (the library's workers) to CPU 1. */
 static bool g_pin;
-static long g_main_tid, g_completer_tid;
+static long g_main_tid;
 static cpu_set_t g_unpinned; /* the process's affinity before pinning, restored afterwards */
 
 static long this_tid(void) { return (long)syscall(SYS_gettid); }
@@ -389,37 +280,16 @@ static void unpin_all(void) {
   sched_setaffinity(0, sizeof g_unpinned, &g_unpinned);
 }
 
-static void *completer_main(void *arg) {
-  (void)arg;
-  if (g_pin) __atomic_store_n(&g_completer_tid, this_tid(), __ATOMIC_RELEASE);
-  struct CallbackOnComplete batch[256];
-  for (;;) {
-    pthread_mutex_lock(&g_q.mu);
-    while (g_q.tail == g_q.head && !g_q.stop) pthread_cond_wait(&g_q.cv, &g_q.mu);
-    if (g_q.tail == g_q.head && g_q.stop) {
-      pthread_mutex_unlock(&g_q.mu);
-      return NULL;
-    }
-    size_t k = 0;
-    while (g_q.head != g_q.tail && k < 256) batch[k++] = g_q.items[g_q.head++ % QCAP];
-    pthread_mutex_unlock(&g_q.mu);
-    for (size_t i = 0; i < k; ++i) batch[i].callback(batch[i].engine, batch[i].param, NULL);
-    __atomic_add_fetch(&g_q.completed, (long)k, __ATOMIC_RELAXED);
-  }
-}
-
 static void engine_async_completer(void) {
-  const char *name = "engine.async_thread_complete_100k";
+  const char *name = NAME_ASYNC;
   if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushAsyncND,
             E_MXNDArrayWaitAll))
     return;
-  const int n = 100000;
+  const int n = ASYNC_OPS;
   NDArrayHandle vars[NVARS] = {0};
   double rates[16], push_secs[16], completed_early[16];
   int done = 0;
   uint32_t shape[1] = {1};
-  pthread_t th;
-  bool started = false;
   const char *pin = getenv("MXBENCH_PIN");
   g_pin = pin && strcmp(pin, "1") == 0;
   if (g_pin && sysconf(_SC_NPROCESSORS_ONLN) < 2) {
@@ -430,17 +300,10 @@ static void engine_async_completer(void) {
     printf("# MXBENCH_PIN: sched_getaffinity failed; running unpinned\n");
     g_pin = false;
   }
-  g_q.items = calloc(QCAP, sizeof(struct CallbackOnComplete));
-  g_q.head = g_q.tail = 0;
-  g_q.stop = g_q.overflow = false;
-  g_q.completed = 0;
+  g_ran_on_pusher = 0;
   for (int i = 0; i < NVARS; ++i) CALL(create_f(shape, 1, 0, &vars[i]));
   CALL(MX(MXNDArrayWaitAll)());
-  if (pthread_create(&th, NULL, completer_main, NULL) != 0) {
-    fail("pthread_create failed");
-    goto out;
-  }
-  started = true;
+  if (!completer_start()) goto out;
   if (g_pin) {
     /* a library starts its workers with the affinity of the thread that first needs them (and
      * mxrt sizes its spinning by it): one op first, then pin */
@@ -448,7 +311,7 @@ static void engine_async_completer(void) {
                                  NULL, 0, NULL, false));
     CALL(MX(MXNDArrayWaitAll)());
     /* the completer counts after calling back, so after WaitAll returns */
-    while (__atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) < 1) sched_yield();
+    while (completions() < 1) sched_yield();
     while (__atomic_load_n(&g_completer_tid, __ATOMIC_ACQUIRE) == 0) sched_yield();
     g_main_tid = this_tid();
     if (!pin_thread(0, 0) || !pin_thread(g_completer_tid, 0)) {
@@ -456,119 +319,46 @@ static void engine_async_completer(void) {
       unpin_all();
       g_pin = false;
     }
+    g_ran_on_pusher = 0;
   }
   for (int r = 0; r < g_repeats; ++r) {
     memset(g_counts, 0, sizeof g_counts);
-    long before = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED);
+    long before = completions();
     if (g_pin) pin_library_threads();
     double t0 = now_s();
     for (int i = 0; i < n; ++i)
       CALL(MX(MXEnginePushAsyncND)(op_async_enqueue, &g_counts[i % NVARS], NULL, &CPU0, NULL, 0,
                                    &vars[i % NVARS], 1, NULL, 0, NULL, false));
     push_secs[done] = now_s() - t0;
-    completed_early[done] = (double)(__atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) - before);
+    completed_early[done] = (double)(completions() - before);
     CALL(MX(MXNDArrayWaitAll)());
     rates[done++] = n / (now_s() - t0);
-    long completed = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) - before;
-    if (g_q.overflow) {
-      fail("completion queue overflow");
-      goto out;
-    }
-    /* WaitAll returns once every op completed; the completer counts after calling back */
-    for (int spin = 0; completed < n && spin < 1000; ++spin) {
-      spin_us(100);
-      completed = __atomic_load_n(&g_q.completed, __ATOMIC_RELAXED) - before;
-    }
-    if (completed != n) {
-      fail("%ld completions, expected %d", completed, n);
-      goto out;
-    }
-    for (int v = 0; v < NVARS; ++v) {
-      long want = n / NVARS + (v < n % NVARS ? 1 : 0);
-      if (g_counts[v].n != want) {
-        fail("var %d ran %ld ops, expected %ld", v, g_counts[v].n, want);
-        goto out;
-      }
-    }
+    if (!async_check(before, n)) goto out;
   }
 out:
   if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
-  if (started) {
-    pthread_mutex_lock(&g_q.mu);
-    g_q.stop = true;
-    pthread_cond_broadcast(&g_q.cv);
-    pthread_mutex_unlock(&g_q.mu);
-    pthread_join(th, NULL);
-  }
+  completer_stop();
   free_all(vars, NVARS);
-  free(g_q.items);
-  g_q.items = NULL;
   if (g_pin) unpin_all();
-  g_completer_tid = 0;
-  /* where the time goes: how long the pushes took, how many ops had completed by then */
-  char note[128];
-  snprintf(note, sizeof note, "pushes %.4f s, %.0f completed by then%s",
-           done ? median(push_secs, done) : 0.0, done ? median(completed_early, done) : 0.0,
-           g_pin ? ", pinned (MXBENCH_PIN)" : "");
-  report(name, done ? median(rates, done) : 0.0, "ops/s", note);
-}
-
-/* fan-out / fan-in: A -> 16 x B_i -> C, checked against per-op round counters */
-#define FAN 16
-static struct {
-  long a;              /* written by the A op */
-  long a_round;        /* A op's own round counter */
-  long b[FAN];         /* written by B_i */
-  long b_round[FAN];   /* B_i's own round counter */
-  long c_round;        /* C op's own round counter */
-  long c_sum;          /* accumulated by C */
-  long mismatches;     /* written only by B/C ops on distinct fields: see below */
-  long b_bad[FAN];
-} g_fan;
-static int g_fan_idx[FAN];
-
-static void op_fan_a(void *rctx, void *param) {
-  (void)rctx;
-  (void)param;
-  g_fan.a = ++g_fan.a_round;
-}
-
-static void op_fan_b(void *rctx, void *param) {
-  (void)rctx;
-  int i = *(const int *)param;
-  long round = ++g_fan.b_round[i];
-  if (g_fan.a != round) g_fan.b_bad[i]++;
-  g_fan.b[i] = g_fan.a + i;
-}
-
-static void op_fan_c(void *rctx, void *param) {
-  (void)rctx;
-  (void)param;
-  long round = ++g_fan.c_round;
-  long sum = 0;
-  for (int i = 0; i < FAN; ++i) sum += g_fan.b[i];
-  if (sum != FAN * round + FAN * (FAN - 1) / 2) g_fan.mismatches++;
-  g_fan.c_sum += sum;
+  report_async(rates, push_secs, completed_early, done, g_pin ? ", pinned (MXBENCH_PIN)" : "");
 }
 
 static void engine_fan(void) {
-  const char *name = "engine.fanout_fanin_18ops";
+  const char *name = NAME_FAN;
   if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND, E_MXNDArrayWaitAll))
     return;
-  const int rounds = 10000;
+  const int rounds = FAN_ROUNDS;
   NDArrayHandle a = NULL, c = NULL, b[FAN] = {0};
   double rates[16];
   int done = 0;
   uint32_t shape[1] = {1};
+  g_ran_on_pusher = 0;
   CALL(create_f(shape, 1, 0, &a));
   CALL(create_f(shape, 1, 0, &c));
-  for (int i = 0; i < FAN; ++i) {
-    CALL(create_f(shape, 1, 0, &b[i]));
-    g_fan_idx[i] = i;
-  }
+  for (int i = 0; i < FAN; ++i) CALL(create_f(shape, 1, 0, &b[i]));
   CALL(MX(MXNDArrayWaitAll)());
   for (int r = 0; r < g_repeats; ++r) {
-    memset(&g_fan, 0, sizeof g_fan);
+    fan_reset();
     double t0 = now_s();
     for (int k = 0; k < rounds; ++k) {
       CALL(MX(MXEnginePushSyncND)(op_fan_a, NULL, NULL, &CPU0, NULL, 0, &a, 1, NULL, 0, NULL));
@@ -579,62 +369,18 @@ static void engine_fan(void) {
     }
     CALL(MX(MXNDArrayWaitAll)());
     rates[done++] = (double)rounds * (FAN + 2) / (now_s() - t0);
-    long bad = g_fan.mismatches;
-    for (int i = 0; i < FAN; ++i) bad += g_fan.b_bad[i];
-    long want = (long)FAN * rounds * (rounds + 1) / 2 + (long)rounds * FAN * (FAN - 1) / 2;
-    if (g_fan.c_round != rounds || bad != 0 || g_fan.c_sum != want) {
-      fail("C ran %ld rounds, %ld ordering mismatches, sum %ld (want %ld)", g_fan.c_round, bad,
-           g_fan.c_sum, want);
-      goto out;
-    }
+    if (!fan_check(rounds)) goto out;
   }
 out:
   if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
   free_all(&a, 1);
   free_all(&c, 1);
   free_all(b, FAN);
-  report(name, done ? median(rates, done) : 0.0, "ops/s", NULL);
-}
-
-/* RandSumExpr (after MXNet's tests/cpp/engine threaded_engine_test.cc): 10000 ops over 100 vars,
- * each reads 2..19 random vars (duplicates possible) and writes one:
- *   data[write] = sum(data[reads]) / (nreads + 1), then spins 1..9 us. */
-#define RS_OPS 10000
-#define RS_VARS 100
-struct rs_op {
-  int write;
-  int nreads;
-  int reads[19];
-  int spin;
-  double **ptrs; /* data pointers of the 100 arrays */
-};
-
-static uint64_t rng_state;
-static uint32_t rng_next(void) { /* splitmix64 */
-  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-static int rng_range(int lo, int hi) { return lo + (int)(rng_next() % (uint32_t)(hi - lo)); }
-
-static void rs_eval(const struct rs_op *op, double *data) {
-  double tmp = 0;
-  for (int i = 0; i < op->nreads; ++i) tmp += data[op->reads[i]];
-  data[op->write] = tmp / (op->nreads + 1);
-}
-
-static void op_randsum(void *rctx, void *param) {
-  (void)rctx;
-  const struct rs_op *op = param;
-  double tmp = 0;
-  for (int i = 0; i < op->nreads; ++i) tmp += *op->ptrs[op->reads[i]];
-  *op->ptrs[op->write] = tmp / (op->nreads + 1);
-  spin_us(op->spin);
+  report_rate(name, rates, done, rounds * (FAN + 2));
 }
 
 static void engine_randsum(void) {
-  const char *name = "engine.randsumexpr_10k";
+  const char *name = NAME_RANDSUM;
   if (!NEED(name, E_MXNDArrayCreateEx, E_MXNDArrayFree, E_MXEnginePushSyncND, E_MXNDArrayWaitAll,
             E_MXNDArrayGetData, E_MXNDArraySyncCopyFromCPU))
     return;
@@ -645,6 +391,7 @@ static void engine_randsum(void) {
   int done = 0;
   uint32_t shape[1] = {1};
   struct rs_op *ops = calloc(RS_OPS, sizeof *ops);
+  g_ran_on_pusher = 0;
   for (int i = 0; i < RS_VARS; ++i) {
     void *p = NULL;
     CALL(create_f(shape, 1, 1 /* float64 */, &vars[i]));
@@ -652,57 +399,39 @@ static void engine_randsum(void) {
     ptrs[i] = p;
   }
   for (int r = 0; r < g_repeats; ++r) {
-    rng_state = 0xdeadbeefull + (uint64_t)r;
-    for (int k = 0; k < RS_OPS; ++k) {
-      ops[k].write = rng_range(0, RS_VARS);
-      ops[k].nreads = rng_range(2, 20);
-      for (int j = 0; j < ops[k].nreads; ++j) ops[k].reads[j] = rng_range(0, RS_VARS);
-      ops[k].spin = rng_range(1, 10);
-      ops[k].ptrs = ptrs;
-    }
+    rs_generate(ops, r, ptrs);
     const double one = 1.0;
-    for (int i = 0; i < RS_VARS; ++i) {
-      serial[i] = 1.0;
-      CALL(MX(MXNDArraySyncCopyFromCPU)(vars[i], &one, 1));
-    }
+    for (int i = 0; i < RS_VARS; ++i) CALL(MX(MXNDArraySyncCopyFromCPU)(vars[i], &one, 1));
+    serial_secs[done] = rs_serial(ops, serial);
+
     double t0 = now_s();
     for (int k = 0; k < RS_OPS; ++k) {
-      rs_eval(&ops[k], serial);
-      spin_us(ops[k].spin);
-    }
-    serial_secs[done] = now_s() - t0;
-
-    t0 = now_s();
-    for (int k = 0; k < RS_OPS; ++k) {
-      /* engine dependencies: distinct reads, without the written var */
-      NDArrayHandle rd[19];
-      int nrd = 0;
-      for (int j = 0; j < ops[k].nreads; ++j) {
-        int v = ops[k].reads[j];
-        bool dup = (v == ops[k].write);
-        for (int q = 0; q < j && !dup; ++q) dup = (ops[k].reads[q] == v);
-        if (!dup) rd[nrd++] = vars[v];
-      }
+      int rd_idx[RS_MAX_READS];
+      NDArrayHandle rd[RS_MAX_READS];
+      int nrd = rs_dep_reads(&ops[k], rd_idx);
+      for (int j = 0; j < nrd; ++j) rd[j] = vars[rd_idx[j]];
       CALL(MX(MXEnginePushSyncND)(op_randsum, &ops[k], NULL, &CPU0, rd, nrd, &vars[ops[k].write],
                                   1, NULL, 0, NULL));
     }
     push_secs[done] = now_s() - t0;
     CALL(MX(MXNDArrayWaitAll)());
     secs[done++] = now_s() - t0;
-    for (int i = 0; i < RS_VARS; ++i)
-      if (memcmp(ptrs[i], &serial[i], sizeof(double)) != 0) {
-        fail("var %d = %.17g, serial evaluation gives %.17g", i, *ptrs[i], serial[i]);
-        goto out;
-      }
+    if (!rs_check(ptrs, serial)) goto out;
   }
 out:
   if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
   free_all(vars, RS_VARS);
   free(ops);
-  char note[96];
-  snprintf(note, sizeof note, "serial %.4f s, pushes %.4f s", done ? median(serial_secs, done) : 0.0,
-           done ? median(push_secs, done) : 0.0);
-  report(name, done ? median(secs, done) : 0.0, "s", note);
+  report_randsum(secs, serial_secs, push_secs, done);
+}
+
+static double rss_mib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long size = 0, resident = 0;
+  if (!f) return -1.0;
+  if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+  fclose(f);
+  return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
 }
 
 static void engine_rss(void) {
@@ -954,8 +683,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "unknown group '%s' (engine|ndarray|kvstore|all)\n", group);
     return 64;
   }
-  const char *rep = getenv("MXBENCH_REPEATS");
-  if (rep && atoi(rep) > 0) g_repeats = atoi(rep) > 15 ? 15 : atoi(rep);
+  bench_read_repeats();
+  bench_mark_pusher();
 
   void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!lib) {

@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Build bench/mxbench.c and run it against libmxrt.so (if built) and the reference libmxnet.so
-# (from scripts/setup-mxnet.sh), with MXNET_CPU_WORKER_NTHREADS=1 and 2; print a markdown table.
+# Build the benchmark drivers and run them: bench/mxbench.c against libmxrt.so (if built) and the
+# reference libmxnet.so (from scripts/setup-mxnet.sh), and for the engine workloads the peers a C
+# programmer would use for the same read/write-dependency task model: OpenMP tasks with depend
+# clauses under GCC's libgomp and LLVM's libomp (bench/omp_tasks.c) and StarPU
+# (bench/starpu_tasks.c, once per scheduler). Every runtime runs at 1 and 2 workers; prints
+# markdown tables (bench/summarize.py).
 #
 #   bench/run.sh [engine|ndarray|kvstore|all]        (default: all)
 #
 #   MXRT_LIB          default target/release/libmxrt.so (skipped if absent)
 #   MXNET_LIB         use this libmxnet.so instead of running scripts/setup-mxnet.sh
-#   MXBENCH_NTHREADS  worker thread counts to try (default "1 2")
+#   MXBENCH_NTHREADS  worker counts to try (default "1 2")
 #   MXBENCH_REPEATS   repeats per workload, the median is reported (default 3)
+#   MXBENCH_ROUNDS    rounds over all runtimes, alternating them; the table shows the median of
+#                     the rounds' medians (default 1)
+#   MXBENCH_PEERS     peers to run with the engine workloads (default "libgomp libomp starpu";
+#                     empty: none). Missing Debian packages (clang, libomp-dev, libstarpu-dev,
+#                     pkg-config) are installed with apt-get when root (or passwordless sudo); a
+#                     peer that cannot be built is reported and left out.
+#   MXBENCH_STARPU_SCHEDS  StarPU schedulers to try (default "eager lws prio dmda"); the table
+#                     shows the best per workload
 #   MXBENCH_TIMEOUT   seconds per mxbench run (default 600)
+#   MXBENCH_PEER_TIMEOUT  seconds per peer workload run (default 60)
 #   MXBENCH_OUT       directory for the raw outputs (default target/mxbench)
 #   MXBENCH_ONLY      run only the workloads whose name contains this text
-# Exit status: non-zero if a run failed a check, crashed or timed out (missing symbols are
-# reported in the table but do not fail the script).
+# Exit status: non-zero if an mxrt or libmxnet.so run failed a check, crashed or timed out
+# (missing symbols and the peers' failures are reported in the tables but do not fail the script).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,8 +35,12 @@ case "$group" in engine|ndarray|kvstore|all) ;; *) echo "usage: $0 [engine|ndarr
 out="${MXBENCH_OUT:-$repo/target/mxbench}"
 mkdir -p "$out"
 cc="${CC:-cc}"
-"$cc" -std=c11 -O2 -Wall -Wextra -Werror -pthread -o "$out/mxbench" bench/mxbench.c -ldl
+cflags=(-std=c11 -O2 -Wall -Wextra -Werror)
+"$cc" "${cflags[@]}" -pthread -o "$out/mxbench" bench/mxbench.c -ldl -lm
 
+log() { echo "run.sh: $*" >&2; }
+
+# ---- the libraries with MXNet's C API ----------------------------------------------------------
 libs=()
 names=()
 mxrt="${MXRT_LIB:-target/release/libmxrt.so}"
@@ -31,7 +48,7 @@ if [ -f "$mxrt" ]; then
   libs+=("$(cd "$(dirname "$mxrt")" && pwd)/$(basename "$mxrt")")
   names+=(mxrt)
 else
-  echo "run.sh: $mxrt not found (cargo build --release), measuring libmxnet.so only" >&2
+  log "$mxrt not found (cargo build --release), measuring libmxnet.so only"
 fi
 if [ -n "${MXNET_LIB:-}" ]; then
   mxnet="$MXNET_LIB"
@@ -41,49 +58,149 @@ fi
 libs+=("$mxnet")
 names+=(mxnet)
 
+# ---- the peers (engine workloads only) ---------------------------------------------------------
+# ensure_packages WHAT PKG...: installs the missing Debian packages; fails if they stay missing
+ensure_packages() {
+  local what="$1" p missing=() sudo=""
+  shift
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null 2>&1; then
+    log "$what needs ${missing[*]} and apt-get is not available"
+    return 1
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+      sudo="sudo -n"
+    else
+      log "$what needs ${missing[*]}: not root and no passwordless sudo"
+      return 1
+    fi
+  fi
+  log "installing ${missing[*]} (for $what) with apt-get"
+  local install=($sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q
+                 --no-install-recommends "${missing[@]}")
+  if ! "${install[@]}" > "$out/apt.log" 2>&1; then
+    log "apt-get install failed; running apt-get update and trying again"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >> "$out/apt.log" 2>&1 || true
+    "${install[@]}" >> "$out/apt.log" 2>&1 || { log "could not install ${missing[*]} (see $out/apt.log)"; return 1; }
+  fi
+}
+
+# build_peer NAME COMMAND...: runs the build; on failure says so and leaves the peer out
+peers=()
+build_peer() {
+  local name="$1"
+  shift
+  if "$@" > "$out/build-$name.log" 2>&1; then
+    peers+=("$name")
+  else
+    log "$name: cannot be built (see $out/build-$name.log); going on without it"
+  fi
+}
+
+starpu_scheds=(${MXBENCH_STARPU_SCHEDS:-eager lws prio dmda})
+if [ "$group" = engine ] || [ "$group" = all ]; then
+  for peer in ${MXBENCH_PEERS-libgomp libomp starpu}; do
+    case "$peer" in
+      libgomp)
+        build_peer libgomp gcc "${cflags[@]}" -fopenmp -o "$out/omp_tasks-libgomp" bench/omp_tasks.c -lm ;;
+      libomp)
+        if ensure_packages "LLVM's libomp" clang libomp-dev; then
+          build_peer libomp clang "${cflags[@]}" -fopenmp=libomp -o "$out/omp_tasks-libomp" bench/omp_tasks.c -lm
+        else
+          log "libomp: left out"
+        fi ;;
+      starpu)
+        if ensure_packages StarPU libstarpu-dev pkg-config; then
+          starpu_pc="$(pkg-config --list-all | awk '$1 ~ /^starpu-1\.[0-9]+$/ { print $1 }' | sort -V | tail -n 1)"
+          build_peer starpu bash -c "[ -n '$starpu_pc' ] && $cc ${cflags[*]} \$(pkg-config --cflags $starpu_pc) \
+            -o '$out/starpu_tasks' bench/starpu_tasks.c \$(pkg-config --libs $starpu_pc) -lm"
+        else
+          log "starpu: left out"
+        fi ;;
+      *) log "unknown peer '$peer' (libgomp, libomp, starpu)"; exit 64 ;;
+    esac
+  done
+fi
+engine_workloads=(engine.sync_64vars_200k engine.sync_1var_ordered_200k
+                  engine.async_thread_complete_100k engine.fanout_fanin_18ops engine.randsumexpr_10k)
+
+# ---- runs -------------------------------------------------------------------------------------
 status=0
 results="$out/results.tsv"
 : > "$results"
-for nt in ${MXBENCH_NTHREADS:-1 2}; do
-  for i in "${!libs[@]}"; do
-    raw="$out/${names[$i]}-nt$nt-$group.txt"
-    echo "run.sh: ${names[$i]} MXNET_CPU_WORKER_NTHREADS=$nt $group" >&2
+
+# collect RUNTIME NT ROUND RAW: appends RAW's result lines to results.tsv
+collect() {
+  grep -v '^#' "$4" | awk -F'\t' -v rt="$1" -v nt="$2" -v round="$3" 'NF >= 4 {
+    print rt "\t" nt "\t" round "\t" $1 "\t" $2 "\t" $3 "\t" $4 "\t" $5 }' >> "$results"
+}
+
+# run_peer RUNTIME NT ROUND ENV... -- BINARY: one process per workload, so that a crash or a hang
+# costs one workload only
+run_peer() {
+  local rt="$1" nt="$2" round="$3" envs=() w rc raw
+  shift 3
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  for w in "${engine_workloads[@]}"; do
+    if [ -n "${MXBENCH_ONLY:-}" ] && [[ "$w" != *"$MXBENCH_ONLY"* ]]; then continue; fi
+    raw="$out/${rt//:/-}-nt$nt-r$round-$w.txt"
     rc=0
-    MXNET_CPU_WORKER_NTHREADS="$nt" timeout "${MXBENCH_TIMEOUT:-600}" \
-      "$out/mxbench" "${libs[$i]}" "$group" > "$raw" 2> "$raw.stderr" || rc=$?
-    case "$rc" in
-      0|2) ;;
-      1) echo "run.sh: ${names[$i]} nt=$nt: a check failed (see $raw)" >&2; status=1 ;;
-      124) echo "run.sh: ${names[$i]} nt=$nt: timed out (see $raw)" >&2; status=1 ;;
-      *) echo "run.sh: ${names[$i]} nt=$nt: exit $rc (see $raw, $raw.stderr)" >&2; status=1 ;;
-    esac
-    [ "$rc" -le 2 ] || echo -e "(run ended with exit status $rc)\tnan\t-\tFAIL: exit $rc\t" >> "$raw"
-    grep -v '^#' "$raw" | awk -F'\t' -v lib="${names[$i]}" -v nt="$nt" 'NF >= 4 {
-      print lib "\t" nt "\t" $1 "\t" $2 "\t" $3 "\t" $4 }' >> "$results"
+    env "${envs[@]}" MXBENCH_ONLY="$w" timeout "${MXBENCH_PEER_TIMEOUT:-60}" "$@" engine \
+      > "$raw" 2> "$raw.stderr" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      local why="exit $rc"
+      [ "$rc" -eq 124 ] && why="timed out after ${MXBENCH_PEER_TIMEOUT:-60} s"
+      [ "$rc" -eq 134 ] && why="aborted ($(grep -m1 -iE 'assert|error' "$raw.stderr" | cut -c1-120 | tr '\t|' '  '))"
+      log "$rt nt=$nt $w: $why (see $raw.stderr)"
+      if grep -q "^$w"$'\t' "$raw"; then # measured, then failed: keep the figure, flag the run
+        awk -F'\t' -v OFS='\t' -v why="$why" -v w="$w" '$1 == w { $4 = "FAIL: " why " after the workload" } { print }' \
+          "$raw" > "$raw.tmp" && mv "$raw.tmp" "$raw"
+      else
+        printf '%s\tnan\t-\tFAIL: %s\t\n' "$w" "$why" >> "$raw"
+      fi
+    fi
+    collect "$rt" "$nt" "$round" "$raw"
+  done
+}
+
+rounds="${MXBENCH_ROUNDS:-1}"
+for round in $(seq 1 "$rounds"); do
+  for nt in ${MXBENCH_NTHREADS:-1 2}; do
+    for i in "${!libs[@]}"; do
+      raw="$out/${names[$i]}-nt$nt-r$round-$group.txt"
+      log "round $round/$rounds: ${names[$i]} MXNET_CPU_WORKER_NTHREADS=$nt $group"
+      rc=0
+      MXNET_CPU_WORKER_NTHREADS="$nt" timeout "${MXBENCH_TIMEOUT:-600}" \
+        "$out/mxbench" "${libs[$i]}" "$group" > "$raw" 2> "$raw.stderr" || rc=$?
+      case "$rc" in
+        0|2) ;;
+        1) log "${names[$i]} nt=$nt: a check failed (see $raw)"; status=1 ;;
+        124) log "${names[$i]} nt=$nt: timed out (see $raw)"; status=1 ;;
+        *) log "${names[$i]} nt=$nt: exit $rc (see $raw, $raw.stderr)"; status=1 ;;
+      esac
+      [ "$rc" -le 2 ] || echo -e "(run ended with exit status $rc)\tnan\t-\tFAIL: exit $rc\t" >> "$raw"
+      collect "${names[$i]}" "$nt" "$round" "$raw"
+    done
+    for peer in ${peers[@]+"${peers[@]}"}; do
+      case "$peer" in
+        libgomp|libomp)
+          log "round $round/$rounds: $peer OMP_NUM_THREADS=$nt"
+          run_peer "$peer" "$nt" "$round" OMP_NUM_THREADS="$nt" -- "$out/omp_tasks-$peer" ;;
+        starpu)
+          for sched in "${starpu_scheds[@]}"; do
+            log "round $round/$rounds: starpu STARPU_NCPU=$nt STARPU_SCHED=$sched"
+            run_peer "starpu:$sched" "$nt" "$round" STARPU_NCPU="$nt" STARPU_SCHED="$sched" \
+              STARPU_SILENT=1 STARPU_HOME="$out/starpu-home" -- "$out/starpu_tasks"
+          done ;;
+      esac
+    done
   done
 done
 
-# Markdown table: one row per (workload, threads); "speedup" > 1 means mxrt is better
-# (higher is better for rates, lower for s, us/call and MiB).
-awk -F'\t' '
-  { key = $3 "\t" $2
-    if (!(key in seen)) { seen[key] = 1; order[++n] = key }
-    val[$1, key] = $4; unit[key] = ($5 == "-" ? unit[key] : $5)
-    chk[$1, key] = $6 }
-  function fmt(v) { return (v == "" || v == "nan") ? "n/a" : sprintf("%.4g", v) }
-  END {
-    print "| workload | threads | unit | libmxnet.so | libmxrt.so | speedup (mxrt) | checks |"
-    print "|---|---|---|---|---|---|---|"
-    for (i = 1; i <= n; i++) {
-      k = order[i]; split(k, parts, "\t")
-      a = val["mxnet", k]; b = val["mxrt", k]; u = unit[k]
-      r = "n/a"
-      if (a != "" && b != "" && a != "nan" && b != "nan" && a + 0 > 0 && b + 0 > 0)
-        r = sprintf("%.2fx", (u == "s" || u == "us/call" || u == "MiB") ? a / b : b / a)
-      c = "mxnet: " chk["mxnet", k]
-      if (("mxrt", k) in chk) c = c "; mxrt: " chk["mxrt", k]
-      gsub(/\|/, "/", c)
-      printf "| %s | %s | %s | %s | %s | %s | %s |\n", parts[1], parts[2], u, fmt(a), fmt(b), r, c
-    }
-  }' "$results"
+python3 bench/summarize.py "$results"
 exit "$status"
