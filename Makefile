@@ -2,7 +2,9 @@
 #   make run      build the library and header, compile the C examples, run them
 #   make test     Rust tests, header check, C examples (-Werror), install + pkg-config check
 #   make install PREFIX=/usr/local DESTDIR=   library with SONAME links, header, mxrt.pc
-#   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet)
+#   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet) and,
+#                 on the engine workloads, with OpenMP tasks (libgomp, libomp) and StarPU
+#                 (installs clang, libomp-dev, libstarpu-dev when missing; see bench/README.md)
 #   make bench-floor  line-transfer latency and the engine's own per-op costs on this machine
 
 CARGO ?= cargo

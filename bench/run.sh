@@ -155,7 +155,11 @@ run_peer() {
     if [ "$rc" -ne 0 ]; then
       local why="exit $rc"
       [ "$rc" -eq 124 ] && why="timed out after ${MXBENCH_PEER_TIMEOUT:-60} s"
-      [ "$rc" -eq 134 ] && why="aborted ($(grep -m1 -iE 'assert|error' "$raw.stderr" | cut -c1-120 | tr '\t|' '  '))"
+      if [ "$rc" -eq 134 ]; then
+        local at
+        at="$(grep -m1 -oE '[A-Za-z_]+\.(c|cpp)[:(][0-9]+' "$raw.stderr" | tr '(' ':' || true)"
+        why="aborted${at:+: assertion at $at}"
+      fi
       log "$rt nt=$nt $w: $why (see $raw.stderr)"
       if grep -q "^$w"$'\t' "$raw"; then # measured, then failed: keep the figure, flag the run
         awk -F'\t' -v OFS='\t' -v why="$why" -v w="$w" '$1 == w { $4 = "FAIL: " why " after the workload" } { print }' \

@@ -70,7 +70,10 @@ def main(path):
         bad = [c for c in checks.get((rt, name, nt), []) if c != "ok"]
         if not checks.get((rt, name, nt)):
             return None
-        return "ok" if not bad else "%s (%d of %d rounds)" % (bad[0], len(bad), len(checks[(rt, name, nt)]))
+        if not bad:
+            return "ok"
+        text = bad[0] if len(bad[0]) <= 100 else bad[0][:97] + "..."
+        return "%s (%d of %d rounds)" % (text, len(bad), len(checks[(rt, name, nt)]))
 
     # 1. libmxnet.so against libmxrt.so
     print("| workload | threads | unit | libmxnet.so | libmxrt.so | speedup (mxrt) | checks |")
@@ -127,6 +130,10 @@ def main(path):
         print("| %s | %s | %s | %s | %s |" % (name, nt, unit, " | ".join(cells),
                                               ("; ".join(failed) or "all ok").replace("|", "/")))
 
+    print()
+    print("In parentheses: how many times better mxrt is. mxrt, MXNet and StarPU run N workers beside")
+    print("the pushing thread; OpenMP runs a team of N threads that includes the pushing thread (N = 1:")
+    print("every op runs on it).")
     print()
     names = ["mxrt", "mxnet"] + peers + (["starpu"] if starpu else [])
     print("Share of the ops run on the pushing thread:")
