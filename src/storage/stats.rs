@@ -2,7 +2,7 @@
 //! callback (for the profiler) and the simulated-failure counter (for tests).
 
 use crate::context::Context;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Counters of one storage manager. Byte counts are block sizes (after rounding), so
 /// `bytes_in_use + bytes_cached` is what the manager holds from its device.
@@ -57,24 +57,25 @@ pub type MemoryHook = fn(&MemoryEvent);
 /// Per-storage-instance state shared with its managers.
 #[derive(Default)]
 pub(crate) struct Hooks {
-    /// A `MemoryHook` stored as an address; 0 means none.
-    hook: AtomicUsize,
+    /// A `MemoryHook` stored as a pointer (keeping its provenance); null means none.
+    hook: AtomicPtr<()>,
     /// Number of upcoming device allocations that fail on purpose.
     fail_next: AtomicUsize,
 }
 
 impl Hooks {
     pub(crate) fn set_hook(&self, hook: Option<MemoryHook>) {
-        self.hook
-            .store(hook.map_or(0, |f| f as usize), Ordering::Release);
+        let raw = hook.map_or(std::ptr::null_mut(), |f| f as *mut ());
+        self.hook.store(raw, Ordering::Release);
     }
 
     pub(crate) fn notify(&self, event: impl FnOnce() -> MemoryEvent) {
         let raw = self.hook.load(Ordering::Acquire);
-        if raw != 0 {
-            // SAFETY: the only non-zero values ever stored are `MemoryHook` function pointers
-            // (`set_hook`), and function pointers have the size of `usize` on supported targets.
-            let hook: MemoryHook = unsafe { std::mem::transmute::<usize, MemoryHook>(raw) };
+        if !raw.is_null() {
+            // SAFETY: the only non-null values ever stored are `MemoryHook` function pointers cast
+            // to `*mut ()` (`set_hook`), with their provenance; a function pointer and a data
+            // pointer have the same size on every target Rust supports for this crate.
+            let hook: MemoryHook = unsafe { std::mem::transmute::<*mut (), MemoryHook>(raw) };
             hook(&event());
         }
     }
