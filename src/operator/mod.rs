@@ -2,3 +2,5 @@
 //!
 //! - [`kernel`]: dense CPU kernels over contiguous row-major buffers (plain Rust: no engine, no
 //!   NDArray, no C).
+
+pub mod kernel;
