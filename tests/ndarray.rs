@@ -685,3 +685,35 @@ fn handle_check_cost() {
     assert_eq!(d, 0);
     ok!(MXNDArrayFree(h));
 }
+
+/// Freeing handles that were already freed, after their memory and table slots were reused by
+/// new arrays, is -1 every time and leaves every live array and its data intact.
+#[test]
+fn stale_frees_after_reuse_are_refused_and_destroy_nothing() {
+    let old: Vec<NDArrayHandle> = (0..2000).map(|_| new_array(&[4], 0)).collect();
+    for &h in &old {
+        ok!(MXNDArrayFree(h));
+    }
+    let live: Vec<NDArrayHandle> = (0..2000)
+        .map(|i| {
+            let h = new_array(&[4], 0);
+            put_f32(h, &[i as f32; 4]);
+            h
+        })
+        .collect();
+    for &h in &old {
+        // SAFETY: a stale handle is a value the library must refuse; it is never dereferenced.
+        assert_eq!(unsafe { MXNDArrayFree(h) }, -1);
+        let msg = last_error();
+        assert!(
+            msg.contains("MXNDArrayFree") && msg.contains("not a live NDArray handle"),
+            "{msg}"
+        );
+    }
+    for (i, &h) in live.iter().enumerate() {
+        assert_eq!(get_f32(h), vec![i as f32; 4], "array {i}");
+        ok!(MXNDArrayFree(h));
+        // SAFETY: as above.
+        assert_eq!(unsafe { MXNDArrayFree(h) }, -1, "double free of array {i}");
+    }
+}

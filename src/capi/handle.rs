@@ -1,18 +1,32 @@
-//! The registry of live C handles.
+//! The table of live C handles.
 //!
-//! Every object handed to C is an `Arc<T>` turned into a raw pointer and recorded here with its
-//! kind. Before an export touches a handle it looks it up: NULL, a freed handle, a handle of another
-//! kind, or a pointer to garbage gives an error naming the argument instead of undefined behaviour.
-//! A lookup clones the `Arc` while the shard is locked, so a concurrent free cannot pull the object
-//! away mid-call. The map is sharded by address to keep lookups from contending.
+//! Every object handed to C is an `Arc<T>` kept in a slot of one table for all handle kinds. The
+//! handle C receives is not the object's address but the slot's index and the slot's generation,
+//! `(generation << 32) | (index + 1)`: never NULL, and never equal to the handle of an object that
+//! lived in the slot before, because freeing a handle bumps its slot's generation. So a freed
+//! handle stays invalid when its memory, or its slot, is reused: a double free, a stale handle, a
+//! handle of another kind or a garbage value is an error naming the argument, and can never reach
+//! a live object. A generation is 32 bits per slot; freed slots are reused oldest first, so a
+//! stale handle could only match again after 2^32 reuses of its one slot.
+//!
+//! The table is split into [`SHARDS`] shards by index, each behind a read-write lock: a lookup
+//! read-locks one shard, checks the slot's generation and kind, and clones the `Arc` while a
+//! concurrent free (which write-locks the shard) is held off. [`SharedLookup`] keeps shards
+//! read-locked for a whole call so that a push can use many handles without counting a reference
+//! for each. Completions of async ops (`completion.rs`) use the same index-and-generation idea
+//! without locks, because a completion is taken once and never looked up while it is live.
 
 use crate::error::{Error, Result};
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::ffi::c_void;
-use std::hash::BuildHasherDefault;
 use std::sync::Arc;
+
+const _: () = assert!(
+    usize::BITS == 64,
+    "handles pack a 32-bit generation and a 32-bit index into a pointer"
+);
 
 /// What a handle points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,39 +55,127 @@ pub(crate) trait Handle: Send + Sync + 'static {
     const KIND: HandleKind;
 }
 
-const SHARDS: usize = 16;
-type ShardMap = HashMap<usize, HandleKind, BuildHasherDefault<crate::util::IntHasher>>;
-type Shard = RwLock<ShardMap>;
-
-static REGISTRY: [Shard; SHARDS] =
-    [const { RwLock::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS];
-
-fn shard_index(addr: usize) -> usize {
-    (addr >> 6) % SHARDS
+/// One slot of the table: a live object (`Arc::into_raw` of the kind's type) or nothing.
+struct Slot {
+    generation: u32,
+    live: Option<(HandleKind, *const ())>,
 }
 
-fn shard(addr: usize) -> &'static Shard {
-    &REGISTRY[shard_index(addr)]
+/// One shard: the slots whose index is `shard + SHARDS * position`, and its free positions,
+/// oldest first.
+struct Shard {
+    slots: Vec<Slot>,
+    free: VecDeque<u32>,
+}
+
+// SAFETY: the raw pointers are `Arc`s of `Send + Sync` objects (`Handle: Send + Sync`), owned by
+// the table; the shard's lock orders every access to them.
+unsafe impl Send for Shard {}
+// SAFETY: as above.
+unsafe impl Sync for Shard {}
+
+/// Free slots are reused only once this many are free in a shard, so that a handle freed and a
+/// handle created right after do not share a slot (the generation tells them apart anyway; this
+/// only makes reuse of a slot rarer).
+const MIN_FREE_BEFORE_REUSE: usize = 64;
+
+const SHARDS: usize = 16;
+type ShardLock = RwLock<Shard>;
+
+static TABLE: [ShardLock; SHARDS] = [const {
+    RwLock::new(Shard {
+        slots: Vec::new(),
+        free: VecDeque::new(),
+    })
+}; SHARDS];
+
+/// A handle's parts: its shard, its position in the shard and its generation. `None` for values
+/// no handle can have (NULL, an index beyond 32 bits).
+#[derive(Clone, Copy)]
+struct Decoded {
+    shard: usize,
+    position: usize,
+    generation: u32,
+}
+
+fn decode(handle: usize) -> Option<Decoded> {
+    let index = (handle & 0xffff_ffff).checked_sub(1)?;
+    Some(Decoded {
+        shard: index % SHARDS,
+        position: index / SHARDS,
+        generation: (handle >> 32) as u32,
+    })
+}
+
+fn encode(shard: usize, position: usize, generation: u32) -> usize {
+    let index = position * SHARDS + shard;
+    assert!(index < 0xffff_ffff, "more than 2^32 - 1 live handles");
+    ((generation as usize) << 32) | (index + 1)
+}
+
+fn shard_index(handle: usize) -> usize {
+    decode(handle).map_or(0, |d| d.shard)
+}
+
+/// The kind of the live object `handle` names in `shard`, with its pointer, if it names one.
+fn find(shard: &Shard, handle: usize) -> Option<(HandleKind, *const ())> {
+    let d = decode(handle)?;
+    let slot = shard.slots.get(d.position)?;
+    if slot.generation != d.generation {
+        return None;
+    }
+    slot.live
+}
+
+thread_local! {
+    /// Spreads the handles a thread creates over the shards.
+    static NEXT_SHARD: Cell<usize> = Cell::new({
+        let local = 0u8;
+        (&local as *const u8 as usize >> 12) % SHARDS
+    });
 }
 
 /// Hands `value` to C: returns its handle, registered as live.
 pub(crate) fn into_handle<T: Handle>(value: Arc<T>) -> *mut c_void {
-    let ptr = Arc::into_raw(value) as *mut c_void;
-    shard(ptr as usize).write().insert(ptr as usize, T::KIND);
-    ptr
+    let shard_no = NEXT_SHARD.with(|n| {
+        let s = n.get();
+        n.set((s + 1) % SHARDS);
+        s
+    });
+    let ptr = Arc::into_raw(value) as *const ();
+    let mut shard = TABLE[shard_no].write();
+    let position = if shard.free.len() >= MIN_FREE_BEFORE_REUSE {
+        shard.free.pop_front().expect("not empty") as usize
+    } else {
+        shard.slots.push(Slot {
+            generation: 0,
+            live: None,
+        });
+        shard.slots.len() - 1
+    };
+    let slot = &mut shard.slots[position];
+    slot.live = Some((T::KIND, ptr));
+    encode(shard_no, position, slot.generation) as *mut c_void
 }
 
-fn check(addr: usize, found: Option<&HandleKind>, want: HandleKind, arg: &str) -> Result<()> {
+/// The object `handle` names, if it is a live handle of kind `want`; otherwise the error for
+/// argument `arg`.
+fn check(
+    found: Option<(HandleKind, *const ())>,
+    handle: usize,
+    want: HandleKind,
+    arg: &str,
+) -> Result<*const ()> {
     match found {
-        Some(&k) if k == want => Ok(()),
-        Some(&k) => Err(Error::invalid(format!(
+        Some((k, ptr)) if k == want => Ok(ptr),
+        Some((k, _)) => Err(Error::invalid(format!(
             "{arg} is a {} handle, expected a {} handle",
             k.name(),
             want.name()
         ))),
-        None if addr == 0 => Err(Error::invalid(format!("{arg} is NULL"))),
+        None if handle == 0 => Err(Error::invalid(format!("{arg} is NULL"))),
         None => Err(Error::invalid(format!(
-            "{arg} ({addr:#x}) is not a live {} handle (freed, or never created by mxrt)",
+            "{arg} ({handle:#x}) is not a live {} handle (freed, or never created by mxrt)",
             want.name()
         ))),
     }
@@ -90,31 +192,38 @@ pub(crate) fn borrow_at<T: Handle>(ptr: *const c_void, arg: &str, index: usize) 
 }
 
 fn borrow_named<T: Handle>(ptr: *const c_void, arg: impl FnOnce() -> String) -> Result<Arc<T>> {
-    let addr = ptr as usize;
-    let map = shard(addr).read();
-    let found = map.get(&addr);
-    if found != Some(&T::KIND) {
-        return Err(check(addr, found, T::KIND, &arg()).expect_err("kind differs"));
-    }
-    // SAFETY: the registry holds `addr` with kind T::KIND, so it came from `Arc::<T>::into_raw`
-    // and its reference is still owned by C (removal takes the write lock we are excluding).
+    let handle = ptr as usize;
+    let shard = TABLE[shard_index(handle)].read();
+    let found = find(&shard, handle);
+    let object = match found {
+        Some((k, object)) if k == T::KIND => object as *const T,
+        _ => return Err(check(found, handle, T::KIND, &arg()).expect_err("not live")),
+    };
+    // SAFETY: the slot holds `object` with kind T::KIND, so it came from `Arc::<T>::into_raw`
+    // and its reference is still owned by the table (removal takes the write lock we exclude).
     unsafe {
-        Arc::increment_strong_count(ptr as *const T);
-        Ok(Arc::from_raw(ptr as *const T))
+        Arc::increment_strong_count(object);
+        Ok(Arc::from_raw(object))
     }
 }
 
-/// Ends a handle's life: unregisters it and returns the reference C owned. Freeing twice is an error.
+/// Ends a handle's life: empties its slot, bumps the slot's generation and returns the reference
+/// the table held. Freeing twice, or a stale handle, is an error.
 pub(crate) fn take<T: Handle>(ptr: *mut c_void, arg: &str) -> Result<Arc<T>> {
-    let addr = ptr as usize;
-    let mut map = shard(addr).write();
-    check(addr, map.get(&addr), T::KIND, arg)?;
-    map.remove(&addr);
-    // SAFETY: as in `borrow`; removing the entry transfers C's reference to us exactly once.
-    Ok(unsafe { Arc::from_raw(ptr as *const T) })
+    let handle = ptr as usize;
+    let mut shard = TABLE[shard_index(handle)].write();
+    let object = check(find(&shard, handle), handle, T::KIND, arg)? as *const T;
+    let d = decode(handle).expect("a live handle decodes");
+    let slot = &mut shard.slots[d.position];
+    slot.live = None;
+    slot.generation = slot.generation.wrapping_add(1);
+    shard.free.push_back(d.position as u32);
+    // SAFETY: the slot held `object` with kind T::KIND (from `Arc::<T>::into_raw`); emptying the
+    // slot transfers the table's reference to us exactly once.
+    Ok(unsafe { Arc::from_raw(object) })
 }
 
-/// Read access to the registry shards of the handles a call looks up, held until [`release`]:
+/// Read access to the table shards of the handles a call looks up, held until [`release`]:
 /// while it is held, no handle in those shards can be freed, so their objects can be used
 /// without taking a reference each (two atomic operations per handle, 6–8% of an ND push with
 /// 11 arrays: `make bench-floor`). Each shard is read-locked once, however many of the handles it
@@ -130,7 +239,7 @@ pub(crate) fn take<T: Handle>(ptr: *mut c_void, arg: &str) -> Result<Arc<T>> {
 ///
 /// [`release`]: SharedLookup::release
 pub(crate) struct SharedLookup {
-    guards: RefCell<[Option<RwLockReadGuard<'static, ShardMap>>; SHARDS]>,
+    guards: RefCell<[Option<RwLockReadGuard<'static, Shard>>; SHARDS]>,
     held: Cell<bool>,
 }
 
@@ -168,7 +277,7 @@ impl SharedLookup {
         debug_assert!(guards.iter().all(Option::is_none), "locked twice");
         for (i, g) in guards.iter_mut().enumerate() {
             if mask & 1 << i != 0 {
-                *g = Some(REGISTRY[i].read());
+                *g = Some(TABLE[i].read());
             }
         }
     }
@@ -185,21 +294,24 @@ impl SharedLookup {
         arg: &str,
         index: usize,
     ) -> Result<&T> {
-        let addr = ptr as usize;
+        let handle = ptr as usize;
         let guards = self.guards.borrow();
-        let map = guards[shard_index(addr)]
+        let shard = guards[shard_index(handle)]
             .as_ref()
             .expect("the shards of every handle looked up are locked first");
-        let found = map.get(&addr);
-        if found != Some(&T::KIND) {
-            let name = format!("{arg}[{index}]");
-            return Err(check(addr, found, T::KIND, &name).expect_err("kind differs"));
-        }
-        // SAFETY: the registry holds `addr` with kind T::KIND, so it came from
-        // `Arc::<T>::into_raw` and C's reference keeps the object alive; removing it takes this
-        // shard's write lock, which the read lock held here excludes until `release`, and the
-        // caller does not use the reference after that.
-        Ok(unsafe { &*(ptr as *const T) })
+        let found = find(shard, handle);
+        let object = match found {
+            Some((k, object)) if k == T::KIND => object as *const T,
+            _ => {
+                let name = format!("{arg}[{index}]");
+                return Err(check(found, handle, T::KIND, &name).expect_err("not live"));
+            }
+        };
+        // SAFETY: the slot holds `object` with kind T::KIND, so it came from `Arc::<T>::into_raw`
+        // and the table's reference keeps the object alive; emptying the slot takes this shard's
+        // write lock, which the read lock held here excludes until `release`, and the caller
+        // does not use the reference after that.
+        Ok(unsafe { &*object })
     }
 
     /// Releases the read locks (references from [`get`](Self::get) must not be used any more),
@@ -279,5 +391,53 @@ mod tests {
         assert!(e.message().contains("not a live NDArray handle"), "{e}");
         let garbage = 0xdead_beef_usize as *mut c_void;
         assert!(borrow::<A>(garbage, "g").is_err());
+    }
+
+    #[test]
+    fn a_stale_handle_never_reaches_the_object_now_in_its_slot() {
+        let old: Vec<_> = (0..2000).map(|i| into_handle(Arc::new(A(i)))).collect();
+        for &h in &old {
+            take::<A>(h, "h").unwrap();
+        }
+        let new: Vec<_> = (0..2000)
+            .map(|i| into_handle(Arc::new(A(10_000 + i))))
+            .collect();
+        for &h in &old {
+            let e = take::<A>(h, "h").err().expect("stale free refused");
+            assert!(e.message().contains("not a live NDArray handle"), "{e}");
+            assert!(borrow::<A>(h, "h").is_err());
+        }
+        for (i, &h) in new.iter().enumerate() {
+            assert_eq!(borrow::<A>(h, "h").unwrap().0, 10_000 + i as u32);
+            take::<A>(h, "h").unwrap();
+        }
+    }
+
+    #[test]
+    fn concurrent_creates_frees_and_lookups_keep_every_handle_to_its_object() {
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let n = if cfg!(miri) { 50 } else { 5_000 };
+                    let mut held = Vec::new();
+                    for i in 0..n {
+                        let v = t * 1_000_000 + i;
+                        held.push((into_handle(Arc::new(A(v))), v));
+                        if held.len() > 8 {
+                            let (h, v) = held.remove((i as usize) % 8);
+                            assert_eq!(borrow::<A>(h, "h").unwrap().0, v);
+                            assert_eq!(take::<A>(h, "h").unwrap().0, v);
+                            assert!(borrow::<A>(h, "h").is_err());
+                        }
+                    }
+                    for (h, v) in held {
+                        assert_eq!(take::<A>(h, "h").unwrap().0, v);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 }
