@@ -255,11 +255,6 @@ typedef void (*EngineAsyncFunc)(void*, void*, void*);
 typedef void (*EngineFuncParamDeleter)(void*);
 
 /**
- * Points to `struct { int32_t dev_type; int32_t dev_id; }`.
- */
-typedef const void *ContextHandle;
-
-/**
  * An array of engine variable handles (`void *vars[n]`).
  */
 typedef void *EngineVarHandle;
@@ -268,6 +263,11 @@ typedef void *EngineVarHandle;
  * Points to an `int` holding an FnProperty value; NULL means kNormal.
  */
 typedef const void *EngineFnPropertyHandle;
+
+/**
+ * Points to `struct { int32_t dev_type; int32_t dev_id; }`.
+ */
+typedef const void *ContextHandle;
 
 /**
  * Body of a sync op: `(RunContext *run_ctx, void *param)`.
@@ -426,46 +426,6 @@ int MXNDArrayFromDLPackEx(DLManagedTensorHandle dlpack,
 int MXNDArrayCallDLPackDeleter(DLManagedTensorHandle dlpack);
 
 /**
- * Pushes an asynchronous operation (MXNet 1.9.1). `async_func(run_ctx, on_complete, func_param)`
- * runs once the reads of `const_vars_handle[0..num_const_vars)` and writes of
- * `mutable_vars_handle[0..num_mutable_vars)` may start; it must complete exactly once with
- * `on_complete->callback(on_complete->engine, on_complete->param, error)` (or
- * MXEngineCallbackInvoke), from any thread, after copying the struct if it completes later. A
- * non-NULL `error` is a NUL-terminated message that fails the op. `deleter(func_param)` runs when
- * the op is destroyed, and also when this push fails. Repeated variables are merged.
- */
-int MXEnginePushAsync(EngineAsyncFunc async_func,
-                      void *func_param,
-                      EngineFuncParamDeleter deleter,
-                      ContextHandle ctx_handle,
-                      EngineVarHandle const_vars_handle,
-                      int num_const_vars,
-                      EngineVarHandle mutable_vars_handle,
-                      int num_mutable_vars,
-                      EngineFnPropertyHandle prop_handle,
-                      int priority,
-                      const char *opr_name,
-                      bool wait);
-
-/**
- * Pushes a synchronous operation (MXNet 1.9.1): `sync_func(run_ctx, func_param)`; the op
- * completes when it returns. To fail the op, call MXEngineSetOpError from inside `sync_func`.
- * Ownership of `func_param` and the variable rules are as for MXEnginePushAsync. Eligible for bulk
- * execution (MXEngineSetBulkSize) when `prop_handle` is NULL/kNormal and `priority` is 0.
- */
-int MXEnginePushSync(EngineSyncFunc sync_func,
-                     void *func_param,
-                     EngineFuncParamDeleter deleter,
-                     ContextHandle ctx_handle,
-                     EngineVarHandle const_vars_handle,
-                     int num_const_vars,
-                     EngineVarHandle mutable_vars_handle,
-                     int num_mutable_vars,
-                     EngineFnPropertyHandle prop_handle,
-                     int priority,
-                     const char *opr_name);
-
-/**
  * Sets the calling thread's bulk size (the number of small sync ops collected into one engine
  * op) and writes the previous size to `prev_bulk_size`. 0 disables bulking (the default). A
  * segment is also pushed when the thread pushes anything else or waits. NaiveEngine never bulks
@@ -546,6 +506,80 @@ int MXEnginePushOperator(void *op, ContextHandle ctx, int priority);
  * mxrt addition. Deletes an operator after its pending pushes; the handle is invalid afterwards.
  */
 int MXEngineDeleteOperator(void *op);
+
+/**
+ * Pushes an asynchronous operation (MXNet 1.9.1). `async_func(run_ctx, on_complete, func_param)`
+ * runs once the reads of `const_vars_handle[0..num_const_vars)` and writes of
+ * `mutable_vars_handle[0..num_mutable_vars)` may start; it must complete exactly once with
+ * `on_complete->callback(on_complete->engine, on_complete->param, error)` (or
+ * MXEngineCallbackInvoke), from any thread, after copying the struct if it completes later. A
+ * non-NULL `error` is a NUL-terminated message that fails the op. `deleter(func_param)` runs when
+ * the op is destroyed, and also when this push fails. Repeated variables are merged.
+ */
+int MXEnginePushAsync(EngineAsyncFunc async_func,
+                      void *func_param,
+                      EngineFuncParamDeleter deleter,
+                      ContextHandle ctx_handle,
+                      EngineVarHandle const_vars_handle,
+                      int num_const_vars,
+                      EngineVarHandle mutable_vars_handle,
+                      int num_mutable_vars,
+                      EngineFnPropertyHandle prop_handle,
+                      int priority,
+                      const char *opr_name,
+                      bool wait);
+
+/**
+ * Pushes a synchronous operation (MXNet 1.9.1): `sync_func(run_ctx, func_param)`; the op
+ * completes when it returns. To fail the op, call MXEngineSetOpError from inside `sync_func`.
+ * Ownership of `func_param` and the variable rules are as for MXEnginePushAsync. Eligible for bulk
+ * execution (MXEngineSetBulkSize) when `prop_handle` is NULL/kNormal and `priority` is 0.
+ */
+int MXEnginePushSync(EngineSyncFunc sync_func,
+                     void *func_param,
+                     EngineFuncParamDeleter deleter,
+                     ContextHandle ctx_handle,
+                     EngineVarHandle const_vars_handle,
+                     int num_const_vars,
+                     EngineVarHandle mutable_vars_handle,
+                     int num_mutable_vars,
+                     EngineFnPropertyHandle prop_handle,
+                     int priority,
+                     const char *opr_name);
+
+/**
+ * Pushes an async op reading the arrays `const_nds_handle` and writing `mutable_nds_handle` (see
+ * MXEnginePushAsync). Invalid array arguments fail before `func_param` is taken over (the
+ * deleter is not called, as in MXNet); later failures call it.
+ */
+int MXEnginePushAsyncND(EngineAsyncFunc async_func,
+                        void *func_param,
+                        EngineFuncParamDeleter deleter,
+                        ContextHandle ctx_handle,
+                        NDArrayHandle *const_nds_handle,
+                        int num_const_nds,
+                        NDArrayHandle *mutable_nds_handle,
+                        int num_mutable_nds,
+                        EngineFnPropertyHandle prop_handle,
+                        int priority,
+                        const char *opr_name,
+                        bool wait);
+
+/**
+ * Pushes a sync op reading the arrays `const_nds_handle` and writing `mutable_nds_handle` (see
+ * MXEnginePushSync and MXEnginePushAsyncND).
+ */
+int MXEnginePushSyncND(EngineSyncFunc sync_func,
+                       void *func_param,
+                       EngineFuncParamDeleter deleter,
+                       ContextHandle ctx_handle,
+                       NDArrayHandle *const_nds_handle,
+                       int num_const_nds,
+                       NDArrayHandle *mutable_nds_handle,
+                       int num_mutable_nds,
+                       EngineFnPropertyHandle prop_handle,
+                       int priority,
+                       const char *opr_name);
 
 /**
  * Returns the message of the last failed call on this thread (an empty string if none failed).
@@ -1156,40 +1190,6 @@ int MXNDArrayCreateFromSharedMemEx(int shared_pid,
  * into a new cpu_shared block, named by `(pid, id)`, which lives until the receiver drops it.
  */
 int MXNDArrayGetSharedMemHandle(NDArrayHandle handle, int *shared_pid, int *shared_id);
-
-/**
- * Pushes an async op reading the arrays `const_nds_handle` and writing `mutable_nds_handle` (see
- * MXEnginePushAsync). Invalid array arguments fail before `func_param` is taken over (the
- * deleter is not called, as in MXNet); later failures call it.
- */
-int MXEnginePushAsyncND(EngineAsyncFunc async_func,
-                        void *func_param,
-                        EngineFuncParamDeleter deleter,
-                        ContextHandle ctx_handle,
-                        NDArrayHandle *const_nds_handle,
-                        int num_const_nds,
-                        NDArrayHandle *mutable_nds_handle,
-                        int num_mutable_nds,
-                        EngineFnPropertyHandle prop_handle,
-                        int priority,
-                        const char *opr_name,
-                        bool wait);
-
-/**
- * Pushes a sync op reading the arrays `const_nds_handle` and writing `mutable_nds_handle` (see
- * MXEnginePushSync and MXEnginePushAsyncND).
- */
-int MXEnginePushSyncND(EngineSyncFunc sync_func,
-                       void *func_param,
-                       EngineFuncParamDeleter deleter,
-                       ContextHandle ctx_handle,
-                       NDArrayHandle *const_nds_handle,
-                       int num_const_nds,
-                       NDArrayHandle *mutable_nds_handle,
-                       int num_mutable_nds,
-                       EngineFnPropertyHandle prop_handle,
-                       int priority,
-                       const char *opr_name);
 
 /**
  * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].

@@ -14,9 +14,12 @@
 
 use mxrt::capi::dlpack::*;
 use mxrt::capi::engine::*;
+use mxrt::capi::engine_push::*;
 use mxrt::capi::global::*;
 use mxrt::capi::kvstore::*;
 use mxrt::capi::ndarray::*;
+use mxrt::capi::ndarray_io::*;
+use mxrt::capi::ndarray_shared::*;
 use mxrt::capi::profiler::*;
 use mxrt::capi::resource::*;
 use mxrt::capi::storage::*;

@@ -14,6 +14,7 @@
 use mxrt::Context;
 use mxrt::capi::completion::CallbackOnComplete;
 use mxrt::capi::engine::*;
+use mxrt::capi::engine_push::*;
 use mxrt::capi::ndarray::*;
 use mxrt::capi::types::*;
 use mxrt::engine::{Completion, Engine, EngineConfig, EngineKind, PushArgs, Var};

@@ -4,8 +4,10 @@
 
 use mxrt::capi::dlpack::*;
 use mxrt::capi::engine::*;
+use mxrt::capi::engine_push::*;
 use mxrt::capi::global::MXSetIsNumpyShape;
 use mxrt::capi::ndarray::*;
+use mxrt::capi::ndarray_io::*;
 use mxrt::capi::storage::*;
 use mxrt::capi::types::*;
 use serde_json::Value;

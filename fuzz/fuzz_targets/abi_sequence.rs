@@ -11,6 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mxrt::capi::engine::*;
+use mxrt::capi::engine_push::*;
 use mxrt::capi::error::MXGetLastError;
 use mxrt::capi::kvstore::*;
 use mxrt::capi::ndarray::*;

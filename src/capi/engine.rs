@@ -1,5 +1,7 @@
-//! Engine functions: MXNet 1.9.1's `MXEnginePush*` and `MXEngineSetBulkSize`, plus mxrt's
-//! additions for pure C callers (variables, waits, operators, error reporting).
+//! Engine functions: MXNet 1.9.1's `MXEngineSetBulkSize`, mxrt's additions for pure C callers
+//! (variables, waits, operators, error reporting), and what every C-bodied op shares: the C
+//! function and its parameter (`CParam`, `CFunc`) and `push_c`. The pushes themselves are in
+//! `engine_push.rs`.
 
 use super::args::{self, count};
 use super::completion::{self, CallbackOnComplete};
@@ -56,7 +58,7 @@ unsafe fn vars_arg(vars: EngineVarHandle, n: c_int, what: &str, name: &str) -> R
 }
 
 /// Looks up both variable arrays of a push (`const_vars` read, `mutable_vars` written).
-unsafe fn var_lists(
+pub(crate) unsafe fn var_lists(
     const_vars: EngineVarHandle,
     num_const: c_int,
     const_name: &str,
@@ -194,108 +196,6 @@ pub(crate) unsafe fn push_c(
             engine.push_async_fn(a, c_async_body(f, param))
         }
     }
-}
-
-/// Pushes an asynchronous operation (MXNet 1.9.1). `async_func(run_ctx, on_complete, func_param)`
-/// runs once the reads of `const_vars_handle[0..num_const_vars)` and writes of
-/// `mutable_vars_handle[0..num_mutable_vars)` may start; it must complete exactly once with
-/// `on_complete->callback(on_complete->engine, on_complete->param, error)` (or
-/// MXEngineCallbackInvoke), from any thread, after copying the struct if it completes later. A
-/// non-NULL `error` is a NUL-terminated message that fails the op. `deleter(func_param)` runs when
-/// the op is destroyed, and also when this push fails. Repeated variables are merged.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXEnginePushAsync(
-    async_func: EngineAsyncFunc,
-    func_param: *mut c_void,
-    deleter: EngineFuncParamDeleter,
-    ctx_handle: ContextHandle,
-    const_vars_handle: EngineVarHandle,
-    num_const_vars: c_int,
-    mutable_vars_handle: EngineVarHandle,
-    num_mutable_vars: c_int,
-    prop_handle: EngineFnPropertyHandle,
-    priority: c_int,
-    opr_name: *const c_char,
-    wait: bool,
-) -> c_int {
-    api_call("MXEnginePushAsync", || {
-        let param = CParam::new(func_param, deleter);
-        // SAFETY: API contract for the variable arrays.
-        let (c, m) = unsafe {
-            var_lists(
-                const_vars_handle,
-                num_const_vars,
-                "const_vars_handle",
-                mutable_vars_handle,
-                num_mutable_vars,
-                "mutable_vars_handle",
-            )?
-        };
-        // SAFETY: forwarded API contract.
-        unsafe {
-            push_c(
-                CFunc::Async(async_func),
-                param,
-                ctx_handle,
-                &c,
-                &m,
-                prop_handle,
-                priority,
-                opr_name,
-                wait,
-                None,
-            )
-        }
-    })
-}
-
-/// Pushes a synchronous operation (MXNet 1.9.1): `sync_func(run_ctx, func_param)`; the op
-/// completes when it returns. To fail the op, call MXEngineSetOpError from inside `sync_func`.
-/// Ownership of `func_param` and the variable rules are as for MXEnginePushAsync. Eligible for bulk
-/// execution (MXEngineSetBulkSize) when `prop_handle` is NULL/kNormal and `priority` is 0.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXEnginePushSync(
-    sync_func: EngineSyncFunc,
-    func_param: *mut c_void,
-    deleter: EngineFuncParamDeleter,
-    ctx_handle: ContextHandle,
-    const_vars_handle: EngineVarHandle,
-    num_const_vars: c_int,
-    mutable_vars_handle: EngineVarHandle,
-    num_mutable_vars: c_int,
-    prop_handle: EngineFnPropertyHandle,
-    priority: c_int,
-    opr_name: *const c_char,
-) -> c_int {
-    api_call("MXEnginePushSync", || {
-        let param = CParam::new(func_param, deleter);
-        // SAFETY: API contract for the variable arrays.
-        let (c, m) = unsafe {
-            var_lists(
-                const_vars_handle,
-                num_const_vars,
-                "const_vars_handle",
-                mutable_vars_handle,
-                num_mutable_vars,
-                "mutable_vars_handle",
-            )?
-        };
-        // SAFETY: forwarded API contract.
-        unsafe {
-            push_c(
-                CFunc::Sync(sync_func),
-                param,
-                ctx_handle,
-                &c,
-                &m,
-                prop_handle,
-                priority,
-                opr_name,
-                false,
-                None,
-            )
-        }
-    })
 }
 
 /// Sets the calling thread's bulk size (the number of small sync ops collected into one engine
