@@ -110,13 +110,7 @@ fn make_str_updater(f: KVStoreStrUpdaterFn, user: *mut c_void) -> Option<StrUpda
     ))
 }
 
-/// `num` int keys.
-unsafe fn int_keys<'a>(keys: *const c_int, num: usize, name: &str) -> Result<&'a [i32]> {
-    // SAFETY: API contract: `keys` holds `num` ints.
-    unsafe { args::slice(keys, num, name) }
-}
-
-/// `num` string keys.
+/// `num` string keys (also the parameter strings of gradient compression).
 unsafe fn str_keys<'a>(keys: *const *const c_char, num: usize, name: &str) -> Result<Vec<&'a str>> {
     // SAFETY: API contract: `keys` holds `num` C strings.
     let raw = unsafe { args::slice(keys, num, name)? };
@@ -156,14 +150,88 @@ impl CKeys<'_> {
     }
 }
 
-unsafe fn ckeys_int<'a>(keys: *const c_int, num: usize, name: &str) -> Result<CKeys<'a>> {
-    // SAFETY: forwarded contract.
-    Ok(CKeys::Int(unsafe { int_keys(keys, num, name)? }))
+/// A C array of keys: `const int*` (the int-key functions) or `const char**` (their `Ex` twins),
+/// so that each pair of exports shares one body.
+trait KeyArray: Copy {
+    /// Reads `num` keys.
+    ///
+    /// # Safety
+    /// The pointer is NULL or valid for `num` keys (strings NUL-terminated), per the API contract.
+    unsafe fn read<'a>(self, num: usize, name: &str) -> Result<CKeys<'a>>;
 }
 
-unsafe fn ckeys_str<'a>(keys: *const *const c_char, num: usize, name: &str) -> Result<CKeys<'a>> {
-    // SAFETY: forwarded contract.
-    Ok(CKeys::Str(unsafe { str_keys(keys, num, name)? }))
+impl KeyArray for *const c_int {
+    unsafe fn read<'a>(self, num: usize, name: &str) -> Result<CKeys<'a>> {
+        // SAFETY: forwarded contract: `self` holds `num` ints.
+        Ok(CKeys::Int(unsafe { args::slice(self, num, name)? }))
+    }
+}
+
+impl KeyArray for *mut *const c_char {
+    unsafe fn read<'a>(self, num: usize, name: &str) -> Result<CKeys<'a>> {
+        // SAFETY: forwarded contract: `self` holds `num` C strings.
+        Ok(CKeys::Str(unsafe { str_keys(self, num, name)? }))
+    }
+}
+
+/// The body of the one-list calls (Init, Push, Pull and their twins): reads `num` keys and
+/// arrays, then runs `call` on the store.
+unsafe fn with_keys<K: KeyArray>(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: K,
+    vals: *mut NDArrayHandle,
+    call: impl FnOnce(&KVStore, Keys<'_>, &[&NDArray]) -> Result<()>,
+) -> Result<()> {
+    let n = num as usize;
+    // SAFETY: forwarded API contract: `num` keys and handles.
+    let (k, v) = unsafe { (keys.read(n, "keys")?, arrays(vals, n, "vals")?) };
+    call(&kv(handle)?.store, k.keys(), &refs(&v))
+}
+
+/// Which two-list call: Broadcast (init, then pull) or PushPull (push, then pull).
+#[derive(Clone, Copy)]
+enum TwoPhase {
+    Broadcast,
+    PushPull,
+}
+
+/// The body of Broadcast and PushPull and their twins.
+#[allow(clippy::too_many_arguments)] // MXNet's parameter list
+unsafe fn two_phase<K: KeyArray>(
+    handle: KVStoreHandle,
+    vnum: mx_uint,
+    vkeys: K,
+    onum: mx_uint,
+    okeys: K,
+    vals: *mut NDArrayHandle,
+    outs: *mut NDArrayHandle,
+    priority: c_int,
+    which: TwoPhase,
+) -> Result<()> {
+    let (vn, on) = (vnum as usize, onum as usize);
+    // SAFETY: forwarded API contract: `vnum` keys and values, `onum` keys and outputs.
+    let (vk, ok, v, o) = unsafe {
+        (
+            vkeys.read(vn, "vkeys")?,
+            okeys.read(on, "okeys")?,
+            arrays(vals, vn, "vals")?,
+            arrays(outs, on, "outs")?,
+        )
+    };
+    let kv = kv(handle)?;
+    let (v, o) = (refs(&v), refs(&o));
+    match which {
+        TwoPhase::Broadcast => kv.store.broadcast(vk.keys(), ok.keys(), &v, &o, priority),
+        TwoPhase::PushPull => kv.store.push_pull(vk.keys(), ok.keys(), &v, &o, priority),
+    }
+}
+
+/// The body of the row-sparse pulls: checks the keys, then fails (no row_sparse arrays).
+unsafe fn row_sparse<K: KeyArray>(handle: KVStoreHandle, num: u32, keys: K) -> Result<()> {
+    // SAFETY: forwarded API contract: `num` keys.
+    let k = unsafe { keys.read(num as usize, "keys")? };
+    kv(handle)?.store.pull_row_sparse(k.keys())
 }
 
 /// Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",
@@ -210,10 +278,6 @@ pub unsafe extern "C" fn MXKVStoreSetGradientCompression(
     })
 }
 
-fn init_impl(handle: KVStoreHandle, keys: CKeys<'_>, vals: &[Arc<NDArray>]) -> Result<()> {
-    kv(handle)?.store.init(keys.keys(), &refs(vals))
-}
-
 /// Stores a copy of each value under its int key (each key once).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreInit(
@@ -223,10 +287,8 @@ pub unsafe extern "C" fn MXKVStoreInit(
     vals: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXKVStoreInit", || {
-        let n = num as usize;
-        // SAFETY: API contract: `num` keys and handles.
-        let (k, v) = unsafe { (ckeys_int(keys, n, "keys")?, arrays(vals, n, "vals")?) };
-        init_impl(handle, k, &v)
+        // SAFETY: forwarded API contract.
+        unsafe { with_keys(handle, num, keys, vals, |s, k, v| s.init(k, v)) }
     })
 }
 
@@ -239,20 +301,9 @@ pub unsafe extern "C" fn MXKVStoreInitEx(
     vals: *mut NDArrayHandle,
 ) -> c_int {
     api_call("MXKVStoreInitEx", || {
-        let n = num as usize;
-        // SAFETY: API contract: `num` keys and handles.
-        let (k, v) = unsafe { (ckeys_str(keys, n, "keys")?, arrays(vals, n, "vals")?) };
-        init_impl(handle, k, &v)
+        // SAFETY: forwarded API contract.
+        unsafe { with_keys(handle, num, keys, vals, |s, k, v| s.init(k, v)) }
     })
-}
-
-fn push_impl(
-    handle: KVStoreHandle,
-    keys: CKeys<'_>,
-    vals: &[Arc<NDArray>],
-    priority: c_int,
-) -> Result<()> {
-    kv(handle)?.store.push(keys.keys(), &refs(vals), priority)
 }
 
 /// Sums the values given for each key and folds the sum into the stored value (through the
@@ -266,10 +317,8 @@ pub unsafe extern "C" fn MXKVStorePush(
     priority: c_int,
 ) -> c_int {
     api_call("MXKVStorePush", || {
-        let n = num as usize;
-        // SAFETY: API contract: `num` keys and handles.
-        let (k, v) = unsafe { (ckeys_int(keys, n, "keys")?, arrays(vals, n, "vals")?) };
-        push_impl(handle, k, &v, priority)
+        // SAFETY: forwarded API contract.
+        unsafe { with_keys(handle, num, keys, vals, |s, k, v| s.push(k, v, priority)) }
     })
 }
 
@@ -283,23 +332,9 @@ pub unsafe extern "C" fn MXKVStorePushEx(
     priority: c_int,
 ) -> c_int {
     api_call("MXKVStorePushEx", || {
-        let n = num as usize;
-        // SAFETY: API contract: `num` keys and handles.
-        let (k, v) = unsafe { (ckeys_str(keys, n, "keys")?, arrays(vals, n, "vals")?) };
-        push_impl(handle, k, &v, priority)
+        // SAFETY: forwarded API contract.
+        unsafe { with_keys(handle, num, keys, vals, |s, k, v| s.push(k, v, priority)) }
     })
-}
-
-fn pull_impl(
-    handle: KVStoreHandle,
-    keys: CKeys<'_>,
-    vals: &[Arc<NDArray>],
-    priority: c_int,
-    ignore_sparse: bool,
-) -> Result<()> {
-    kv(handle)?
-        .store
-        .pull(keys.keys(), &refs(vals), priority, ignore_sparse)
 }
 
 /// Copies each key's value into the outputs given for it (engine ops).
@@ -312,10 +347,12 @@ pub unsafe extern "C" fn MXKVStorePull(
     priority: c_int,
 ) -> c_int {
     api_call("MXKVStorePull", || {
-        let n = num as usize;
-        // SAFETY: API contract: `num` keys and handles.
-        let (k, v) = unsafe { (ckeys_int(keys, n, "keys")?, arrays(vals, n, "vals")?) };
-        pull_impl(handle, k, &v, priority, true)
+        // SAFETY: forwarded API contract.
+        unsafe {
+            with_keys(handle, num, keys, vals, |s, k, v| {
+                s.pull(k, v, priority, true)
+            })
+        }
     })
 }
 
@@ -329,10 +366,12 @@ pub unsafe extern "C" fn MXKVStorePullEx(
     priority: c_int,
 ) -> c_int {
     api_call("MXKVStorePullEx", || {
-        let n = num as usize;
-        // SAFETY: API contract: `num` keys and handles.
-        let (k, v) = unsafe { (ckeys_str(keys, n, "keys")?, arrays(vals, n, "vals")?) };
-        pull_impl(handle, k, &v, priority, true)
+        // SAFETY: forwarded API contract.
+        unsafe {
+            with_keys(handle, num, keys, vals, |s, k, v| {
+                s.pull(k, v, priority, true)
+            })
+        }
     })
 }
 
@@ -347,10 +386,12 @@ pub unsafe extern "C" fn MXKVStorePullWithSparse(
     ignore_sparse: bool,
 ) -> c_int {
     api_call("MXKVStorePullWithSparse", || {
-        let n = num as usize;
-        // SAFETY: API contract: `num` keys and handles.
-        let (k, v) = unsafe { (ckeys_int(keys, n, "keys")?, arrays(vals, n, "vals")?) };
-        pull_impl(handle, k, &v, priority, ignore_sparse)
+        // SAFETY: forwarded API contract.
+        unsafe {
+            with_keys(handle, num, keys, vals, |s, k, v| {
+                s.pull(k, v, priority, ignore_sparse)
+            })
+        }
     })
 }
 
@@ -365,10 +406,12 @@ pub unsafe extern "C" fn MXKVStorePullWithSparseEx(
     ignore_sparse: bool,
 ) -> c_int {
     api_call("MXKVStorePullWithSparseEx", || {
-        let n = num as usize;
-        // SAFETY: API contract: `num` keys and handles.
-        let (k, v) = unsafe { (ckeys_str(keys, n, "keys")?, arrays(vals, n, "vals")?) };
-        pull_impl(handle, k, &v, priority, ignore_sparse)
+        // SAFETY: forwarded API contract.
+        unsafe {
+            with_keys(handle, num, keys, vals, |s, k, v| {
+                s.pull(k, v, priority, ignore_sparse)
+            })
+        }
     })
 }
 
@@ -384,9 +427,8 @@ pub unsafe extern "C" fn MXKVStorePullRowSparse(
 ) -> c_int {
     let _ = (vals, row_ids, priority);
     api_call("MXKVStorePullRowSparse", || {
-        // SAFETY: API contract: `num` keys.
-        let k = unsafe { ckeys_int(keys, num as usize, "keys")? };
-        kv(handle)?.store.pull_row_sparse(k.keys())
+        // SAFETY: forwarded API contract.
+        unsafe { row_sparse(handle, num, keys) }
     })
 }
 
@@ -402,31 +444,9 @@ pub unsafe extern "C" fn MXKVStorePullRowSparseEx(
 ) -> c_int {
     let _ = (vals, row_ids, priority);
     api_call("MXKVStorePullRowSparseEx", || {
-        // SAFETY: API contract: `num` keys.
-        let k = unsafe { ckeys_str(keys, num as usize, "keys")? };
-        kv(handle)?.store.pull_row_sparse(k.keys())
+        // SAFETY: forwarded API contract.
+        unsafe { row_sparse(handle, num, keys) }
     })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn two_phase(
-    handle: KVStoreHandle,
-    vkeys: CKeys<'_>,
-    okeys: CKeys<'_>,
-    vals: &[Arc<NDArray>],
-    outs: &[Arc<NDArray>],
-    priority: c_int,
-    broadcast: bool,
-) -> Result<()> {
-    let kv = kv(handle)?;
-    let (v, o) = (refs(vals), refs(outs));
-    if broadcast {
-        kv.store
-            .broadcast(vkeys.keys(), okeys.keys(), &v, &o, priority)
-    } else {
-        kv.store
-            .push_pull(vkeys.keys(), okeys.keys(), &v, &o, priority)
-    }
 }
 
 /// Init(vkeys, vals) then Pull(okeys, outs).
@@ -442,17 +462,20 @@ pub unsafe extern "C" fn MXKVStoreBroadcast(
     priority: c_int,
 ) -> c_int {
     api_call("MXKVStoreBroadcast", || {
-        let (vn, on) = (vnum as usize, onum as usize);
-        // SAFETY: API contract: `vnum` keys and values, `onum` keys and outputs.
-        let (vk, ok, v, o) = unsafe {
-            (
-                ckeys_int(vkeys, vn, "vkeys")?,
-                ckeys_int(okeys, on, "okeys")?,
-                arrays(vals, vn, "vals")?,
-                arrays(outs, on, "outs")?,
+        // SAFETY: forwarded API contract.
+        unsafe {
+            two_phase(
+                handle,
+                vnum,
+                vkeys,
+                onum,
+                okeys,
+                vals,
+                outs,
+                priority,
+                TwoPhase::Broadcast,
             )
-        };
-        two_phase(handle, vk, ok, &v, &o, priority, true)
+        }
     })
 }
 
@@ -469,17 +492,20 @@ pub unsafe extern "C" fn MXKVStoreBroadcastEx(
     priority: c_int,
 ) -> c_int {
     api_call("MXKVStoreBroadcastEx", || {
-        let (vn, on) = (vnum as usize, onum as usize);
-        // SAFETY: API contract: `vnum` keys and values, `onum` keys and outputs.
-        let (vk, ok, v, o) = unsafe {
-            (
-                ckeys_str(vkeys, vn, "vkeys")?,
-                ckeys_str(okeys, on, "okeys")?,
-                arrays(vals, vn, "vals")?,
-                arrays(outs, on, "outs")?,
+        // SAFETY: forwarded API contract.
+        unsafe {
+            two_phase(
+                handle,
+                vnum,
+                vkeys,
+                onum,
+                okeys,
+                vals,
+                outs,
+                priority,
+                TwoPhase::Broadcast,
             )
-        };
-        two_phase(handle, vk, ok, &v, &o, priority, true)
+        }
     })
 }
 
@@ -496,17 +522,20 @@ pub unsafe extern "C" fn MXKVStorePushPull(
     priority: c_int,
 ) -> c_int {
     api_call("MXKVStorePushPull", || {
-        let (vn, on) = (vnum as usize, onum as usize);
-        // SAFETY: API contract: `vnum` keys and values, `onum` keys and outputs.
-        let (vk, ok, v, o) = unsafe {
-            (
-                ckeys_int(vkeys, vn, "vkeys")?,
-                ckeys_int(okeys, on, "okeys")?,
-                arrays(vals, vn, "vals")?,
-                arrays(outs, on, "outs")?,
+        // SAFETY: forwarded API contract.
+        unsafe {
+            two_phase(
+                handle,
+                vnum,
+                vkeys,
+                onum,
+                okeys,
+                vals,
+                outs,
+                priority,
+                TwoPhase::PushPull,
             )
-        };
-        two_phase(handle, vk, ok, &v, &o, priority, false)
+        }
     })
 }
 
@@ -523,17 +552,20 @@ pub unsafe extern "C" fn MXKVStorePushPullEx(
     priority: c_int,
 ) -> c_int {
     api_call("MXKVStorePushPullEx", || {
-        let (vn, on) = (vnum as usize, onum as usize);
-        // SAFETY: API contract: `vnum` keys and values, `onum` keys and outputs.
-        let (vk, ok, v, o) = unsafe {
-            (
-                ckeys_str(vkeys, vn, "vkeys")?,
-                ckeys_str(okeys, on, "okeys")?,
-                arrays(vals, vn, "vals")?,
-                arrays(outs, on, "outs")?,
+        // SAFETY: forwarded API contract.
+        unsafe {
+            two_phase(
+                handle,
+                vnum,
+                vkeys,
+                onum,
+                okeys,
+                vals,
+                outs,
+                priority,
+                TwoPhase::PushPull,
             )
-        };
-        two_phase(handle, vk, ok, &v, &o, priority, false)
+        }
     })
 }
 
