@@ -502,6 +502,47 @@ pub unsafe extern "C" fn MXNDArrayGetStorageType(
     })
 }
 
+/// The body of the GetShape functions: writes the shape of `handle`, each dimension converted by
+/// `dim`, into the calling thread's `buffer` (valid until the next call on this thread) and
+/// reports its length, or -1 for a none array in numpy-shape mode when `np_rules` (MXNet's Ex
+/// functions) is set.
+unsafe fn report_shape<D: Copy + 'static, N: TryFrom<i64>>(
+    handle: NDArrayHandle,
+    out_dim: *mut N,
+    out_pdata: *mut *const D,
+    buffer: &'static std::thread::LocalKey<RefCell<Vec<D>>>,
+    dim: impl Fn(i64) -> Result<D>,
+    np_rules: bool,
+) -> Result<()> {
+    // SAFETY: API contract: out-parameters.
+    let (od, op) = unsafe {
+        (
+            args::out(out_dim, "out_dim")?,
+            args::out(out_pdata, "out_pdata")?,
+        )
+    };
+    let a = nd(handle, "handle")?;
+    let dims = a
+        .shape()
+        .iter()
+        .map(|&d| dim(d))
+        .collect::<Result<Vec<D>>>()?;
+    let ndim = if np_rules && a.is_none() && np_shape::current().is_on() {
+        -1
+    } else {
+        dims.len() as i64
+    };
+    let ndim = N::try_from(ndim)
+        .map_err(|_| Error::invalid(format!("ndim {ndim} does not fit the out_dim type")))?;
+    buffer.with(|b| {
+        let mut b = b.borrow_mut();
+        *b = dims;
+        *op = b.as_ptr();
+    });
+    *od = ndim;
+    Ok(())
+}
+
 /// Reports the shape as unsigned 32-bit dims in a thread-local buffer (valid until the next call
 /// on this thread); a none array has ndim 0.
 #[unsafe(no_mangle)]
@@ -511,27 +552,18 @@ pub unsafe extern "C" fn MXNDArrayGetShape(
     out_pdata: *mut *const u32,
 ) -> c_int {
     api_call("MXNDArrayGetShape", || {
-        // SAFETY: API contract: out-parameters.
-        let (od, op) = unsafe {
-            (
-                args::out(out_dim, "out_dim")?,
-                args::out(out_pdata, "out_pdata")?,
+        // SAFETY: forwarded API contract.
+        unsafe {
+            report_shape(
+                handle,
+                out_dim,
+                out_pdata,
+                &SHAPE_U32,
+                |d| Ok(d as u32),
+                false,
             )
-        };
-        let a = nd(handle, "handle")?;
-        SHAPE_U32.with(|b| {
-            let mut b = b.borrow_mut();
-            b.clear();
-            b.extend(a.shape().iter().map(|&d| d as u32));
-            *od = b.len() as u32;
-            *op = b.as_ptr();
-        });
-        Ok(())
+        }
     })
-}
-
-fn np_ndim(a: &NDArray) -> Option<c_int> {
-    (a.is_none() && np_shape::current().is_on()).then_some(-1)
 }
 
 /// Reports the shape as int dims (thread-local buffer). In numpy-shape mode a none array has
@@ -543,32 +575,15 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx(
     out_pdata: *mut *const c_int,
 ) -> c_int {
     api_call("MXNDArrayGetShapeEx", || {
-        // SAFETY: API contract: out-parameters.
-        let (od, op) = unsafe {
-            (
-                args::out(out_dim, "out_dim")?,
-                args::out(out_pdata, "out_pdata")?,
-            )
-        };
-        let a = nd(handle, "handle")?;
-        let dims = a
-            .shape()
-            .iter()
-            .map(|&d| {
-                i32::try_from(d).map_err(|_| {
-                    Error::invalid(format!(
-                        "dimension {d} does not fit in int: use MXNDArrayGetShapeEx64"
-                    ))
-                })
+        let dim = |d: i64| {
+            i32::try_from(d).map_err(|_| {
+                Error::invalid(format!(
+                    "dimension {d} does not fit in int: use MXNDArrayGetShapeEx64"
+                ))
             })
-            .collect::<Result<Vec<_>>>()?;
-        SHAPE_I32.with(|b| {
-            let mut b = b.borrow_mut();
-            *b = dims;
-            *od = np_ndim(&a).unwrap_or(b.len() as c_int);
-            *op = b.as_ptr();
-        });
-        Ok(())
+        };
+        // SAFETY: forwarded API contract.
+        unsafe { report_shape(handle, out_dim, out_pdata, &SHAPE_I32, dim, true) }
     })
 }
 
@@ -580,22 +595,8 @@ pub unsafe extern "C" fn MXNDArrayGetShapeEx64(
     out_pdata: *mut *const i64,
 ) -> c_int {
     api_call("MXNDArrayGetShapeEx64", || {
-        // SAFETY: API contract: out-parameters.
-        let (od, op) = unsafe {
-            (
-                args::out(out_dim, "out_dim")?,
-                args::out(out_pdata, "out_pdata")?,
-            )
-        };
-        let a = nd(handle, "handle")?;
-        SHAPE_I64.with(|b| {
-            let mut b = b.borrow_mut();
-            b.clear();
-            b.extend_from_slice(a.shape());
-            *od = np_ndim(&a).unwrap_or(b.len() as c_int);
-            *op = b.as_ptr();
-        });
-        Ok(())
+        // SAFETY: forwarded API contract.
+        unsafe { report_shape(handle, out_dim, out_pdata, &SHAPE_I64, Ok, true) }
     })
 }
 
