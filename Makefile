@@ -6,6 +6,7 @@
 #                 on the engine workloads, with OpenMP tasks (libgomp, libomp) and StarPU
 #                 (installs clang, libomp-dev, libstarpu-dev when missing; see bench/README.md)
 #   make bench-floor  line-transfer latency and the engine's own per-op costs on this machine
+#   make miri     engine, storage and handle-table unit tests under Miri (nightly; not in make test)
 
 CARGO ?= cargo
 CC ?= cc
@@ -28,7 +29,7 @@ MXNET_VENV ?= .venv-mxnet
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: loom profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: miri loom profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -59,6 +60,18 @@ mxnet-venv:
 rust-test: mxnet-venv
 	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --release
 	$(CARGO) test --release --no-default-features --test format_mutation
+
+# Miri (nightly toolchain with the miri component; not part of make test, ~25 min): the unit
+# tests of the engine, storage and the C handle table under the interpreter, which reports undefined behaviour (aliasing,
+# provenance, data races, use after free). Tests that call foreign functions (shm_open, fork,
+# sched_setscheduler) or wait on real time are #[cfg_attr(miri, ignore)]. Without mimalloc (a
+# foreign allocator); permissive provenance because parking_lot_core casts integers to pointers.
+MIRI_FILTERS ?= engine:: storage:: capi::handle
+miri:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@rustup component list --toolchain nightly --installed | grep -q '^miri' || rustup component add miri --toolchain nightly
+	MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-permissive-provenance" $(CARGO) +nightly miri test \
+	  --target-dir target/miri --no-default-features --lib -- $(MIRI_FILTERS)
 
 # Model checks (loom): the variables' queues with the engine's grant counting, every interleaving
 # of two pushing threads (src/engine/var_queue.rs), and the worker pools' ready ring

@@ -508,13 +508,15 @@ fn memory_hook_sees_allocs_and_frees() {
 
 #[test]
 fn concurrent_alloc_free_keeps_counts_consistent() {
+    // Miri interprets every step: a tenth of the work still interleaves the four threads.
+    let per_thread: usize = if cfg!(miri) { 200 } else { 2000 };
     let s = Arc::new(storage_with(&[]));
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let s = s.clone();
             std::thread::spawn(move || {
                 let mut held = Vec::new();
-                for i in 0..2000usize {
+                for i in 0..per_thread {
                     held.push(s.alloc(Context::cpu(t), 64 + (i % 7) * 3000).unwrap());
                     if held.len() > 5 {
                         held.remove(i % 5);
@@ -528,10 +530,10 @@ fn concurrent_alloc_free_keeps_counts_consistent() {
     }
     let st = s.stats(Context::cpu(0)).unwrap();
     assert_eq!(st.bytes_in_use, 0);
-    assert_eq!(st.allocs, 8000);
-    assert_eq!(st.frees, 8000);
-    assert_eq!(st.hits + st.misses, 8000);
-    assert!(st.hits > 7000, "{st:?}");
+    assert_eq!(st.allocs, 4 * per_thread as u64);
+    assert_eq!(st.frees, 4 * per_thread as u64);
+    assert_eq!(st.hits + st.misses, 4 * per_thread as u64);
+    assert!(st.hits > 4 * per_thread as u64 * 7 / 8, "{st:?}");
     assert!(st.bytes_cached <= 2 * st.peak_in_use);
 }
 
@@ -547,6 +549,7 @@ fn shm_path(pid: i32, id: i32) -> std::path::PathBuf {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // shm_open and fork are foreign functions Miri cannot run
 fn shared_memory_across_fork() {
     let s = storage_with(&[]);
     let a = s.alloc(Context::cpu_shared(0), 1000).unwrap();
@@ -626,6 +629,7 @@ fn shared_memory_across_fork() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // shm_open is a foreign function Miri cannot run
 fn shared_memory_attach_in_process_and_errors() {
     let s = storage_with(&[]);
     let a = s.alloc(Context::cpu_shared(3), 64).unwrap();
