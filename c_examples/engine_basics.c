@@ -1,4 +1,5 @@
 /* engine_basics: variables, sync and async pushes, fan-out/fan-in, waits and versions. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include "common.h"
 
@@ -39,7 +40,8 @@ static void async_double(void *run_ctx, void *on_complete, void *param) {
   CHECK_OK(MXEngineCallbackInvoke(on_complete, NULL));
 }
 
-static int deleted;
+/* deleters run on whichever worker completes the op, possibly two at once */
+static atomic_int deleted;
 static void count_delete(void *param) {
   free(param);
   deleted++;
@@ -96,8 +98,9 @@ int main(void) {
     CHECK_OK(MXEnginePushSync(add_one, p, count_delete, &kCPU, NULL, 0, NULL, 0, NULL, 0, NULL));
   }
   CHECK_OK(MXEngineWaitForAll());
-  printf("  deleters run after their ops: %d of 10\n", deleted);
-  EXPECT(deleted == 10, "deleted %d", deleted);
+  int n_deleted = atomic_load(&deleted);
+  printf("  deleters run after their ops: %d of 10\n", n_deleted);
+  EXPECT(n_deleted == 10, "deleted %d", n_deleted);
 
   /* 5. reusable operator */
   void *op;

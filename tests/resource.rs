@@ -438,3 +438,29 @@ fn naive_engine_needs_no_op_and_reseeds_at_once() {
         .unwrap();
     assert_eq!(b, c);
 }
+
+/// Through the C API: a resource's variable handle is stable across calls, is a live variable
+/// (ops can write it), and is given out again if the caller deletes it.
+#[test]
+fn c_resource_variable_handle_is_stable_and_live() {
+    use mxrt::capi::engine::{MXEngineDeleteVariable, MXEngineWaitForVar};
+    use mxrt::capi::resource::{MXResourceGetVar, MXResourceRequest};
+    use std::ffi::c_void;
+    use std::ptr::null_mut;
+    // SAFETY: every pointer passed is a valid out-parameter or a handle the calls returned.
+    unsafe {
+        let mut res: *mut c_void = null_mut();
+        assert_eq!(MXResourceRequest(1, 0, 0, &mut res), 0);
+        let (mut v1, mut v2) = (null_mut(), null_mut());
+        assert_eq!(MXResourceGetVar(res, &mut v1), 0);
+        assert_eq!(MXResourceGetVar(res, &mut v2), 0);
+        assert_eq!(v1, v2, "the same handle every time");
+        assert_eq!(MXEngineWaitForVar(v1), 0, "a live variable");
+        assert_eq!(MXEngineDeleteVariable(v1), 0);
+        let mut v3 = null_mut();
+        assert_eq!(MXResourceGetVar(res, &mut v3), 0);
+        assert_ne!(v3, v1, "the deleted handle is not handed out again");
+        assert_eq!(MXEngineWaitForVar(v3), 0, "the new handle is live");
+        assert_ne!(MXEngineWaitForVar(v1), 0, "the deleted one stays dead");
+    }
+}

@@ -33,6 +33,11 @@ use std::sync::{Arc, LazyLock};
 static HANDLES: LazyLock<RwLock<HashMap<usize, Resource>>> =
     LazyLock::new(|| RwLock::new(HashMap::new()));
 
+/// The engine variable handle given out for each resource (by resource handle), so that repeated
+/// MXResourceGetVar calls return the same handle while it is live.
+static VAR_HANDLES: LazyLock<parking_lot::Mutex<HashMap<usize, usize>>> =
+    LazyLock::new(|| parking_lot::Mutex::new(HashMap::new()));
+
 fn resource_arg(res: *mut c_void) -> Result<Resource> {
     if res.is_null() {
         return Err(Error::invalid("res is NULL"));
@@ -102,13 +107,17 @@ pub unsafe extern "C" fn MXResourceGetVar(res: *mut c_void, out_var: *mut *mut c
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out_var, "out_var")? };
         let r = resource_arg(res)?;
-        let inner: Arc<VarInner> = r.var().clone().into_inner();
-        let addr = Arc::as_ptr(&inner) as *mut c_void;
-        // register once; the registry's reference keeps nothing alive the resource does not
-        if handle::borrow::<VarInner>(addr, "var").is_err() {
-            handle::into_handle(inner);
+        let mut given = VAR_HANDLES.lock();
+        let slot = given.entry(res as usize).or_insert(0);
+        let live = *slot != 0
+            && handle::borrow::<VarInner>(*slot as *const c_void, "var")
+                .is_ok_and(|v| Arc::ptr_eq(&v, r.var().inner()));
+        if !live {
+            // the handle table's reference keeps nothing alive the resource does not
+            let inner: Arc<VarInner> = r.var().clone().into_inner();
+            *slot = handle::into_handle(inner) as usize;
         }
-        *out = addr;
+        *out = *slot as *mut c_void;
         Ok(())
     })
 }

@@ -176,6 +176,10 @@ impl Var {
     pub(crate) fn into_inner(self) -> Arc<VarInner> {
         self.0
     }
+    /// The shared state, borrowed (to recognise a handle as this variable's).
+    pub(crate) fn inner(&self) -> &Arc<VarInner> {
+        &self.0
+    }
     pub(crate) fn from_inner(inner: Arc<VarInner>) -> Self {
         Var(inner)
     }
