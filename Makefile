@@ -74,8 +74,9 @@ miri:
 	  --target-dir target/miri --no-default-features --lib -- $(MIRI_FILTERS)
 
 # Model checks (loom): the variables' queues with the engine's grant counting, every interleaving
-# of two pushing threads (src/engine/var_queue.rs), and the worker pools' ready ring
-# (src/engine/ring.rs). Own target dir: --cfg loom.
+# of two pushing threads (src/engine/var_queue.rs), the worker pools' ready ring
+# (src/engine/ring.rs), and how idle workers park and pushes wake them (src/engine/idle/sleep.rs).
+# Own target dir: --cfg loom.
 loom:
 	RUSTFLAGS="--cfg loom" $(CARGO) test --release --target-dir target/loom --lib loom_
 

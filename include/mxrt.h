@@ -9,6 +9,23 @@
  * MXNet's mxnet/c_api.h. Functions marked "mxrt addition" fill gaps of MXNet's C API. The
  * MXRT_* constants below are the values of the enums MXNet keeps in its C++ headers (FnProperty,
  * dtypes, device and storage types, ...), named so they clash with nothing in c_api.h.
+ *
+ * Environment, read when the engine starts (the first call that needs it; a malformed value
+ * makes that call -1 with a message naming the variable):
+ *   MXNET_ENGINE_TYPE            ThreadedEnginePerDevice (default), ThreadedEngine, NaiveEngine
+ *   MXNET_CPU_WORKER_NTHREADS    workers per CPU device (default 1; ThreadedEngine: 16)
+ *   MXNET_CPU_PRIORITY_NTHREADS  workers of the CPU priority pool (default 4)
+ *   MXNET_MP_WORKER_NTHREADS     workers per CPU device in a child after fork (default 1)
+ *   MXRT_ENGINE_WAIT_HELPS       1 (default): a thread in WaitForAll runs queued CPU ops itself
+ *                                while they are long enough to pay; 0: it only sleeps
+ *   MXRT_ENGINE_SPIN_US          how long an idle worker polls its queue before it parks, in
+ *                                microseconds (default 256; 0 parks at once)
+ *   MXRT_ENGINE_POLL_STEP_NS     the longest pause between two polls, in nanoseconds (default 2048)
+ *   MXRT_ENGINE_SCHED_BATCH      0 (default): workers keep the scheduling policy the process gave
+ *                                them; 1: a worker that leaves its CPU to a thread completing ops
+ *                                there runs under SCHED_BATCH meanwhile, so waking it does not
+ *                                preempt that thread
+ * Storage, KVStore and profiler variables are MXNet's (see the README).
  */
 
 #ifndef MXRT_H

@@ -7,7 +7,7 @@
 //! Op memory taken from the allocator instead of recycled from finished ops is reported here
 //! ([`note_fresh_op_memory`]), and the next `WaitForAll` that finds the engine idle after
 //! [`TRIM_AFTER_BYTES`] of it asks the allocator to return what it holds free
-//! ([`trim_after_burst`]; 0.1–0.7 ms measured). Steady pushing of ops of the common size (a C
+//! ([`trim_after_burst`], well under a millisecond). Steady pushing of ops of the common size (a C
 //! function, up to 3 variables) takes no fresh memory; other ops count each time, so they bring a
 //! trim at most once per 8 MiB of ops, well under 1% of their cost. The hot path pays nothing
 //! else; `WaitForAll` one relaxed load.

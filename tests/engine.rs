@@ -106,6 +106,37 @@ fn rand_sum_expr_matches_serial_on_every_engine() {
     }
 }
 
+/// The idle policy at its extremes: workers that park as soon as their queue is empty (every op
+/// then goes through a wake-up, so a lost one hangs the test), and workers that poll with the
+/// shortest step. Results still match the serial run.
+#[test]
+fn idle_policy_extremes_lose_no_work() {
+    use mxrt::engine::IdleConfig;
+    let exprs = rand_exprs(7, 5_000, 64);
+    let want = serial(&exprs, 64);
+    let idles = [
+        IdleConfig {
+            spin: Duration::ZERO,
+            ..IdleConfig::default()
+        },
+        IdleConfig {
+            poll_step: Duration::from_nanos(1),
+            ..IdleConfig::default()
+        },
+    ];
+    for idle in idles {
+        for (kind, workers) in [(EngineKind::Pooled, 3), (EngineKind::PerDevice, 2)] {
+            let mut cfg = EngineConfig::with_workers(kind, workers);
+            cfg.idle = idle;
+            let engine = Engine::new(cfg);
+            for _ in 0..3 {
+                let got = run_exprs(&engine, &exprs, 64, Duration::ZERO);
+                assert_eq!(got, want, "{idle:?} {kind:?} x{workers}");
+            }
+        }
+    }
+}
+
 #[test]
 fn several_threads_pushing_at_once() {
     for engine in threaded_engines() {

@@ -1,6 +1,10 @@
-//! Engine selection and worker counts from MXNet's environment variables (spec §5.1–5.2).
+//! Engine selection, worker counts and the idle policy's settings, from the environment: MXNet's
+//! variables with MXNet's defaults, and mxrt's own `MXRT_ENGINE_*`. This is the only place the
+//! engine reads the environment.
 
+use super::idle::IdleConfig;
 use crate::error::{Error, Result};
+use std::time::Duration;
 
 /// Which engine runs ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +59,9 @@ pub struct EngineConfig {
     /// Whether a thread in `wait_for_all` runs queued CPU ops itself while that pays
     /// (`MXRT_ENGINE_WAIT_HELPS`, default 1; mxrt's own, MXNet has no such setting).
     pub wait_helps: bool,
+    /// How idle workers poll, park and defer (`MXRT_ENGINE_SPIN_US`, `MXRT_ENGINE_POLL_STEP_NS`,
+    /// `MXRT_ENGINE_SCHED_BATCH`; see [`IdleConfig`]).
+    pub idle: IdleConfig,
 }
 
 impl EngineConfig {
@@ -68,6 +75,7 @@ impl EngineConfig {
             gpu_workers: 2,
             gpu_copy_workers: 2,
             wait_helps: true,
+            idle: IdleConfig::default(),
         }
     }
 
@@ -101,6 +109,23 @@ impl EngineConfig {
         if let Some(on) = env_switch("MXRT_ENGINE_WAIT_HELPS")? {
             c.wait_helps = on;
         }
+        for old in ["MXRT_ENGINE_SPIN", "MXRT_ENGINE_POLL_DELAY"] {
+            if std::env::var(old).is_ok_and(|v| !v.trim().is_empty()) {
+                return Err(Error::invalid(format!(
+                    "{old} is no longer read: idle workers take durations, \
+                     MXRT_ENGINE_SPIN_US and MXRT_ENGINE_POLL_STEP_NS"
+                )));
+            }
+        }
+        if let Some(us) = env_duration("MXRT_ENGINE_SPIN_US", 0, 1_000_000)? {
+            c.idle.spin = Duration::from_micros(us);
+        }
+        if let Some(ns) = env_duration("MXRT_ENGINE_POLL_STEP_NS", 1, 1_000_000)? {
+            c.idle.poll_step = Duration::from_nanos(ns);
+        }
+        if let Some(on) = env_switch("MXRT_ENGINE_SCHED_BATCH")? {
+            c.idle.sched_batch = on;
+        }
         Ok(c)
     }
 }
@@ -120,6 +145,26 @@ fn parse_switch(name: &str, v: &str) -> Result<Option<bool>> {
         "1" => Ok(Some(true)),
         _ => Err(Error::invalid(format!(
             "{name}={v:?} is not a switch (expected 0 or 1)"
+        ))),
+    }
+}
+
+/// An integer from `min` to `max` from the environment; `None` when unset or empty.
+fn env_duration(name: &str, min: u64, max: u64) -> Result<Option<u64>> {
+    match std::env::var(name) {
+        Ok(v) => parse_duration(name, &v, min, max),
+        Err(_) => Ok(None),
+    }
+}
+
+fn parse_duration(name: &str, v: &str, min: u64, max: u64) -> Result<Option<u64>> {
+    if v.trim().is_empty() {
+        return Ok(None);
+    }
+    match v.trim().parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(Error::invalid(format!(
+            "{name}={v:?} is not an integer from {min} to {max}"
         ))),
     }
 }
@@ -168,6 +213,13 @@ mod tests {
         assert_eq!(parse_switch("S", "0").unwrap(), Some(false));
         assert_eq!(parse_switch("S", " 1 ").unwrap(), Some(true));
         assert_eq!(parse_switch("S", "").unwrap(), None);
+        assert_eq!(parse_duration("D", " 250 ", 0, 1000).unwrap(), Some(250));
+        assert_eq!(parse_duration("D", "", 0, 1000).unwrap(), None);
+        let e = parse_duration("MXRT_ENGINE_SPIN_US", "-1", 0, 1000).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "MXRT_ENGINE_SPIN_US=\"-1\" is not an integer from 0 to 1000"
+        );
         let e = parse_switch("MXRT_ENGINE_WAIT_HELPS", "yes").unwrap_err();
         assert_eq!(
             e.message(),

@@ -113,17 +113,20 @@ impl Executor for PerDevice {
             return;
         }
         // GPU contexts are rejected at push time until GPU workers exist.
+        let idle = self.config.idle;
         if op.prop == FnProperty::CpuPrioritized {
             let n = self.config.cpu_priority_workers;
             self.cpu_priority
-                .get_or_init(|| WorkerPool::new("mxrt-cpu-prio", n, QueueOrder::Priority, execute))
+                .get_or_init(|| {
+                    WorkerPool::new("mxrt-cpu-prio", n, QueueOrder::Priority, idle, execute)
+                })
                 .push(op, false);
         } else {
             let front = op.prop == FnProperty::DeleteVar;
             let (n, id) = (self.config.cpu_workers, op.ctx.dev_id);
             self.cpu.with(
                 id,
-                || WorkerPool::new(&format!("mxrt-cpu{id}"), n, QueueOrder::Fifo, execute),
+                || WorkerPool::new(&format!("mxrt-cpu{id}"), n, QueueOrder::Fifo, idle, execute),
                 |p| p.push(op, front),
             );
         }
@@ -173,14 +176,15 @@ impl Executor for Pooled {
             return;
         }
         let front = op.prop == FnProperty::DeleteVar;
+        let idle = self.config.idle;
         if matches!(op.prop, FnProperty::CopyFromGpu | FnProperty::CopyToGpu) {
             self.io
-                .get_or_init(|| WorkerPool::new("mxrt-io", 1, QueueOrder::Fifo, execute))
+                .get_or_init(|| WorkerPool::new("mxrt-io", 1, QueueOrder::Fifo, idle, execute))
                 .push(op, front);
         } else {
             let n = self.config.pooled_workers;
             self.main
-                .get_or_init(|| WorkerPool::new("mxrt-worker", n, QueueOrder::Fifo, execute))
+                .get_or_init(|| WorkerPool::new("mxrt-worker", n, QueueOrder::Fifo, idle, execute))
                 .push(op, front);
         }
     }

@@ -47,6 +47,7 @@ mod config;
 mod exception;
 mod executor;
 mod fork;
+mod idle;
 mod inner;
 mod lease;
 mod lifecycle;
@@ -70,6 +71,7 @@ mod wait;
 mod wait_help;
 
 pub use config::{EngineConfig, EngineKind};
+pub use idle::IdleConfig;
 pub(crate) use inner::{EnginePtr, Inner};
 pub use lease::VarLease;
 pub use lifecycle::Engine;

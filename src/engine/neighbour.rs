@@ -10,15 +10,13 @@
 //!
 //! Parking alone still costs two context switches per op: the first completion that makes an op
 //! ready wakes the worker, the woken worker preempts the completing thread, runs the one op and
-//! parks again. So while it defers to a completing thread, a worker runs under `SCHED_BATCH`, whose
-//! wake-ups do not preempt the running thread: the completing thread finishes its whole batch of
-//! completions, and the worker then runs every op they made ready in one go. The worker returns to
-//! `SCHED_OTHER` as soon as it polls again; a thread that started under any other policy (a
-//! real-time one inherited from the process) is left alone. Async ops completed from another
-//! thread at 1 worker (`bench/mxbench.c`, medians of 8 alternating runs on a 2-core VM where the
-//! kernel often puts the completing thread next to the worker): 1.64 -> 2.49 M ops/s (MXNet 1.9.1:
-//! 0.70 M). Either half alone gained nothing: parking early 1.67 vs 1.87 M, `SCHED_BATCH` for
-//! every worker all the time 1.61 vs 1.62 M.
+//! parks again. With `MXRT_ENGINE_SCHED_BATCH=1` (`IdleConfig::sched_batch`), a worker that defers
+//! to a completing thread runs under `SCHED_BATCH` meanwhile, whose wake-ups do not preempt the
+//! running thread: the completing thread finishes its whole batch of completions, and the worker
+//! then runs every op they made ready in one go. The worker returns to `SCHED_OTHER` as soon as it
+//! polls again; a thread that started under any other policy (a real-time one inherited from the
+//! process) is left alone. It is off by default because it changes the scheduling policy of
+//! threads that run user code; docs/performance.md has what it gains.
 //!
 //! The note is a hint, read and written with relaxed atomics: a stale or torn view only makes a
 //! worker poll or park when the other choice would have been better, never loses an op. The

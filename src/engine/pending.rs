@@ -195,9 +195,11 @@ impl PendingOps {
             // Not under `lock`: a drop that saw WAITING may need it to notify. The wait is short:
             // such a drop has already counted itself and only has the few steps of `count_down`
             // left.
-            let backoff = crossbeam_utils::Backoff::new();
+            let mut backoff = super::idle::SIGNAL_SPIN.backoff();
             while self.woke.load(Ordering::Acquire) < saw_waiting {
-                backoff.snooze();
+                if !backoff.snooze() {
+                    std::thread::yield_now();
+                }
             }
         }
     }

@@ -1,25 +1,24 @@
 //! A pool of worker threads fed by one queue (FIFO or priority).
 //!
-//! Idle workers spin on the queue for a short while before they park, so a steady stream of small
-//! ops never pays for a thread wake-up. At most one worker per pool spins at a time; the others park
-//! at once, leaving the cores to threads with work. A pusher wakes a parked worker only when no
-//! worker is spinning, and a worker that takes an op while more are queued wakes another, so work
-//! spreads across the pool without a wake-up per push.
-//!
-//! Lost wake-ups are impossible: a worker registers as sleeping (under `park_lock`) and then
-//! re-checks the queue; a pusher publishes the op and then reads the spinner and sleeper counts.
-//! All four accesses are SeqCst, so one of the two sides always sees the other.
+//! Idle workers poll the queue for a while before they park, so a steady stream of small ops never
+//! pays for a thread wake-up. At most one worker per pool polls at a time; the others park at
+//! once, leaving the cores to threads with work. A pusher wakes a parked worker only when no
+//! worker polls, and a worker that takes an op while more are queued wakes another, so work
+//! spreads across the pool without a wake-up per push. How long a worker polls, and how it parks
+//! and is woken, is the engine's idle policy (`idle/`, whose README explains why no wake-up is
+//! lost).
 
+use super::idle::IdleConfig;
+use super::idle::sleep::Sleep;
 use super::opr::OprRef;
 use super::ring::Ring;
 use crossbeam_queue::SegQueue;
-use crossbeam_utils::CachePadded;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::cell::Cell;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
 /// How a pool orders its queue.
@@ -178,35 +177,9 @@ struct PoolShared {
     queue: TaskQueue,
     /// The pool's workers plus one pushing thread outnumber the cores.
     oversubscribed: AtomicBool,
-    /// Workers polling the queue. Changes whenever the queue runs dry, so it has a cache line of
-    /// its own: pushers read it only when `sleepers` is non-zero.
-    spinners: CachePadded<AtomicUsize>,
-    /// Workers parked (or about to). Read by every push; written only when a worker parks or
-    /// wakes, so in a steady stream of ops its line stays shared instead of bouncing.
-    sleepers: CachePadded<AtomicUsize>,
-    park_lock: Mutex<()>,
-    park_cv: Condvar,
+    sleep: Sleep,
+    idle: IdleConfig,
     stop: AtomicBool,
-}
-
-/// Spin budget of an idle worker before it parks: `MXRT_ENGINE_SPIN` iterations (default 16384,
-/// roughly 50 µs; 0 parks at once), read when the first pool starts.
-static MAX_POLL_DELAY: AtomicU32 = AtomicU32::new(128);
-
-fn worker_spin_iterations() -> u32 {
-    static SPIN: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        if let Some(d) = std::env::var("MXRT_ENGINE_POLL_DELAY")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-        {
-            MAX_POLL_DELAY.store(d, Ordering::Relaxed);
-        }
-        std::env::var("MXRT_ENGINE_SPIN")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(1 << 14)
-    })
 }
 
 impl PoolShared {
@@ -214,12 +187,7 @@ impl PoolShared {
         self.queue.pop()
     }
 
-    fn wake_one(&self) {
-        let _guard = self.park_lock.lock();
-        self.park_cv.notify_one();
-    }
-
-    /// Takes the next op, spinning and then parking while the queue is empty; `None` once the
+    /// Takes the next op, polling and then parking while the queue is empty; `None` once the
     /// pool is stopped.
     fn next(&self) -> Option<OprRef> {
         loop {
@@ -230,63 +198,61 @@ impl PoolShared {
                 return Some(op);
             }
             // A thread outside the pools that completes ops runs on this CPU: polling would keep it
-            // off the CPU, so park at once, and let it finish its completions before this worker
-            // runs again (see `neighbour`).
+            // off the CPU, so park at once (see `neighbour`).
             let completer_here = super::neighbour::completer_on_this_cpu();
-            super::neighbour::defer_to_completer(completer_here);
-            if !completer_here && self.spinners.fetch_add(1, Ordering::SeqCst) == 0 {
-                // Poll with exponential backoff: quick to notice the next op, yet the queue's cache
-                // line is not pulled away from the pusher on every push.
-                let mut found = None;
-                let (budget, mut spent, mut delay) = (worker_spin_iterations(), 0u32, 1u32);
-                while spent < budget {
-                    if let Some(op) = self.try_pop() {
-                        found = Some(op);
-                        break;
-                    }
-                    if self.stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let cap = MAX_POLL_DELAY.load(Ordering::Relaxed);
-                    if delay >= cap && super::neighbour::completer_on_this_cpu() {
-                        super::neighbour::defer_to_completer(true);
-                        break;
-                    }
-                    if delay >= cap && self.oversubscribed.load(Ordering::Relaxed) {
-                        // Backed off fully, and this pool's workers plus a pusher outnumber the
-                        // cores: let the other runnable threads have this one. A thread that
-                        // yields may stay away for a whole scheduler tick (4 ms), so meanwhile it
-                        // does not count as the pool's spinner: a push wakes a parked worker
-                        // (perhaps on an idle core) instead of leaving its op to this one.
-                        self.spinners.fetch_sub(1, Ordering::SeqCst);
-                        std::thread::yield_now();
-                        if self.spinners.fetch_add(1, Ordering::SeqCst) != 0 {
-                            // another worker took over the polling: park
-                            break;
-                        }
-                    } else {
-                        for _ in 0..delay {
-                            std::hint::spin_loop();
-                        }
-                    }
-                    spent += delay;
-                    delay = (delay * 2).min(cap);
-                }
-                self.spinners.fetch_sub(1, Ordering::SeqCst);
-                if found.is_some() {
-                    return found;
-                }
-            } else if !completer_here {
-                self.spinners.fetch_sub(1, Ordering::SeqCst);
+            super::neighbour::defer_to_completer(completer_here && self.idle.sched_batch);
+            if !completer_here
+                && let Some(op) = self.poll()
+            {
+                return Some(op);
             }
-            let mut guard = self.park_lock.lock();
-            self.sleepers.fetch_add(1, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            if self.queue.is_empty() && !self.stop.load(Ordering::SeqCst) {
-                self.park_cv.wait(&mut guard);
-            }
-            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            self.sleep.park(
+                || !self.queue.is_empty(),
+                || self.stop.load(Ordering::SeqCst),
+            );
         }
+    }
+
+    /// Polls the queue with back-off for the configured time if no other worker of the pool is
+    /// polling. Returns an op if one came.
+    fn poll(&self) -> Option<OprRef> {
+        if !self.sleep.begin_spin() {
+            self.sleep.end_spin();
+            return None;
+        }
+        let mut backoff = self.idle.poll();
+        let found = loop {
+            if let Some(op) = self.try_pop() {
+                break Some(op);
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                break None;
+            }
+            if backoff.at_cap() && super::neighbour::completer_on_this_cpu() {
+                super::neighbour::defer_to_completer(self.idle.sched_batch);
+                break None;
+            }
+            if backoff.at_cap() && self.oversubscribed.load(Ordering::Relaxed) {
+                // Backed off fully, and this pool's workers plus a pusher outnumber the cores:
+                // let the other runnable threads have this one. A thread that yields may stay
+                // away for a whole scheduler tick, so meanwhile it does not count as the pool's
+                // spinner: a push wakes a parked worker (perhaps on an idle core) instead of
+                // leaving its op to this one.
+                self.sleep.end_spin();
+                std::thread::yield_now();
+                if !self.sleep.begin_spin() {
+                    // another worker took over the polling: park
+                    break None;
+                }
+                if !backoff.yielded() {
+                    break None;
+                }
+            } else if !backoff.snooze() {
+                break None;
+            }
+        };
+        self.sleep.end_spin();
+        found
     }
 }
 
@@ -300,7 +266,13 @@ pub(crate) struct WorkerPool {
 
 impl WorkerPool {
     /// Starts `nthreads` workers named `name-N` that call `run` for each op.
-    pub(crate) fn new(name: &str, nthreads: usize, order: QueueOrder, run: fn(OprRef)) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        nthreads: usize,
+        order: QueueOrder,
+        idle: IdleConfig,
+        run: fn(OprRef),
+    ) -> Self {
         let queue = match order {
             QueueOrder::Fifo => TaskQueue::Fifo {
                 ring: Ring::new(RING_CAPACITY),
@@ -317,10 +289,8 @@ impl WorkerPool {
         let shared = Arc::new(PoolShared {
             queue,
             oversubscribed: AtomicBool::new(false),
-            spinners: CachePadded::new(AtomicUsize::new(0)),
-            sleepers: CachePadded::new(AtomicUsize::new(0)),
-            park_lock: Mutex::new(()),
-            park_cv: Condvar::new(),
+            sleep: Sleep::new(),
+            idle,
             stop: AtomicBool::new(false),
         });
         let pool = WorkerPool {
@@ -387,10 +357,7 @@ impl WorkerPool {
     /// Stops the workers after the op each is running and joins them. Queued ops stay queued.
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        {
-            let _guard = self.shared.park_lock.lock();
-            self.shared.park_cv.notify_all();
-        }
+        self.shared.sleep.wake_all();
         let current = std::thread::current().id();
         for t in self.threads.lock().drain(..) {
             if t.thread().id() != current {
@@ -426,11 +393,8 @@ fn worker_main(shared: &PoolShared, run: fn(OprRef)) {
     WORKER.with(|w| w.set(shared as *const PoolShared));
     while let Some(op) = shared.next() {
         // more work queued and nobody looking for it: bring in another worker
-        if !shared.queue.is_empty()
-            && shared.sleepers.load(Ordering::SeqCst) > 0
-            && shared.spinners.load(Ordering::SeqCst) == 0
-        {
-            shared.wake_one();
+        if !shared.queue.is_empty() && shared.sleep.should_wake() {
+            shared.sleep.wake_one();
         }
         run(op);
         let mut direct = 0;
@@ -449,10 +413,5 @@ fn worker_main(shared: &PoolShared, run: fn(OprRef)) {
 
 fn push_shared(s: &PoolShared, op: OprRef, front: bool) {
     s.queue.push(op, front);
-    // pairs with the worker's fence between registering as a sleeper and re-checking
-    fence(Ordering::SeqCst);
-    // `sleepers` first: while no worker is parked that is all a push reads
-    if s.sleepers.load(Ordering::SeqCst) > 0 && s.spinners.load(Ordering::SeqCst) == 0 {
-        s.wake_one();
-    }
+    s.sleep.notify();
 }

@@ -1,16 +1,16 @@
 //! A one-shot event one thread waits on and another sets. The waiter spins briefly before it
-//! parks: waking a parked thread costs tens of microseconds, far more than most engine ops.
+//! parks ([`idle::SIGNAL_SPIN`](super::idle::SIGNAL_SPIN)): waking a parked thread costs tens of
+//! microseconds, far more than most engine ops.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::Thread;
+
+use super::idle::{SIGNAL_SPIN, SIGNAL_YIELD_EVERY};
 
 pub(crate) struct Signal {
     done: AtomicBool,
     waiter: Thread,
 }
-
-/// Spin iterations before parking (each is a `spin_loop` hint; a yield every 1024).
-pub(crate) const SPIN_ITERATIONS: u32 = 4096;
 
 impl Signal {
     /// A signal the calling thread will wait on.
@@ -42,18 +42,22 @@ impl Signal {
     }
 }
 
-/// Spins until `cond` holds or the spin budget is spent; returns whether it holds.
+/// Spins until `cond` holds or [`SIGNAL_SPIN`] is spent, yielding every
+/// [`SIGNAL_YIELD_EVERY`] of spinning; returns whether it holds.
 #[inline]
 pub(crate) fn spin_until(mut cond: impl FnMut() -> bool) -> bool {
-    for i in 0..SPIN_ITERATIONS {
-        if cond() {
-            return true;
+    let mut backoff = SIGNAL_SPIN.backoff();
+    let yield_every = super::idle::backoff::hints_in(SIGNAL_YIELD_EVERY);
+    let mut since_yield = 0u32;
+    while !cond() {
+        if !backoff.snooze() {
+            return cond();
         }
-        if i % 1024 == 1023 {
+        since_yield += super::idle::backoff::hints_in(SIGNAL_SPIN.first);
+        if since_yield >= yield_every {
+            since_yield = 0;
             std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
         }
     }
-    cond()
+    true
 }

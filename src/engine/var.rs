@@ -134,32 +134,23 @@ impl VarInner {
     /// Locks the state. A variable is locked for a few dozen instructions at a time, but a pusher
     /// and a worker busy on the same variable lock it for every op, and when both poll the lock
     /// they pass its cache line back and forth on every step. So on contention the caller backs
-    /// off without touching the lock (exponentially, from about 2 µs), which lets the holder run
-    /// several ops in a row with the line in its cache, and only then waits in parking_lot's
-    /// usual way. Measured: one variable at 1 worker +60% (1.9 -> 3.1 M ops/s), nothing else
-    /// slower; polling instead made it slower.
+    /// off without touching the lock ([`idle::VAR_LOCK_SPIN`](super::idle::VAR_LOCK_SPIN)),
+    /// which lets the holder run several ops in a row with the line in its cache, and only then
+    /// waits in parking_lot's usual way (polling the lock instead keeps pulling the line away;
+    /// see docs/performance.md).
     fn lock(&self) -> parking_lot::MutexGuard<'_, VarState> {
         if let Some(g) = self.state.try_lock() {
             return g;
         }
-        let mut pause = BACKOFF_FIRST;
-        while pause <= BACKOFF_LAST {
-            for _ in 0..pause {
-                std::hint::spin_loop();
-            }
+        let mut backoff = super::idle::VAR_LOCK_SPIN.backoff();
+        while backoff.snooze() {
             if let Some(g) = self.state.try_lock() {
                 return g;
             }
-            pause *= 2;
         }
         self.state.lock()
     }
 }
-
-/// Pause hints of the first back-off of a contended variable lock (~16 ns each on the machine
-/// the figures come from), doubled up to [`BACKOFF_LAST`]: at most ~8000 in all before waiting.
-const BACKOFF_FIRST: u32 = 128;
-const BACKOFF_LAST: u32 = 4096;
 
 /// Ops granted an access by a release (each may wait for others); usually none or one.
 pub(crate) type Ready = SmallVec<[QueuedOp; 4]>;

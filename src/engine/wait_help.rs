@@ -5,15 +5,14 @@
 //! workers, but the kernel does not always hand it over. On a 2-core machine it often puts both
 //! workers of a 2-worker pool on one core while the pushing thread has the other, and a worker
 //! that keeps yielding there counts as cache-hot, so it is not moved: the core the waiter leaves
-//! stays idle for several scheduler ticks (`perf sched` on RandSumExpr: 8 of its 40 ms with one
-//! core idle, both workers sharing the other). So the waiter takes ops from the normal CPU pools'
+//! stays idle for several scheduler ticks (docs/performance.md has the trace). So the waiter takes ops from the normal CPU pools'
 //! queues and runs them, as a worker would, until the queues stay empty for a moment or nothing
 //! is pending; then it sleeps as before. (TBB's `task_group::wait` works the same way; MXNet's
 //! WaitForAll only sleeps.)
 //!
 //! It stops helping when the ops it runs are short: ops of a few hundred nanoseconds gain nothing
 //! from another core, and lose to their variables' cache lines moving between the waiter and the
-//! workers (when it always helped, 64 vars, fan-out, one var and async pushes lost 6–30%).
+//! workers (a waiter that always helps slows every workload of small ops).
 //!
 //! An op run here runs as on a worker: its errors, its profiling and the refusal to wait inside
 //! an op are the same, and pushes from its body are not bulked into the waiting thread's segment.
@@ -32,18 +31,14 @@ const SAMPLE_OPS: u64 = 4;
 /// scheduler tick does not keep it helping with thousands of short ones).
 const SHORT_OP_NS: u64 = 2_000;
 
-/// Polls of empty queues, with pauses doubling up to [`POLL_PAUSE_CAP`], before the waiter gives
-/// up and sleeps (about 20–50 µs in all).
-const IDLE_POLLS: u32 = 64;
-const POLL_PAUSE_CAP: u32 = 128;
-
 /// Runs queued CPU ops on the calling thread while any are pending and helping pays. Returns true
 /// if nothing is pending any more, false if the caller still has to wait (it stopped helping).
 pub(crate) fn help_drain(executor: &dyn Executor, pending: &PendingOps) -> bool {
     let _bulk = super::bulk::suspend();
     let (mut ran, mut short) = (0u64, 0u64);
-    let (mut idle, mut pause) = (0u32, 1u32);
-    while idle < IDLE_POLLS {
+    // polls of empty queues back off for a while before the waiter gives up and sleeps
+    let mut backoff = super::idle::HELP_SPIN.backoff();
+    loop {
         if short >= SAMPLE_OPS && 2 * short > ran {
             return false;
         }
@@ -52,17 +47,14 @@ pub(crate) fn help_drain(executor: &dyn Executor, pending: &PendingOps) -> bool 
             super::threaded::execute(op);
             ran += 1;
             short += u64::from(start.elapsed().as_nanos() < u128::from(SHORT_OP_NS));
-            (idle, pause) = (0, 1);
+            backoff.reset();
             continue;
         }
         if pending.count() == 0 {
             return true;
         }
-        for _ in 0..pause {
-            std::hint::spin_loop();
+        if !backoff.snooze() {
+            return false;
         }
-        pause = (pause * 2).min(POLL_PAUSE_CAP);
-        idle += 1;
     }
-    false
 }

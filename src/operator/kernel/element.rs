@@ -264,7 +264,7 @@ mod tests {
         assert_eq!(Bool::from_f64(0.5), Bool(1));
         assert_eq!(Bool(7).to_f64(), 1.0);
         assert_eq!(<f16 as Element>::from_f32(1.5).to_f32(), 1.5);
-        assert!(<f32 as Element>::FLOAT && !<i8 as Element>::FLOAT);
+        const { assert!(<f32 as Element>::FLOAT && !<i8 as Element>::FLOAT) };
     }
 
     #[test]
