@@ -57,7 +57,7 @@ check-header: lib
 mxnet-venv:
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/setup-mxnet.sh >/dev/null
 
-rust-test: mxnet-venv
+rust-test: mxnet-venv lib
 	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --release
 	$(CARGO) test --release --no-default-features --test format_mutation
 

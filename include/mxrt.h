@@ -43,6 +43,8 @@
 
 /** MXNet's feature entry; defined by mxnet/c_api.h, read it through MXRTLibFeature here. */
 typedef struct LibFeature LibFeature;
+/** MXNet's custom-operator callback list; defined by mxnet/c_api.h, opaque here. */
+typedef struct MXCallbackList MXCallbackList;
 
 /**
  * FnProperty (`mxnet::FnProperty`): how the engine schedules an op (`MXEnginePush*` take a pointer
@@ -323,6 +325,42 @@ typedef void (*KVStoreServerControllerFn)(int head, const char *body, void *cont
  * Dimension type of shapes, MXNet's `dim_t`.
  */
 typedef int64_t dim_t;
+
+/**
+ * An op (`nnvm::Op*` in MXNet): from `NNGetOpHandle`, used by `MXSymbolGetAtomicSymbolInfo` and
+ * `MXImperativeInvoke`.
+ */
+typedef void *OpHandle;
+
+/**
+ * MXNet's name for an op handle in the symbol and imperative functions.
+ */
+typedef void *AtomicSymbolCreator;
+
+/**
+ * A legacy NDArray function (`MXListFunctions`; mxrt lists none).
+ */
+typedef const void *FunctionHandle;
+
+/**
+ * A global function of MXNet's FFI (`MXNetFuncGetGlobal`; mxrt has none).
+ */
+typedef void *MXNetFunctionHandle;
+
+/**
+ * A data iterator's creator (from `MXListDataIters`).
+ */
+typedef void *DataIterCreator;
+
+/**
+ * A data iterator (`MXDataIterCreateIter`; mxrt creates none yet).
+ */
+typedef void *DataIterHandle;
+
+/**
+ * A custom operator's property creator (`MXCustomOpRegister`), as MXNet declares it.
+ */
+typedef int (*CustomOpPropCreator)(const char*, int, const char**, const char**, MXCallbackList*);
 
 /**
  * A profiler object (domain, task, frame, event or counter).
@@ -1207,6 +1245,113 @@ int MXNDArrayCreateFromSharedMemEx(int shared_pid,
  * into a new cpu_shared block, named by `(pid, id)`, which lives until the receiver drops it.
  */
 int MXNDArrayGetSharedMemHandle(NDArrayHandle handle, int *shared_pid, int *shared_id);
+
+/**
+ * Lists every operator name MXNet 1.9.1 has (aliases included), 1,167 names, in a table that
+ * stays valid for the life of the process.
+ */
+int MXListAllOpNames(uint32_t *out_size, const char ***out_array);
+
+/**
+ * Writes the handle of the operator `op_name` (an alias gives its op's handle). Handles stay
+ * valid for the life of the process. An unknown name is an error.
+ */
+int NNGetOpHandle(const char *op_name, OpHandle *op_out);
+
+/**
+ * Describes an operator: its name, description, arguments (names, type strings and
+ * descriptions as MXNet writes them), the argument that counts variable inputs (or "") and its
+ * return type (always NULL, as in MXNet). Strings stay valid for the life of the process; NULL
+ * out-parameters are skipped.
+ */
+int MXSymbolGetAtomicSymbolInfo(AtomicSymbolCreator creator,
+                                const char **name,
+                                const char **description,
+                                uint32_t *num_args,
+                                const char ***arg_names,
+                                const char ***arg_type_infos,
+                                const char ***arg_descriptions,
+                                const char **key_var_num_args,
+                                const char **return_type);
+
+/**
+ * Lists MXNet's legacy NDArray functions: mxrt has none (the package uses operators instead).
+ */
+int MXListFunctions(uint32_t *out_size, FunctionHandle **out_array);
+
+/**
+ * Lists the global functions of MXNet's FFI (which back `mx.np`): mxrt has none yet, so the
+ * package imports without `mx.np` functions.
+ */
+int MXNetFuncListGlobalNames(int *out_size, const char ***out_array);
+
+/**
+ * Looks up a global function of MXNet's FFI by name: an error, since mxrt lists none.
+ */
+int MXNetFuncGetGlobal(const char *name, MXNetFunctionHandle *out);
+
+/**
+ * Lists the data iterators MXNet 1.9.1 has (CSVIter, MNISTIter, ImageRecordIter, ...); the
+ * handles stay valid for the life of the process.
+ */
+int MXListDataIters(uint32_t *out_size, DataIterCreator **out_array);
+
+/**
+ * Describes a data iterator: name, description and arguments, as MXNet reports them. NULL
+ * out-parameters are skipped.
+ */
+int MXDataIterGetIterInfo(DataIterCreator creator,
+                          const char **name,
+                          const char **description,
+                          uint32_t *num_args,
+                          const char ***arg_names,
+                          const char ***arg_type_infos,
+                          const char ***arg_descriptions);
+
+/**
+ * Creates a data iterator: not built yet in mxrt, so an error naming the iterator.
+ */
+int MXDataIterCreateIter(DataIterCreator handle,
+                         uint32_t num_param,
+                         const char **keys,
+                         const char **vals,
+                         DataIterHandle *out);
+
+/**
+ * Registers a custom operator's property creator under `op_type` (MXNet 1.9.1). The
+ * registration is kept; running a custom operator (`Custom`) is not implemented yet and fails
+ * when invoked.
+ */
+int MXCustomOpRegister(const char *op_type, CustomOpPropCreator creator);
+
+/**
+ * Runs an operator on NDArrays (MXNet 1.9.1); see [`MXImperativeInvokeEx`].
+ */
+int MXImperativeInvoke(AtomicSymbolCreator creator,
+                       int num_inputs,
+                       NDArrayHandle *inputs,
+                       int *num_outputs,
+                       NDArrayHandle **outputs,
+                       int num_params,
+                       const char **param_keys,
+                       const char **param_vals);
+
+/**
+ * Runs an operator on NDArrays (MXNet 1.9.1): `inputs` are its array inputs, `param_keys` and
+ * `param_vals` its parameters as strings in MXNet's syntax. With `*num_outputs == 0` the library
+ * allocates the outputs; otherwise the op writes into `(*outputs)[..*num_outputs]`.
+ * `*out_stypes` receives the outputs' storage types. An operator MXNet lists that mxrt does not
+ * implement is an error naming it.
+ */
+int MXImperativeInvokeEx(AtomicSymbolCreator creator,
+                         int num_inputs,
+                         NDArrayHandle *inputs,
+                         int *num_outputs,
+                         NDArrayHandle **outputs,
+                         int num_params,
+                         const char **param_keys,
+                         const char **param_vals,
+                         const int **out_stypes);
 
 /**
  * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].

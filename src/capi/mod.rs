@@ -22,6 +22,7 @@ pub mod kvstore;
 pub mod ndarray;
 pub mod ndarray_io;
 pub mod ndarray_shared;
+pub mod operator;
 pub mod profiler;
 pub mod resource;
 pub mod storage;

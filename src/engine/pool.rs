@@ -201,9 +201,7 @@ impl PoolShared {
             // off the CPU, so park at once (see `neighbour`).
             let completer_here = super::neighbour::completer_on_this_cpu();
             super::neighbour::defer_to_completer(completer_here && self.idle.sched_batch);
-            if !completer_here
-                && let Some(op) = self.poll()
-            {
+            if !completer_here && let Some(op) = self.poll() {
                 return Some(op);
             }
             self.sleep.park(

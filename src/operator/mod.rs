@@ -1,6 +1,8 @@
 //! Operators: what MXNet calls `nnvm::Op`s, run imperatively on NDArrays.
 //!
+//! - [`registry`]: the table of MXNet's operators and their arguments.
 //! - [`kernel`]: dense CPU kernels over contiguous row-major buffers (plain Rust: no engine, no
 //!   NDArray, no C).
 
 pub mod kernel;
+pub mod registry;
