@@ -2,12 +2,14 @@
 //!
 //! Every object handed to C is an `Arc<T>` kept in a slot of one table for all handle kinds. The
 //! handle C receives is not the object's address but the slot's index and the slot's generation,
-//! `(generation << 32) | (index + 1)`: never NULL, and never equal to the handle of an object that
-//! lived in the slot before, because freeing a handle bumps its slot's generation. So a freed
-//! handle stays invalid when its memory, or its slot, is reused: a double free, a stale handle, a
-//! handle of another kind or a garbage value is an error naming the argument, and can never reach
-//! a live object. A generation is 32 bits per slot; freed slots are reused oldest first, so a
-//! stale handle could only match again after 2^32 reuses of its one slot.
+//! `TAG | (generation << 32) | (index + 1)`: never NULL, and never equal to the handle of an object
+//! that lived in the slot before, because freeing a handle bumps its slot's generation. `TAG` is
+//! the top bit, which no user-space address has: small integers, addresses and other common
+//! garbage never decode to a handle. So a freed handle stays invalid when its memory, or its
+//! slot, is reused: a double free, a stale handle, a handle of another kind or a garbage value is
+//! an error naming the argument, and can never reach a live object. A generation is 31 bits per
+//! slot; freed slots are reused oldest first, so a stale handle could only match again after 2^31
+//! reuses of its one slot.
 //!
 //! The table is split into [`SHARDS`] shards by index, each behind a read-write lock: a lookup
 //! read-locks one shard, checks the slot's generation and kind, and clones the `Arc` while a
@@ -90,7 +92,7 @@ static TABLE: [ShardLock; SHARDS] = [const {
 }; SHARDS];
 
 /// A handle's parts: its shard, its position in the shard and its generation. `None` for values
-/// no handle can have (NULL, an index beyond 32 bits).
+/// no handle can have (without the tag, or index 0).
 #[derive(Clone, Copy)]
 struct Decoded {
     shard: usize,
@@ -98,19 +100,27 @@ struct Decoded {
     generation: u32,
 }
 
+/// The bit every handle has (see the module docs).
+const TAG: usize = 1 << 63;
+/// Generations use the 31 bits between the tag and the index.
+const GENERATION_MASK: u32 = 0x7fff_ffff;
+
 fn decode(handle: usize) -> Option<Decoded> {
+    if handle & TAG == 0 {
+        return None;
+    }
     let index = (handle & 0xffff_ffff).checked_sub(1)?;
     Some(Decoded {
         shard: index % SHARDS,
         position: index / SHARDS,
-        generation: (handle >> 32) as u32,
+        generation: (handle >> 32) as u32 & GENERATION_MASK,
     })
 }
 
 fn encode(shard: usize, position: usize, generation: u32) -> usize {
     let index = position * SHARDS + shard;
     assert!(index < 0xffff_ffff, "more than 2^32 - 1 live handles");
-    ((generation as usize) << 32) | (index + 1)
+    TAG | ((generation & GENERATION_MASK) as usize) << 32 | (index + 1)
 }
 
 fn shard_index(handle: usize) -> usize {
@@ -216,7 +226,7 @@ pub(crate) fn take<T: Handle>(ptr: *mut c_void, arg: &str) -> Result<Arc<T>> {
     let d = decode(handle).expect("a live handle decodes");
     let slot = &mut shard.slots[d.position];
     slot.live = None;
-    slot.generation = slot.generation.wrapping_add(1);
+    slot.generation = slot.generation.wrapping_add(1) & GENERATION_MASK;
     shard.free.push_back(d.position as u32);
     // SAFETY: the slot held `object` with kind T::KIND (from `Arc::<T>::into_raw`); emptying the
     // slot transfers the table's reference to us exactly once.
@@ -391,6 +401,23 @@ mod tests {
         assert!(e.message().contains("not a live NDArray handle"), "{e}");
         let garbage = 0xdead_beef_usize as *mut c_void;
         assert!(borrow::<A>(garbage, "g").is_err());
+    }
+
+    #[test]
+    fn small_integers_and_addresses_are_never_handles() {
+        let n = if cfg!(miri) { 100 } else { 1000 };
+        let live: Vec<_> = (0..n).map(|i| into_handle(Arc::new(A(i)))).collect();
+        let local = 0u8;
+        let addresses = [&local as *const u8 as usize, live.as_ptr() as usize];
+        for garbage in (1..=4 * n as usize).chain(addresses) {
+            assert!(
+                borrow::<A>(garbage as *const c_void, "h").is_err(),
+                "{garbage:#x} passed as a handle"
+            );
+        }
+        for h in live {
+            take::<A>(h, "h").unwrap();
+        }
     }
 
     #[test]
