@@ -131,7 +131,7 @@ def main(path):
                                               ("; ".join(failed) or "all ok").replace("|", "/")))
 
     print()
-    print("In parentheses: how many times better mxrt is. mxrt, MXNet and StarPU run N workers beside")
+    print("In parentheses: how many times better mxrt is. mxrt, MXNet and StarPU use N workers beside")
     print("the pushing thread; OpenMP runs a team of N threads that includes the pushing thread (N = 1:")
     print("every op runs on it).")
     print()
