@@ -42,20 +42,27 @@ impl Signal {
     }
 }
 
+const _: () = assert!(
+    SIGNAL_SPIN.first.as_nanos() == SIGNAL_SPIN.cap.as_nanos(),
+    "spin_until counts SIGNAL_SPIN's steps as equal"
+);
+
 /// Spins until `cond` holds or [`SIGNAL_SPIN`] is spent, yielding every
 /// [`SIGNAL_YIELD_EVERY`] of spinning; returns whether it holds.
 #[inline]
 pub(crate) fn spin_until(mut cond: impl FnMut() -> bool) -> bool {
+    use super::idle::backoff::hints_in;
     let mut backoff = SIGNAL_SPIN.backoff();
-    let yield_every = super::idle::backoff::hints_in(SIGNAL_YIELD_EVERY);
-    let mut since_yield = 0u32;
+    // SIGNAL_SPIN's steps all last `first`: count them instead of converting each to hints
+    let steps_per_yield = (hints_in(SIGNAL_YIELD_EVERY) / hints_in(SIGNAL_SPIN.first)).max(1);
+    let mut steps = 0u32;
     while !cond() {
         if !backoff.snooze() {
             return cond();
         }
-        since_yield += super::idle::backoff::hints_in(SIGNAL_SPIN.first);
-        if since_yield >= yield_every {
-            since_yield = 0;
+        steps += 1;
+        if steps == steps_per_yield {
+            steps = 0;
             std::thread::yield_now();
         }
     }
