@@ -29,7 +29,7 @@ MXNET_VENV ?= .venv-mxnet
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: miri loom profile-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: miri loom profile-demo python-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -46,7 +46,12 @@ examples: lib $(EXAMPLES)
 run-examples: examples
 	@set -e; cd $(BUILD); for e in $(EXAMPLES:$(BUILD)/%=%); do echo "==> $$e"; ./$$e; echo; done
 
-run: run-examples
+# MXNet's unmodified Python package on libmxrt (examples/python_demo.py, in the reference venv)
+python-demo: lib mxnet-venv
+	@echo "==> examples/python_demo.py (MXNet's Python package on libmxrt)"
+	@MXNET_LIBRARY_PATH=$(abspath $(TARGET))/libmxrt.so $(MXNET_VENV)/bin/python examples/python_demo.py
+
+run: run-examples python-demo
 
 check-header: lib
 	@git diff --exit-code --stat -- include/mxrt.h || \

@@ -294,6 +294,11 @@ typedef const void *ContextHandle;
 typedef void (*EngineSyncFunc)(void*, void*);
 
 /**
+ * MXNet's name for an op handle in the symbol and imperative functions.
+ */
+typedef void *AtomicSymbolCreator;
+
+/**
  * A KVStore.
  */
 typedef void *KVStoreHandle;
@@ -331,11 +336,6 @@ typedef int64_t dim_t;
  * `MXImperativeInvoke`.
  */
 typedef void *OpHandle;
-
-/**
- * MXNet's name for an op handle in the symbol and imperative functions.
- */
-typedef void *AtomicSymbolCreator;
 
 /**
  * A legacy NDArray function (`MXListFunctions`; mxrt lists none).
@@ -704,6 +704,38 @@ int MXSetIsNumpyShape(int is_np_shape, int *prev);
  * The calling thread's numpy-shape state: 2 on globally, 1 on for this thread, 0 off.
  */
 int MXIsNumpyShape(int *curr);
+
+/**
+ * Runs an operator on NDArrays (MXNet 1.9.1); see [`MXImperativeInvokeEx`].
+ */
+int MXImperativeInvoke(AtomicSymbolCreator creator,
+                       int num_inputs,
+                       NDArrayHandle *inputs,
+                       int *num_outputs,
+                       NDArrayHandle **outputs,
+                       int num_params,
+                       const char **param_keys,
+                       const char **param_vals);
+
+/**
+ * Runs an operator on NDArrays (MXNet 1.9.1): `inputs` are its array inputs, `param_keys` and
+ * `param_vals` its parameters as strings in MXNet's syntax (`(2, 3)`, `None`, `True`,
+ * `float16`, `cpu(0)`). With `*num_outputs == 0` the library allocates the outputs and sets
+ * `*outputs` to an array of new handles (valid until this thread's next invoke; the caller frees
+ * each array); otherwise the op writes into `(*outputs)[..*num_outputs]`. `*out_stypes`
+ * receives the outputs' storage types (0, dense). Shapes and dtypes are checked before the call
+ * returns; the computation runs in the engine. An operator MXNet lists that mxrt does not
+ * implement is an error naming it.
+ */
+int MXImperativeInvokeEx(AtomicSymbolCreator creator,
+                         int num_inputs,
+                         NDArrayHandle *inputs,
+                         int *num_outputs,
+                         NDArrayHandle **outputs,
+                         int num_params,
+                         const char **param_keys,
+                         const char **param_vals,
+                         const int **out_stypes);
 
 /**
  * Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",
@@ -1323,35 +1355,6 @@ int MXDataIterCreateIter(DataIterCreator handle,
  * when invoked.
  */
 int MXCustomOpRegister(const char *op_type, CustomOpPropCreator creator);
-
-/**
- * Runs an operator on NDArrays (MXNet 1.9.1); see [`MXImperativeInvokeEx`].
- */
-int MXImperativeInvoke(AtomicSymbolCreator creator,
-                       int num_inputs,
-                       NDArrayHandle *inputs,
-                       int *num_outputs,
-                       NDArrayHandle **outputs,
-                       int num_params,
-                       const char **param_keys,
-                       const char **param_vals);
-
-/**
- * Runs an operator on NDArrays (MXNet 1.9.1): `inputs` are its array inputs, `param_keys` and
- * `param_vals` its parameters as strings in MXNet's syntax. With `*num_outputs == 0` the library
- * allocates the outputs; otherwise the op writes into `(*outputs)[..*num_outputs]`.
- * `*out_stypes` receives the outputs' storage types. An operator MXNet lists that mxrt does not
- * implement is an error naming it.
- */
-int MXImperativeInvokeEx(AtomicSymbolCreator creator,
-                         int num_inputs,
-                         NDArrayHandle *inputs,
-                         int *num_outputs,
-                         NDArrayHandle **outputs,
-                         int num_params,
-                         const char **param_keys,
-                         const char **param_vals,
-                         const int **out_stypes);
 
 /**
  * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].

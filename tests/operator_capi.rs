@@ -1,6 +1,8 @@
 //! The operator registry's C functions: what they list, and misuse refused with a message.
 
 use mxrt::capi::error::MXGetLastError;
+use mxrt::capi::imperative::*;
+use mxrt::capi::ndarray::*;
 use mxrt::capi::operator::*;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::ptr::{null, null_mut};
@@ -172,12 +174,12 @@ fn misuse_is_refused_with_a_message() {
             )
         };
         assert_eq!(
-            invoke(op("_zeros"), 0, 0, &mut n_out, &mut outs, &mut stypes),
+            invoke(op("Convolution"), 0, 0, &mut n_out, &mut outs, &mut stypes),
             -1
         );
         assert_eq!(
             last_error(),
-            "MXImperativeInvokeEx: operator _zeros is not implemented by mxrt"
+            "MXImperativeInvokeEx: operator Convolution is not implemented by mxrt"
         );
         assert_eq!(
             invoke(op("_zeros"), -1, 0, &mut n_out, &mut outs, &mut stypes),
@@ -209,5 +211,192 @@ fn misuse_is_refused_with_a_message() {
         );
         assert_eq!(MXCustomOpRegister(name.as_ptr(), None), -1);
         assert!(last_error().contains("creator is NULL"), "{}", last_error());
+    }
+}
+
+/// A new float32 array holding `values`.
+fn array(shape: &[u32], values: &[f32]) -> *mut c_void {
+    let mut h = null_mut();
+    // SAFETY: valid shape and out-parameter; the copy reads `values.len()` floats.
+    unsafe {
+        assert_eq!(
+            MXNDArrayCreateEx(shape.as_ptr(), shape.len() as u32, 1, 0, 0, 0, &mut h),
+            0,
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            MXNDArraySyncCopyFromCPU(h, values.as_ptr().cast(), values.len()),
+            0,
+            "{}",
+            last_error()
+        );
+    }
+    h
+}
+
+fn read(h: *mut c_void, n: usize) -> Vec<f32> {
+    let mut v = vec![0f32; n];
+    // SAFETY: `h` is a live float32 array of `n` elements.
+    assert_eq!(
+        unsafe { MXNDArraySyncCopyToCPU(h, v.as_mut_ptr().cast(), n) },
+        0,
+        "{}",
+        last_error()
+    );
+    v
+}
+
+#[test]
+fn invoke_runs_operators_into_new_or_given_outputs_and_refuses_misuse() {
+    let x = array(&[2, 2], &[1.0, -2.0, 3.0, -4.0]);
+    let y = array(&[2], &[10.0, 20.0]);
+    let key = |s: &str| CString::new(s).unwrap();
+    // SAFETY: every pointer is valid for the call; returned handle arrays hold `n_out` handles.
+    unsafe {
+        // library-allocated output, parameters as strings
+        let (k, v) = (key("scalar"), key("0.5"));
+        let (mut keys, mut vals) = ([k.as_ptr()], [v.as_ptr()]);
+        let mut inputs = [x];
+        let (mut n_out, mut outs, mut stypes) = (0, null_mut(), null());
+        let rc = MXImperativeInvokeEx(
+            op("_plus_scalar"),
+            1,
+            inputs.as_mut_ptr(),
+            &mut n_out,
+            &mut outs,
+            1,
+            keys.as_mut_ptr(),
+            vals.as_mut_ptr(),
+            &mut stypes,
+        );
+        assert_eq!(rc, 0, "{}", last_error());
+        assert_eq!(n_out, 1);
+        assert_eq!(*stypes, 0, "dense storage");
+        let z = *outs;
+        assert_eq!(read(z, 4), [1.5, -1.5, 3.5, -3.5]);
+
+        // broadcasting into a given output (the first input itself: x += y)
+        let mut bin = [x, y];
+        let mut given = [x];
+        let mut given_ptr = given.as_mut_ptr();
+        let mut n_given = 1;
+        let rc = MXImperativeInvoke(
+            op("broadcast_add"),
+            2,
+            bin.as_mut_ptr(),
+            &mut n_given,
+            &mut given_ptr,
+            0,
+            null_mut(),
+            null_mut(),
+        );
+        assert_eq!(rc, 0, "{}", last_error());
+        assert_eq!(read(x, 4), [11.0, 18.0, 13.0, 16.0]);
+
+        // misuse: unknown and malformed parameters, wrong outputs, freed handles
+        let (bk, bv) = (key("scalr"), key("1"));
+        let (mut keys, mut vals) = ([bk.as_ptr()], [bv.as_ptr()]);
+        n_out = 0;
+        assert_eq!(
+            MXImperativeInvokeEx(
+                op("_plus_scalar"),
+                1,
+                inputs.as_mut_ptr(),
+                &mut n_out,
+                &mut outs,
+                1,
+                keys.as_mut_ptr(),
+                vals.as_mut_ptr(),
+                &mut stypes
+            ),
+            -1
+        );
+        assert!(
+            last_error().contains("operator _plus_scalar: unknown parameter 'scalr'"),
+            "{}",
+            last_error()
+        );
+        let (sk, sv) = (key("scalar"), key("one"));
+        let (mut keys, mut vals) = ([sk.as_ptr()], [sv.as_ptr()]);
+        assert_eq!(
+            MXImperativeInvokeEx(
+                op("_plus_scalar"),
+                1,
+                inputs.as_mut_ptr(),
+                &mut n_out,
+                &mut outs,
+                1,
+                keys.as_mut_ptr(),
+                vals.as_mut_ptr(),
+                &mut stypes
+            ),
+            -1
+        );
+        assert!(
+            last_error().contains("parameter 'scalar' must be a number, got 'one'"),
+            "{}",
+            last_error()
+        );
+        let mut wrong = [y];
+        let mut wrong_ptr = wrong.as_mut_ptr();
+        n_given = 1;
+        assert_eq!(
+            MXImperativeInvoke(
+                op("negative"),
+                1,
+                inputs.as_mut_ptr(),
+                &mut n_given,
+                &mut wrong_ptr,
+                0,
+                null_mut(),
+                null_mut()
+            ),
+            -1
+        );
+        assert!(
+            last_error().contains("output 0 has shape [2], the result has shape [2, 2]"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            MXImperativeInvoke(
+                op("broadcast_add"),
+                1,
+                inputs.as_mut_ptr(),
+                &mut n_out,
+                &mut outs,
+                0,
+                null_mut(),
+                null_mut()
+            ),
+            -1
+        );
+        assert!(
+            last_error().contains("operator broadcast_add takes 2 input(s), 1 given"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(MXNDArrayFree(z), 0);
+        let mut freed = [z];
+        n_out = 0;
+        assert_eq!(
+            MXImperativeInvoke(
+                op("negative"),
+                1,
+                freed.as_mut_ptr(),
+                &mut n_out,
+                &mut outs,
+                0,
+                null_mut(),
+                null_mut()
+            ),
+            -1
+        );
+        assert!(last_error().contains("inputs[0]"), "{}", last_error());
+        // the data held before the failures is intact
+        assert_eq!(read(x, 4), [11.0, 18.0, 13.0, 16.0]);
+        assert_eq!(MXNDArrayFree(x), 0);
+        assert_eq!(MXNDArrayFree(y), 0);
     }
 }

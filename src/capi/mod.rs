@@ -18,6 +18,7 @@ pub mod engine_push;
 pub mod error;
 pub mod global;
 pub(crate) mod handle;
+pub mod imperative;
 pub mod kvstore;
 pub mod ndarray;
 pub mod ndarray_io;

@@ -1,6 +1,6 @@
 //! The operator registry's C functions (MXNet 1.9.1): listing op names, op handles and their
 //! argument information, the data-iterator list, the global-function list of MXNet's FFI, custom
-//! op registration, and imperative invoke.
+//! op registration. Imperative invoke is in `imperative.rs`.
 //!
 //! Op and data-iterator handles point into a table built once (`CTable`) and never freed, so they
 //! stay valid for the life of the process, as MXNet's do; the package writes them into generated
@@ -8,7 +8,6 @@
 
 use super::args;
 use super::error::api_call;
-use super::types::NDArrayHandle;
 use crate::error::{Error, Result};
 use crate::operator::registry::{ArgInfo, OpId, Registry};
 use parking_lot::Mutex;
@@ -458,105 +457,6 @@ pub unsafe extern "C" fn MXCustomOpRegister(
         ops.push((name.to_owned(), creator as usize));
         Ok(())
     })
-}
-
-/// Runs an operator on NDArrays (MXNet 1.9.1); see [`MXImperativeInvokeEx`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXImperativeInvoke(
-    creator: AtomicSymbolCreator,
-    num_inputs: c_int,
-    inputs: *mut NDArrayHandle,
-    num_outputs: *mut c_int,
-    outputs: *mut *mut NDArrayHandle,
-    num_params: c_int,
-    param_keys: *mut *const c_char,
-    param_vals: *mut *const c_char,
-) -> c_int {
-    api_call("MXImperativeInvoke", || {
-        // SAFETY: forwarded API contract.
-        unsafe {
-            invoke(
-                creator,
-                num_inputs,
-                inputs,
-                num_outputs,
-                outputs,
-                num_params,
-                param_keys,
-                param_vals,
-            )
-        }
-    })
-}
-
-/// Runs an operator on NDArrays (MXNet 1.9.1): `inputs` are its array inputs, `param_keys` and
-/// `param_vals` its parameters as strings in MXNet's syntax. With `*num_outputs == 0` the library
-/// allocates the outputs; otherwise the op writes into `(*outputs)[..*num_outputs]`.
-/// `*out_stypes` receives the outputs' storage types. An operator MXNet lists that mxrt does not
-/// implement is an error naming it.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXImperativeInvokeEx(
-    creator: AtomicSymbolCreator,
-    num_inputs: c_int,
-    inputs: *mut NDArrayHandle,
-    num_outputs: *mut c_int,
-    outputs: *mut *mut NDArrayHandle,
-    num_params: c_int,
-    param_keys: *mut *const c_char,
-    param_vals: *mut *const c_char,
-    out_stypes: *mut *const c_int,
-) -> c_int {
-    api_call("MXImperativeInvokeEx", || {
-        // SAFETY: API contract: out-parameter.
-        unsafe { args::out(out_stypes, "out_stypes")? };
-        // SAFETY: forwarded API contract.
-        unsafe {
-            invoke(
-                creator,
-                num_inputs,
-                inputs,
-                num_outputs,
-                outputs,
-                num_params,
-                param_keys,
-                param_vals,
-            )
-        }
-    })
-}
-
-/// The shared body of the invoke functions: checks the arguments, then runs the op.
-#[allow(clippy::too_many_arguments)] // MXNet's parameter list
-unsafe fn invoke(
-    creator: AtomicSymbolCreator,
-    num_inputs: c_int,
-    inputs: *mut NDArrayHandle,
-    num_outputs: *mut c_int,
-    outputs: *mut *mut NDArrayHandle,
-    num_params: c_int,
-    param_keys: *mut *const c_char,
-    param_vals: *mut *const c_char,
-) -> Result<()> {
-    let id = op_arg(creator, "creator")?;
-    let n_in = args::count(i64::from(num_inputs), "num_inputs")?;
-    let n_params = args::count(i64::from(num_params), "num_params")?;
-    // SAFETY: API contract for the arrays and out-parameters.
-    unsafe {
-        args::slice(inputs.cast_const(), n_in, "inputs")?;
-        args::out(num_outputs, "num_outputs")?;
-        args::out(outputs, "outputs")?;
-        let keys = args::slice(param_keys.cast_const(), n_params, "param_keys")?;
-        let vals = args::slice(param_vals.cast_const(), n_params, "param_vals")?;
-        for (i, (&k, &v)) in keys.iter().zip(vals).enumerate() {
-            args::c_str(k, &format!("param_keys[{i}]"))?;
-            args::c_str(v, &format!("param_vals[{i}]"))?;
-        }
-    }
-    let op = Registry::global().op(id);
-    Err(Error::not_supported(format!(
-        "operator {} is not implemented by mxrt",
-        op.name
-    )))
 }
 
 #[cfg(test)]

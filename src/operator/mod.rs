@@ -1,10 +1,19 @@
 //! Operators: what MXNet calls `nnvm::Op`s, run imperatively on NDArrays.
 //!
-//! - [`registry`]: the table of MXNet's operators and their arguments.
+//! - [`registry`]: the table of MXNet's operators and their arguments (data).
+//! - [`table`]: the operators mxrt implements, by name; [`ops`]: their definitions by family.
+//! - [`op`]: what an operator is (planning: parameters, shape and dtype inference; a kernel).
+//! - [`imperative`]: running one on NDArrays as an engine op.
 //! - [`param`]: operator parameters in the string syntax front ends send.
-//! - [`kernel`]: dense CPU kernels over contiguous row-major buffers (plain Rust: no engine, no
-//!   NDArray, no C).
+//! - [`tensor`]: the arrays as a kernel sees them; [`kernel`]: dense CPU kernels (plain Rust: no
+//!   engine, no NDArray, no C); [`parallel`]: the intra-op thread pool.
 
+pub mod imperative;
 pub mod kernel;
+pub mod op;
+pub mod ops;
+pub mod parallel;
 pub mod param;
 pub mod registry;
+pub mod table;
+pub mod tensor;

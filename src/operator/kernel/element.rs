@@ -21,8 +21,9 @@ pub trait Element: Copy + Send + Sync + PartialOrd + Default + std::fmt::Debug +
     /// True for f16, bf16, f32 and f64.
     const FLOAT: bool;
     fn to_f64(self) -> f64;
-    /// Converts as a C cast would: floats to integers truncate toward zero and saturate, NaN
-    /// becomes 0; to `Bool`, non-zero is true.
+    /// Converts as MXNet's casts do on x86-64: floats to integers truncate toward zero into a
+    /// 64-bit integer whose low bits are kept (`-2.0` as uint8 is 254), NaN becomes 0; to `Bool`,
+    /// non-zero is true.
     fn from_f64(v: f64) -> Self;
     fn to_f32(self) -> f32;
     fn from_f32(v: f32) -> Self;
@@ -34,6 +35,17 @@ pub trait Element: Copy + Send + Sync + PartialOrd + Default + std::fmt::Debug +
     }
 }
 
+/// A float truncated to a 64-bit integer (saturating at its range, NaN 0); narrower integer
+/// types keep its low bits, as a C cast through `cvttsd2si` does.
+#[inline(always)]
+fn wrap_int(v: f64) -> i64 {
+    if v >= 9.223_372_036_854_775_807e18 {
+        v as u64 as i64
+    } else {
+        v as i64
+    }
+}
+
 macro_rules! int_element {
     ($($t:ty => $d:ident),* $(,)?) => {$(
         impl Element for $t {
@@ -42,7 +54,7 @@ macro_rules! int_element {
             #[inline(always)]
             fn to_f64(self) -> f64 { self as f64 }
             #[inline(always)]
-            fn from_f64(v: f64) -> Self { v as $t }
+            fn from_f64(v: f64) -> Self { wrap_int(v) as $t }
             #[inline(always)]
             fn to_f32(self) -> f32 { self as f32 }
             #[inline(always)]
@@ -259,7 +271,8 @@ mod tests {
     #[test]
     fn conversions_follow_c_casts() {
         assert_eq!(<i32 as Element>::from_f64(-2.7), -2);
-        assert_eq!(<u8 as Element>::from_f64(300.0), 255);
+        assert_eq!(<u8 as Element>::from_f64(300.0), 44);
+        assert_eq!(<u8 as Element>::from_f64(-2.0), 254);
         assert_eq!(<i64 as Element>::from_f64(f64::NAN), 0);
         assert_eq!(Bool::from_f64(0.5), Bool(1));
         assert_eq!(Bool(7).to_f64(), 1.0);

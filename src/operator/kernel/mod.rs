@@ -1,8 +1,18 @@
 //! Dense CPU kernels over contiguous row-major buffers.
 //!
-//! A kernel takes typed slices and shapes and writes its output slice; it knows nothing of the
-//! engine, NDArrays or the C API, so it is tested against a serial reference on plain vectors.
+//! A kernel takes typed slices (or raw pointers, where an output may alias an input) and shapes
+//! and writes its output; it knows nothing of the engine, NDArrays or the C API, so it is tested
+//! against a serial reference on plain vectors.
+//!
+//! - [`element`]: the element types and dtype dispatch; [`real`]: the float types math runs in.
+//! - [`map`]: elementwise maps; [`strided`]: broadcasting, gathers and reductions by strides.
+//! - [`gemm`]: matrix products.
 
 pub mod element;
+pub mod gemm;
+pub mod map;
+pub mod real;
+pub mod strided;
 
 pub use element::{Bool, Element};
+pub use real::Real;

@@ -1,0 +1,246 @@
+//! Matrix products for `dot`, `batch_dot` and `FullyConnected`.
+//!
+//! Floats go to the `gemm` crate (runtime SIMD dispatch, packed micro-kernels, threads from the
+//! intra-op pool; its f16 path computes like MXNet's CPU half-precision GEMM, in f32 inside);
+//! MXNet links OpenBLAS or oneDNN for the same job. Integer types, which BLAS does not cover
+//! either, use a plain loop accumulating in f64.
+
+use super::element::Element;
+use super::map::Ptr;
+use crate::operator::parallel;
+use half::f16;
+
+/// Below this many multiply-adds a product runs on the calling thread.
+const PARALLEL_FLOPS: usize = 1 << 18;
+
+/// A row-major matrix operand: its data and whether it is stored transposed.
+#[derive(Clone, Copy)]
+pub struct Operand<'a, T> {
+    pub data: &'a [T],
+    pub transposed: bool,
+}
+
+impl<T> Operand<'_, T> {
+    /// `(column stride, row stride)` of the logical `rows × cols` matrix.
+    fn strides(&self, rows: usize, cols: usize) -> (isize, isize) {
+        if self.transposed {
+            (rows as isize, 1)
+        } else {
+            let _ = rows;
+            (1, cols as isize)
+        }
+    }
+}
+
+/// `c[m×n] (+)= a[m×k] · b[k×n]`, all row-major (`a` and `b` possibly stored transposed). With
+/// `accumulate` the product is added to `c`, else it replaces it.
+pub fn matmul<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    c: &mut [T],
+    accumulate: bool,
+) {
+    assert!(a.data.len() >= m * k && b.data.len() >= k * n && c.len() >= m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let t = std::any::TypeId::of::<T>();
+    if t == std::any::TypeId::of::<f32>() {
+        // SAFETY: `T` is f32 (checked by type id), so the casts are identities.
+        unsafe { blas::<f32>(m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
+    } else if t == std::any::TypeId::of::<f64>() {
+        // SAFETY: `T` is f64.
+        unsafe { blas::<f64>(m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
+    } else if t == std::any::TypeId::of::<f16>() {
+        // SAFETY: `T` is half::f16, the type `gemm` uses for f16.
+        unsafe { blas::<f16>(m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
+    } else {
+        naive(m, n, k, a, b, c, accumulate)
+    }
+}
+
+/// # Safety
+/// `T` and `U` must be the same type.
+unsafe fn cast<'a, T, U>(o: Operand<'a, T>) -> Operand<'a, U> {
+    Operand {
+        // SAFETY: same type, so same layout and length.
+        data: unsafe { std::slice::from_raw_parts(o.data.as_ptr().cast(), o.data.len()) },
+        transposed: o.transposed,
+    }
+}
+
+/// # Safety
+/// `T` and `U` must be the same type.
+unsafe fn cast_mut<T, U>(c: &mut [T]) -> &mut [U] {
+    // SAFETY: same type, so same layout and length; the borrow moves to the result.
+    unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr().cast(), c.len()) }
+}
+
+/// # Safety
+/// The operands must hold the sizes `matmul` asserted.
+unsafe fn blas<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    c: &mut [T],
+    accumulate: bool,
+) {
+    let (a_cs, a_rs) = a.strides(m, k);
+    let (b_cs, b_rs) = b.strides(k, n);
+    let flops = m * n * k;
+    let dst = Ptr(c.as_mut_ptr());
+    let (lhs, rhs) = (
+        Ptr(a.data.as_ptr().cast_mut()),
+        Ptr(b.data.as_ptr().cast_mut()),
+    );
+    let run = move |par| {
+        // SAFETY: every operand holds its matrix at the strides given (sizes asserted by
+        // `matmul`); `dst` comes from the unique borrow `c`, so the destination aliases nothing,
+        // and `gemm` only reads `lhs` and `rhs`.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.get(),
+                1,
+                n as isize,
+                accumulate,
+                lhs.get().cast_const(),
+                a_cs,
+                a_rs,
+                rhs.get().cast_const(),
+                b_cs,
+                b_rs,
+                <T as Element>::one(),
+                <T as Element>::one(),
+                false,
+                false,
+                false,
+                par,
+            )
+        }
+    };
+    let threads = parallel::max_threads();
+    if threads > 1 && flops >= PARALLEL_FLOPS {
+        parallel::pool().install(|| run(gemm::Parallelism::Rayon(threads)));
+    } else {
+        run(gemm::Parallelism::None);
+    }
+}
+
+fn naive<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    c: &mut [T],
+    accumulate: bool,
+) {
+    let at = |i: usize, p: usize| {
+        if a.transposed {
+            a.data[p * m + i]
+        } else {
+            a.data[i * k + p]
+        }
+    };
+    let bt = |p: usize, j: usize| {
+        if b.transposed {
+            b.data[j * k + p]
+        } else {
+            b.data[p * n + j]
+        }
+    };
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = if accumulate {
+                c[i * n + j].to_f64()
+            } else {
+                0.0
+            };
+            for p in 0..k {
+                s += at(i, p).to_f64() * bt(p, j).to_f64();
+            }
+            c[i * n + j] = T::from_f64(s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        c
+    }
+
+    fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        let mut t = vec![0.0; x.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                t[c * rows + r] = x[r * cols + c];
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn float_products_match_a_serial_reference_in_every_layout() {
+        let (m, n, k) = (67, 45, 129);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+        let want = reference(
+            m,
+            n,
+            k,
+            &a.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+            &b.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        );
+        let (at, bt) = (transpose(&a, m, k), transpose(&b, k, n));
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let mut c = vec![1.0f32; m * n];
+            let op_a = Operand {
+                data: if ta { &at } else { &a },
+                transposed: ta,
+            };
+            let op_b = Operand {
+                data: if tb { &bt } else { &b },
+                transposed: tb,
+            };
+            matmul(m, n, k, op_a, op_b, &mut c, false);
+            assert!(
+                c.iter()
+                    .zip(&want)
+                    .all(|(x, y)| (*x as f64 - y).abs() < 1e-3),
+                "{ta} {tb}"
+            );
+            matmul(m, n, k, op_a, op_b, &mut c, true);
+            assert!(
+                c.iter()
+                    .zip(&want)
+                    .all(|(x, y)| (*x as f64 - 2.0 * y).abs() < 1e-3)
+            );
+        }
+        let ai: Vec<i32> = a.iter().map(|&x| x as i32).collect();
+        let bi: Vec<i32> = b.iter().map(|&x| x as i32).collect();
+        let mut ci = vec![0i32; m * n];
+        let op = |d| Operand {
+            data: d,
+            transposed: false,
+        };
+        matmul(m, n, k, op(&ai), op(&bi), &mut ci, false);
+        assert!(ci.iter().zip(&want).all(|(x, y)| *x as f64 == *y));
+    }
+}

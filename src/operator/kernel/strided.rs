@@ -1,0 +1,319 @@
+//! Strided access: one output in row-major order, inputs read at `base + Σ index·stride`.
+//!
+//! Strides are in elements and may be 0 (broadcast) or negative (flip). One walker serves
+//! broadcasting binary ops, `broadcast_to`, transpose, stepped slices, flips, tiles and repeats
+//! (each a choice of strides), and the reductions (which walk the reduced axes of each output).
+//! Indexing goes through slices, so a wrong stride is a panic, never a stray read.
+
+use crate::operator::parallel::for_chunks_mut;
+
+/// Row-major strides (in elements) of a contiguous array of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut s = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for i in (0..shape.len()).rev() {
+        s[i] = acc;
+        acc *= shape[i] as isize;
+    }
+    s
+}
+
+/// numpy's broadcast of two shapes (right-aligned; a 1 stretches), or `None` if incompatible.
+pub fn broadcast_shape(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Strides that read a contiguous array of `shape` as if broadcast to `out` (right-aligned;
+/// 0 where the array has size 1 or lacks the axis). `shape` must broadcast to `out`.
+pub fn broadcast_strides(shape: &[i64], out: &[i64]) -> Vec<isize> {
+    let own = contiguous_strides(&shape.iter().map(|&d| d as usize).collect::<Vec<_>>());
+    let lead = out.len() - shape.len();
+    (0..out.len())
+        .map(|i| {
+            if i < lead || shape[i - lead] == 1 {
+                0
+            } else {
+                own[i - lead]
+            }
+        })
+        .collect()
+}
+
+/// Calls `f(k, offsets)` for output indices `k` in `start..start + len` of an array of `shape`,
+/// where `offsets[j] = bases[j] + Σ index·strides[j]`.
+pub fn walk<const N: usize>(
+    shape: &[usize],
+    strides: [&[isize]; N],
+    bases: [isize; N],
+    start: usize,
+    len: usize,
+    mut f: impl FnMut(usize, [isize; N]),
+) {
+    let nd = shape.len();
+    if nd == 0 {
+        if len > 0 {
+            f(start, bases);
+        }
+        return;
+    }
+    // multi-index of `start`
+    let mut idx = vec![0usize; nd];
+    let mut rem = start;
+    for d in (0..nd).rev() {
+        idx[d] = rem % shape[d].max(1);
+        rem /= shape[d].max(1);
+    }
+    let mut off = bases;
+    for j in 0..N {
+        for d in 0..nd {
+            off[j] += idx[d] as isize * strides[j][d];
+        }
+    }
+    let inner = shape[nd - 1];
+    let mut k = start;
+    let end = start + len;
+    while k < end {
+        // run along the last axis
+        let run = (inner - idx[nd - 1]).min(end - k);
+        let mut o = off;
+        for _ in 0..run {
+            f(k, o);
+            k += 1;
+            for j in 0..N {
+                o[j] += strides[j][nd - 1];
+            }
+        }
+        if k >= end {
+            break;
+        }
+        // carry into the outer axes
+        for j in 0..N {
+            off[j] += (inner - idx[nd - 1]) as isize * strides[j][nd - 1];
+        }
+        idx[nd - 1] = 0;
+        for j in 0..N {
+            off[j] -= inner as isize * strides[j][nd - 1];
+        }
+        let mut d = nd - 1;
+        loop {
+            if d == 0 {
+                break;
+            }
+            d -= 1;
+            idx[d] += 1;
+            for j in 0..N {
+                off[j] += strides[j][d];
+            }
+            if idx[d] < shape[d] {
+                break;
+            }
+            for j in 0..N {
+                off[j] -= shape[d] as isize * strides[j][d];
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// `out[k] = src[base + Σ index·strides]` over `out`'s `shape`: broadcast, transpose, slice,
+/// flip, tile and repeat are all this with the right strides.
+pub fn gather<T: Copy + Send + Sync>(
+    src: &[T],
+    base: isize,
+    strides: &[isize],
+    shape: &[usize],
+    out: &mut [T],
+) {
+    for_chunks_mut(out, 1, |start, chunk| {
+        walk(shape, [strides], [base], start, chunk.len(), |k, [o]| {
+            chunk[k - start] = src[o as usize];
+        });
+    });
+}
+
+/// `out[k] = f(a[..], b[..])` with each input read through its strides over `out`'s shape.
+pub fn zip2<A: Copy + Sync, B: Copy + Sync, O: Copy + Send>(
+    a: (&[A], &[isize]),
+    b: (&[B], &[isize]),
+    shape: &[usize],
+    out: &mut [O],
+    f: impl Fn(A, B) -> O + Sync,
+) {
+    for_chunks_mut(out, 2, |start, chunk| {
+        walk(
+            shape,
+            [a.1, b.1],
+            [0, 0],
+            start,
+            chunk.len(),
+            |k, [oa, ob]| {
+                chunk[k - start] = f(a.0[oa as usize], b.0[ob as usize]);
+            },
+        );
+    });
+}
+
+/// `out[k] = f(a, b, c)` with each input read through its strides (`where`).
+pub fn zip3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, O: Copy + Send>(
+    a: (&[A], &[isize]),
+    b: (&[B], &[isize]),
+    c: (&[C], &[isize]),
+    shape: &[usize],
+    out: &mut [O],
+    f: impl Fn(A, B, C) -> O + Sync,
+) {
+    for_chunks_mut(out, 3, |start, chunk| {
+        walk(
+            shape,
+            [a.1, b.1, c.1],
+            [0, 0, 0],
+            start,
+            chunk.len(),
+            |k, [oa, ob, oc]| {
+                chunk[k - start] = f(a.0[oa as usize], b.0[ob as usize], c.0[oc as usize]);
+            },
+        );
+    });
+}
+
+/// Splits `shape` into the kept axes (the output, in order) and the reduced ones, returning
+/// `(kept shape, kept strides, reduced shape, reduced strides)` for a contiguous input.
+pub fn split_axes(
+    shape: &[usize],
+    reduced: &[bool],
+) -> (Vec<usize>, Vec<isize>, Vec<usize>, Vec<isize>) {
+    let strides = contiguous_strides(shape);
+    let (mut ks, mut kst, mut rs, mut rst) = (vec![], vec![], vec![], vec![]);
+    for d in 0..shape.len() {
+        if reduced[d] {
+            rs.push(shape[d]);
+            rst.push(strides[d]);
+        } else {
+            ks.push(shape[d]);
+            kst.push(strides[d]);
+        }
+    }
+    (ks, kst, rs, rst)
+}
+
+/// For every output element (the kept axes), folds the reduced axes of `src`:
+/// `out[o] = finish(fold(init, x…), count)`.
+pub fn reduce<T: Copy + Sync, O: Copy + Send, A: Copy + Sync>(
+    src: &[T],
+    shape: &[usize],
+    reduced: &[bool],
+    out: &mut [O],
+    init: A,
+    fold: impl Fn(A, T, usize) -> A + Sync,
+    finish: impl Fn(A, usize) -> O + Sync,
+) {
+    let (ks, kst, rs, rst) = split_axes(shape, reduced);
+    let count: usize = rs.iter().product();
+    debug_assert_eq!(out.len(), ks.iter().product::<usize>());
+    let cost = count.max(1);
+    for_chunks_mut(out, cost, |start, chunk| {
+        walk(&ks, [&kst], [0], start, chunk.len(), |k, [base]| {
+            let mut acc = init;
+            let mut i = 0;
+            walk(&rs, [&rst], [base], 0, count, |_, [o]| {
+                acc = fold(acc, src[o as usize], i);
+                i += 1;
+            });
+            chunk[k - start] = finish(acc, count);
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reference: the offset of output index `k` computed from scratch.
+    fn offset(shape: &[usize], strides: &[isize], base: isize, mut k: usize) -> isize {
+        let mut o = base;
+        for d in (0..shape.len()).rev() {
+            o += (k % shape[d]) as isize * strides[d];
+            k /= shape[d];
+        }
+        o
+    }
+
+    #[test]
+    fn walk_visits_every_offset_from_any_start() {
+        let shape = [3usize, 1, 4, 5];
+        let strides = [-20isize, 7, 1, 4];
+        let base = 60;
+        let total: usize = shape.iter().product();
+        for start in [0, 1, 4, 5, 19, 20, 59] {
+            let mut seen = vec![];
+            walk(
+                &shape,
+                [&strides],
+                [base],
+                start,
+                total - start,
+                |k, [o]| seen.push((k, o)),
+            );
+            let want: Vec<_> = (start..total)
+                .map(|k| (k, offset(&shape, &strides, base, k)))
+                .collect();
+            assert_eq!(seen, want, "start {start}");
+        }
+    }
+
+    #[test]
+    fn transpose_and_broadcast_are_gathers() {
+        let src: Vec<i32> = (0..6).collect(); // 2x3
+        let mut t = vec![0; 6];
+        gather(&src, 0, &[1, 3], &[3, 2], &mut t);
+        assert_eq!(t, [0, 3, 1, 4, 2, 5]);
+        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]), Some(vec![2, 4, 3]));
+        assert_eq!(broadcast_shape(&[2, 3], &[4, 3]), None);
+        let s = broadcast_strides(&[3], &[2, 3]);
+        let mut b = vec![0; 6];
+        gather(&src[..3], 0, &s, &[2, 3], &mut b);
+        assert_eq!(b, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn reduce_over_middle_axis_matches_serial_sum() {
+        let shape = [2usize, 3, 4];
+        let src: Vec<f64> = (0..24).map(|x| x as f64).collect();
+        let mut out = vec![0.0; 8];
+        reduce(
+            &src,
+            &shape,
+            &[false, true, false],
+            &mut out,
+            0.0,
+            |a, x, _| a + x,
+            |a, _| a,
+        );
+        for i in 0..2 {
+            for k in 0..4 {
+                let want: f64 = (0..3).map(|j| src[i * 12 + j * 4 + k]).sum();
+                assert_eq!(out[i * 4 + k], want);
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! What an operator is: given its inputs' shapes and dtypes and its parameters, it decides at
+//! invoke time what it will produce ([`Plan::outputs`]), which inputs it also writes, what
+//! resource it needs, and the kernel that will run later inside an engine op.
+//!
+//! Shape and dtype inference therefore happen on the calling thread, so a bad shape is an error
+//! from the invoke itself (as in MXNet), while the kernel runs in the engine like any other op.
+//! The same split serves the symbolic executor later: inference without running anything.
+
+use super::param::Params;
+use super::tensor::Tensor;
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ndarray::Shape;
+use crate::resource::{Resource, ResourceRequest};
+
+/// An array's shape and dtype: what inference works on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorDesc {
+    pub shape: Shape,
+    pub dtype: DType,
+}
+
+impl TensorDesc {
+    pub fn new(shape: &[i64], dtype: DType) -> Self {
+        TensorDesc {
+            shape: Shape::from_slice(shape),
+            dtype,
+        }
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.shape.iter().map(|&d| d.max(0) as usize).product()
+    }
+}
+
+/// One invoke as an operator sees it.
+pub struct Call<'a> {
+    /// The name the op was invoked by (an alias keeps its own name for messages).
+    pub name: &'a str,
+    pub inputs: &'a [TensorDesc],
+    pub params: &'a Params<'a>,
+    /// The outputs the caller gave (`out=`), if any: ops whose result dtype is free (copies,
+    /// fills) follow them.
+    pub given_outputs: Option<&'a [TensorDesc]>,
+    /// The device of the first input, if any.
+    pub input_ctx: Option<Context>,
+}
+
+/// How a kernel may touch outputs that share memory with inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aliasing {
+    /// The kernel reads inputs as slices: an output that overlaps an input is computed into a
+    /// scratch array and copied back by the runner, so the kernel never sees the overlap.
+    Staged,
+    /// The kernel works index by index through raw pointers and reads element `i` of every input
+    /// before writing element `i` of any output: an output may be exactly an input (`x += y`,
+    /// optimizer updates). Partial overlaps are still staged.
+    Elementwise,
+}
+
+/// What runs inside the engine op.
+pub type Kernel = Box<dyn FnOnce(&mut KernelArgs<'_>) -> Result<()> + Send>;
+
+/// The arrays and resource a kernel gets.
+pub struct KernelArgs<'a> {
+    pub inputs: &'a [Tensor],
+    pub outputs: &'a mut [Tensor],
+    /// The resource the plan asked for.
+    pub resource: Option<&'a Resource>,
+}
+
+/// What an invoke will do.
+pub struct Plan {
+    pub outputs: Vec<TensorDesc>,
+    /// Inputs the kernel also writes (the `*_update` optimizers' weights and states).
+    pub mutates: Vec<usize>,
+    pub aliasing: Aliasing,
+    pub resource: Option<ResourceRequest>,
+    /// Where the outputs live when there are no inputs (creation ops' `ctx`).
+    pub ctx: Option<Context>,
+    pub kernel: Kernel,
+}
+
+impl Plan {
+    /// A plan with one output and a staged kernel.
+    pub fn new(
+        outputs: Vec<TensorDesc>,
+        kernel: impl FnOnce(&mut KernelArgs<'_>) -> Result<()> + Send + 'static,
+    ) -> Plan {
+        Plan {
+            outputs,
+            mutates: Vec::new(),
+            aliasing: Aliasing::Staged,
+            resource: None,
+            ctx: None,
+            kernel: Box::new(kernel),
+        }
+    }
+
+    pub fn elementwise(mut self) -> Plan {
+        self.aliasing = Aliasing::Elementwise;
+        self
+    }
+
+    pub fn mutating(mut self, inputs: &[usize]) -> Plan {
+        self.mutates = inputs.to_vec();
+        self
+    }
+
+    pub fn with_resource(mut self, req: ResourceRequest) -> Plan {
+        self.resource = Some(req);
+        self
+    }
+
+    pub fn on(mut self, ctx: Option<Context>) -> Plan {
+        self.ctx = ctx;
+        self
+    }
+}
+
+/// An operator: plans an invoke from its inputs and parameters.
+pub trait Operator: Sync {
+    fn plan(&self, call: &Call<'_>) -> Result<Plan>;
+}
+
+/// Plain functions are operators.
+impl<F: Fn(&Call<'_>) -> Result<Plan> + Sync> Operator for F {
+    fn plan(&self, call: &Call<'_>) -> Result<Plan> {
+        self(call)
+    }
+}

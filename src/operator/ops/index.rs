@@ -1,0 +1,335 @@
+//! Indexing: slice assignment (`_slice_assign`, `_slice_assign_scalar`, what `x[a:b] = v` runs),
+//! `take`, `pick`, `gather_nd`, `one_hot` and `where`.
+
+use super::shape::slice_view;
+use super::{Entries, axis as norm_axis, dims, inputs, same_dtype};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::operator::kernel::Element;
+use crate::operator::kernel::map::Ptr;
+use crate::operator::kernel::strided::{broadcast_strides, walk, zip3};
+use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::param;
+use crate::operator::tensor::Tensor;
+
+/// Copies `src` into `dst` when they are different memory (same dtype and length).
+fn copy_through(src: &Tensor, dst: &Tensor) {
+    let bytes = src.len() * src.dtype.size();
+    let (s, d) = (src.byte_ptr() as *const u8, dst.byte_ptr());
+    if s != d.cast_const() && bytes > 0 {
+        // SAFETY: both hold `bytes` bytes; the runner gives an elementwise plan either the same
+        // memory for both (skipped above) or memory that does not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(s, d, bytes) };
+    }
+}
+
+/// `_slice_assign(lhs, rhs)`: lhs with `lhs[begin:end:step] = rhs`; `_slice_assign_scalar`
+/// assigns one value. The output is usually `lhs` itself (`out=lhs`).
+fn slice_assign(call: &Call<'_>, scalar: bool) -> Result<Plan> {
+    let ins = inputs(call, if scalar { 1 } else { 2 })?;
+    let lhs = ins[0].clone();
+    let p = call.params;
+    let begin = p.required("begin", param::optional_ints, "a tuple of indices")?;
+    let end = p.required("end", param::optional_ints, "a tuple of indices")?;
+    let step = p.or("step", param::optional_ints, "a tuple of steps", vec![])?;
+    let value = if scalar {
+        p.or("scalar", param::float, "a number", 0.0)?
+    } else {
+        0.0
+    };
+    let (region, base, strides) = slice_view(call, &lhs.shape, &begin, &end, &step)?;
+    if !scalar {
+        same_dtype(call, 0, 1)?;
+        let rhs = &ins[1];
+        let fits = rhs.shape[..] == region[..]
+            || crate::operator::kernel::strided::broadcast_shape(&rhs.shape, &region).as_deref()
+                == Some(&region[..]);
+        if !fits {
+            return Err(Error::invalid(format!(
+                "operator {}: cannot assign shape {:?} to a region of shape {region:?}",
+                call.name,
+                &rhs.shape[..]
+            )));
+        }
+    }
+    let rhs_shape = if scalar {
+        vec![]
+    } else {
+        ins[1].shape.to_vec()
+    };
+    let dtype = lhs.dtype;
+    let d = dims(&region);
+    let count: usize = d.iter().product();
+    Ok(Plan::new(vec![lhs], move |k| {
+        copy_through(&k.inputs[0], &k.outputs[0]);
+        let out = Ptr(k.outputs[0].byte_ptr());
+        let total = k.outputs[0].len();
+        crate::with_element!(dtype, T => {
+            let o = Ptr(out.get().cast::<T>());
+            if scalar {
+                let v = T::from_f64(value);
+                walk(&d, [&strides], [base], 0, count, |_, [at]| {
+                    assert!((at as usize) < total);
+                    // SAFETY: `at` indexes the output (checked); this op owns it.
+                    unsafe { *o.get().add(at as usize) = v };
+                });
+            } else {
+                let rhs = k.inputs[1].slice::<T>();
+                let rs = broadcast_strides(&rhs_shape, &d.iter().map(|&x| x as i64).collect::<Vec<_>>());
+                walk(&d, [&strides, &rs], [base, 0], 0, count, |_, [at, r]| {
+                    assert!((at as usize) < total);
+                    // SAFETY: as above; `rhs` does not overlap the output (else it is staged).
+                    unsafe { *o.get().add(at as usize) = rhs[r as usize] };
+                });
+            }
+        });
+        Ok(())
+    })
+    .elementwise())
+}
+
+/// Reads index values as integers, applying `mode` (clip, wrap, raise) for an axis of `n`.
+fn index_of(v: f64, n: usize, mode: &str) -> std::result::Result<usize, String> {
+    let i = v as i64;
+    let n = n as i64;
+    match mode {
+        "wrap" => Ok(i.rem_euclid(n.max(1)) as usize),
+        "raise" => {
+            if (0..n).contains(&i) || (-n..0).contains(&i) {
+                Ok(i.rem_euclid(n) as usize)
+            } else {
+                Err(format!(
+                    "index {i} is out of bounds for an axis of size {n}"
+                ))
+            }
+        }
+        _ => Ok(i.clamp(0, (n - 1).max(0)) as usize),
+    }
+}
+
+fn mode(call: &Call<'_>, default: &str) -> Result<String> {
+    let m = call
+        .params
+        .or("mode", param::choice, "clip, wrap or raise", default.into())?;
+    match m.as_str() {
+        "clip" | "wrap" | "raise" => Ok(m),
+        _ => Err(Error::invalid(format!(
+            "operator {}: mode must be clip, wrap or raise, got '{m}'",
+            call.name
+        ))),
+    }
+}
+
+fn take(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (a, idx) = (&ins[0], &ins[1]);
+    let axis = norm_axis(
+        call,
+        call.params.or("axis", param::int, "an integer", 0)?,
+        a.shape.len(),
+    )?;
+    let mode = mode(call, "clip")?;
+    let mut out = a.shape[..axis].to_vec();
+    out.extend_from_slice(&idx.shape);
+    out.extend_from_slice(&a.shape[axis + 1..]);
+    let outer: usize = a.shape[..axis].iter().map(|&d| d as usize).product();
+    let n = a.shape[axis] as usize;
+    let inner: usize = a.shape[axis + 1..].iter().map(|&d| d as usize).product();
+    if n == 0 && idx.size() > 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: cannot take from an empty axis",
+            call.name
+        )));
+    }
+    let (dtype, itype) = (a.dtype, idx.dtype);
+    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
+        let indices: Vec<usize> = crate::with_element!(itype, I => {
+            k.inputs[1].slice::<I>().iter().map(|v| index_of(v.to_f64(), n, &mode)).collect::<std::result::Result<_, _>>()
+        }).map_err(Error::invalid)?;
+        crate::with_element!(dtype, T => {
+            let src = k.inputs[0].slice::<T>();
+            let o = k.outputs[0].slice_mut::<T>();
+            let m = indices.len();
+            for r in 0..outer {
+                for (j, &i) in indices.iter().enumerate() {
+                    let dst = (r * m + j) * inner;
+                    let s = (r * n + i) * inner;
+                    o[dst..dst + inner].copy_from_slice(&src[s..s + inner]);
+                }
+            }
+        });
+        Ok(())
+    }))
+}
+
+fn pick(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (x, idx) = (&ins[0], &ins[1]);
+    let p = call.params;
+    let axis = p.optional("axis", param::int, "an integer")?.unwrap_or(-1);
+    let keepdims = p.or("keepdims", param::boolean, "a boolean", false)?;
+    let mode = mode(call, "clip")?;
+    let a = norm_axis(call, axis, x.shape.len())?;
+    let mut out = x.shape.to_vec();
+    if keepdims {
+        out[a] = 1;
+    } else {
+        out.remove(a);
+    }
+    if idx.size() != out.iter().product::<i64>() as usize {
+        return Err(Error::invalid(format!(
+            "operator {}: index shape {:?} does not match the output shape {out:?}",
+            call.name,
+            &idx.shape[..]
+        )));
+    }
+    let outer: usize = x.shape[..a].iter().map(|&d| d as usize).product();
+    let n = x.shape[a] as usize;
+    let inner: usize = x.shape[a + 1..].iter().map(|&d| d as usize).product();
+    let (dtype, itype) = (x.dtype, idx.dtype);
+    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
+        let indices: Vec<usize> = crate::with_element!(itype, I => {
+            k.inputs[1].slice::<I>().iter().map(|v| index_of(v.to_f64(), n, &mode)).collect::<std::result::Result<_, _>>()
+        }).map_err(Error::invalid)?;
+        crate::with_element!(dtype, T => {
+            let src = k.inputs[0].slice::<T>();
+            let o = k.outputs[0].slice_mut::<T>();
+            for r in 0..outer {
+                for c in 0..inner {
+                    let j = r * inner + c;
+                    o[j] = src[(r * n + indices[j]) * inner + c];
+                }
+            }
+        });
+        Ok(())
+    }))
+}
+
+fn gather_nd(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (x, idx) = (&ins[0], &ins[1]);
+    let m = *idx.shape.first().ok_or_else(|| {
+        Error::invalid(format!(
+            "operator {}: indices must have at least one dimension",
+            call.name
+        ))
+    })? as usize;
+    if m > x.shape.len() {
+        return Err(Error::invalid(format!(
+            "operator {}: indices address {m} dimensions of a {}-dimensional array",
+            call.name,
+            x.shape.len()
+        )));
+    }
+    let mut out = idx.shape[1..].to_vec();
+    out.extend_from_slice(&x.shape[m..]);
+    let count: usize = idx.shape[1..].iter().map(|&d| d as usize).product();
+    let inner: usize = x.shape[m..].iter().map(|&d| d as usize).product();
+    let lead = dims(&x.shape[..m]);
+    let (dtype, itype) = (x.dtype, idx.dtype);
+    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
+        let ids: Vec<f64> = crate::with_element!(itype, I => k.inputs[1].slice::<I>().iter().map(|v| v.to_f64()).collect());
+        crate::with_element!(dtype, T => {
+            let src = k.inputs[0].slice::<T>();
+            let o = k.outputs[0].slice_mut::<T>();
+            for j in 0..count {
+                let mut flat = 0usize;
+                for (d, &n) in lead.iter().enumerate() {
+                    let i = ids[d * count + j] as i64;
+                    let i = if i < 0 { i + n as i64 } else { i };
+                    if i < 0 || i as usize >= n {
+                        return Err(Error::invalid(format!("index {i} is out of bounds for axis {d} of size {n}")));
+                    }
+                    flat = flat * n + i as usize;
+                }
+                o[j * inner..(j + 1) * inner].copy_from_slice(&src[flat * inner..(flat + 1) * inner]);
+            }
+            Ok(())
+        })
+    }))
+}
+
+fn one_hot(call: &Call<'_>) -> Result<Plan> {
+    let idx = &inputs(call, 1)?[0];
+    let p = call.params;
+    let depth = p.required("depth", param::int, "an integer")?;
+    let on = p.or("on_value", param::float, "a number", 1.0)?;
+    let off = p.or("off_value", param::float, "a number", 0.0)?;
+    let dtype = p.or("dtype", param::dtype, "a dtype name", DType::F32)?;
+    if depth < 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: depth must not be negative",
+            call.name
+        )));
+    }
+    let mut out = idx.shape.to_vec();
+    out.push(depth);
+    let itype = idx.dtype;
+    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
+        let ids: Vec<f64> = crate::with_element!(itype, I => k.inputs[0].slice::<I>().iter().map(|v| v.to_f64()).collect());
+        crate::with_element!(dtype, T => {
+            let o = k.outputs[0].slice_mut::<T>();
+            o.fill(T::from_f64(off));
+            let d = depth as usize;
+            for (j, &i) in ids.iter().enumerate() {
+                let i = i as i64;
+                if (0..depth).contains(&i) {
+                    o[j * d + i as usize] = T::from_f64(on);
+                }
+            }
+        });
+        Ok(())
+    }))
+}
+
+/// `where(cond, x, y)`: `cond` has x's shape, or is 1-D over x's first axis.
+fn where_op(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 3)?;
+    let (c, x, y) = (&ins[0], &ins[1], &ins[2]);
+    same_dtype(call, 1, 2)?;
+    if x.shape != y.shape {
+        return Err(Error::invalid(format!(
+            "operator {}: x and y shapes differ: {:?} and {:?}",
+            call.name,
+            &x.shape[..],
+            &y.shape[..]
+        )));
+    }
+    let cs: Vec<isize> = if c.shape == x.shape {
+        crate::operator::kernel::strided::contiguous_strides(&dims(&c.shape))
+    } else if c.shape.len() == 1 && x.shape.first() == c.shape.first() {
+        let mut s = vec![0isize; x.shape.len()];
+        s[0] = 1;
+        s
+    } else {
+        return Err(Error::invalid(format!(
+            "operator {}: condition shape {:?} must equal x's {:?} or be its first axis",
+            call.name,
+            &c.shape[..],
+            &x.shape[..]
+        )));
+    };
+    let own = crate::operator::kernel::strided::contiguous_strides(&dims(&x.shape));
+    let (dtype, ctype) = (x.dtype, c.dtype);
+    let d = dims(&x.shape);
+    Ok(Plan::new(vec![x.clone()], move |k| {
+        crate::with_element!(dtype, T => {
+            let cond: Vec<bool> = crate::with_element!(ctype, C => k.inputs[0].slice::<C>().iter().map(|v| v.to_f64() != 0.0).collect());
+            let (xs, ys) = (k.inputs[1].slice::<T>(), k.inputs[2].slice::<T>());
+            zip3((&cond[..], &cs), (xs, &own), (ys, &own), &d, k.outputs[0].slice_mut::<T>(), |c, a, b| if c { a } else { b });
+        });
+        Ok(())
+    }))
+}
+
+pub(crate) fn register(t: &mut Entries) {
+    t.push(("_slice_assign", &|c: &Call<'_>| slice_assign(c, false)));
+    t.push(("_slice_assign_scalar", &|c: &Call<'_>| {
+        slice_assign(c, true)
+    }));
+    t.push(("take", &take));
+    t.push(("pick", &pick));
+    t.push(("gather_nd", &gather_nd));
+    t.push(("one_hot", &one_hot));
+    t.push(("where", &where_op));
+}

@@ -1,0 +1,90 @@
+//! The operators mxrt implements, by family. Each module's `register` adds its ops to the
+//! kernel table under MXNet's op names (aliases resolve through the registry).
+
+pub mod binary;
+pub mod creation;
+pub mod index;
+pub mod linalg;
+pub mod nn;
+pub mod optimizer;
+pub mod random;
+pub mod reduce;
+pub mod shape;
+pub mod unary;
+
+/// Every family's ops.
+pub fn register_all(t: &mut Entries) {
+    unary::register(t);
+    binary::register(t);
+    binary::register_extra(t);
+    creation::register(t);
+    reduce::register(t);
+    shape::register(t);
+    index::register(t);
+    linalg::register(t);
+    nn::register(t);
+    optimizer::register(t);
+    random::register(t);
+}
+
+use super::op::{Call, Operator, TensorDesc};
+use crate::error::{Error, Result};
+
+/// The table's entries: op name and operator.
+pub type Entries = Vec<(&'static str, &'static dyn Operator)>;
+
+/// Checks the input count and returns the inputs.
+pub fn inputs<'a>(call: &Call<'a>, n: usize) -> Result<&'a [TensorDesc]> {
+    if call.inputs.len() != n {
+        return Err(Error::invalid(format!(
+            "operator {} takes {n} input(s), {} given",
+            call.name,
+            call.inputs.len()
+        )));
+    }
+    Ok(call.inputs)
+}
+
+/// Checks that inputs `i` and `j` have one dtype (MXNet's legacy ops do not mix dtypes).
+pub fn same_dtype(call: &Call<'_>, i: usize, j: usize) -> Result<()> {
+    let (a, b) = (&call.inputs[i], &call.inputs[j]);
+    if a.dtype != b.dtype {
+        return Err(Error::invalid(format!(
+            "operator {}: inputs {i} and {j} have different dtypes ({} and {})",
+            call.name,
+            a.dtype.name(),
+            b.dtype.name()
+        )));
+    }
+    Ok(())
+}
+
+/// A possibly negative axis of an `ndim`-dimensional array, checked.
+pub fn axis(call: &Call<'_>, axis: i64, ndim: usize) -> Result<usize> {
+    let n = ndim as i64;
+    let a = if axis < 0 { axis + n } else { axis };
+    if a < 0 || a >= n.max(1) || (n == 0 && a != 0) {
+        return Err(Error::invalid(format!(
+            "operator {}: axis {axis} is out of range for a {ndim}-dimensional array",
+            call.name
+        )));
+    }
+    Ok(a as usize)
+}
+
+/// Shape as `usize`s.
+pub fn dims(shape: &[i64]) -> Vec<usize> {
+    shape.iter().map(|&d| d.max(0) as usize).collect()
+}
+
+/// An error for an unsupported dtype.
+pub fn bad_dtype(call: &Call<'_>, what: &str) -> Error {
+    Error::invalid(format!(
+        "operator {}: {what} (dtype {})",
+        call.name,
+        call.inputs
+            .first()
+            .map(|d| d.dtype.name())
+            .unwrap_or("none")
+    ))
+}

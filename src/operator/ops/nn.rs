@@ -1,0 +1,407 @@
+//! Neural-network elementwise and normalisation ops: `Activation`, `LeakyReLU`, `softmax`,
+//! `log_softmax`, `softmin`, `clip`, `add_n`, and `Dropout` outside training (an identity).
+
+use super::binary::{Add, apply_same};
+use super::unary::{Math, apply, c};
+use super::{Entries, axis as norm_axis, dims, inputs, same_dtype};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::operator::kernel::map::map1;
+use crate::operator::kernel::strided::{split_axes, walk};
+use crate::operator::kernel::{Element, Real};
+use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::param;
+use crate::operator::tensor::Tensor;
+
+struct SoftRelu;
+impl Math for SoftRelu {
+    const COST: usize = 8;
+    fn f<R: Real>(x: R) -> R {
+        // log(1 + e^x), stable for large x
+        if x > c(20.0) { x } else { x.exp().ln_1p() }
+    }
+}
+struct Relu;
+impl Math for Relu {
+    const COST: usize = 1;
+    fn f<R: Real>(x: R) -> R {
+        if x > R::ZERO || x.is_nan() {
+            x
+        } else {
+            R::ZERO
+        }
+    }
+}
+struct Sigmoid;
+impl Math for Sigmoid {
+    const COST: usize = 8;
+    fn f<R: Real>(x: R) -> R {
+        R::ONE / (R::ONE + (-x).exp())
+    }
+}
+struct Tanh;
+impl Math for Tanh {
+    const COST: usize = 8;
+    fn f<R: Real>(x: R) -> R {
+        x.tanh()
+    }
+}
+struct Softsign;
+impl Math for Softsign {
+    const COST: usize = 2;
+    fn f<R: Real>(x: R) -> R {
+        x / (R::ONE + x.abs())
+    }
+}
+
+fn float_only(call: &Call<'_>, d: DType) -> Result<()> {
+    if matches!(d, DType::F32 | DType::F64 | DType::F16) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "operator {} supports float16, float32 and float64, not {}",
+            call.name,
+            d.name()
+        )))
+    }
+}
+
+fn activation(call: &Call<'_>) -> Result<Plan> {
+    let x = inputs(call, 1)?[0].clone();
+    let act = call.params.required(
+        "act_type",
+        param::choice,
+        "relu, sigmoid, tanh, softrelu or softsign",
+    )?;
+    let dtype = x.dtype;
+    let f: fn(&Tensor, &Tensor, DType) = match act.as_str() {
+        "relu" => apply::<Relu>,
+        "sigmoid" => apply::<Sigmoid>,
+        "tanh" => apply::<Tanh>,
+        "softrelu" => apply::<SoftRelu>,
+        "softsign" => apply::<Softsign>,
+        other => {
+            return Err(Error::invalid(format!(
+                "operator {}: act_type must be relu, sigmoid, tanh, softrelu or softsign, got '{other}'",
+                call.name
+            )));
+        }
+    };
+    Ok(Plan::new(vec![x], move |k| {
+        f(&k.inputs[0], &k.outputs[0], dtype);
+        Ok(())
+    })
+    .elementwise())
+}
+
+/// Runs `f` in the compute type of a float dtype over an elementwise input/output pair.
+fn float_map(
+    x: &Tensor,
+    y: &Tensor,
+    dtype: DType,
+    f32f: impl Fn(f32) -> f32 + Sync,
+    f64f: impl Fn(f64) -> f64 + Sync,
+) {
+    let n = x.len();
+    // SAFETY (all arms): both tensors hold `n` elements of `dtype`; `y` may be exactly `x`.
+    match dtype {
+        DType::F64 => unsafe { map1(x.ptr::<f64>(), y.ptr::<f64>(), n, 4, f64f) },
+        DType::F16 => unsafe {
+            map1(
+                x.ptr::<half::f16>(),
+                y.ptr::<half::f16>(),
+                n,
+                4,
+                |v: half::f16| half::f16::from_f32(f32f(v.to_f32())),
+            )
+        },
+        _ => unsafe { map1(x.ptr::<f32>(), y.ptr::<f32>(), n, 4, f32f) },
+    }
+}
+
+fn leaky_relu(call: &Call<'_>) -> Result<Plan> {
+    let p = call.params;
+    let act = p.or(
+        "act_type",
+        param::choice,
+        "leaky, elu, selu, gelu, prelu or rrelu",
+        "leaky".into(),
+    )?;
+    let slope = p.or("slope", param::float, "a number", 0.25)?;
+    p.or("lower_bound", param::float, "a number", 0.125)?;
+    p.or("upper_bound", param::float, "a number", 0.334)?;
+    if act == "prelu" {
+        let ins = inputs(call, 2)?;
+        same_dtype(call, 0, 1)?;
+        float_only(call, ins[0].dtype)?;
+        let (x, g) = (ins[0].clone(), &ins[1]);
+        // gamma per channel (axis 1) or one value
+        let per_channel = g.size() > 1;
+        if per_channel && (x.shape.len() < 2 || g.size() as i64 != x.shape[1]) {
+            return Err(Error::invalid(format!(
+                "operator {}: gamma of shape {:?} does not match the channels of {:?}",
+                call.name,
+                &g.shape[..],
+                &x.shape[..]
+            )));
+        }
+        let inner: usize = x.shape.iter().skip(2).map(|&d| d as usize).product();
+        let ch = if per_channel { x.shape[1] as usize } else { 1 };
+        let dtype = x.dtype;
+        return Ok(Plan::new(vec![x], move |k| {
+            crate::with_element!(dtype, T => {
+                let (xs, gs) = (k.inputs[0].slice::<T>(), k.inputs[1].slice::<T>());
+                let o = k.outputs[0].slice_mut::<T>();
+                for (i, (o, &v)) in o.iter_mut().zip(xs).enumerate() {
+                    let gv = if per_channel { gs[(i / inner.max(1)) % ch] } else { gs[0] };
+                    let v = v.to_f64();
+                    *o = T::from_f64(if v > 0.0 { v } else { gv.to_f64() * v });
+                }
+            });
+            Ok(())
+        }));
+    }
+    let x = inputs(call, 1)?[0].clone();
+    float_only(call, x.dtype)?;
+    let dtype = x.dtype;
+    let s = slope;
+    let (f32f, f64f): (fn(f32, f64) -> f32, fn(f64, f64) -> f64) = match act.as_str() {
+        "leaky" => (
+            |v, s| if v > 0.0 { v } else { v * s as f32 },
+            |v, s| if v > 0.0 { v } else { v * s },
+        ),
+        "elu" => (
+            |v, s| if v > 0.0 { v } else { s as f32 * v.exp_m1() },
+            |v, s| if v > 0.0 { v } else { s * v.exp_m1() },
+        ),
+        "selu" => (
+            |v, _| 1.050_701 * if v > 0.0 { v } else { 1.673_263_2 * v.exp_m1() },
+            |v, _| {
+                1.0507009873554805
+                    * if v > 0.0 {
+                        v
+                    } else {
+                        1.6732632423543772 * v.exp_m1()
+                    }
+            },
+        ),
+        "gelu" => (
+            |v, _| 0.5 * v * (1.0 + libm::erff(v / std::f32::consts::SQRT_2)),
+            |v, _| 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
+        ),
+        "rrelu" => {
+            // outside training, rrelu uses the mean of its bounds as the slope
+            let lo = p.or("lower_bound", param::float, "a number", 0.125)?;
+            let hi = p.or("upper_bound", param::float, "a number", 0.334)?;
+            let s = (lo + hi) / 2.0;
+            return Ok(Plan::new(vec![x], move |k| {
+                float_map(
+                    &k.inputs[0],
+                    &k.outputs[0],
+                    dtype,
+                    |v| if v > 0.0 { v } else { v * s as f32 },
+                    |v| if v > 0.0 { v } else { v * s },
+                );
+                Ok(())
+            })
+            .elementwise());
+        }
+        other => {
+            return Err(Error::invalid(format!(
+                "operator {}: act_type must be leaky, elu, selu, gelu, prelu or rrelu, got '{other}'",
+                call.name
+            )));
+        }
+    };
+    Ok(Plan::new(vec![x], move |k| {
+        float_map(
+            &k.inputs[0],
+            &k.outputs[0],
+            dtype,
+            |v| f32f(v, s),
+            |v| f64f(v, s),
+        );
+        Ok(())
+    })
+    .elementwise())
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Soft {
+    Max,
+    LogMax,
+    Min,
+}
+
+/// softmax family along `axis`, with `temperature`; the output dtype may be widened (`dtype`).
+fn softmax(call: &Call<'_>, kind: Soft) -> Result<Plan> {
+    let p = call.params;
+    let use_length = p.or("use_length", param::boolean, "a boolean", false)?;
+    if use_length {
+        return Err(Error::not_supported(format!(
+            "operator {}: use_length=True is not supported yet",
+            call.name
+        )));
+    }
+    let x = inputs(call, 1)?[0].clone();
+    float_only(call, x.dtype)?;
+    let axis = norm_axis(
+        call,
+        p.or("axis", param::int, "an integer", -1)?,
+        x.shape.len(),
+    )?;
+    let temp = p
+        .optional("temperature", param::float, "a number")?
+        .unwrap_or(1.0);
+    let out_dtype = p
+        .optional("dtype", param::dtype, "a dtype name")?
+        .unwrap_or(x.dtype);
+    let shape = dims(&x.shape);
+    let mut mask = vec![false; shape.len()];
+    mask[axis] = true;
+    let dtype = x.dtype;
+    Ok(Plan::new(
+        vec![TensorDesc::new(&x.shape, out_dtype)],
+        move |k| {
+            let (ks, kst, _, rst) = split_axes(&shape, &mask);
+            let n = shape[axis];
+            let st = rst[0];
+            let lines: usize = ks.iter().product();
+            let src: Vec<f64> = crate::with_element!(dtype, T => k.inputs[0].slice::<T>().iter().map(|v| v.to_f64()).collect());
+            let mut res = vec![0f64; src.len()];
+            let mut buf = vec![0f64; n];
+            walk(&ks, [&kst], [0], 0, lines, |_, [b]| {
+                let at = |i: usize| (b + i as isize * st) as usize;
+                for (i, v) in buf.iter_mut().enumerate() {
+                    let x = src[at(i)] / temp;
+                    *v = if kind == Soft::Min { -x } else { x };
+                }
+                let m = buf.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = buf.iter().map(|&v| (v - m).exp()).sum();
+                for (i, &v) in buf.iter().enumerate() {
+                    res[at(i)] = match kind {
+                        Soft::LogMax => v - m - sum.ln(),
+                        _ => (v - m).exp() / sum,
+                    };
+                }
+            });
+            crate::with_element!(out_dtype, O => {
+                for (o, &v) in k.outputs[0].slice_mut::<O>().iter_mut().zip(&res) {
+                    *o = O::from_f64(v);
+                }
+            });
+            Ok(())
+        },
+    ))
+}
+
+fn clip(call: &Call<'_>) -> Result<Plan> {
+    let x = inputs(call, 1)?[0].clone();
+    let lo = call.params.required("a_min", param::float, "a number")?;
+    let hi = call.params.required("a_max", param::float, "a number")?;
+    let dtype = x.dtype;
+    Ok(Plan::new(vec![x], move |k| {
+        let (xi, yo) = (&k.inputs[0], &k.outputs[0]);
+        let n = xi.len();
+        match dtype {
+            // SAFETY: both hold `n` f32; `yo` may be exactly `xi`.
+            DType::F32 => unsafe {
+                let (l, h) = (lo as f32, hi as f32);
+                map1(xi.ptr::<f32>(), yo.ptr::<f32>(), n, 1, move |v: f32| {
+                    if v < l {
+                        l
+                    } else if v > h {
+                        h
+                    } else {
+                        v
+                    }
+                })
+            },
+            _ => crate::with_element!(dtype, T => {
+                // SAFETY: as above, for `T`.
+                unsafe { map1(xi.ptr::<T>(), yo.ptr::<T>(), n, 1, |v: T| {
+                    let f = v.to_f64();
+                    if f < lo { T::from_f64(lo) } else if f > hi { T::from_f64(hi) } else { v }
+                }) }
+            }),
+        }
+        Ok(())
+    })
+    .elementwise())
+}
+
+/// `add_n`: the sum of any number of same-shape arrays.
+fn add_n(call: &Call<'_>) -> Result<Plan> {
+    call.params.optional("num_args", param::int, "an integer")?;
+    let ins = call.inputs;
+    if ins.is_empty() {
+        return Err(Error::invalid(format!("operator {}: no inputs", call.name)));
+    }
+    for i in 1..ins.len() {
+        same_dtype(call, 0, i)?;
+        if ins[i].shape != ins[0].shape {
+            return Err(Error::invalid(format!(
+                "operator {}: input {i} has shape {:?}, input 0 {:?}",
+                call.name,
+                &ins[i].shape[..],
+                &ins[0].shape[..]
+            )));
+        }
+    }
+    let dtype = ins[0].dtype;
+    Ok(Plan::new(vec![ins[0].clone()], move |k| {
+        let out = &k.outputs[0];
+        let o = out.byte_ptr();
+        // the runner lets the output be exactly one input: start from that one
+        let start = k.inputs.iter().position(|x| x.byte_ptr() == o);
+        if start.is_none() {
+            crate::operator::ops::creation::convert(&k.inputs[0], out);
+        }
+        let first = start.unwrap_or(0);
+        for (i, x) in k.inputs.iter().enumerate() {
+            if i != first {
+                apply_same::<Add>(out, x, out, dtype);
+            }
+        }
+        Ok(())
+    })
+    .elementwise())
+}
+
+fn dropout(call: &Call<'_>) -> Result<Plan> {
+    let x = inputs(call, 1)?[0].clone();
+    let p = call.params;
+    p.or("p", param::float, "a number", 0.5)?;
+    let mode = p.or(
+        "mode",
+        param::choice,
+        "training or always",
+        "training".into(),
+    )?;
+    p.or("axes", param::shape, "a tuple of axes", vec![])?;
+    p.optional("cudnn_off", param::boolean, "a boolean")?;
+    if mode == "always" {
+        return Err(Error::not_supported(format!(
+            "operator {}: mode='always' (dropout outside training) is not supported yet",
+            call.name
+        )));
+    }
+    let dtype = x.dtype;
+    Ok(Plan::new(vec![x], move |k| {
+        crate::operator::ops::creation::convert(&k.inputs[0], &k.outputs[0]);
+        let _ = dtype;
+        Ok(())
+    })
+    .elementwise())
+}
+
+pub(crate) fn register(t: &mut Entries) {
+    t.push(("Activation", &activation));
+    t.push(("LeakyReLU", &leaky_relu));
+    t.push(("softmax", &|c: &Call<'_>| softmax(c, Soft::Max)));
+    t.push(("log_softmax", &|c: &Call<'_>| softmax(c, Soft::LogMax)));
+    t.push(("softmin", &|c: &Call<'_>| softmax(c, Soft::Min)));
+    t.push(("clip", &clip));
+    t.push(("add_n", &add_n));
+    t.push(("Dropout", &dropout));
+}

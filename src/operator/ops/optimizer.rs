@@ -1,0 +1,580 @@
+//! Optimizer updates (`sgd_update`, `sgd_mom_update`, `adam_update`, ... and their
+//! multi-precision `mp_*` and aggregated `multi_*` forms), as MXNet's kernels compute them.
+//!
+//! Every update is a formula over one element: it reads the weight and gradient, reads and
+//! writes its state arrays (momentum, moments, ...), and returns the new weight, which goes to the
+//! output (usually the weight array itself, `out=weight`). The state inputs are mutated, so the
+//! engine op writes their variables. float32 and float16 weights compute in f32, float64 in f64;
+//! in the `mp_*` forms the states and a float32 master copy of the weight are float32.
+
+use super::unary::c;
+use super::{Entries, inputs};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::operator::kernel::map::{Ptr, for_each_index};
+use crate::operator::kernel::{Element, Real};
+use crate::operator::op::{Call, KernelArgs, Plan, TensorDesc};
+use crate::operator::param::{self, Params};
+
+/// Hyper-parameters, in the compute type.
+#[derive(Clone, Copy, Default)]
+pub struct Hyper<R> {
+    pub lr: R,
+    pub wd: R,
+    pub rescale: R,
+    pub clip: R,
+    pub momentum: R,
+    pub beta1: R,
+    pub beta2: R,
+    pub epsilon: R,
+    pub t: R,
+    pub gamma1: R,
+    pub gamma2: R,
+    pub clip_weights: R,
+    pub lamda1: R,
+    pub beta: R,
+    pub wd_lh: R,
+    /// The output is the weight array itself: MXNet's NAG kernel then reads the new weight for
+    /// its momentum, which this reproduces.
+    pub out_is_weight: bool,
+}
+
+/// The hyper-parameters as parsed (f64), converted per compute type.
+#[derive(Clone, Copy, Default)]
+struct HyperF64(Hyper<f64>);
+
+impl HyperF64 {
+    fn to<R: Real>(self) -> Hyper<R> {
+        let h = self.0;
+        Hyper {
+            lr: c(h.lr),
+            wd: c(h.wd),
+            rescale: c(h.rescale),
+            clip: c(h.clip),
+            momentum: c(h.momentum),
+            beta1: c(h.beta1),
+            beta2: c(h.beta2),
+            epsilon: c(h.epsilon),
+            t: c(h.t),
+            gamma1: c(h.gamma1),
+            gamma2: c(h.gamma2),
+            clip_weights: c(h.clip_weights),
+            lamda1: c(h.lamda1),
+            beta: c(h.beta),
+            wd_lh: c(h.wd_lh),
+            out_is_weight: h.out_is_weight,
+        }
+    }
+}
+
+/// `x` clipped to `[-bound, bound]` when `bound >= 0`.
+#[inline(always)]
+fn clip<R: Real>(x: R, bound: R) -> R {
+    if bound >= R::ZERO {
+        x.max(-bound).min(bound)
+    } else {
+        x
+    }
+}
+
+#[inline(always)]
+fn sign<R: Real>(x: R) -> R {
+    if x > R::ZERO {
+        R::ONE
+    } else if x < R::ZERO {
+        -R::ONE
+    } else {
+        R::ZERO
+    }
+}
+
+/// One update formula: new weight from weight, gradient and states (updated in place).
+type Update<R> = fn(&Hyper<R>, R, R, &mut [R; 5]) -> R;
+
+/// The formulas, generic over the compute type.
+struct Rule {
+    f32: Update<f32>,
+    f64: Update<f64>,
+    /// How many state arrays follow weight and gradient.
+    states: usize,
+}
+
+macro_rules! rule {
+    ($states:literal, |$h:ident, $w:ident, $g:ident, $s:ident| $body:block) => {{
+        fn f<R: Real>($h: &Hyper<R>, $w: R, $g: R, $s: &mut [R; 5]) -> R {
+            let _ = &$s;
+            $body
+        }
+        Rule {
+            f32: f::<f32>,
+            f64: f::<f64>,
+            states: $states,
+        }
+    }};
+}
+
+const SGD: Rule = rule!(0, |h, w, g, s| {
+    (R::ONE - h.lr * h.wd) * w - h.lr * clip(h.rescale * g, h.clip)
+});
+const SGD_MOM: Rule = rule!(1, |h, w, g, s| {
+    s[0] = h.momentum * s[0] - h.lr * h.wd * w - h.lr * clip(h.rescale * g, h.clip);
+    w + s[0]
+});
+const NAG_MOM: Rule = rule!(1, |h, w, g, s| {
+    let grad = clip(h.rescale * g, h.clip) + h.wd * w;
+    s[0] = h.momentum * s[0];
+    let out = w - s[0] + (h.momentum + R::ONE) * (s[0] - h.lr * grad);
+    let w_now = if h.out_is_weight { out } else { w };
+    s[0] = s[0] - h.lr * (clip(h.rescale * g, h.clip) + h.wd * w_now);
+    out
+});
+const ADAM: Rule = rule!(2, |h, w, g, s| {
+    let grad = clip(g * h.rescale + w * h.wd, h.clip);
+    s[0] = h.beta1 * s[0] + (R::ONE - h.beta1) * grad;
+    s[1] = h.beta2 * s[1] + (R::ONE - h.beta2) * grad * grad;
+    w - h.lr * s[0] / (s[1].sqrt() + h.epsilon)
+});
+const RMSPROP: Rule = rule!(1, |h, w, g, s| {
+    let grad = clip(h.rescale * g + h.wd * w, h.clip);
+    s[0] = (R::ONE - h.gamma1) * (grad * grad) + h.gamma1 * s[0];
+    clip(
+        w - h.lr * (grad / (s[0] + h.epsilon).sqrt()),
+        h.clip_weights,
+    )
+});
+const RMSPROP_ALEX: Rule = rule!(3, |h, w, g, s| {
+    let grad = clip(h.rescale * g + h.wd * w, h.clip);
+    s[0] = (R::ONE - h.gamma1) * grad * grad + h.gamma1 * s[0];
+    s[1] = (R::ONE - h.gamma1) * grad + h.gamma1 * s[1];
+    s[2] = h.gamma2 * s[2] - h.lr * grad / (s[0] - s[1] * s[1] + h.epsilon).sqrt();
+    clip(w + s[2], h.clip_weights)
+});
+const FTRL: Rule = rule!(2, |h, w, g, s| {
+    // states: z, n
+    let grad = clip(g * h.rescale, h.clip);
+    s[0] = s[0] + grad - ((s[1] + grad * grad).sqrt() - s[1].sqrt()) * w / h.lr;
+    s[1] = s[1] + grad * grad;
+    let keep = if s[0].abs() > h.lamda1 {
+        R::ONE
+    } else {
+        R::ZERO
+    };
+    (sign(s[0]) * h.lamda1 - s[0]) / ((h.beta + s[1].sqrt()) / h.lr + h.wd) * keep
+});
+const FTML: Rule = rule!(3, |h, w, g, s| {
+    // states: d, v, z
+    let grad = clip(h.rescale * g + h.wd * w, h.clip);
+    s[1] = h.beta2 * s[1] + (R::ONE - h.beta2) * grad * grad;
+    let d_t = (R::ONE - h.beta1.powf(h.t)) / h.lr
+        * ((s[1] / (R::ONE - h.beta2.powf(h.t))).sqrt() + h.epsilon);
+    s[2] = h.beta1 * s[2] + (R::ONE - h.beta1) * grad - (d_t - h.beta1 * s[0]) * w;
+    s[0] = d_t;
+    -s[2] / d_t
+});
+const SIGNSGD: Rule = rule!(0, |h, w, g, s| {
+    (R::ONE - h.lr * h.wd) * w - h.lr * sign(g)
+});
+const SIGNUM: Rule = rule!(1, |h, w, g, s| {
+    s[0] = h.momentum * s[0]
+        - (R::ONE - h.momentum) * h.wd * w
+        - (R::ONE - h.momentum) * clip(h.rescale * g, h.clip);
+    (R::ONE - h.lr * h.wd_lh) * w + h.lr * sign(s[0])
+});
+
+/// One group of arrays an update runs over: input indices of weight, gradient, states and (for
+/// `mp_*`) the float32 master weight; output index; its learning rate and weight decay.
+#[derive(Clone, Copy)]
+struct Group {
+    first: usize,
+    output: usize,
+    lr: f64,
+    wd: f64,
+}
+
+/// Applies `rule` to each group: reads weight (or the master copy), gradient and states, writes
+/// states, master copy and output.
+fn run(k: &mut KernelArgs<'_>, rule: &Rule, groups: &[Group], mp: bool, hyper: HyperF64) {
+    for grp in groups {
+        let mut h = hyper;
+        h.0.lr = grp.lr;
+        h.0.wd = grp.wd;
+        let w = &k.inputs[grp.first];
+        match w.dtype {
+            DType::F64 => group::<f64>(k, rule.f64, rule.states, grp, mp, h.to()),
+            _ => group::<f32>(k, rule.f32, rule.states, grp, mp, h.to()),
+        }
+    }
+}
+
+fn group<R: Real>(
+    k: &mut KernelArgs<'_>,
+    f: Update<R>,
+    states: usize,
+    grp: &Group,
+    mp: bool,
+    mut h: Hyper<R>,
+) {
+    h.out_is_weight = !mp && k.inputs[grp.first].byte_ptr() == k.outputs[grp.output].byte_ptr();
+    let wdt = k.inputs[grp.first].dtype;
+    crate::with_element!(wdt, T => {
+        if mp {
+            buffers::<T, f32, R>(k, f, states, grp, true, h)
+        } else {
+            buffers::<T, T, R>(k, f, states, grp, false, h)
+        }
+    })
+}
+
+/// The element loop for weight type `T` and state type `S`.
+fn buffers<T: Element, S: Element, R: Real>(
+    k: &mut KernelArgs<'_>,
+    f: Update<R>,
+    states: usize,
+    grp: &Group,
+    mp: bool,
+    h: Hyper<R>,
+) {
+    let n = k.inputs[grp.first].len();
+    let w = Ptr(k.inputs[grp.first].ptr::<T>());
+    let g = Ptr(k.inputs[grp.first + 1].ptr::<T>());
+    let mut st = [Ptr(std::ptr::null_mut::<S>()); 5];
+    for (j, p) in st.iter_mut().enumerate().take(states) {
+        *p = Ptr(k.inputs[grp.first + 2 + j].ptr::<S>());
+    }
+    let master = mp.then(|| Ptr(k.inputs[grp.first + 2 + states].ptr::<S>()));
+    let out = Ptr(k.outputs[grp.output].ptr::<T>());
+    for_each_index(n, 8, |i| {
+        // SAFETY: every buffer holds `n` elements of its planned dtype (checked when planning);
+        // the engine op owns the output and the mutated states; each index is touched by one
+        // thread, and index `i` of every input is read before index `i` of any output or state is
+        // written, so the output may be exactly the weight array.
+        unsafe {
+            let wv: R = match master {
+                Some(m) => c(m.get().add(i).read().to_f64()),
+                None => c(w.get().add(i).read().to_f64()),
+            };
+            let gv: R = c(g.get().add(i).read().to_f64());
+            let mut s = [R::ZERO; 5];
+            for j in 0..states {
+                s[j] = c(st[j].get().add(i).read().to_f64());
+            }
+            let nw = f(&h, wv, gv, &mut s);
+            for j in 0..states {
+                st[j].get().add(i).write(S::from_f64(s[j].to_f64()));
+            }
+            if let Some(m) = master {
+                m.get().add(i).write(S::from_f64(nw.to_f64()));
+            }
+            out.get().add(i).write(T::from_f64(nw.to_f64()));
+        }
+    });
+}
+
+/// The hyper-parameters an op takes, by name, with MXNet's defaults.
+fn hyper(p: &Params<'_>, names: &[(&str, f64)]) -> Result<HyperF64> {
+    let mut h = Hyper::<f64> {
+        rescale: 1.0,
+        clip: -1.0,
+        clip_weights: -1.0,
+        ..Default::default()
+    };
+    for &(name, default) in names {
+        let v = if default.is_nan() {
+            p.required(name, param::float, "a number")?
+        } else {
+            p.or(name, param::float, "a number", default)?
+        };
+        match name {
+            "lr" => h.lr = v,
+            "wd" => h.wd = v,
+            "rescale_grad" => h.rescale = v,
+            "clip_gradient" | "clip_grad" => h.clip = v,
+            "momentum" => h.momentum = v,
+            "beta1" => h.beta1 = v,
+            "beta2" => h.beta2 = v,
+            "epsilon" => h.epsilon = v,
+            "t" => h.t = v,
+            "gamma1" => h.gamma1 = v,
+            "gamma2" => h.gamma2 = v,
+            "clip_weights" => h.clip_weights = v,
+            "lamda1" => h.lamda1 = v,
+            "beta" => h.beta = v,
+            "wd_lh" => h.wd_lh = v,
+            _ => unreachable!("unknown hyper-parameter {name}"),
+        }
+    }
+    Ok(HyperF64(h))
+}
+
+const REQUIRED: f64 = f64::NAN;
+
+/// Checks one group's arrays: weight and gradient alike, states alike (float32 for `mp`).
+fn check_group(call: &Call<'_>, first: usize, states: usize, mp: bool) -> Result<()> {
+    let ins = call.inputs;
+    let w = &ins[first];
+    if !matches!(w.dtype, DType::F32 | DType::F64 | DType::F16) {
+        return Err(Error::invalid(format!(
+            "operator {}: weights must be float16, float32 or float64, got {}",
+            call.name,
+            w.dtype.name()
+        )));
+    }
+    let n_arrays = 2 + states + usize::from(mp);
+    for j in 1..n_arrays {
+        let a = &ins[first + j];
+        let want = if j >= 2 && mp { DType::F32 } else { w.dtype };
+        if a.shape != w.shape || a.dtype != want {
+            return Err(Error::invalid(format!(
+                "operator {}: input {} has shape {:?} and dtype {}, expected {:?} and {}",
+                call.name,
+                first + j,
+                &a.shape[..],
+                a.dtype.name(),
+                &w.shape[..],
+                want.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A single-weight update op.
+fn single(call: &Call<'_>, rule: &'static Rule, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
+    let n = 2 + rule.states + usize::from(mp);
+    let ins = inputs(call, n)?;
+    check_group(call, 0, rule.states, mp)?;
+    let h = hyper(call.params, names)?;
+    call.params
+        .or("lazy_update", param::boolean, "a boolean", true)?;
+    let grp = Group {
+        first: 0,
+        output: 0,
+        lr: h.0.lr,
+        wd: h.0.wd,
+    };
+    Ok(Plan::new(vec![ins[0].clone()], move |k| {
+        run(k, rule, &[grp], mp, h);
+        Ok(())
+    })
+    .elementwise()
+    .mutating(&(2..n).collect::<Vec<_>>()))
+}
+
+/// An aggregated `multi_*` op: `num_weights` groups, per-group `lrs` and `wds`.
+fn multi(call: &Call<'_>, rule: &'static Rule, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
+    let p = call.params;
+    let count = p.or("num_weights", param::int, "an integer", 1)?;
+    let lrs = p.required("lrs", param::floats, "a tuple of numbers")?;
+    let wds = p.required("wds", param::floats, "a tuple of numbers")?;
+    let stride = 2 + rule.states + usize::from(mp);
+    if count <= 0 || lrs.len() != count as usize || wds.len() != count as usize {
+        return Err(Error::invalid(format!(
+            "operator {}: num_weights ({count}) must be positive and match lrs ({}) and wds ({})",
+            call.name,
+            lrs.len(),
+            wds.len()
+        )));
+    }
+    let count = count as usize;
+    inputs(call, count * stride)?;
+    let h = hyper(p, names)?;
+    let mut groups = Vec::with_capacity(count);
+    let mut outputs = Vec::with_capacity(count);
+    let mut mutated = Vec::new();
+    for i in 0..count {
+        check_group(call, i * stride, rule.states, mp)?;
+        groups.push(Group {
+            first: i * stride,
+            output: i,
+            lr: lrs[i],
+            wd: wds[i],
+        });
+        outputs.push(TensorDesc::clone(&call.inputs[i * stride]));
+        mutated.extend(i * stride + 2..(i + 1) * stride);
+    }
+    Ok(Plan::new(outputs, move |k| {
+        run(k, rule, &groups, mp, h);
+        Ok(())
+    })
+    .elementwise()
+    .mutating(&mutated))
+}
+
+const SGD_ARGS: &[(&str, f64)] = &[
+    ("lr", REQUIRED),
+    ("wd", 0.0),
+    ("rescale_grad", 1.0),
+    ("clip_gradient", -1.0),
+];
+const MOM_ARGS: &[(&str, f64)] = &[
+    ("lr", REQUIRED),
+    ("momentum", 0.0),
+    ("wd", 0.0),
+    ("rescale_grad", 1.0),
+    ("clip_gradient", -1.0),
+];
+const MULTI_ARGS: &[(&str, f64)] = &[("rescale_grad", 1.0), ("clip_gradient", -1.0)];
+const MULTI_MOM_ARGS: &[(&str, f64)] = &[
+    ("momentum", 0.0),
+    ("rescale_grad", 1.0),
+    ("clip_gradient", -1.0),
+];
+
+pub(crate) fn register(t: &mut Entries) {
+    t.push(("sgd_update", &|c: &Call<'_>| {
+        single(c, &SGD, false, SGD_ARGS)
+    }));
+    t.push(("sgd_mom_update", &|c: &Call<'_>| {
+        single(c, &SGD_MOM, false, MOM_ARGS)
+    }));
+    t.push(("mp_sgd_update", &|c: &Call<'_>| {
+        single(c, &SGD, true, SGD_ARGS)
+    }));
+    t.push(("mp_sgd_mom_update", &|c: &Call<'_>| {
+        single(c, &SGD_MOM, true, MOM_ARGS)
+    }));
+    t.push(("nag_mom_update", &|c: &Call<'_>| {
+        single(c, &NAG_MOM, false, MOM_ARGS)
+    }));
+    t.push(("mp_nag_mom_update", &|c: &Call<'_>| {
+        single(c, &NAG_MOM, true, MOM_ARGS)
+    }));
+    t.push(("signsgd_update", &|c: &Call<'_>| {
+        single(c, &SIGNSGD, false, SGD_ARGS)
+    }));
+    t.push(("signum_update", &|c: &Call<'_>| {
+        single(
+            c,
+            &SIGNUM,
+            false,
+            &[
+                ("lr", REQUIRED),
+                ("momentum", 0.0),
+                ("wd", 0.0),
+                ("rescale_grad", 1.0),
+                ("clip_gradient", -1.0),
+                ("wd_lh", 0.0),
+            ],
+        )
+    }));
+    t.push(("adam_update", &|c: &Call<'_>| {
+        single(
+            c,
+            &ADAM,
+            false,
+            &[
+                ("lr", REQUIRED),
+                ("beta1", 0.9),
+                ("beta2", 0.999),
+                ("epsilon", 1e-8),
+                ("wd", 0.0),
+                ("rescale_grad", 1.0),
+                ("clip_gradient", -1.0),
+            ],
+        )
+    }));
+    t.push(("rmsprop_update", &|c: &Call<'_>| {
+        single(
+            c,
+            &RMSPROP,
+            false,
+            &[
+                ("lr", REQUIRED),
+                ("gamma1", 0.95),
+                ("epsilon", 1e-8),
+                ("wd", 0.0),
+                ("rescale_grad", 1.0),
+                ("clip_gradient", -1.0),
+                ("clip_weights", -1.0),
+            ],
+        )
+    }));
+    t.push(("rmspropalex_update", &|c: &Call<'_>| {
+        single(
+            c,
+            &RMSPROP_ALEX,
+            false,
+            &[
+                ("lr", REQUIRED),
+                ("gamma1", 0.95),
+                ("gamma2", 0.9),
+                ("epsilon", 1e-8),
+                ("wd", 0.0),
+                ("rescale_grad", 1.0),
+                ("clip_gradient", -1.0),
+                ("clip_weights", -1.0),
+            ],
+        )
+    }));
+    t.push(("ftrl_update", &|c: &Call<'_>| {
+        single(
+            c,
+            &FTRL,
+            false,
+            &[
+                ("lr", REQUIRED),
+                ("lamda1", 0.01),
+                ("beta", 1.0),
+                ("wd", 0.0),
+                ("rescale_grad", 1.0),
+                ("clip_gradient", -1.0),
+            ],
+        )
+    }));
+    t.push(("ftml_update", &|c: &Call<'_>| {
+        single(
+            c,
+            &FTML,
+            false,
+            &[
+                ("lr", REQUIRED),
+                ("beta1", 0.6),
+                ("beta2", 0.999),
+                ("epsilon", 1e-8),
+                ("t", REQUIRED),
+                ("wd", 0.0),
+                ("rescale_grad", 1.0),
+                ("clip_grad", -1.0),
+            ],
+        )
+    }));
+    t.push(("multi_sgd_update", &|c: &Call<'_>| {
+        multi(c, &SGD, false, MULTI_ARGS)
+    }));
+    t.push(("multi_sgd_mom_update", &|c: &Call<'_>| {
+        multi(c, &SGD_MOM, false, MULTI_MOM_ARGS)
+    }));
+    t.push(("multi_mp_sgd_update", &|c: &Call<'_>| {
+        multi(c, &SGD, true, MULTI_ARGS)
+    }));
+    t.push(("multi_mp_sgd_mom_update", &|c: &Call<'_>| {
+        multi(c, &SGD_MOM, true, MULTI_MOM_ARGS)
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sgd_momentum_follows_mxnet_formula() {
+        let h = Hyper::<f64> {
+            lr: 0.1,
+            wd: 0.01,
+            rescale: 1.0,
+            clip: -1.0,
+            momentum: 0.9,
+            ..Default::default()
+        };
+        let mut s = [0.5, 0.0, 0.0, 0.0, 0.0];
+        let w = (SGD_MOM.f64)(&h, 2.0, 3.0, &mut s);
+        let mom = 0.9 * 0.5 - 0.1 * 0.01 * 2.0 - 0.1 * 3.0;
+        assert!((s[0] - mom).abs() < 1e-15 && (w - (2.0 + mom)).abs() < 1e-15);
+        let h2 = Hyper { clip: 1.0, ..h };
+        let w = (SGD.f64)(&h2, 2.0, 3.0, &mut s);
+        assert!(
+            (w - ((1.0 - 0.001) * 2.0 - 0.1 * 1.0)).abs() < 1e-15,
+            "gradient clipped to 1"
+        );
+    }
+}

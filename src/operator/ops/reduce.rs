@@ -1,0 +1,389 @@
+//! Reductions (`sum`, `mean`, `prod`, `nansum`, `nanprod`, `max`, `min`, `norm`), index
+//! reductions (`argmax`, `argmin`, `argmax_channel`, `pick` lives in `index.rs`) and ordering
+//! (`sort`, `argsort`, `topk`). Floats accumulate in f64.
+
+use super::{Entries, axis as norm_axis, dims, inputs};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::operator::kernel::Element;
+use crate::operator::kernel::strided::{reduce, split_axes, walk};
+use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::param;
+
+/// Which axes a reduction folds, from `axis` (an int, a tuple or None = all) and `exclude`.
+fn reduced_axes(call: &Call<'_>, ndim: usize) -> Result<Vec<bool>> {
+    let axes = call
+        .params
+        .optional("axis", param::shape, "an axis or a tuple of axes")?;
+    let exclude = call
+        .params
+        .or("exclude", param::boolean, "a boolean", false)?;
+    let mut mask = vec![axes.is_none(); ndim];
+    if let Some(axes) = axes {
+        if axes.is_empty() {
+            mask = vec![true; ndim];
+        }
+        for a in axes {
+            let a = norm_axis(call, a, ndim)?;
+            if mask[a] && !exclude {
+                return Err(Error::invalid(format!(
+                    "operator {}: axis {a} given twice",
+                    call.name
+                )));
+            }
+            mask[a] = true;
+        }
+        if exclude {
+            mask.iter_mut().for_each(|m| *m = !*m);
+        }
+    }
+    Ok(mask)
+}
+
+/// The output shape of folding `mask`'s axes. Folding every axis leaves shape `(1,)`, as MXNet's
+/// legacy ops do, unless numpy shape semantics are on (then `()`).
+fn folded_shape(shape: &[i64], mask: &[bool], keepdims: bool) -> Vec<i64> {
+    let mut out = vec![];
+    for (d, &m) in shape.iter().zip(mask) {
+        if !m {
+            out.push(*d);
+        } else if keepdims {
+            out.push(1);
+        }
+    }
+    scalar_as_one(out)
+}
+
+fn scalar_as_one(mut shape: Vec<i64>) -> Vec<i64> {
+    if shape.is_empty() && !crate::ndarray::np_shape::current().is_on() {
+        shape.push(1);
+    }
+    shape
+}
+
+#[derive(Clone, Copy)]
+enum Fold {
+    Sum,
+    Mean,
+    Prod,
+    NanSum,
+    NanProd,
+    Max,
+    Min,
+    Norm1,
+    Norm2,
+}
+
+fn plan_fold(call: &Call<'_>, fold: Fold) -> Result<Plan> {
+    let x = inputs(call, 1)?[0].clone();
+    let mask = reduced_axes(call, x.shape.len())?;
+    let keepdims = call
+        .params
+        .or("keepdims", param::boolean, "a boolean", false)?;
+    let mut out_dtype = x.dtype;
+    let mut fold = fold;
+    if matches!(fold, Fold::Norm2) {
+        let ord = call.params.or("ord", param::int, "1 or 2", 2)?;
+        fold = match ord {
+            1 => Fold::Norm1,
+            2 => Fold::Norm2,
+            o => {
+                return Err(Error::invalid(format!(
+                    "operator {}: ord must be 1 or 2, got {o}",
+                    call.name
+                )));
+            }
+        };
+        if let Some(d) = call
+            .params
+            .optional("out_dtype", param::dtype, "a dtype name")?
+        {
+            out_dtype = d;
+        }
+    }
+    if matches!(fold, Fold::Max | Fold::Min)
+        && x.size() == 0
+        && mask.iter().zip(&x.shape).any(|(&m, &d)| m && d == 0)
+    {
+        return Err(Error::invalid(format!(
+            "operator {}: cannot reduce an empty axis without an identity",
+            call.name
+        )));
+    }
+    let out_shape = folded_shape(&x.shape, &mask, keepdims);
+    let shape = dims(&x.shape);
+    let dtype = x.dtype;
+    Ok(Plan::new(
+        vec![TensorDesc::new(&out_shape, out_dtype)],
+        move |k| {
+            let (xin, out) = (&k.inputs[0], &mut k.outputs[0]);
+            let mut acc = vec![0f64; out.len()];
+            crate::with_element!(dtype, T => {
+                let src = xin.slice::<T>();
+                let (init, f): (f64, fn(f64, f64) -> f64) = match fold {
+                    Fold::Sum | Fold::Mean => (0.0, |a, x| a + x),
+                    Fold::Prod => (1.0, |a, x| a * x),
+                    Fold::NanSum => (0.0, |a, x| if x.is_nan() { a } else { a + x }),
+                    Fold::NanProd => (1.0, |a, x| if x.is_nan() { a } else { a * x }),
+                    Fold::Max => (f64::NEG_INFINITY, |a, x| if x > a || x.is_nan() { x } else { a }),
+                    Fold::Min => (f64::INFINITY, |a, x| if x < a || x.is_nan() { x } else { a }),
+                    Fold::Norm1 => (0.0, |a, x| a + x.abs()),
+                    Fold::Norm2 => (0.0, |a, x| a + x * x),
+                };
+                reduce(src, &shape, &mask, &mut acc, init, |a, x: T, _| f(a, x.to_f64()), |a, n| match fold {
+                    Fold::Mean => a / n as f64,
+                    Fold::Norm2 => a.sqrt(),
+                    _ => a,
+                });
+            });
+            write_f64(out, &acc);
+            Ok(())
+        },
+    ))
+}
+
+/// Writes f64 results into a tensor of any dtype.
+fn write_f64(out: &mut crate::operator::tensor::Tensor, vals: &[f64]) {
+    crate::with_element!(out.dtype, O => {
+        for (o, &v) in out.slice_mut::<O>().iter_mut().zip(vals) {
+            *o = O::from_f64(v);
+        }
+    })
+}
+
+/// `argmax`/`argmin` over one axis (or the flattened array when `axis` is None), as indices in
+/// the input's dtype; `argmax_channel` is argmax over the last axis.
+fn plan_arg(call: &Call<'_>, max: bool, channel: bool) -> Result<Plan> {
+    let x = inputs(call, 1)?[0].clone();
+    let (ax, keepdims) = if channel {
+        (Some(-1), false)
+    } else {
+        (
+            call.params.optional("axis", param::int, "an integer")?,
+            call.params
+                .or("keepdims", param::boolean, "a boolean", false)?,
+        )
+    };
+    let nd = x.shape.len();
+    let (shape, mask, out_shape) = match ax {
+        None => {
+            let out = scalar_as_one(if keepdims { vec![1; nd] } else { vec![] });
+            (vec![x.size()], vec![true], out)
+        }
+        Some(a) => {
+            let a = norm_axis(call, a, nd)?;
+            let mut mask = vec![false; nd];
+            mask[a] = true;
+            (
+                dims(&x.shape),
+                mask.clone(),
+                folded_shape(&x.shape, &mask, keepdims),
+            )
+        }
+    };
+    if x.size() == 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: cannot take the arg{} of an empty array",
+            call.name,
+            if max { "max" } else { "min" }
+        )));
+    }
+    let dtype = x.dtype;
+    Ok(Plan::new(
+        vec![TensorDesc::new(&out_shape, dtype)],
+        move |k| {
+            let (xin, out) = (&k.inputs[0], &mut k.outputs[0]);
+            crate::with_element!(dtype, T => {
+                let init = (if max { f64::NEG_INFINITY } else { f64::INFINITY }, usize::MAX);
+                reduce(xin.slice::<T>(), &shape, &mask, out.slice_mut::<T>(), init,
+                    |(best, at): (f64, usize), v: T, i| {
+                        let v = v.to_f64();
+                        let better = at == usize::MAX
+                            || (!best.is_nan() && (v.is_nan() || if max { v > best } else { v < best }));
+                        if better { (v, i) } else { (best, at) }
+                    },
+                    |(_, at), _| T::from_f64(at as f64));
+            });
+            Ok(())
+        },
+    ))
+}
+
+/// What `topk` returns.
+#[derive(Clone, Copy, PartialEq)]
+enum Ret {
+    Values,
+    Indices,
+    Both,
+    Mask,
+}
+
+/// `sort`, `argsort` and `topk`: order each line along `axis` (stable; NaN last ascending).
+fn plan_order(call: &Call<'_>, kind: &str) -> Result<Plan> {
+    let x = inputs(call, 1)?[0].clone();
+    let p = call.params;
+    // absent means the last axis; an explicit None means the flattened array
+    let axis = match p.raw("axis").map(str::trim) {
+        None => Some(-1),
+        Some("None") => None,
+        Some(v) => Some(param::int(v).ok_or_else(|| {
+            Error::invalid(format!(
+                "operator {}: parameter 'axis' must be an integer or None, got '{v}'",
+                call.name
+            ))
+        })?),
+    };
+    let ascend_default = kind != "topk";
+    let ascend = p.or("is_ascend", param::boolean, "a boolean", ascend_default)?;
+    let (ret, k_count, idx_dtype) = match kind {
+        "sort" => (Ret::Values, None, x.dtype),
+        "argsort" => (
+            Ret::Indices,
+            None,
+            p.or("dtype", param::dtype, "a dtype name", DType::F32)?,
+        ),
+        _ => {
+            let ret = match p
+                .or(
+                    "ret_typ",
+                    param::choice,
+                    "value, indices, both or mask",
+                    "indices".into(),
+                )?
+                .as_str()
+            {
+                "value" => Ret::Values,
+                "indices" => Ret::Indices,
+                "both" => Ret::Both,
+                "mask" => Ret::Mask,
+                other => {
+                    return Err(Error::invalid(format!(
+                        "operator {}: ret_typ must be value, indices, both or mask, got '{other}'",
+                        call.name
+                    )));
+                }
+            };
+            let k = p.or("k", param::int, "an integer", 1)?;
+            (
+                ret,
+                Some(k),
+                p.or("dtype", param::dtype, "a dtype name", DType::F32)?,
+            )
+        }
+    };
+    // axis None: the flattened array
+    let (shape, ax) = match axis {
+        None => (vec![x.size() as i64], 0),
+        Some(a) => (x.shape.to_vec(), norm_axis(call, a, x.shape.len())?),
+    };
+    let len = shape.get(ax).copied().unwrap_or(1).max(0) as usize;
+    let k = match k_count {
+        None => len,
+        Some(k) if k <= 0 => len,
+        Some(k) if k as usize > len => {
+            return Err(Error::invalid(format!(
+                "operator {}: k ({k}) is larger than the axis ({len})",
+                call.name
+            )));
+        }
+        Some(k) => k as usize,
+    };
+    let mut out_shape = shape.clone();
+    if !out_shape.is_empty() {
+        out_shape[ax] = k as i64;
+    }
+    let dtype = x.dtype;
+    let mut outputs = vec![];
+    match ret {
+        Ret::Values => outputs.push(TensorDesc::new(&out_shape, dtype)),
+        Ret::Indices => outputs.push(TensorDesc::new(&out_shape, idx_dtype)),
+        Ret::Both => {
+            outputs.push(TensorDesc::new(&out_shape, dtype));
+            outputs.push(TensorDesc::new(&out_shape, idx_dtype));
+        }
+        Ret::Mask => outputs.push(TensorDesc::new(&x.shape, dtype)),
+    }
+    let in_dims = dims(&shape);
+    let mut mask = vec![false; in_dims.len()];
+    if !mask.is_empty() {
+        mask[ax] = true;
+    }
+    Ok(Plan::new(outputs, move |kargs| {
+        let (ks, kst, _, rst) = split_axes(&in_dims, &mask);
+        let astride = rst.first().copied().unwrap_or(1);
+        let out_dims: Vec<usize> = {
+            let mut d = in_dims.clone();
+            if !d.is_empty() {
+                d[ax] = k;
+            }
+            d
+        };
+        let (oks, okst, _, orst) = split_axes(&out_dims, &mask);
+        let ostride = orst.first().copied().unwrap_or(1);
+        let lines: usize = ks.iter().product();
+        crate::with_element!(dtype, T => {
+            let src = kargs.inputs[0].slice::<T>();
+            let mut order: Vec<(f64, usize)> = Vec::with_capacity(len);
+            let mut bases = Vec::with_capacity(lines);
+            walk(&ks, [&kst], [0], 0, lines, |_, [b]| bases.push(b));
+            let mut obases = Vec::with_capacity(lines);
+            walk(&oks, [&okst], [0], 0, lines, |_, [b]| obases.push(b));
+            let (first, rest) = kargs.outputs.split_at_mut(1);
+            for (line, &b) in bases.iter().enumerate() {
+                order.clear();
+                order.extend((0..len).map(|i| (src[(b + i as isize * astride) as usize].to_f64(), i)));
+                order.sort_by(|a, b| {
+                    let c = a.0.partial_cmp(&b.0).unwrap_or_else(|| a.0.is_nan().cmp(&b.0.is_nan()));
+                    if ascend { c } else { c.reverse() }
+                });
+                let ob = obases[line];
+                match ret {
+                    Ret::Mask => {
+                        let o = first[0].slice_mut::<T>();
+                        for i in 0..len {
+                            o[(b + i as isize * astride) as usize] = T::zero();
+                        }
+                        for &(_, i) in &order[..k] {
+                            o[(b + i as isize * astride) as usize] = T::one();
+                        }
+                    }
+                    _ => {
+                        for (j, &(v, i)) in order[..k].iter().enumerate() {
+                            let at = (ob + j as isize * ostride) as usize;
+                            match ret {
+                                Ret::Values => first[0].slice_mut::<T>()[at] = T::from_f64(v),
+                                Ret::Indices => write_index(&mut first[0], at, i),
+                                _ => {
+                                    first[0].slice_mut::<T>()[at] = T::from_f64(v);
+                                    write_index(&mut rest[0], at, i);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        Ok(())
+    }))
+}
+
+fn write_index(t: &mut crate::operator::tensor::Tensor, at: usize, i: usize) {
+    crate::with_element!(t.dtype, I => t.slice_mut::<I>()[at] = I::from_f64(i as f64));
+}
+
+pub(crate) fn register(t: &mut Entries) {
+    t.push(("sum", &|c: &Call<'_>| plan_fold(c, Fold::Sum)));
+    t.push(("mean", &|c: &Call<'_>| plan_fold(c, Fold::Mean)));
+    t.push(("prod", &|c: &Call<'_>| plan_fold(c, Fold::Prod)));
+    t.push(("nansum", &|c: &Call<'_>| plan_fold(c, Fold::NanSum)));
+    t.push(("nanprod", &|c: &Call<'_>| plan_fold(c, Fold::NanProd)));
+    t.push(("max", &|c: &Call<'_>| plan_fold(c, Fold::Max)));
+    t.push(("min", &|c: &Call<'_>| plan_fold(c, Fold::Min)));
+    t.push(("norm", &|c: &Call<'_>| plan_fold(c, Fold::Norm2)));
+    t.push(("argmax", &|c: &Call<'_>| plan_arg(c, true, false)));
+    t.push(("argmin", &|c: &Call<'_>| plan_arg(c, false, false)));
+    t.push(("argmax_channel", &|c: &Call<'_>| plan_arg(c, true, true)));
+    t.push(("sort", &|c: &Call<'_>| plan_order(c, "sort")));
+    t.push(("argsort", &|c: &Call<'_>| plan_order(c, "argsort")));
+    t.push(("topk", &|c: &Call<'_>| plan_order(c, "topk")));
+}

@@ -1,0 +1,748 @@
+//! Shape manipulation. Most ops here are a gather with the right strides (transpose, swapaxes,
+//! flip, slicing with steps, broadcast_to, tile, repeat); reshapes are copies under a new shape;
+//! concat, stack and split copy blocks.
+
+use super::{Entries, axis as norm_axis, dims, inputs};
+use crate::error::{Error, Result};
+use crate::ndarray::shape::reshape_codes;
+use crate::operator::kernel::strided::{broadcast_shape, contiguous_strides, gather};
+use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::param;
+
+/// A plan whose output `out_shape` reads input 0 at `base + Σ index·strides`.
+pub fn gather_plan(x: &TensorDesc, out_shape: Vec<i64>, base: isize, strides: Vec<isize>) -> Plan {
+    let dtype = x.dtype;
+    let d = dims(&out_shape);
+    Plan::new(vec![TensorDesc::new(&out_shape, dtype)], move |k| {
+        let (xin, out) = (&k.inputs[0], &mut k.outputs[0]);
+        crate::with_element!(dtype, T => gather(xin.slice::<T>(), base, &strides, &d, out.slice_mut::<T>()));
+        Ok(())
+    })
+}
+
+/// A copy of input 0 under `shape` (same element count).
+pub fn copy_plan(x: &TensorDesc, shape: Vec<i64>) -> Plan {
+    let dtype = x.dtype;
+    Plan::new(vec![TensorDesc::new(&shape, dtype)], move |k| {
+        let (xin, out) = (&k.inputs[0], &mut k.outputs[0]);
+        crate::with_element!(dtype, T => out.slice_mut::<T>().copy_from_slice(xin.slice::<T>()));
+        Ok(())
+    })
+}
+
+fn own_strides(shape: &[i64]) -> Vec<isize> {
+    contiguous_strides(&dims(shape))
+}
+
+fn reshape(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let p = call.params;
+    let shape = p.or("shape", param::shape, "a shape", vec![])?;
+    let reverse = p.or("reverse", param::boolean, "a boolean", false)?;
+    let target = p.or("target_shape", param::shape, "a shape", vec![])?;
+    p.or("keep_highest", param::boolean, "a boolean", false)?;
+    let new = if !shape.is_empty() {
+        reshape_codes(&x.shape, &shape, reverse)
+            .map_err(|e| Error::invalid(format!("operator {}: {e}", call.name)))?
+            .to_vec()
+    } else if !target.is_empty() {
+        target
+    } else {
+        return Err(Error::invalid(format!(
+            "operator {}: shape is required",
+            call.name
+        )));
+    };
+    if new.iter().product::<i64>() != x.size() as i64 {
+        return Err(Error::invalid(format!(
+            "operator {}: cannot reshape {:?} ({} elements) to {new:?}",
+            call.name,
+            &x.shape[..],
+            x.size()
+        )));
+    }
+    Ok(copy_plan(x, new))
+}
+
+fn flatten(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let first = x.shape.first().copied().unwrap_or(1);
+    let rest: i64 = x.shape.iter().skip(1).product();
+    Ok(copy_plan(x, vec![first, rest]))
+}
+
+fn expand_dims(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let a = call.params.required("axis", param::int, "an integer")?;
+    let nd = x.shape.len() as i64;
+    let at = if a < 0 { a + nd + 1 } else { a };
+    if at < 0 || at > nd {
+        return Err(Error::invalid(format!(
+            "operator {}: axis {a} is out of range for a {nd}-dimensional array",
+            call.name
+        )));
+    }
+    let mut s = x.shape.to_vec();
+    s.insert(at as usize, 1);
+    Ok(copy_plan(x, s))
+}
+
+fn squeeze(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let axes = call
+        .params
+        .optional("axis", param::shape, "an axis or a tuple of axes")?;
+    let nd = x.shape.len();
+    let mut drop = vec![false; nd];
+    match axes {
+        None => {
+            for (d, &v) in drop.iter_mut().zip(&x.shape) {
+                *d = v == 1;
+            }
+        }
+        Some(axes) => {
+            for a in axes {
+                let a = norm_axis(call, a, nd)?;
+                if x.shape[a] != 1 {
+                    return Err(Error::invalid(format!(
+                        "operator {}: cannot squeeze axis {a} of size {}",
+                        call.name, x.shape[a]
+                    )));
+                }
+                drop[a] = true;
+            }
+        }
+    }
+    let mut s: Vec<i64> = x
+        .shape
+        .iter()
+        .zip(&drop)
+        .filter(|(_, d)| !**d)
+        .map(|(v, _)| *v)
+        .collect();
+    if s.is_empty() && !crate::ndarray::np_shape::current().is_on() {
+        s.push(1);
+    }
+    Ok(copy_plan(x, s))
+}
+
+fn transpose(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let nd = x.shape.len();
+    let axes = call
+        .params
+        .or("axes", param::shape, "a tuple of axes", vec![])?;
+    let perm: Vec<usize> = if axes.is_empty() {
+        (0..nd).rev().collect()
+    } else {
+        if axes.len() != nd {
+            return Err(Error::invalid(format!(
+                "operator {}: axes {axes:?} do not match a {nd}-dimensional array",
+                call.name
+            )));
+        }
+        let p = axes
+            .iter()
+            .map(|&a| norm_axis(call, a, nd))
+            .collect::<Result<Vec<_>>>()?;
+        let mut seen = vec![false; nd];
+        for &a in &p {
+            if std::mem::replace(&mut seen[a], true) {
+                return Err(Error::invalid(format!(
+                    "operator {}: axes {axes:?} repeat an axis",
+                    call.name
+                )));
+            }
+        }
+        p
+    };
+    let st = own_strides(&x.shape);
+    Ok(gather_plan(
+        x,
+        perm.iter().map(|&a| x.shape[a]).collect(),
+        0,
+        perm.iter().map(|&a| st[a]).collect(),
+    ))
+}
+
+fn swapaxes(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let nd = x.shape.len();
+    let a = norm_axis(
+        call,
+        call.params.or("dim1", param::int, "an integer", 0)?,
+        nd,
+    )?;
+    let b = norm_axis(
+        call,
+        call.params.or("dim2", param::int, "an integer", 0)?,
+        nd,
+    )?;
+    let mut perm: Vec<usize> = (0..nd).collect();
+    perm.swap(a, b);
+    let st = own_strides(&x.shape);
+    Ok(gather_plan(
+        x,
+        perm.iter().map(|&i| x.shape[i]).collect(),
+        0,
+        perm.iter().map(|&i| st[i]).collect(),
+    ))
+}
+
+fn flip(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let nd = x.shape.len();
+    let axes = call
+        .params
+        .required("axis", param::shape, "a tuple of axes")?;
+    let mut st = own_strides(&x.shape);
+    let mut base = 0isize;
+    for a in axes {
+        let a = norm_axis(call, a, nd)?;
+        if x.shape[a] > 0 {
+            base += (x.shape[a] - 1) as isize * st[a];
+        }
+        st[a] = -st[a];
+    }
+    Ok(gather_plan(x, x.shape.to_vec(), base, st))
+}
+
+/// Python-style begin/end/step for one axis of length `n`: `(start, length)` of the result.
+pub fn slice_range(
+    name: &str,
+    n: i64,
+    begin: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+) -> Result<(i64, i64)> {
+    if step == 0 {
+        return Err(Error::invalid(format!(
+            "operator {name}: slice step cannot be 0"
+        )));
+    }
+    let norm = |v: i64| if v < 0 { v + n } else { v };
+    let (start, stop) = if step > 0 {
+        (
+            begin.map(norm).unwrap_or(0).clamp(0, n),
+            end.map(norm).unwrap_or(n).clamp(0, n),
+        )
+    } else {
+        (
+            begin.map(norm).unwrap_or(n - 1).clamp(-1, n - 1),
+            end.map(norm).unwrap_or(-1).clamp(-1, n - 1),
+        )
+    };
+    let len = if step > 0 {
+        ((stop - start).max(0) + step - 1) / step
+    } else {
+        ((start - stop).max(0) + (-step) - 1) / (-step)
+    };
+    Ok((start, len))
+}
+
+/// Strides and base of `x[begin:end:step]` per axis (the remaining axes whole).
+pub fn slice_view(
+    call: &Call<'_>,
+    shape: &[i64],
+    begin: &[Option<i64>],
+    end: &[Option<i64>],
+    step: &[Option<i64>],
+) -> Result<(Vec<i64>, isize, Vec<isize>)> {
+    if begin.len() != end.len()
+        || begin.len() > shape.len()
+        || (!step.is_empty() && step.len() != begin.len())
+    {
+        return Err(Error::invalid(format!(
+            "operator {}: begin {begin:?}, end {end:?} and step {step:?} do not fit shape {shape:?}",
+            call.name
+        )));
+    }
+    let st = own_strides(shape);
+    let mut out = shape.to_vec();
+    let mut strides = st.clone();
+    let mut base = 0isize;
+    for i in 0..begin.len() {
+        let s = step.get(i).copied().flatten().unwrap_or(1);
+        let (start, len) = slice_range(call.name, shape[i], begin[i], end[i], s)?;
+        out[i] = len;
+        if len > 0 {
+            base += start as isize * st[i];
+        }
+        strides[i] = st[i] * s as isize;
+    }
+    Ok((out, base, strides))
+}
+
+fn begin_end_step(
+    call: &Call<'_>,
+) -> Result<(Vec<Option<i64>>, Vec<Option<i64>>, Vec<Option<i64>>)> {
+    let p = call.params;
+    Ok((
+        p.required("begin", param::optional_ints, "a tuple of indices")?,
+        p.required("end", param::optional_ints, "a tuple of indices")?,
+        p.or("step", param::optional_ints, "a tuple of steps", vec![])?,
+    ))
+}
+
+fn slice(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let (b, e, s) = begin_end_step(call)?;
+    let (out, base, strides) = slice_view(call, &x.shape, &b, &e, &s)?;
+    Ok(gather_plan(x, out, base, strides))
+}
+
+fn slice_axis(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let p = call.params;
+    let a = norm_axis(
+        call,
+        p.required("axis", param::int, "an integer")?,
+        x.shape.len(),
+    )?;
+    let begin = p.required("begin", param::int, "an integer")?;
+    let end = p.optional("end", param::int, "an integer")?;
+    let n = x.shape[a];
+    let norm = |v: i64| if v < 0 { v + n } else { v };
+    let (b, e) = (norm(begin), end.map(norm).unwrap_or(n));
+    if b < 0 || e > n || b > e {
+        return Err(Error::invalid(format!(
+            "operator {}: slice [{begin}, {end:?}) is out of range for axis {a} of size {n}",
+            call.name
+        )));
+    }
+    let mut bs = vec![None; a + 1];
+    let mut es = vec![None; a + 1];
+    bs[a] = Some(b);
+    es[a] = Some(e);
+    let (out, base, strides) = slice_view(call, &x.shape, &bs, &es, &[])?;
+    Ok(gather_plan(x, out, base, strides))
+}
+
+fn slice_like(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (x, like) = (&ins[0], &ins[1]);
+    let axes = call
+        .params
+        .or("axes", param::shape, "a tuple of axes", vec![])?;
+    let nd = x.shape.len();
+    let axes: Vec<usize> = if axes.is_empty() {
+        if like.shape.len() != nd {
+            return Err(Error::invalid(format!(
+                "operator {}: without axes, data ({nd} dimensions) and shape_like ({}) must have the same number of dimensions",
+                call.name,
+                like.shape.len()
+            )));
+        }
+        (0..nd).collect()
+    } else {
+        axes.iter()
+            .map(|&a| norm_axis(call, a, nd))
+            .collect::<Result<_>>()?
+    };
+    let mut end = vec![None; nd];
+    for a in axes {
+        let want = *like.shape.get(a).ok_or_else(|| {
+            Error::invalid(format!(
+                "operator {}: shape_like has no axis {a}",
+                call.name
+            ))
+        })?;
+        if want > x.shape[a] {
+            return Err(Error::invalid(format!(
+                "operator {}: axis {a} of shape_like ({want}) is larger than the data's ({})",
+                call.name, x.shape[a]
+            )));
+        }
+        end[a] = Some(want);
+    }
+    let (out, base, strides) = slice_view(call, &x.shape, &vec![Some(0); nd], &end, &[])?;
+    Ok(gather_plan(x, out, base, strides))
+}
+
+fn broadcast_to_shape(call: &Call<'_>, x: &TensorDesc, target: &[i64]) -> Result<Plan> {
+    let target: Vec<i64> = if target.len() == x.shape.len() {
+        target
+            .iter()
+            .zip(&x.shape)
+            .map(|(&t, &s)| if t == 0 { s } else { t })
+            .collect()
+    } else {
+        target.to_vec()
+    };
+    match broadcast_shape(&x.shape, &target) {
+        Some(s) if s == target => {}
+        _ => {
+            return Err(Error::invalid(format!(
+                "operator {}: cannot broadcast shape {:?} to {target:?}",
+                call.name,
+                &x.shape[..]
+            )));
+        }
+    }
+    let strides = crate::operator::kernel::strided::broadcast_strides(&x.shape, &target);
+    Ok(gather_plan(x, target, 0, strides))
+}
+
+fn broadcast_to(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let target = call.params.or("shape", param::shape, "a shape", vec![])?;
+    if target.len() != x.shape.len() {
+        return Err(Error::invalid(format!(
+            "operator {}: shape {:?} cannot be broadcast to {target:?} (the number of dimensions must match)",
+            call.name,
+            &x.shape[..]
+        )));
+    }
+    broadcast_to_shape(call, x, &target)
+}
+
+fn broadcast_like(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (x, like) = (&ins[0], &ins[1]);
+    let la = call
+        .params
+        .optional("lhs_axes", param::shape, "a tuple of axes")?;
+    let ra = call
+        .params
+        .optional("rhs_axes", param::shape, "a tuple of axes")?;
+    let target = match (la, ra) {
+        (Some(la), Some(ra)) => {
+            if la.len() != ra.len() {
+                return Err(Error::invalid(format!(
+                    "operator {}: lhs_axes and rhs_axes differ in length",
+                    call.name
+                )));
+            }
+            let mut t = x.shape.to_vec();
+            for (l, r) in la.iter().zip(&ra) {
+                let l = norm_axis(call, *l, x.shape.len())?;
+                let r = norm_axis(call, *r, like.shape.len())?;
+                t[l] = like.shape[r];
+            }
+            t
+        }
+        _ => like.shape.to_vec(),
+    };
+    broadcast_to_shape(call, x, &target)
+}
+
+fn broadcast_axis(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let axes = call
+        .params
+        .or("axis", param::shape, "a tuple of axes", vec![])?;
+    let sizes = call
+        .params
+        .or("size", param::shape, "a tuple of sizes", vec![])?;
+    if axes.len() != sizes.len() {
+        return Err(Error::invalid(format!(
+            "operator {}: axis and size differ in length",
+            call.name
+        )));
+    }
+    let mut t = x.shape.to_vec();
+    for (a, s) in axes.iter().zip(&sizes) {
+        let a = norm_axis(call, *a, x.shape.len())?;
+        if x.shape[a] != 1 {
+            return Err(Error::invalid(format!(
+                "operator {}: axis {a} has size {}, only size-1 axes broadcast",
+                call.name, x.shape[a]
+            )));
+        }
+        t[a] = *s;
+    }
+    broadcast_to_shape(call, x, &t)
+}
+
+fn tile(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let reps = call
+        .params
+        .required("reps", param::shape, "a tuple of repetitions")?;
+    let nd = x.shape.len().max(reps.len());
+    let pad = |v: &[i64]| -> Vec<i64> {
+        let mut o = vec![1; nd - v.len()];
+        o.extend_from_slice(v);
+        o
+    };
+    let (shape, reps) = (pad(&x.shape), pad(&reps));
+    if reps.iter().any(|&r| r < 0) {
+        return Err(Error::invalid(format!(
+            "operator {}: reps must not be negative",
+            call.name
+        )));
+    }
+    // view the input as (1, d0, 1, d1, ...) broadcast to (r0, d0, r1, d1, ...)
+    let st = own_strides(&shape);
+    let mut view_shape = vec![];
+    let mut strides = vec![];
+    for i in 0..nd {
+        view_shape.push(reps[i]);
+        strides.push(0);
+        view_shape.push(shape[i]);
+        strides.push(st[i]);
+    }
+    let out: Vec<i64> = (0..nd).map(|i| reps[i] * shape[i]).collect();
+    let dtype = x.dtype;
+    let d = dims(&view_shape);
+    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
+        let (xin, o) = (&k.inputs[0], &mut k.outputs[0]);
+        crate::with_element!(dtype, T => gather(xin.slice::<T>(), 0, &strides, &d, o.slice_mut::<T>()));
+        Ok(())
+    }))
+}
+
+fn repeat(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let r = call.params.required("repeats", param::int, "an integer")?;
+    let axis = call.params.optional("axis", param::int, "an integer")?;
+    if r < 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: repeats must not be negative",
+            call.name
+        )));
+    }
+    let (shape, a) = match axis {
+        None => (vec![x.size() as i64], 0),
+        Some(a) => (x.shape.to_vec(), norm_axis(call, a, x.shape.len())?),
+    };
+    // view as (..., d_a, r, ...) with stride 0 on r
+    let st = own_strides(&shape);
+    let mut view_shape = shape.clone();
+    view_shape.insert(a + 1, r);
+    let mut strides = st.clone();
+    strides.insert(a + 1, 0);
+    let mut out = shape.clone();
+    out[a] *= r;
+    let dtype = x.dtype;
+    let d = dims(&view_shape);
+    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
+        let (xin, o) = (&k.inputs[0], &mut k.outputs[0]);
+        crate::with_element!(dtype, T => gather(xin.slice::<T>(), 0, &strides, &d, o.slice_mut::<T>()));
+        Ok(())
+    }))
+}
+
+/// Concat along `axis`: each input contributes a block of its axis length per outer index.
+fn concat_plan(call: &Call<'_>, axis: i64, expand: bool) -> Result<Plan> {
+    let ins = call.inputs;
+    if ins.is_empty() {
+        return Err(Error::invalid(format!("operator {}: no inputs", call.name)));
+    }
+    let first = &ins[0];
+    let nd = first.shape.len() + usize::from(expand);
+    let a = norm_axis(call, axis, nd)?;
+    let shapes: Vec<Vec<i64>> = ins
+        .iter()
+        .map(|d| {
+            let mut s = d.shape.to_vec();
+            if expand {
+                s.insert(a, 1);
+            }
+            s
+        })
+        .collect();
+    let mut out = shapes[0].clone();
+    out[a] = 0;
+    for (i, (s, d)) in shapes.iter().zip(ins).enumerate() {
+        let same = s.len() == nd && (0..nd).all(|j| j == a || s[j] == shapes[0][j]);
+        if !same || d.dtype != first.dtype {
+            return Err(Error::invalid(format!(
+                "operator {}: input {i} has shape {:?} ({}), incompatible with input 0's {:?} ({}) along axis {a}",
+                call.name,
+                &d.shape[..],
+                d.dtype.name(),
+                &first.shape[..],
+                first.dtype.name()
+            )));
+        }
+        out[a] += s[a];
+    }
+    let outer: usize = out[..a].iter().map(|&d| d as usize).product();
+    let inner: usize = out[a + 1..].iter().map(|&d| d as usize).product();
+    let blocks: Vec<usize> = shapes.iter().map(|s| s[a] as usize * inner).collect();
+    let row = out[a] as usize * inner;
+    let dtype = first.dtype;
+    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
+        let (xs, o) = (k.inputs, &mut k.outputs[0]);
+        crate::with_element!(dtype, T => {
+            let o = o.slice_mut::<T>();
+            let mut at = 0;
+            for (x, &b) in xs.iter().zip(&blocks) {
+                let src = x.slice::<T>();
+                for r in 0..outer {
+                    o[r * row + at..r * row + at + b].copy_from_slice(&src[r * b..(r + 1) * b]);
+                }
+                at += b;
+            }
+        });
+        Ok(())
+    }))
+}
+
+fn concat(call: &Call<'_>) -> Result<Plan> {
+    call.params.optional("num_args", param::int, "an integer")?;
+    let dim = call.params.or("dim", param::int, "an integer", 1)?;
+    concat_plan(call, dim, false)
+}
+
+fn stack(call: &Call<'_>) -> Result<Plan> {
+    call.params.optional("num_args", param::int, "an integer")?;
+    let axis = call.params.or("axis", param::int, "an integer", 0)?;
+    concat_plan(call, axis, true)
+}
+
+/// Split along `axis` at `bounds` (section starts plus the end); squeezes the axis if asked.
+fn split_plan(call: &Call<'_>, axis: i64, bounds: Vec<usize>, squeeze: bool) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let a = norm_axis(call, axis, x.shape.len())?;
+    let outer: usize = x.shape[..a].iter().map(|&d| d as usize).product();
+    let inner: usize = x.shape[a + 1..].iter().map(|&d| d as usize).product();
+    let row = x.shape[a] as usize * inner;
+    let mut outputs = vec![];
+    for w in bounds.windows(2) {
+        let mut s = x.shape.to_vec();
+        s[a] = (w[1] - w[0]) as i64;
+        if squeeze {
+            if s[a] != 1 {
+                return Err(Error::invalid(format!(
+                    "operator {}: squeeze_axis needs sections of size 1, got {}",
+                    call.name, s[a]
+                )));
+            }
+            s.remove(a);
+        }
+        outputs.push(TensorDesc::new(&s, x.dtype));
+    }
+    let dtype = x.dtype;
+    Ok(Plan::new(outputs, move |k| {
+        let (xin, outs) = (&k.inputs[0], &mut *k.outputs);
+        crate::with_element!(dtype, T => {
+            let src = xin.slice::<T>();
+            for (o, w) in outs.iter_mut().zip(bounds.windows(2)) {
+                let b = (w[1] - w[0]) * inner;
+                let o = o.slice_mut::<T>();
+                for r in 0..outer {
+                    o[r * b..(r + 1) * b].copy_from_slice(&src[r * row + w[0] * inner..r * row + w[0] * inner + b]);
+                }
+            }
+        });
+        Ok(())
+    }))
+}
+
+fn split(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let p = call.params;
+    let n = p.required("num_outputs", param::int, "an integer")?;
+    let axis = p.or("axis", param::int, "an integer", 1)?;
+    let squeeze = p.or("squeeze_axis", param::boolean, "a boolean", false)?;
+    let a = norm_axis(call, axis, x.shape.len())?;
+    let len = x.shape[a];
+    if n <= 0 || len % n != 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: axis {a} of size {len} cannot be split into {n} equal parts",
+            call.name
+        )));
+    }
+    let step = (len / n) as usize;
+    split_plan(
+        call,
+        axis,
+        (0..=n as usize).map(|i| i * step).collect(),
+        squeeze,
+    )
+}
+
+fn split_v2(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let p = call.params;
+    let indices = p.required("indices", param::shape, "a tuple of indices")?;
+    let axis = p.or("axis", param::int, "an integer", 1)?;
+    let squeeze = p.or("squeeze_axis", param::boolean, "a boolean", false)?;
+    let sections = p.or("sections", param::int, "an integer", 0)?;
+    let a = norm_axis(call, axis, x.shape.len())?;
+    let len = x.shape[a] as usize;
+    let bounds: Vec<usize> = if sections > 0 {
+        if len % sections as usize != 0 {
+            return Err(Error::invalid(format!(
+                "operator {}: axis of size {len} cannot be split into {sections} equal sections",
+                call.name
+            )));
+        }
+        (0..=sections as usize)
+            .map(|i| i * len / sections as usize)
+            .collect()
+    } else {
+        let mut b: Vec<usize> = indices
+            .iter()
+            .map(|&i| (i.max(0) as usize).min(len))
+            .collect();
+        if b.first() != Some(&0) {
+            b.insert(0, 0);
+        }
+        b.push(len);
+        if b.windows(2).any(|w| w[0] > w[1]) {
+            return Err(Error::invalid(format!(
+                "operator {}: indices {indices:?} are not sorted",
+                call.name
+            )));
+        }
+        b
+    };
+    split_plan(call, axis, bounds, squeeze)
+}
+
+fn reshape_like(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (x, like) = (&ins[0], &ins[1]);
+    let p = call.params;
+    let lb = p.optional("lhs_begin", param::int, "an integer")?;
+    let le = p.optional("lhs_end", param::int, "an integer")?;
+    let rb = p.optional("rhs_begin", param::int, "an integer")?;
+    let re = p.optional("rhs_end", param::int, "an integer")?;
+    let range = |b: Option<i64>, e: Option<i64>, n: usize| {
+        let n = n as i64;
+        let norm = |v: i64| if v < 0 { v + n } else { v };
+        (
+            b.map(norm).unwrap_or(0).clamp(0, n) as usize,
+            e.map(norm).unwrap_or(n).clamp(0, n) as usize,
+        )
+    };
+    let (l0, l1) = range(lb, le, x.shape.len());
+    let (r0, r1) = range(rb, re, like.shape.len());
+    let mut new = x.shape[..l0].to_vec();
+    new.extend_from_slice(&like.shape[r0..r1]);
+    new.extend_from_slice(&x.shape[l1..]);
+    if new.iter().product::<i64>() != x.size() as i64 {
+        return Err(Error::invalid(format!(
+            "operator {}: cannot reshape {:?} to {new:?}",
+            call.name,
+            &x.shape[..]
+        )));
+    }
+    Ok(copy_plan(x, new))
+}
+
+pub(crate) fn register(t: &mut Entries) {
+    t.push(("Reshape", &reshape));
+    t.push(("Flatten", &flatten));
+    t.push(("expand_dims", &expand_dims));
+    t.push(("squeeze", &squeeze));
+    t.push(("transpose", &transpose));
+    t.push(("SwapAxis", &swapaxes));
+    t.push(("reverse", &flip));
+    t.push(("slice", &slice));
+    t.push(("slice_axis", &slice_axis));
+    t.push(("slice_like", &slice_like));
+    t.push(("broadcast_to", &broadcast_to));
+    t.push(("broadcast_like", &broadcast_like));
+    t.push(("broadcast_axis", &broadcast_axis));
+    t.push(("tile", &tile));
+    t.push(("repeat", &repeat));
+    t.push(("Concat", &concat));
+    t.push(("stack", &stack));
+    t.push(("SliceChannel", &split));
+    t.push(("_split_v2", &split_v2));
+    t.push(("reshape_like", &reshape_like));
+}

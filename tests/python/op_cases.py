@@ -1,0 +1,293 @@
+"""Runs MXNet operators through the unmodified mxnet package and prints each result as JSON.
+
+tests/python_ops.rs runs this on libmxrt and on the wheel's libmxnet.so and compares the
+outcomes case by case: values (with a float tolerance), shapes and dtypes, or that both fail.
+"""
+import json
+import sys
+
+import numpy as np
+import mxnet as mx
+
+nd = mx.nd
+cases = {}
+
+
+def case(name):
+    def register(fn):
+        cases[name] = fn
+        return fn
+    return register
+
+
+def arr(values, dtype="float32"):
+    return nd.array(np.array(values), dtype=dtype)
+
+
+A = lambda: arr([[1.5, -2.0, 3.0], [4.0, 0.5, -6.0]])
+B = lambda: arr([[0.5, 2.0, -1.0], [3.0, -4.0, 2.5]])
+ROW = lambda: arr([10.0, 20.0, 30.0])
+POS = lambda: arr([[0.25, 0.5, 0.75], [1.0, 2.0, 4.0]])
+
+# creation
+case("zeros")(lambda: nd.zeros((2, 3)))
+case("ones_int32")(lambda: nd.ones((3,), dtype="int32"))
+case("full_f64")(lambda: nd.full((2, 2), 7.5, dtype="float64"))
+case("arange")(lambda: nd.arange(1, 10, 2.5))
+case("arange_repeat")(lambda: nd.arange(0, 3, repeat=2, dtype="int64"))
+case("eye")(lambda: nd.eye(3, 4, k=1))
+case("linspace")(lambda: nd.linspace(0, 1, 5, endpoint=False))
+case("zeros_like")(lambda: nd.zeros_like(A()))
+case("ones_like")(lambda: nd.ones_like(A()))
+case("empty_shape")(lambda: nd.empty((2, 0)).shape)
+
+# elementwise unary (positive inputs where the domain needs them)
+for op in ["abs", "sign", "round", "rint", "ceil", "floor", "trunc", "fix", "square", "negative",
+           "exp", "expm1", "sin", "cos", "tan", "arctan", "sinh", "cosh", "tanh", "arcsinh",
+           "degrees", "radians", "relu", "sigmoid", "softsign", "erf", "cbrt"]:
+    case("unary_" + op)(lambda op=op: getattr(nd, op)(A()))
+for op in ["sqrt", "rsqrt", "rcbrt", "log", "log10", "log2", "log1p", "reciprocal", "gamma",
+           "gammaln", "arccosh"]:
+    case("unary_pos_" + op)(lambda op=op: getattr(nd, op)(POS() + 1))
+for op in ["arcsin", "arccos", "arctanh"]:
+    case("unary_unit_" + op)(lambda op=op: getattr(nd, op)(POS() / 5))
+case("unary_int_abs")(lambda: nd.abs(arr([-3, 2, -1], "int32")))
+case("unary_f16_exp")(lambda: nd.exp(arr([0.5, 1.0, 2.0], "float16")))
+case("unary_f64_log")(lambda: nd.log(arr([0.5, 1.0, 2.0], "float64")))
+case("clip")(lambda: nd.clip(A(), -1.0, 2.0))
+case("rounding_halves")(lambda: [nd.round(arr([-2.5, -1.5, 0.5, 1.5, 2.5])),
+                                 nd.rint(arr([-2.5, -1.5, 0.5, 1.5, 2.5]))])
+
+# arithmetic, comparison, broadcasting, scalars, in place
+case("add")(lambda: A() + B())
+case("sub")(lambda: A() - B())
+case("mul")(lambda: A() * B())
+case("div")(lambda: A() / B())
+case("mod")(lambda: A() % B())
+case("pow")(lambda: POS() ** B())
+case("broadcast_row")(lambda: A() + ROW())
+case("broadcast_col")(lambda: A() * arr([[2.0], [3.0]]))
+case("broadcast_ops")(lambda: [nd.broadcast_maximum(A(), ROW() / 10), nd.broadcast_minimum(A(), ROW() / 10),
+                               nd.broadcast_hypot(A(), B()), nd.broadcast_power(POS(), arr([2.0]))])
+case("broadcast_mismatch")(lambda: nd.broadcast_add(A(), arr([1.0, 2.0])))
+case("compare")(lambda: [A() > B(), A() >= 1.5, A() < B(), A() <= 0.5, A() == B(), A() != 1.5])
+case("logical")(lambda: [nd.logical_not(A() > 0), nd.broadcast_logical_and(A() > 0, B() > 0),
+                         nd.broadcast_logical_or(A() > 0, B() > 0), nd.broadcast_logical_xor(A() > 0, B() > 0)])
+case("scalars")(lambda: [A() + 1, 1 - A(), A() * 3, 3 / POS(), A() / 4, A() % 2, 2 % POS(),
+                         POS() ** 2, 2 ** A(), nd.maximum(A(), 1), nd.minimum(A(), 1)])
+case("int_arith")(lambda: [arr([7, -7, 5], "int32") / arr([2, 2, 3], "int32"),
+                           arr([7, -7, 5], "int32") % arr([3, 3, 3], "int32"),
+                           arr([1, 2, 3], "int64") * 4])
+case("dtype_mismatch")(lambda: arr([1, 2], "float32") + arr([1, 2], "float64"))
+
+
+def inplace():
+    x = A()
+    x += B()
+    x *= 2
+    x -= 1
+    x /= 4
+    return x
+
+
+case("inplace")(inplace)
+case("elemwise_shape_mismatch")(lambda: nd.elemwise_add(A(), ROW()))
+
+# reductions and ordering
+X3 = lambda: nd.array(np.arange(24).reshape(2, 3, 4) % 7 - 3.0)
+for op in ["sum", "mean", "prod", "max", "min", "nansum", "nanprod"]:
+    case("reduce_all_" + op)(lambda op=op: getattr(nd, op)(X3()))
+    case("reduce_axis_" + op)(lambda op=op: getattr(nd, op)(X3(), axis=1))
+    case("reduce_axes_keep_" + op)(lambda op=op: getattr(nd, op)(X3(), axis=(0, 2), keepdims=True))
+case("reduce_exclude")(lambda: nd.sum(X3(), axis=1, exclude=True))
+case("norm")(lambda: [nd.norm(X3()), nd.norm(X3(), axis=1), nd.norm(X3(), ord=1, axis=(1, 2))])
+case("argmax")(lambda: [nd.argmax(X3(), axis=2), nd.argmin(X3(), axis=0), nd.argmax(A())])
+case("argmax_channel")(lambda: nd.argmax_channel(A()))
+case("sort")(lambda: [nd.sort(A()), nd.sort(A(), axis=0, is_ascend=False), nd.argsort(A())])
+case("topk")(lambda: [nd.topk(A(), k=2), nd.topk(A(), k=2, ret_typ="value", is_ascend=True),
+                      nd.topk(A(), k=1, axis=0, ret_typ="both")[0], nd.topk(A(), k=2, ret_typ="mask")])
+case("reduce_bad_axis")(lambda: nd.sum(A(), axis=5))
+
+# shapes
+case("reshape_codes")(lambda: [nd.reshape(X3(), shape=(0, -1)), nd.reshape(X3(), shape=(-3, 4)),
+                               nd.reshape(X3(), shape=(-4, 1, 2, -2)), nd.reshape(X3(), shape=(-1,))])
+case("reshape_bad")(lambda: nd.reshape(X3(), shape=(5, 5)))
+case("flatten")(lambda: nd.flatten(X3()))
+case("expand_squeeze")(lambda: [nd.expand_dims(A(), axis=1), nd.squeeze(nd.expand_dims(A(), 0)),
+                                nd.squeeze(arr([[[1.0]]]), axis=(0, 2))])
+case("transpose")(lambda: [nd.transpose(X3()), nd.transpose(X3(), axes=(1, 0, 2)), A().T])
+case("swapaxes")(lambda: nd.swapaxes(X3(), 0, 2))
+case("flip")(lambda: [nd.flip(X3(), axis=1), nd.reverse(X3(), axis=(0, 2))])
+case("slice")(lambda: [nd.slice(X3(), begin=(0, 1), end=(2, 3)), nd.slice(X3(), begin=(None, None, 3), end=(None, None, 0), step=(1, 1, -2)),
+                       nd.slice_axis(X3(), axis=2, begin=1, end=-1), nd.slice_like(X3(), nd.zeros((1, 2, 3))), nd.slice_like(X3(), nd.zeros((1, 2)), axes=(0, 1))])
+case("broadcast_to_ndim")(lambda: nd.broadcast_to(ROW(), shape=(2, 3)))
+case("broadcast_to")(lambda: [nd.broadcast_to(ROW().reshape((1, 3)), shape=(2, 3)), nd.broadcast_to(arr([[1.0], [2.0]]), shape=(0, 4)), nd.broadcast_like(arr([[1.0], [2.0]]), A()),
+                              nd.broadcast_axis(arr([[1.0], [2.0]]), axis=1, size=4)])
+case("tile_repeat")(lambda: [nd.tile(A(), reps=(2, 1)), nd.tile(ROW(), reps=(2, 2)), nd.repeat(A(), repeats=2, axis=1),
+                             nd.repeat(A(), repeats=2)])
+case("concat_stack")(lambda: [nd.concat(A(), B(), dim=0), nd.concat(A(), B(), B(), dim=1), nd.stack(A(), B(), axis=1)])
+case("split")(lambda: nd.split(X3(), num_outputs=3, axis=1))
+case("split_squeeze")(lambda: nd.split(A(), num_outputs=2, axis=0, squeeze_axis=True))
+case("split_v2")(lambda: nd.split_v2(X3(), [1, 3], axis=2))
+case("reshape_like")(lambda: nd.reshape_like(X3(), nd.zeros((6, 4))))
+case("shape_size_array")(lambda: [nd.shape_array(X3()), nd.size_array(X3())])
+
+# indexing
+def setitem():
+    x = nd.array(np.arange(12).reshape(3, 4), dtype="float32")
+    x[0] = 5
+    x[1, 1:3] = arr([7.0, 8.0])
+    x[:, 3] = -1
+    x[2, ::2] = 9
+    x[:] = x + 1
+    return x
+
+
+case("setitem")(setitem)
+case("getitem")(lambda: [X3()[1], X3()[:, 1], X3()[1, ::-1, 1:3], X3()[:, :, ::3], X3()[[0, 1], 1]])
+case("take")(lambda: [nd.take(A(), arr([1, 0, 1])), nd.take(X3(), arr([[0, 3], [1, 5]]), axis=2, mode="wrap"),
+                      nd.take(A(), arr([-1, 7]))])
+case("pick")(lambda: [nd.pick(A(), arr([0, 2])), nd.pick(X3(), arr([[0, 1, 2, 0], [2, 2, 1, 0]]), axis=1, keepdims=True)])
+case("one_hot")(lambda: nd.one_hot(arr([1, 0, 2, 5]), 3, on_value=2.0, off_value=-1.0))
+case("where")(lambda: [nd.where(A() > 0, A(), B()), nd.where(arr([1.0, 0.0]), A(), B())])
+case("gather_nd")(lambda: nd.gather_nd(X3(), arr([[0, 1], [2, 0]])))
+
+# conversions and copies
+case("astype")(lambda: [A().astype("int32"), A().astype("float64"), arr([0, 1, 2]).astype("bool"), A().astype("float16")])
+case("cast")(lambda: nd.cast(A(), dtype="uint8"))
+case("copyto")(lambda: A().copyto(nd.zeros((2, 3), dtype="float64")))
+
+# linear algebra and neural-network ops
+M1 = lambda: nd.array(np.arange(12).reshape(3, 4) / 7.0)
+M2 = lambda: nd.array(np.arange(20).reshape(4, 5) / 9.0 - 1)
+case("dot")(lambda: [nd.dot(M1(), M2()), nd.dot(M1(), M1(), transpose_b=True), nd.dot(M2(), M2(), transpose_a=True),
+                     nd.dot(ROW(), ROW())])
+case("dot_f64")(lambda: nd.dot(M1().astype("float64"), M2().astype("float64")))
+case("dot_mismatch")(lambda: nd.dot(M1(), M1()))
+case("batch_dot")(lambda: [nd.batch_dot(nd.stack(M1(), M1()), nd.stack(M2(), M2())),
+                           nd.batch_dot(nd.stack(M1(), M1()), nd.stack(M1(), M1()), transpose_b=True)])
+case("fully_connected")(lambda: [nd.FullyConnected(M1(), M2().T, nd.arange(5), num_hidden=5),
+                                 nd.FullyConnected(X3(), nd.ones((2, 12)), no_bias=True, num_hidden=2),
+                                 nd.FullyConnected(X3(), nd.ones((2, 4)), nd.ones((2,)), num_hidden=2, flatten=False)])
+case("fully_connected_bad_weight")(lambda: nd.FullyConnected(M1(), nd.ones((5, 3)), nd.ones((5,)), num_hidden=5))
+case("activation")(lambda: [nd.Activation(A(), act_type=t) for t in ["relu", "sigmoid", "tanh", "softrelu", "softsign"]])
+case("leaky_relu")(lambda: [nd.LeakyReLU(A(), act_type="leaky", slope=0.1), nd.LeakyReLU(A(), act_type="elu", slope=0.5),
+                            nd.LeakyReLU(A(), act_type="selu"), nd.LeakyReLU(A(), act_type="gelu"),
+                            nd.LeakyReLU(A(), arr([0.5, 0.25, 0.1]), act_type="prelu")])
+case("softmax")(lambda: [nd.softmax(A()), nd.softmax(X3(), axis=1), nd.log_softmax(A()), nd.softmin(A(), axis=0),
+                         nd.softmax(A(), temperature=2.0)])
+case("add_n")(lambda: nd.add_n(A(), B(), A()))
+
+# optimizer updates (state and weight after two steps)
+def optimizer(kind, extra_states, **kw):
+    def run():
+        w = nd.array(np.linspace(-1, 1, 6).reshape(2, 3))
+        states = [nd.zeros((2, 3)) + 0.1 * i for i in range(extra_states)]
+        for step in range(2):
+            g = nd.array(np.linspace(0.5, -0.7, 6).reshape(2, 3) * (step + 1))
+            getattr(nd, kind)(w, g, *states, out=w, **kw)
+        return [w] + states
+    return run
+
+
+case("sgd")(optimizer("sgd_update", 0, lr=0.1, wd=0.01))
+case("sgd_clip")(optimizer("sgd_update", 0, lr=0.1, wd=0.01, clip_gradient=0.3, rescale_grad=2.0))
+case("sgd_mom")(optimizer("sgd_mom_update", 1, lr=0.1, momentum=0.9, wd=0.01))
+case("nag_mom")(optimizer("nag_mom_update", 1, lr=0.1, momentum=0.9, wd=0.01))
+case("adam")(optimizer("adam_update", 2, lr=0.01, beta1=0.9, beta2=0.99, epsilon=1e-6, wd=0.001))
+case("rmsprop")(optimizer("rmsprop_update", 1, lr=0.01, gamma1=0.9, epsilon=1e-6))
+case("rmspropalex")(optimizer("rmspropalex_update", 3, lr=0.01, gamma1=0.9, gamma2=0.8, epsilon=1e-4))
+case("ftrl")(optimizer("ftrl_update", 2, lr=0.1, lamda1=0.01, beta=1.0))
+case("ftml")(optimizer("ftml_update", 3, lr=0.1, t=1))
+case("signsgd")(optimizer("signsgd_update", 0, lr=0.1, wd=0.01))
+case("signum")(optimizer("signum_update", 1, lr=0.1, momentum=0.9, wd_lh=0.01))
+
+
+def mp_sgd_mom():
+    w = nd.array(np.linspace(-1, 1, 6), dtype="float16")
+    w32 = w.astype("float32")
+    mom = nd.zeros((6,))
+    for _ in range(2):
+        nd.mp_sgd_mom_update(w, nd.ones((6,), dtype="float16"), mom, w32, out=w, lr=0.1, momentum=0.9)
+    return [w, w32, mom]
+
+
+case("mp_sgd_mom")(mp_sgd_mom)
+
+
+def multi_sgd(mom):
+    def run():
+        ws = [nd.ones((3,)) * (i + 1) for i in range(3)]
+        gs = [nd.ones((3,)) * 0.5 for _ in range(3)]
+        ms = [nd.zeros((3,)) for _ in range(3)]
+        args = []
+        for i in range(3):
+            args += [ws[i], gs[i]] + ([ms[i]] if mom else [])
+        op = nd.multi_sgd_mom_update if mom else nd.multi_sgd_update
+        kw = {"momentum": 0.9} if mom else {}
+        for _ in range(2):
+            op(*args, out=ws, lrs=(0.1, 0.2, 0.3), wds=(0.0, 0.01, 0.02), num_weights=3, **kw)
+        return ws + (ms if mom else [])
+    return run
+
+
+case("multi_sgd")(multi_sgd(False))
+case("multi_sgd_mom")(multi_sgd(True))
+
+
+def python_optimizers():
+    out = []
+    for name, kw in [("sgd", {"momentum": 0.9}), ("sgd", {}), ("nag", {"momentum": 0.9}), ("adam", {}),
+                     ("rmsprop", {}), ("rmsprop", {"centered": True}), ("adagrad", {}), ("adadelta", {}),
+                     ("ftrl", {}), ("signum", {}), ("ftml", {})]:
+        opt = mx.optimizer.create(name, learning_rate=0.05, wd=0.001, **kw)
+        updater = mx.optimizer.get_updater(opt)
+        w = nd.array(np.linspace(-1, 1, 8))
+        for step in range(3):
+            updater(0, nd.array(np.linspace(1, -1, 8) * (step + 1)), w)
+        out.append(w)
+    return out
+
+
+case("python_optimizers")(python_optimizers)
+
+
+def kvstore_sgd():
+    kv = mx.kv.create("local")
+    kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9))
+    keys = [3, 5, 7]
+    kv.init(keys, [nd.ones((4,)) * k for k in keys])
+    for _ in range(3):
+        kv.push(keys, [[nd.ones((4,)) * 0.5, nd.ones((4,))] for _ in keys])
+    outs = [nd.zeros((4,)) for _ in keys]
+    kv.pull(keys, out=outs)
+    return outs
+
+
+case("kvstore_sgd")(kvstore_sgd)
+
+# errors every library reports
+case("unknown_param")(lambda: nd.sum(A(), axiss=1))
+case("missing_param")(lambda: nd.clip(A(), a_min=0.0))
+
+
+def to_json(value):
+    if isinstance(value, mx.nd.NDArray):
+        a = value.asnumpy()
+        return {"shape": list(a.shape), "dtype": str(a.dtype),
+                "values": [None if np.isnan(v) else float(v) for v in a.astype("float64").ravel()]}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    return value
+
+
+results = {}
+only = sys.argv[1:]
+for name, fn in cases.items():
+    if only and name not in only:
+        continue
+    try:
+        results[name] = {"ok": to_json(fn())}
+    except Exception as e:  # the outcome, either way, is what is compared
+        results[name] = {"error": str(e).split("\n")[0]}
+json.dump(results, sys.stdout)
