@@ -79,7 +79,11 @@ struct CallbackOnComplete {
   X(MXKVStorePush, int, (KVStoreHandle, uint32_t, const int *, NDArrayHandle *, int))           \
   X(MXKVStorePushEx, int, (KVStoreHandle, uint32_t, const char **, NDArrayHandle *, int))       \
   X(MXKVStorePull, int, (KVStoreHandle, uint32_t, const int *, NDArrayHandle *, int))           \
-  X(MXKVStorePullEx, int, (KVStoreHandle, uint32_t, const char **, NDArrayHandle *, int))
+  X(MXKVStorePullEx, int, (KVStoreHandle, uint32_t, const char **, NDArrayHandle *, int))      \
+  X(NNGetOpHandle, int, (const char *, void **))                                                \
+  X(MXImperativeInvokeEx, int,                                                                  \
+    (void *, int, NDArrayHandle *, int *, NDArrayHandle **, int, const char **, const char **,   \
+     const int **))
 
 #define X_TYPEDEF(name, ret, args) typedef ret(*name##_fn) args;
 API_LIST(X_TYPEDEF)
@@ -669,9 +673,222 @@ static void kvstore_int(void) { kvstore_bench(false); }
 static void kvstore_str(void) { kvstore_bench(true); }
 
 /* ---- main ----------------------------------------------------------------------------------- */
+
+/* ---- operators (imperative invoke) ------------------------------------------------------------ */
+static void *op_handle(const char *name) {
+  void *h = NULL;
+  if (MX(NNGetOpHandle)(name, &h) != 0) return NULL;
+  return h;
+}
+
+/* runs `op` on `n_in` inputs into the given output (out=) with `np` string parameters */
+static int invoke_into(void *op, NDArrayHandle *in, int n_in, NDArrayHandle out, int np,
+                       const char **keys, const char **vals) {
+  NDArrayHandle outs[1] = {out};
+  NDArrayHandle *outp = outs;
+  int n_out = 1;
+  const int *stypes = NULL;
+  return MX(MXImperativeInvokeEx)(op, n_in, in, &n_out, &outp, np, keys, vals, &stypes);
+}
+
+static int fill_f(NDArrayHandle h, size_t n, float v) {
+  float *buf = malloc(n * sizeof(float));
+  if (!buf) return -1;
+  for (size_t i = 0; i < n; ++i) buf[i] = v + (float)(i % 7) * 0.125f;
+  int rc = MX(MXNDArraySyncCopyFromCPU)(h, buf, n);
+  free(buf);
+  return rc;
+}
+
+/* the per-call cost of invoke: a chain of scalar adds on a 1-element array, in place */
+static void op_invoke_overhead(void) {
+  const char *name = "operator.invoke_scalar_1elem";
+  if (!NEED(name, E_NNGetOpHandle, E_MXImperativeInvokeEx, E_MXNDArrayCreateEx, E_MXNDArrayFree,
+            E_MXNDArraySyncCopyFromCPU, E_MXNDArraySyncCopyToCPU, E_MXNDArrayWaitAll))
+    return;
+  const int n = 100000;
+  NDArrayHandle x = NULL;
+  uint32_t shape[1] = {1};
+  const char *keys[1] = {"scalar"}, *vals[1] = {"1"};
+  double us[16];
+  int done = 0;
+  void *op = op_handle("_plus_scalar");
+  if (!op) {
+    fail("NNGetOpHandle(_plus_scalar) -> %s", last_error());
+    goto out;
+  }
+  CALL(create_f(shape, 1, 0, &x));
+  for (int r = 0; r < g_repeats; ++r) {
+    float zero = 0.0f, got = -1.0f;
+    CALL(MX(MXNDArraySyncCopyFromCPU)(x, &zero, 1));
+    double t0 = now_s();
+    for (int i = 0; i < n; ++i) CALL(invoke_into(op, &x, 1, x, 1, keys, vals));
+    CALL(MX(MXNDArraySyncCopyToCPU)(x, &got, 1));
+    us[done++] = (now_s() - t0) * 1e6 / n;
+    if (got != (float)n) {
+      fail("%d chained adds gave %g", n, (double)got);
+      goto out;
+    }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(&x, 1);
+  report(name, done ? median(us, done) : 0.0, "us/call", NULL);
+}
+
+/* large elementwise ops: memory traffic per second (inputs read plus output written) */
+static void op_elementwise_big(void) {
+  const char *n_add = "operator.add_16M_f32", *n_exp = "operator.exp_16M_f32";
+  if (!NEED2(n_add, n_exp, E_NNGetOpHandle, E_MXImperativeInvokeEx, E_MXNDArrayCreateEx,
+             E_MXNDArrayFree, E_MXNDArraySyncCopyFromCPU, E_MXNDArraySyncCopyToCPU,
+             E_MXNDArrayWaitAll))
+    return;
+  const size_t count = 16u << 20;
+  const int iters = 5;
+  NDArrayHandle h[3] = {NULL, NULL, NULL};
+  uint32_t shape[1] = {(uint32_t)count};
+  double gadd[16], gexp[16];
+  int done = 0;
+  void *add = op_handle("elemwise_add"), *ex = op_handle("exp");
+  if (!add || !ex) {
+    fail("NNGetOpHandle -> %s", last_error());
+    goto out;
+  }
+  for (int i = 0; i < 3; ++i) CALL(create_f(shape, 1, 0, &h[i]));
+  CALL(fill_f(h[0], count, 1.0f));
+  CALL(fill_f(h[1], count, 2.0f));
+  CALL(invoke_into(add, h, 2, h[2], 0, NULL, NULL)); /* warm: first touch */
+  CALL(MX(MXNDArrayWaitAll)());
+  for (int r = 0; r < g_repeats; ++r) {
+    double t0 = now_s();
+    for (int i = 0; i < iters; ++i) CALL(invoke_into(add, h, 2, h[2], 0, NULL, NULL));
+    CALL(MX(MXNDArrayWaitAll)());
+    gadd[done] = 3.0 * count * sizeof(float) * iters / (now_s() - t0) / 1e9;
+    t0 = now_s();
+    for (int i = 0; i < iters; ++i) CALL(invoke_into(ex, h, 1, h[2], 0, NULL, NULL));
+    CALL(MX(MXNDArrayWaitAll)());
+    gexp[done++] = 2.0 * count * sizeof(float) * iters / (now_s() - t0) / 1e9;
+  }
+  if (done) {
+    float *all = malloc(count * sizeof(float));
+    if (!all) {
+      fail("out of memory");
+      goto out;
+    }
+    int rc = MX(MXNDArraySyncCopyToCPU)(h[2], all, count);
+    bool good = rc == 0 && fabsf(all[0] - expf(1.0f)) < 1e-5f && fabsf(all[1] - expf(1.125f)) < 1e-5f;
+    if (!good) fail("exp gave %g, %g (rc %d)", (double)all[0], (double)all[1], rc);
+    free(all);
+    if (!good) goto out;
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(h, 3);
+  report(n_add, done ? median(gadd, done) : 0.0, "GB/s", "3 x 64 MiB per op");
+  report(n_exp, done ? median(gexp, done) : 0.0, "GB/s", "2 x 64 MiB per op");
+}
+
+/* matrix products: dot 1024^3 and FullyConnected batch 256, 1024 -> 1024 */
+static void op_gemm(void) {
+  const char *n_dot = "operator.dot_1024_f32", *n_fc = "operator.fully_connected_256x1024";
+  if (!NEED2(n_dot, n_fc, E_NNGetOpHandle, E_MXImperativeInvokeEx, E_MXNDArrayCreateEx,
+             E_MXNDArrayFree, E_MXNDArraySyncCopyFromCPU, E_MXNDArraySyncCopyToCPU,
+             E_MXNDArrayWaitAll))
+    return;
+  const int iters = 5;
+  NDArrayHandle h[6] = {NULL};
+  uint32_t sq[2] = {1024, 1024}, data[2] = {256, 1024}, bias[1] = {1024};
+  double gdot[16], gfc[16];
+  int done = 0;
+  void *dot = op_handle("dot"), *fc = op_handle("FullyConnected");
+  const char *fk[1] = {"num_hidden"}, *fv[1] = {"1024"};
+  if (!dot || !fc) {
+    fail("NNGetOpHandle -> %s", last_error());
+    goto out;
+  }
+  CALL(create_f(sq, 2, 0, &h[0]));
+  CALL(create_f(sq, 2, 0, &h[1]));
+  CALL(create_f(sq, 2, 0, &h[2]));
+  CALL(create_f(data, 2, 0, &h[3]));
+  CALL(create_f(bias, 1, 0, &h[4]));
+  CALL(create_f(data, 2, 0, &h[5]));
+  CALL(fill_f(h[0], 1024 * 1024, 0.01f));
+  CALL(fill_f(h[1], 1024 * 1024, 0.02f));
+  CALL(fill_f(h[3], 256 * 1024, 0.5f));
+  CALL(fill_f(h[4], 1024, 0.0f));
+  CALL(invoke_into(dot, h, 2, h[2], 0, NULL, NULL)); /* warm */
+  CALL(MX(MXNDArrayWaitAll)());
+  for (int r = 0; r < g_repeats; ++r) {
+    double t0 = now_s();
+    for (int i = 0; i < iters; ++i) CALL(invoke_into(dot, h, 2, h[2], 0, NULL, NULL));
+    CALL(MX(MXNDArrayWaitAll)());
+    gdot[done] = 2.0 * 1024 * 1024 * 1024 * iters / (now_s() - t0) / 1e9;
+    NDArrayHandle fin[3] = {h[3], h[1], h[4]};
+    t0 = now_s();
+    for (int i = 0; i < iters; ++i) CALL(invoke_into(fc, fin, 3, h[5], 1, fk, fv));
+    CALL(MX(MXNDArrayWaitAll)());
+    gfc[done++] = 2.0 * 256 * 1024 * 1024 * iters / (now_s() - t0) / 1e9;
+  }
+  {
+    /* row 0 of data (0.5 + (i%7)/8) times row 0 of weight (0.02 + (i%7)/8), plus bias 0 */
+    static float got[256 * 1024];
+    double want = 0.0;
+    for (int i = 0; i < 1024; ++i) want += (0.5 + (i % 7) * 0.125) * (0.02 + (i % 7) * 0.125);
+    CALL(MX(MXNDArraySyncCopyToCPU)(h[5], got, 256 * 1024));
+    if (fabs(got[0] - want) > 1e-3 * fabs(want)) {
+      fail("FullyConnected gave %g, expected %g", (double)got[0], want);
+      goto out;
+    }
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(h, 6);
+  report(n_dot, done ? median(gdot, done) : 0.0, "GFLOP/s", NULL);
+  report(n_fc, done ? median(gfc, done) : 0.0, "GFLOP/s", NULL);
+}
+
+/* an optimizer step: sgd_mom_update over 10 arrays of 1 M floats, weights updated in place */
+static void op_sgd_mom(void) {
+  const char *name = "operator.sgd_mom_10x1M_steps";
+  if (!NEED(name, E_NNGetOpHandle, E_MXImperativeInvokeEx, E_MXNDArrayCreateEx, E_MXNDArrayFree,
+            E_MXNDArraySyncCopyFromCPU, E_MXNDArraySyncCopyToCPU, E_MXNDArrayWaitAll))
+    return;
+  enum { K = 10 };
+  const size_t count = 1u << 20;
+  const int steps = 20;
+  NDArrayHandle h[3 * K] = {NULL};
+  uint32_t shape[1] = {(uint32_t)count};
+  const char *keys[3] = {"lr", "momentum", "wd"}, *vals[3] = {"0.01", "0.9", "0.0001"};
+  double rate[16];
+  int done = 0;
+  void *op = op_handle("sgd_mom_update");
+  if (!op) {
+    fail("NNGetOpHandle(sgd_mom_update) -> %s", last_error());
+    goto out;
+  }
+  for (int i = 0; i < 3 * K; ++i) CALL(create_f(shape, 1, 0, &h[i]));
+  for (int i = 0; i < K; ++i) {
+    CALL(fill_f(h[3 * i], count, 1.0f));
+    CALL(fill_f(h[3 * i + 1], count, 0.5f));
+    CALL(fill_f(h[3 * i + 2], count, 0.0f));
+  }
+  CALL(MX(MXNDArrayWaitAll)());
+  for (int r = 0; r < g_repeats; ++r) {
+    double t0 = now_s();
+    for (int s = 0; s < steps; ++s)
+      for (int i = 0; i < K; ++i) CALL(invoke_into(op, &h[3 * i], 3, h[3 * i], 3, keys, vals));
+    CALL(MX(MXNDArrayWaitAll)());
+    rate[done++] = steps / (now_s() - t0);
+  }
+out:
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(h, 3 * K);
+  report(name, done ? median(rate, done) : 0.0, "steps/s", "all 10 arrays per step");
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s LIB.so engine|ndarray|kvstore|all\n", argv[0]);
+    fprintf(stderr, "usage: %s LIB.so engine|ndarray|kvstore|operator|all\n", argv[0]);
     return 64;
   }
   const char *group = argv[2];
@@ -679,8 +896,9 @@ int main(int argc, char **argv) {
   bool g_engine = all || strcmp(group, "engine") == 0;
   bool g_ndarray = all || strcmp(group, "ndarray") == 0;
   bool g_kvstore = all || strcmp(group, "kvstore") == 0;
-  if (!g_engine && !g_ndarray && !g_kvstore) {
-    fprintf(stderr, "unknown group '%s' (engine|ndarray|kvstore|all)\n", group);
+  bool g_operator = all || strcmp(group, "operator") == 0;
+  if (!g_engine && !g_ndarray && !g_kvstore && !g_operator) {
+    fprintf(stderr, "unknown group '%s' (engine|ndarray|kvstore|operator|all)\n", group);
     return 64;
   }
   bench_read_repeats();
@@ -721,6 +939,12 @@ int main(int argc, char **argv) {
   if (g_kvstore) {
     kvstore_int();
     kvstore_str();
+  }
+  if (g_operator) {
+    op_invoke_overhead();
+    op_elementwise_big();
+    op_gemm();
+    op_sgd_mom();
   }
   if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
   if (api_ptrs[E_MXNotifyShutdown]) MX(MXNotifyShutdown)();

@@ -6,7 +6,7 @@
 # (bench/starpu_tasks.c, once per scheduler). Every runtime runs at 1 and 2 workers; prints
 # markdown tables (bench/summarize.py).
 #
-#   bench/run.sh [engine|ndarray|kvstore|all]        (default: all)
+#   bench/run.sh [engine|ndarray|kvstore|operator|all]        (default: all)
 #
 #   MXRT_LIB          default target/release/libmxrt.so (skipped if absent)
 #   MXNET_LIB         use this libmxnet.so instead of running scripts/setup-mxnet.sh
@@ -31,7 +31,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 group="${1:-all}"
-case "$group" in engine|ndarray|kvstore|all) ;; *) echo "usage: $0 [engine|ndarray|kvstore|all]" >&2; exit 64 ;; esac
+case "$group" in engine|ndarray|kvstore|operator|all) ;; *) echo "usage: $0 [engine|ndarray|kvstore|operator|all]" >&2; exit 64 ;; esac
 out="${MXBENCH_OUT:-$repo/target/mxbench}"
 mkdir -p "$out"
 cc="${CC:-cc}"
@@ -57,6 +57,7 @@ else
 fi
 libs+=("$mxnet")
 names+=(mxnet)
+venv_python="${MXNET_VENV:-$repo/.venv-mxnet}/bin/python"
 
 # ---- the peers (engine workloads only) ---------------------------------------------------------
 # ensure_packages WHAT PKG...: installs the missing Debian packages; fails if they stay missing
@@ -188,6 +189,13 @@ for round in $(seq 1 "$rounds"); do
         *) log "${names[$i]} nt=$nt: exit $rc (see $raw, $raw.stderr)"; status=1 ;;
       esac
       [ "$rc" -le 2 ] || echo -e "(run ended with exit status $rc)\tnan\t-\tFAIL: exit $rc\t" >> "$raw"
+      if [ "$group" = operator ] || [ "$group" = all ]; then
+        # the same loop through MXNet's Python package (bench/python_kvstore.py)
+        prc=0
+        MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" timeout "${MXBENCH_TIMEOUT:-600}" \
+          "$venv_python" bench/python_kvstore.py >> "$raw" 2>> "$raw.stderr" || prc=$?
+        [ "$prc" -eq 0 ] || { log "${names[$i]} nt=$nt: bench/python_kvstore.py exit $prc"; status=1; }
+      fi
       collect "${names[$i]}" "$nt" "$round" "$raw"
     done
     for peer in ${peers[@]+"${peers[@]}"}; do

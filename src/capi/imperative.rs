@@ -2,7 +2,8 @@
 
 use super::args;
 use super::error::api_call;
-use super::ndarray::{nd, new_handle};
+use super::handle;
+use super::ndarray::new_handle;
 use super::operator::{AtomicSymbolCreator, op_arg};
 use super::types::NDArrayHandle;
 use crate::error::Result;
@@ -134,7 +135,7 @@ unsafe fn invoke(
     let arrays = handles
         .iter()
         .enumerate()
-        .map(|(i, &h)| nd(h, &format!("inputs[{i}]")).map(|a| NDArray::clone(&a)))
+        .map(|(i, &h)| handle::borrow_at::<NDArray>(h, "inputs", i).map(|a| NDArray::clone(&a)))
         .collect::<Result<Vec<_>>>()?;
     let n_out = args::count(i64::from(*num_outputs), "*num_outputs")?;
     let given = if n_out == 0 {
@@ -145,11 +146,13 @@ unsafe fn invoke(
         Some(
             hs.iter()
                 .enumerate()
-                .map(|(i, &h)| nd(h, &format!("outputs[{i}]")).map(|a| NDArray::clone(&a)))
+                .map(|(i, &h)| {
+                    handle::borrow_at::<NDArray>(h, "outputs", i).map(|a| NDArray::clone(&a))
+                })
                 .collect::<Result<Vec<_>>>()?,
         )
     };
-    let name = &Registry::global().op(id).name;
+    let name: &'static str = &Registry::global().op(id).name;
     let allocate = given.is_none();
     let results = imperative::invoke(Invoke {
         op: name,

@@ -22,7 +22,8 @@ use smallvec::SmallVec;
 /// One invoke: the op by name (`called_as` is the name the caller used, for messages).
 pub struct Invoke<'a> {
     pub op: &'a str,
-    pub called_as: &'a str,
+    /// Registry names live for the whole process, so the engine op can keep this one.
+    pub called_as: &'static str,
     pub inputs: &'a [NDArray],
     pub params: Vec<(&'a str, &'a str)>,
     /// The caller's outputs (`out=`), or `None` to have them allocated.
@@ -147,7 +148,7 @@ struct Job {
 }
 
 fn run(
-    name: &str,
+    name: &'static str,
     inputs: &[NDArray],
     outputs: &[NDArray],
     plan: Plan,
@@ -239,13 +240,13 @@ fn run(
         resource,
         _keep: keep,
     }));
-    let op_name = name.to_owned();
+    let op_name = name;
     let args = PushArgs::new(ctx).reads(&reads).writes(&writes).name(name);
     Engine::global()?.push_fn(args, move |_| {
         let Some(job) = job.lock().take() else {
             return Err(format!("operator {op_name} ran twice"));
         };
-        execute(job, &op_name).map_err(|e| format!("operator {op_name}: {e}"))
+        execute(job, op_name).map_err(|e| format!("operator {op_name}: {e}"))
     })
 }
 

@@ -88,12 +88,6 @@ pub unsafe fn fill<O: Element>(out: *mut O, n: usize, v: O) {
     });
 }
 
-/// Calls `f(i)` for every `i < n`, split over the pool: for kernels that update several
-/// buffers per index (optimizer updates). `f` must touch only index `i` of each buffer.
-pub fn for_each_index(n: usize, cost: usize, f: impl Fn(usize) + Sync) {
-    for_ranges(n, cost, |s, e| (s..e).for_each(&f));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

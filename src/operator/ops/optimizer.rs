@@ -11,9 +11,10 @@ use super::unary::c;
 use super::{Entries, inputs};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::operator::kernel::map::{Ptr, for_each_index};
+use crate::operator::kernel::map::Ptr;
 use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, KernelArgs, Plan, TensorDesc};
+use crate::operator::parallel::for_ranges;
 use crate::operator::param::{self, Params};
 
 /// Hyper-parameters, in the compute type.
@@ -88,39 +89,36 @@ fn sign<R: Real>(x: R) -> R {
     }
 }
 
-/// One update formula: new weight from weight, gradient and states (updated in place).
-type Update<R> = fn(&Hyper<R>, R, R, &mut [R; 5]) -> R;
-
-/// The formulas, generic over the compute type.
-struct Rule {
-    f32: Update<f32>,
-    f64: Update<f64>,
+/// One update formula: the new weight from weight, gradient and states (updated in place).
+/// Monomorphised per formula, compute type and buffer types, so the element loop inlines it.
+trait Rule: Sync + 'static {
     /// How many state arrays follow weight and gradient.
-    states: usize,
+    const STATES: usize;
+    fn f<R: Real>(h: &Hyper<R>, w: R, g: R, s: &mut [R; 5]) -> R;
 }
 
 macro_rules! rule {
-    ($states:literal, |$h:ident, $w:ident, $g:ident, $s:ident| $body:block) => {{
-        fn f<R: Real>($h: &Hyper<R>, $w: R, $g: R, $s: &mut [R; 5]) -> R {
-            let _ = &$s;
-            $body
+    ($name:ident, $states:literal, |$h:ident, $w:ident, $g:ident, $s:ident| $body:block) => {
+        struct $name;
+        impl Rule for $name {
+            const STATES: usize = $states;
+            #[inline(always)]
+            fn f<R: Real>($h: &Hyper<R>, $w: R, $g: R, $s: &mut [R; 5]) -> R {
+                let _ = &$s;
+                $body
+            }
         }
-        Rule {
-            f32: f::<f32>,
-            f64: f::<f64>,
-            states: $states,
-        }
-    }};
+    };
 }
 
-const SGD: Rule = rule!(0, |h, w, g, s| {
+rule!(Sgd, 0, |h, w, g, s| {
     (R::ONE - h.lr * h.wd) * w - h.lr * clip(h.rescale * g, h.clip)
 });
-const SGD_MOM: Rule = rule!(1, |h, w, g, s| {
+rule!(SgdMom, 1, |h, w, g, s| {
     s[0] = h.momentum * s[0] - h.lr * h.wd * w - h.lr * clip(h.rescale * g, h.clip);
     w + s[0]
 });
-const NAG_MOM: Rule = rule!(1, |h, w, g, s| {
+rule!(NagMom, 1, |h, w, g, s| {
     let grad = clip(h.rescale * g, h.clip) + h.wd * w;
     s[0] = h.momentum * s[0];
     let out = w - s[0] + (h.momentum + R::ONE) * (s[0] - h.lr * grad);
@@ -128,13 +126,13 @@ const NAG_MOM: Rule = rule!(1, |h, w, g, s| {
     s[0] = s[0] - h.lr * (clip(h.rescale * g, h.clip) + h.wd * w_now);
     out
 });
-const ADAM: Rule = rule!(2, |h, w, g, s| {
+rule!(Adam, 2, |h, w, g, s| {
     let grad = clip(g * h.rescale + w * h.wd, h.clip);
     s[0] = h.beta1 * s[0] + (R::ONE - h.beta1) * grad;
     s[1] = h.beta2 * s[1] + (R::ONE - h.beta2) * grad * grad;
     w - h.lr * s[0] / (s[1].sqrt() + h.epsilon)
 });
-const RMSPROP: Rule = rule!(1, |h, w, g, s| {
+rule!(RmsProp, 1, |h, w, g, s| {
     let grad = clip(h.rescale * g + h.wd * w, h.clip);
     s[0] = (R::ONE - h.gamma1) * (grad * grad) + h.gamma1 * s[0];
     clip(
@@ -142,14 +140,14 @@ const RMSPROP: Rule = rule!(1, |h, w, g, s| {
         h.clip_weights,
     )
 });
-const RMSPROP_ALEX: Rule = rule!(3, |h, w, g, s| {
+rule!(RmsPropAlex, 3, |h, w, g, s| {
     let grad = clip(h.rescale * g + h.wd * w, h.clip);
     s[0] = (R::ONE - h.gamma1) * grad * grad + h.gamma1 * s[0];
     s[1] = (R::ONE - h.gamma1) * grad + h.gamma1 * s[1];
     s[2] = h.gamma2 * s[2] - h.lr * grad / (s[0] - s[1] * s[1] + h.epsilon).sqrt();
     clip(w + s[2], h.clip_weights)
 });
-const FTRL: Rule = rule!(2, |h, w, g, s| {
+rule!(Ftrl, 2, |h, w, g, s| {
     // states: z, n
     let grad = clip(g * h.rescale, h.clip);
     s[0] = s[0] + grad - ((s[1] + grad * grad).sqrt() - s[1].sqrt()) * w / h.lr;
@@ -161,7 +159,7 @@ const FTRL: Rule = rule!(2, |h, w, g, s| {
     };
     (sign(s[0]) * h.lamda1 - s[0]) / ((h.beta + s[1].sqrt()) / h.lr + h.wd) * keep
 });
-const FTML: Rule = rule!(3, |h, w, g, s| {
+rule!(Ftml, 3, |h, w, g, s| {
     // states: d, v, z
     let grad = clip(h.rescale * g + h.wd * w, h.clip);
     s[1] = h.beta2 * s[1] + (R::ONE - h.beta2) * grad * grad;
@@ -171,10 +169,10 @@ const FTML: Rule = rule!(3, |h, w, g, s| {
     s[0] = d_t;
     -s[2] / d_t
 });
-const SIGNSGD: Rule = rule!(0, |h, w, g, s| {
+rule!(SignSgd, 0, |h, w, g, s| {
     (R::ONE - h.lr * h.wd) * w - h.lr * sign(g)
 });
-const SIGNUM: Rule = rule!(1, |h, w, g, s| {
+rule!(Signum, 1, |h, w, g, s| {
     s[0] = h.momentum * s[0]
         - (R::ONE - h.momentum) * h.wd * w
         - (R::ONE - h.momentum) * clip(h.rescale * g, h.clip);
@@ -193,47 +191,39 @@ struct Group {
 
 /// Applies `rule` to each group: reads weight (or the master copy), gradient and states, writes
 /// states, master copy and output.
-fn run(k: &mut KernelArgs<'_>, rule: &Rule, groups: &[Group], mp: bool, hyper: HyperF64) {
+fn run<U: Rule>(k: &mut KernelArgs<'_>, groups: &[Group], mp: bool, hyper: HyperF64) {
     for grp in groups {
         let mut h = hyper;
         h.0.lr = grp.lr;
         h.0.wd = grp.wd;
         let w = &k.inputs[grp.first];
         match w.dtype {
-            DType::F64 => group::<f64>(k, rule.f64, rule.states, grp, mp, h.to()),
-            _ => group::<f32>(k, rule.f32, rule.states, grp, mp, h.to()),
+            DType::F64 => group::<U, f64>(k, grp, mp, h.to()),
+            _ => group::<U, f32>(k, grp, mp, h.to()),
         }
     }
 }
 
-fn group<R: Real>(
-    k: &mut KernelArgs<'_>,
-    f: Update<R>,
-    states: usize,
-    grp: &Group,
-    mp: bool,
-    mut h: Hyper<R>,
-) {
+fn group<U: Rule, R: Real>(k: &mut KernelArgs<'_>, grp: &Group, mp: bool, mut h: Hyper<R>) {
     h.out_is_weight = !mp && k.inputs[grp.first].byte_ptr() == k.outputs[grp.output].byte_ptr();
     let wdt = k.inputs[grp.first].dtype;
     crate::with_element!(wdt, T => {
         if mp {
-            buffers::<T, f32, R>(k, f, states, grp, true, h)
+            buffers::<U, T, f32, R>(k, grp, true, h)
         } else {
-            buffers::<T, T, R>(k, f, states, grp, false, h)
+            buffers::<U, T, T, R>(k, grp, false, h)
         }
     })
 }
 
 /// The element loop for weight type `T` and state type `S`.
-fn buffers<T: Element, S: Element, R: Real>(
+fn buffers<U: Rule, T: Element, S: Element, R: Real>(
     k: &mut KernelArgs<'_>,
-    f: Update<R>,
-    states: usize,
     grp: &Group,
     mp: bool,
     h: Hyper<R>,
 ) {
+    let states = U::STATES;
     let n = k.inputs[grp.first].len();
     let w = Ptr(k.inputs[grp.first].ptr::<T>());
     let g = Ptr(k.inputs[grp.first + 1].ptr::<T>());
@@ -243,29 +233,63 @@ fn buffers<T: Element, S: Element, R: Real>(
     }
     let master = mp.then(|| Ptr(k.inputs[grp.first + 2 + states].ptr::<S>()));
     let out = Ptr(k.outputs[grp.output].ptr::<T>());
-    for_each_index(n, 8, |i| {
-        // SAFETY: every buffer holds `n` elements of its planned dtype (checked when planning);
-        // the engine op owns the output and the mutated states; each index is touched by one
-        // thread, and index `i` of every input is read before index `i` of any output or state is
-        // written, so the output may be exactly the weight array.
-        unsafe {
-            let wv: R = match master {
-                Some(m) => c(m.get().add(i).read().to_f64()),
-                None => c(w.get().add(i).read().to_f64()),
-            };
-            let gv: R = c(g.get().add(i).read().to_f64());
-            let mut s = [R::ZERO; 5];
-            for j in 0..states {
-                s[j] = c(st[j].get().add(i).read().to_f64());
+    // the loop is written inside the range closure so the formula inlines into it
+    // Blocks of BLOCK elements are read into local arrays, computed there and written back:
+    // the formula then runs over memory nothing else can alias, which lets it vectorise.
+    const BLOCK: usize = 64;
+    for_ranges(n, 8, |start, end| {
+        let mut at = start;
+        while at < end {
+            let len = BLOCK.min(end - at);
+            let (mut wv, mut gv) = ([R::ZERO; BLOCK], [R::ZERO; BLOCK]);
+            let mut sv = [[R::ZERO; BLOCK]; 5];
+            // SAFETY: every buffer holds `n` elements of its planned dtype (checked when
+            // planning) and `at + len <= n`; the engine op owns the output and the mutated
+            // states; each block is touched by one thread, and a block of every input is read
+            // before that block of any output or state is written, so the output may be exactly
+            // the weight array.
+            unsafe {
+                for k in 0..len {
+                    wv[k] = match master {
+                        Some(m) => <R as Element>::from_f64(m.get().add(at + k).read().to_f64()),
+                        None => <R as Element>::from_f64(w.get().add(at + k).read().to_f64()),
+                    };
+                    gv[k] = <R as Element>::from_f64(g.get().add(at + k).read().to_f64());
+                }
+                for j in 0..states {
+                    for k in 0..len {
+                        sv[j][k] =
+                            <R as Element>::from_f64(st[j].get().add(at + k).read().to_f64());
+                    }
+                }
             }
-            let nw = f(&h, wv, gv, &mut s);
-            for j in 0..states {
-                st[j].get().add(i).write(S::from_f64(s[j].to_f64()));
+            for k in 0..BLOCK {
+                let mut s = [sv[0][k], sv[1][k], sv[2][k], sv[3][k], sv[4][k]];
+                wv[k] = U::f(&h, wv[k], gv[k], &mut s);
+                for j in 0..5 {
+                    sv[j][k] = s[j];
+                }
             }
-            if let Some(m) = master {
-                m.get().add(i).write(S::from_f64(nw.to_f64()));
+            // SAFETY: as above.
+            unsafe {
+                for j in 0..states {
+                    for k in 0..len {
+                        st[j]
+                            .get()
+                            .add(at + k)
+                            .write(S::from_f64(sv[j][k].to_f64()));
+                    }
+                }
+                if let Some(m) = master {
+                    for k in 0..len {
+                        m.get().add(at + k).write(S::from_f64(wv[k].to_f64()));
+                    }
+                }
+                for k in 0..len {
+                    out.get().add(at + k).write(T::from_f64(wv[k].to_f64()));
+                }
             }
-            out.get().add(i).write(T::from_f64(nw.to_f64()));
+            at += len;
         }
     });
 }
@@ -339,10 +363,10 @@ fn check_group(call: &Call<'_>, first: usize, states: usize, mp: bool) -> Result
 }
 
 /// A single-weight update op.
-fn single(call: &Call<'_>, rule: &'static Rule, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
-    let n = 2 + rule.states + usize::from(mp);
+fn single<U: Rule>(call: &Call<'_>, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
+    let n = 2 + U::STATES + usize::from(mp);
     let ins = inputs(call, n)?;
-    check_group(call, 0, rule.states, mp)?;
+    check_group(call, 0, U::STATES, mp)?;
     let h = hyper(call.params, names)?;
     call.params
         .or("lazy_update", param::boolean, "a boolean", true)?;
@@ -353,7 +377,7 @@ fn single(call: &Call<'_>, rule: &'static Rule, mp: bool, names: &[(&str, f64)])
         wd: h.0.wd,
     };
     Ok(Plan::new(vec![ins[0].clone()], move |k| {
-        run(k, rule, &[grp], mp, h);
+        run::<U>(k, &[grp], mp, h);
         Ok(())
     })
     .elementwise()
@@ -361,12 +385,12 @@ fn single(call: &Call<'_>, rule: &'static Rule, mp: bool, names: &[(&str, f64)])
 }
 
 /// An aggregated `multi_*` op: `num_weights` groups, per-group `lrs` and `wds`.
-fn multi(call: &Call<'_>, rule: &'static Rule, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
+fn multi<U: Rule>(call: &Call<'_>, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
     let p = call.params;
     let count = p.or("num_weights", param::int, "an integer", 1)?;
     let lrs = p.required("lrs", param::floats, "a tuple of numbers")?;
     let wds = p.required("wds", param::floats, "a tuple of numbers")?;
-    let stride = 2 + rule.states + usize::from(mp);
+    let stride = 2 + U::STATES + usize::from(mp);
     if count <= 0 || lrs.len() != count as usize || wds.len() != count as usize {
         return Err(Error::invalid(format!(
             "operator {}: num_weights ({count}) must be positive and match lrs ({}) and wds ({})",
@@ -382,7 +406,7 @@ fn multi(call: &Call<'_>, rule: &'static Rule, mp: bool, names: &[(&str, f64)]) 
     let mut outputs = Vec::with_capacity(count);
     let mut mutated = Vec::new();
     for i in 0..count {
-        check_group(call, i * stride, rule.states, mp)?;
+        check_group(call, i * stride, U::STATES, mp)?;
         groups.push(Group {
             first: i * stride,
             output: i,
@@ -393,7 +417,7 @@ fn multi(call: &Call<'_>, rule: &'static Rule, mp: bool, names: &[(&str, f64)]) 
         mutated.extend(i * stride + 2..(i + 1) * stride);
     }
     Ok(Plan::new(outputs, move |k| {
-        run(k, rule, &groups, mp, h);
+        run::<U>(k, &groups, mp, h);
         Ok(())
     })
     .elementwise()
@@ -422,30 +446,29 @@ const MULTI_MOM_ARGS: &[(&str, f64)] = &[
 
 pub(crate) fn register(t: &mut Entries) {
     t.push(("sgd_update", &|c: &Call<'_>| {
-        single(c, &SGD, false, SGD_ARGS)
+        single::<Sgd>(c, false, SGD_ARGS)
     }));
     t.push(("sgd_mom_update", &|c: &Call<'_>| {
-        single(c, &SGD_MOM, false, MOM_ARGS)
+        single::<SgdMom>(c, false, MOM_ARGS)
     }));
     t.push(("mp_sgd_update", &|c: &Call<'_>| {
-        single(c, &SGD, true, SGD_ARGS)
+        single::<Sgd>(c, true, SGD_ARGS)
     }));
     t.push(("mp_sgd_mom_update", &|c: &Call<'_>| {
-        single(c, &SGD_MOM, true, MOM_ARGS)
+        single::<SgdMom>(c, true, MOM_ARGS)
     }));
     t.push(("nag_mom_update", &|c: &Call<'_>| {
-        single(c, &NAG_MOM, false, MOM_ARGS)
+        single::<NagMom>(c, false, MOM_ARGS)
     }));
     t.push(("mp_nag_mom_update", &|c: &Call<'_>| {
-        single(c, &NAG_MOM, true, MOM_ARGS)
+        single::<NagMom>(c, true, MOM_ARGS)
     }));
     t.push(("signsgd_update", &|c: &Call<'_>| {
-        single(c, &SIGNSGD, false, SGD_ARGS)
+        single::<SignSgd>(c, false, SGD_ARGS)
     }));
     t.push(("signum_update", &|c: &Call<'_>| {
-        single(
+        single::<Signum>(
             c,
-            &SIGNUM,
             false,
             &[
                 ("lr", REQUIRED),
@@ -458,9 +481,8 @@ pub(crate) fn register(t: &mut Entries) {
         )
     }));
     t.push(("adam_update", &|c: &Call<'_>| {
-        single(
+        single::<Adam>(
             c,
-            &ADAM,
             false,
             &[
                 ("lr", REQUIRED),
@@ -474,9 +496,8 @@ pub(crate) fn register(t: &mut Entries) {
         )
     }));
     t.push(("rmsprop_update", &|c: &Call<'_>| {
-        single(
+        single::<RmsProp>(
             c,
-            &RMSPROP,
             false,
             &[
                 ("lr", REQUIRED),
@@ -490,9 +511,8 @@ pub(crate) fn register(t: &mut Entries) {
         )
     }));
     t.push(("rmspropalex_update", &|c: &Call<'_>| {
-        single(
+        single::<RmsPropAlex>(
             c,
-            &RMSPROP_ALEX,
             false,
             &[
                 ("lr", REQUIRED),
@@ -507,9 +527,8 @@ pub(crate) fn register(t: &mut Entries) {
         )
     }));
     t.push(("ftrl_update", &|c: &Call<'_>| {
-        single(
+        single::<Ftrl>(
             c,
-            &FTRL,
             false,
             &[
                 ("lr", REQUIRED),
@@ -522,9 +541,8 @@ pub(crate) fn register(t: &mut Entries) {
         )
     }));
     t.push(("ftml_update", &|c: &Call<'_>| {
-        single(
+        single::<Ftml>(
             c,
-            &FTML,
             false,
             &[
                 ("lr", REQUIRED),
@@ -539,16 +557,16 @@ pub(crate) fn register(t: &mut Entries) {
         )
     }));
     t.push(("multi_sgd_update", &|c: &Call<'_>| {
-        multi(c, &SGD, false, MULTI_ARGS)
+        multi::<Sgd>(c, false, MULTI_ARGS)
     }));
     t.push(("multi_sgd_mom_update", &|c: &Call<'_>| {
-        multi(c, &SGD_MOM, false, MULTI_MOM_ARGS)
+        multi::<SgdMom>(c, false, MULTI_MOM_ARGS)
     }));
     t.push(("multi_mp_sgd_update", &|c: &Call<'_>| {
-        multi(c, &SGD, true, MULTI_ARGS)
+        multi::<Sgd>(c, true, MULTI_ARGS)
     }));
     t.push(("multi_mp_sgd_mom_update", &|c: &Call<'_>| {
-        multi(c, &SGD_MOM, true, MULTI_MOM_ARGS)
+        multi::<SgdMom>(c, true, MULTI_MOM_ARGS)
     }));
 }
 
@@ -567,11 +585,11 @@ mod tests {
             ..Default::default()
         };
         let mut s = [0.5, 0.0, 0.0, 0.0, 0.0];
-        let w = (SGD_MOM.f64)(&h, 2.0, 3.0, &mut s);
+        let w = SgdMom::f(&h, 2.0f64, 3.0, &mut s);
         let mom = 0.9 * 0.5 - 0.1 * 0.01 * 2.0 - 0.1 * 3.0;
         assert!((s[0] - mom).abs() < 1e-15 && (w - (2.0 + mom)).abs() < 1e-15);
         let h2 = Hyper { clip: 1.0, ..h };
-        let w = (SGD.f64)(&h2, 2.0, 3.0, &mut s);
+        let w = Sgd::f(&h2, 2.0f64, 3.0, &mut s);
         assert!(
             (w - ((1.0 - 0.001) * 2.0 - 0.1 * 1.0)).abs() < 1e-15,
             "gradient clipped to 1"
