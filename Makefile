@@ -1,6 +1,7 @@
 # mxrt: build, run the C examples, test, install.
 #   make run      build the library and header, compile the C examples, run them
-#   make test     Rust tests, header check, C examples (-Werror), install + pkg-config check
+#   make test     Rust tests, Python tests (pytest, both libraries), header check, C examples
+#                 (-Werror), install + pkg-config check
 #   make install PREFIX=/usr/local DESTDIR=   library with SONAME links, header, mxrt.pc
 #   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet) and,
 #                 on the engine workloads, with OpenMP tasks (libgomp, libomp) and StarPU
@@ -29,7 +30,7 @@ MXNET_VENV ?= .venv-mxnet
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: miri loom profile-demo python-demo all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -66,6 +67,10 @@ rust-test: mxnet-venv lib
 	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --release
 	$(CARGO) test --release --no-default-features --test format_mutation
 
+# MXNet's unmodified Python package on libmxrt and on libmxnet.so, compared (tests/python, pytest)
+python-test: mxnet-venv lib
+	MXRT_LIB=$(abspath $(LIB)) $(MXNET_VENV)/bin/python -m pytest -q tests/python
+
 # Miri (nightly toolchain with the miri component; not part of make test, ~25 min): the unit
 # tests of the engine, storage and the C handle table under the interpreter, which reports undefined behaviour (aliasing,
 # provenance, data races, use after free). Tests that call foreign functions (shm_open, fork,
@@ -88,7 +93,7 @@ loom:
 check-abi: lib mxnet-venv
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/check-abi.sh
 
-test: rust-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
+test: rust-test python-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib

@@ -71,6 +71,12 @@ else
   log "mxnet $have_version already installed in $venv"
 fi
 
+# pytest drives the Python test suite (tests/python).
+if ! "$vpy" -c 'import pytest' >/dev/null 2>&1; then
+  log "pip install pytest"
+  "$vpy" -m pip install --disable-pip-version-check -q "pytest>=7" >&2 || die "pip install pytest failed"
+fi
+
 lib="$("$vpy" - <<'PY'
 import importlib.util, os
 spec = importlib.util.find_spec("mxnet")

@@ -1,7 +1,8 @@
 """Runs MXNet operators through the unmodified mxnet package and prints each result as JSON.
 
-tests/python_ops.rs runs this on libmxrt and on the wheel's libmxnet.so and compares the
-outcomes case by case: values (with a float tolerance), shapes and dtypes, or that both fail.
+test_operators.py runs this on libmxrt and on the wheel's libmxnet.so and compares the outcomes
+case by case: values (with a float tolerance), shapes and dtypes, or that both fail.
+`--list` prints the case names; names as arguments run just those cases.
 """
 import json
 import sys
@@ -252,6 +253,141 @@ def python_optimizers():
 case("python_optimizers")(python_optimizers)
 
 
+
+def lamb(mp):
+    def run():
+        dtype = "float16" if mp else "float32"
+        w = nd.array(np.linspace(-1, 1, 6).reshape(2, 3), dtype=dtype)
+        w32 = w.astype("float32")
+        mean, var = nd.zeros((2, 3)), nd.zeros((2, 3))
+        out = []
+        for t in (1, 2):
+            g = nd.array(np.linspace(0.5, -0.7, 6).reshape(2, 3) * t, dtype=dtype)
+            if mp:
+                d = nd.mp_lamb_update_phase1(w, g, mean, var, w32, t=t, wd=0.01, rescale_grad=0.5)
+                r1, r2 = w32.norm(), d.norm()
+                nd.mp_lamb_update_phase2(w, d, r1, r2, w32, lr=0.1, lower_bound=0.1, out=w)
+            else:
+                d = nd.lamb_update_phase1(w, g, mean, var, t=t, wd=0.01, clip_gradient=0.4)
+                nd.lamb_update_phase2(w, d, w.norm(), d.norm(), lr=0.1, upper_bound=1.0, out=w)
+            out += [d, w.copy()]
+        return out + [mean, var]
+    return run
+
+
+case("lamb")(lamb(False))
+case("mp_lamb")(lamb(True))
+
+
+def multi_lamb(mp):
+    def run():
+        dtype = "float16" if mp else "float32"
+        ws = [nd.array(np.linspace(-1, 1, 4) * (i + 1), dtype=dtype) for i in range(2)]
+        gs = [nd.array(np.linspace(0.3, -0.2, 4) * (i + 1), dtype=dtype) for i in range(2)]
+        means, vars_ = [nd.zeros((4,)) for _ in ws], [nd.zeros((4,)) for _ in ws]
+        w32 = [w.astype("float32") for w in ws]
+        for step in (1, 2):
+            if mp:
+                nd.contrib.multi_mp_lamb_update(ws, gs, means, vars_, w32, [step, step], lrs=[0.1, 0.05],
+                                                wds=[0.01, 0.0], out=ws)
+            else:
+                nd.contrib.multi_lamb_update(ws, gs, means, vars_, [step, step], lrs=[0.1, 0.05],
+                                             wds=[0.01, 0.0], out=ws)
+        return ws + means + vars_ + (w32 if mp else [])
+    return run
+
+
+case("multi_lamb")(multi_lamb(False))
+case("multi_mp_lamb")(multi_lamb(True))
+
+
+def adamw(mp, scale):
+    def run():
+        dtype = "float16" if mp else "float32"
+        w = nd.array(np.linspace(-1, 1, 6), dtype=dtype)
+        st = [nd.zeros((6,)), nd.zeros((6,))] + ([w.astype("float32")] if mp else [])
+        op = nd.contrib.mp_adamw_update if mp else nd.contrib.adamw_update
+        for step in (1, 2):
+            g = nd.array(np.linspace(0.5, -0.5, 6) * step, dtype=dtype)
+            op(w, g, *st, nd.array([scale]), lr=0.01, eta=0.5, wd=0.1, clip_gradient=0.8, out=w)
+        return [w] + st
+    return run
+
+
+case("adamw")(adamw(False, 1.5))
+case("mp_adamw")(adamw(True, 1.0))
+case("adamw_skipped_on_nan_scale")(adamw(False, float("nan")))
+
+
+def multi_adamw():
+    ws = [nd.array(np.linspace(-1, 1, 4) * (i + 1)) for i in range(2)]
+    gs = [nd.array(np.linspace(0.3, -0.2, 4) * (i + 1)) for i in range(2)]
+    means, vars_ = [nd.zeros((4,)) for _ in ws], [nd.zeros((4,)) for _ in ws]
+    for _ in range(2):
+        nd.contrib.multi_adamw_update(ws, gs, means, vars_, nd.array([0.5]), lrs=(0.1, 0.05), wds=(0.01, 0.0),
+                                      etas=(1.0, 0.5), out=ws)
+    return ws + means + vars_
+
+
+case("multi_adamw")(multi_adamw)
+
+
+def preloaded_multi_sgd(mom):
+    def run():
+        ws = [nd.ones((3,)) * (i + 1) for i in range(2)]
+        ms = [nd.zeros((3,)) for _ in range(2)]
+        args = []
+        for i in range(2):
+            args += [ws[i], nd.ones((3,)) * 0.5] + ([ms[i]] if mom else [])
+        lrs, wds = nd.array([0.1, 0.2]), nd.array([0.0, 0.01])
+        op = nd.preloaded_multi_sgd_mom_update if mom else nd.preloaded_multi_sgd_update
+        kw = {"momentum": 0.9} if mom else {}
+        for _ in range(2):
+            op(*args, lrs, wds, out=ws, num_weights=2, **kw)
+        return ws + (ms if mom else [])
+    return run
+
+
+case("preloaded_multi_sgd")(preloaded_multi_sgd(False))
+case("preloaded_multi_sgd_mom")(preloaded_multi_sgd(True))
+case("python_lamb")(lambda: [mx.optimizer.get_updater(mx.optimizer.create("lamb", learning_rate=0.05))(0, nd.array([0.5, -1.0, 2.0]), w) or w
+                             for w in [nd.array([1.0, 2.0, -3.0])]])
+
+# legacy NDArray functions, padding, storage casts, closeness
+case("fill_element_0index")(lambda: nd.fill_element_0index(A(), arr([9.0, 8.0]), arr([2, 0])))
+
+
+def onehot_encode():
+    out = nd.zeros((3, 4))
+    nd.onehot_encode(arr([3, 0, 1]), out)
+    return out
+
+
+case("onehot_encode")(onehot_encode)
+P4 = lambda: nd.array(np.arange(24).reshape(1, 2, 3, 4))
+case("pad")(lambda: [nd.Pad(P4(), mode="constant", pad_width=(0, 0, 0, 0, 1, 2, 2, 1), constant_value=-1),
+                     nd.Pad(P4(), mode="edge", pad_width=(0, 0, 0, 0, 2, 1, 0, 3)),
+                     nd.Pad(P4(), mode="reflect", pad_width=(0, 0, 0, 0, 2, 2, 3, 1)),
+                     nd.Pad(nd.array(np.arange(48).reshape(1, 1, 2, 4, 6)), mode="edge", pad_width=(0, 0, 0, 0, 1, 1, 1, 0, 0, 2))])
+case("pad_bad")(lambda: nd.Pad(P4(), mode="constant", pad_width=(1, 0, 0, 0, 1, 2, 2, 1)))
+case("cast_storage_default")(lambda: [A().tostype("default"), nd.cast_storage(A(), stype="default")])
+case("allclose")(lambda: [nd.contrib.allclose(A(), A() + 1e-7), nd.contrib.allclose(A(), B()),
+                          nd.contrib.allclose(arr([np.nan, 1.0]), arr([np.nan, 1.0])),
+                          nd.contrib.allclose(arr([np.nan, 1.0]), arr([np.nan, 1.0]), equal_nan=False)])
+case("broadcast_like_empty_axes")(lambda: nd.broadcast_like(A(), B(), lhs_axes=(), rhs_axes=()))
+
+
+def unique_zipfian():
+    s, tries = nd.random.unique_zipfian(20, shape=(3, 6)) if hasattr(nd.random, "unique_zipfian") else \
+        nd._internal._sample_unique_zipfian(range_max=20, shape=(3, 6))
+    a = s.asnumpy()
+    ok = all(len(set(row)) == 6 for row in a) and a.min() >= 0 and a.max() < 20
+    return [str(s.dtype), list(s.shape), str(tries.dtype), list(tries.shape), bool(ok),
+            bool((tries.asnumpy() >= 6).all())]
+
+
+case("unique_zipfian")(unique_zipfian)
+
 def kvstore_sgd():
     kv = mx.kv.create("local")
     kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9))
@@ -281,6 +417,9 @@ def to_json(value):
     return value
 
 
+if sys.argv[1:] == ["--list"]:
+    print("\n".join(cases))
+    sys.exit(0)
 results = {}
 only = sys.argv[1:]
 for name, fn in cases.items():

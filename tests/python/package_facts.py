@@ -1,6 +1,6 @@
 """Imports MXNet's Python package on the library MXNET_LIBRARY_PATH names (the wheel's own
 libmxnet.so when unset) and prints, as JSON, what the package built from it and what a few
-NDArray calls return. tests/python_package.rs runs it on libmxrt and on libmxnet and compares."""
+NDArray calls return. test_package.py runs it on libmxrt and on libmxnet and compares."""
 import inspect
 import json
 import os

@@ -4,12 +4,16 @@
 pub mod binary;
 pub mod creation;
 pub mod index;
+pub mod lamb;
+pub mod legacy;
 pub mod linalg;
 pub mod nn;
 pub mod optimizer;
+pub mod pad;
 pub mod random;
 pub mod reduce;
 pub mod shape;
+pub mod storage;
 pub mod unary;
 
 /// Every family's ops.
@@ -23,7 +27,11 @@ pub fn register_all(t: &mut Entries) {
     index::register(t);
     linalg::register(t);
     nn::register(t);
+    pad::register(t);
+    legacy::register(t);
+    storage::register(t);
     optimizer::register(t);
+    lamb::register(t);
     random::register(t);
 }
 

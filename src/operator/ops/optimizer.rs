@@ -35,6 +35,8 @@ pub struct Hyper<R> {
     pub lamda1: R,
     pub beta: R,
     pub wd_lh: R,
+    /// AdamW's schedule multiplier.
+    pub eta: R,
     /// The output is the weight array itself: MXNet's NAG kernel then reads the new weight for
     /// its momentum, which this reproduces.
     pub out_is_weight: bool,
@@ -63,6 +65,7 @@ impl HyperF64 {
             lamda1: c(h.lamda1),
             beta: c(h.beta),
             wd_lh: c(h.wd_lh),
+            eta: c(h.eta),
             out_is_weight: h.out_is_weight,
         }
     }
@@ -179,6 +182,25 @@ rule!(Signum, 1, |h, w, g, s| {
     (R::ONE - h.lr * h.wd_lh) * w + h.lr * sign(s[0])
 });
 
+// The aggregated SGD kernels compute plain SGD as momentum SGD with a zero momentum.
+rule!(MultiSgd, 0, |h, w, g, s| {
+    w + (-(h.lr * h.wd * w) - h.lr * clip(h.rescale * g, h.clip))
+});
+rule!(AdamW, 2, |h, w, g, s| {
+    let grad = clip(h.rescale * g, h.clip);
+    s[0] = h.beta1 * s[0] + (R::ONE - h.beta1) * grad;
+    s[1] = h.beta2 * s[1] + (R::ONE - h.beta2) * grad * grad;
+    w - h.eta * (h.lr * s[0] / (s[1].sqrt() + h.epsilon) + h.wd * w)
+});
+// The aggregated AdamW kernel writes the moment updates in another (equivalent) form.
+rule!(MultiAdamW, 2, |h, w, g, s| {
+    let grad = clip(h.rescale * g, h.clip);
+    s[0] = h.beta1 * (s[0] - grad) + grad;
+    let sq = grad * grad;
+    s[1] = h.beta2 * (s[1] - sq) + sq;
+    w - h.eta * (h.lr * s[0] / (s[1].sqrt() + h.epsilon) + h.wd * w)
+});
+
 /// One group of arrays an update runs over: input indices of weight, gradient, states and (for
 /// `mp_*`) the float32 master weight; output index; its learning rate and weight decay.
 #[derive(Clone, Copy)]
@@ -187,6 +209,7 @@ struct Group {
     output: usize,
     lr: f64,
     wd: f64,
+    eta: f64,
 }
 
 /// Applies `rule` to each group: reads weight (or the master copy), gradient and states, writes
@@ -196,6 +219,7 @@ fn run<U: Rule>(k: &mut KernelArgs<'_>, groups: &[Group], mp: bool, hyper: Hyper
         let mut h = hyper;
         h.0.lr = grp.lr;
         h.0.wd = grp.wd;
+        h.0.eta = grp.eta;
         let w = &k.inputs[grp.first];
         match w.dtype {
             DType::F64 => group::<U, f64>(k, grp, mp, h.to()),
@@ -324,6 +348,7 @@ fn hyper(p: &Params<'_>, names: &[(&str, f64)]) -> Result<HyperF64> {
             "lamda1" => h.lamda1 = v,
             "beta" => h.beta = v,
             "wd_lh" => h.wd_lh = v,
+            "eta" => h.eta = v,
             _ => unreachable!("unknown hyper-parameter {name}"),
         }
     }
@@ -362,11 +387,45 @@ fn check_group(call: &Call<'_>, first: usize, states: usize, mp: bool) -> Result
     Ok(())
 }
 
-/// A single-weight update op.
+/// The gradient scale an update reads from its last input (the AdamW ops take `rescale_grad`
+/// as an array so it can change without a new op): `None` when it is zero or not finite, and
+/// the update is then skipped, as in MXNet.
+fn scale_input(k: &KernelArgs<'_>) -> Option<f64> {
+    let t = k.inputs.last()?;
+    let v = crate::with_element!(t.dtype, T => t.slice::<T>().first().map(|v| v.to_f64()))?;
+    (v.is_finite() && v != 0.0).then_some(v)
+}
+
+/// Checks that input `i` holds one value (a scale given as an array).
+fn check_scalar(call: &Call<'_>, i: usize, what: &str) -> Result<()> {
+    let d = &call.inputs[i];
+    if d.size() != 1 {
+        return Err(Error::invalid(format!(
+            "operator {}: {what} (input {i}) must hold one value, got shape {:?}",
+            call.name,
+            &d.shape[..]
+        )));
+    }
+    Ok(())
+}
+
+/// A single-weight update op; `scaled`: the last input is the gradient scale.
 fn single<U: Rule>(call: &Call<'_>, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
+    single_with::<U>(call, mp, false, names)
+}
+
+fn single_with<U: Rule>(
+    call: &Call<'_>,
+    mp: bool,
+    scaled: bool,
+    names: &[(&str, f64)],
+) -> Result<Plan> {
     let n = 2 + U::STATES + usize::from(mp);
-    let ins = inputs(call, n)?;
+    let ins = inputs(call, n + usize::from(scaled))?;
     check_group(call, 0, U::STATES, mp)?;
+    if scaled {
+        check_scalar(call, n, "rescale_grad")?;
+    }
     let h = hyper(call.params, names)?;
     call.params
         .or("lazy_update", param::boolean, "a boolean", true)?;
@@ -375,8 +434,16 @@ fn single<U: Rule>(call: &Call<'_>, mp: bool, names: &[(&str, f64)]) -> Result<P
         output: 0,
         lr: h.0.lr,
         wd: h.0.wd,
+        eta: h.0.eta,
     };
     Ok(Plan::new(vec![ins[0].clone()], move |k| {
+        let mut h = h;
+        if scaled {
+            match scale_input(k) {
+                Some(v) => h.0.rescale = v,
+                None => return Ok(()),
+            }
+        }
         run::<U>(k, &[grp], mp, h);
         Ok(())
     })
@@ -384,23 +451,80 @@ fn single<U: Rule>(call: &Call<'_>, mp: bool, names: &[(&str, f64)]) -> Result<P
     .mutating(&(2..n).collect::<Vec<_>>()))
 }
 
+/// Where an aggregated op finds its per-weight values and gradient scale.
+#[derive(Clone, Copy, Default)]
+struct MultiForm {
+    /// `lrs` and `wds` are the two inputs after the groups (`preloaded_multi_*`).
+    preloaded: bool,
+    /// Per-weight `etas` (AdamW).
+    etas: bool,
+    /// The last input is the gradient scale (AdamW).
+    scaled: bool,
+}
+
 /// An aggregated `multi_*` op: `num_weights` groups, per-group `lrs` and `wds`.
 fn multi<U: Rule>(call: &Call<'_>, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
+    multi_with::<U>(call, mp, MultiForm::default(), names)
+}
+
+fn multi_with<U: Rule>(
+    call: &Call<'_>,
+    mp: bool,
+    form: MultiForm,
+    names: &[(&str, f64)],
+) -> Result<Plan> {
     let p = call.params;
     let count = p.or("num_weights", param::int, "an integer", 1)?;
-    let lrs = p.required("lrs", param::floats, "a tuple of numbers")?;
-    let wds = p.required("wds", param::floats, "a tuple of numbers")?;
-    let stride = 2 + U::STATES + usize::from(mp);
-    if count <= 0 || lrs.len() != count as usize || wds.len() != count as usize {
+    if count <= 0 {
         return Err(Error::invalid(format!(
-            "operator {}: num_weights ({count}) must be positive and match lrs ({}) and wds ({})",
-            call.name,
-            lrs.len(),
-            wds.len()
+            "operator {}: num_weights ({count}) must be positive",
+            call.name
         )));
     }
     let count = count as usize;
-    inputs(call, count * stride)?;
+    let per_weight = |name: &str| -> Result<Vec<f64>> {
+        let v = p.required(name, param::floats, "a tuple of numbers")?;
+        if v.len() != count {
+            return Err(Error::invalid(format!(
+                "operator {}: {name} has {} values, num_weights is {count}",
+                call.name,
+                v.len()
+            )));
+        }
+        Ok(v)
+    };
+    let (lrs, wds) = if form.preloaded {
+        (vec![0.0; count], vec![0.0; count])
+    } else {
+        (per_weight("lrs")?, per_weight("wds")?)
+    };
+    let etas = if form.etas {
+        per_weight("etas")?
+    } else {
+        vec![0.0; count]
+    };
+    let stride = 2 + U::STATES + usize::from(mp);
+    let extra = if form.preloaded {
+        2
+    } else {
+        usize::from(form.scaled)
+    };
+    inputs(call, count * stride + extra)?;
+    if form.preloaded {
+        for (j, what) in [(0, "lrs"), (1, "wds")] {
+            let d = &call.inputs[count * stride + j];
+            if d.size() != count {
+                return Err(Error::invalid(format!(
+                    "operator {}: the {what} array has {} values, num_weights is {count}",
+                    call.name,
+                    d.size()
+                )));
+            }
+        }
+    }
+    if form.scaled {
+        check_scalar(call, count * stride, "rescale_grad")?;
+    }
     let h = hyper(p, names)?;
     let mut groups = Vec::with_capacity(count);
     let mut outputs = Vec::with_capacity(count);
@@ -412,11 +536,30 @@ fn multi<U: Rule>(call: &Call<'_>, mp: bool, names: &[(&str, f64)]) -> Result<Pl
             output: i,
             lr: lrs[i],
             wd: wds[i],
+            eta: etas[i],
         });
         outputs.push(TensorDesc::clone(&call.inputs[i * stride]));
         mutated.extend(i * stride + 2..(i + 1) * stride);
     }
+    let at = count * stride;
     Ok(Plan::new(outputs, move |k| {
+        let mut h = h;
+        if form.scaled {
+            match scale_input(k) {
+                Some(v) => h.0.rescale = v,
+                None => return Ok(()),
+            }
+        }
+        if form.preloaded {
+            let read = |t: &crate::operator::tensor::Tensor| -> Vec<f64> {
+                crate::with_element!(t.dtype, T => t.slice::<T>().iter().map(|v| v.to_f64()).collect())
+            };
+            let (lrs, wds) = (read(&k.inputs[at]), read(&k.inputs[at + 1]));
+            for (g, (lr, wd)) in groups.iter_mut().zip(lrs.into_iter().zip(wds)) {
+                g.lr = lr;
+                g.wd = wd;
+            }
+        }
         run::<U>(k, &groups, mp, h);
         Ok(())
     })
@@ -557,16 +700,65 @@ pub(crate) fn register(t: &mut Entries) {
         )
     }));
     t.push(("multi_sgd_update", &|c: &Call<'_>| {
-        multi::<Sgd>(c, false, MULTI_ARGS)
+        multi::<MultiSgd>(c, false, MULTI_ARGS)
     }));
     t.push(("multi_sgd_mom_update", &|c: &Call<'_>| {
         multi::<SgdMom>(c, false, MULTI_MOM_ARGS)
     }));
     t.push(("multi_mp_sgd_update", &|c: &Call<'_>| {
-        multi::<Sgd>(c, true, MULTI_ARGS)
+        multi::<MultiSgd>(c, true, MULTI_ARGS)
     }));
     t.push(("multi_mp_sgd_mom_update", &|c: &Call<'_>| {
         multi::<SgdMom>(c, true, MULTI_MOM_ARGS)
+    }));
+    const PRELOADED: MultiForm = MultiForm {
+        preloaded: true,
+        etas: false,
+        scaled: false,
+    };
+    t.push(("preloaded_multi_sgd_update", &|c: &Call<'_>| {
+        multi_with::<MultiSgd>(c, false, PRELOADED, MULTI_ARGS)
+    }));
+    t.push(("preloaded_multi_sgd_mom_update", &|c: &Call<'_>| {
+        multi_with::<SgdMom>(c, false, PRELOADED, MULTI_MOM_ARGS)
+    }));
+    t.push(("preloaded_multi_mp_sgd_update", &|c: &Call<'_>| {
+        multi_with::<MultiSgd>(c, true, PRELOADED, MULTI_ARGS)
+    }));
+    t.push(("preloaded_multi_mp_sgd_mom_update", &|c: &Call<'_>| {
+        multi_with::<SgdMom>(c, true, PRELOADED, MULTI_MOM_ARGS)
+    }));
+    const ADAMW_ARGS: &[(&str, f64)] = &[
+        ("lr", REQUIRED),
+        ("beta1", 0.9),
+        ("beta2", 0.999),
+        ("epsilon", 1e-8),
+        ("wd", 0.0),
+        ("eta", REQUIRED),
+        ("clip_gradient", -1.0),
+    ];
+    t.push(("_adamw_update", &|c: &Call<'_>| {
+        single_with::<AdamW>(c, false, true, ADAMW_ARGS)
+    }));
+    t.push(("_mp_adamw_update", &|c: &Call<'_>| {
+        single_with::<AdamW>(c, true, true, ADAMW_ARGS)
+    }));
+    const MULTI_ADAMW: MultiForm = MultiForm {
+        preloaded: false,
+        etas: true,
+        scaled: true,
+    };
+    const MULTI_ADAMW_ARGS: &[(&str, f64)] = &[
+        ("beta1", 0.9),
+        ("beta2", 0.999),
+        ("epsilon", 1e-8),
+        ("clip_gradient", -1.0),
+    ];
+    t.push(("_multi_adamw_update", &|c: &Call<'_>| {
+        multi_with::<MultiAdamW>(c, false, MULTI_ADAMW, MULTI_ADAMW_ARGS)
+    }));
+    t.push(("_multi_mp_adamw_update", &|c: &Call<'_>| {
+        multi_with::<MultiAdamW>(c, true, MULTI_ADAMW, MULTI_ADAMW_ARGS)
     }));
 }
 

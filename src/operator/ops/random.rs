@@ -312,6 +312,56 @@ fn shuffle(call: &Call<'_>) -> Result<Plan> {
     .with_resource(ResourceRequest::Random))
 }
 
+/// `_sample_unique_zipfian`: for each of `shape[0]` rows, `shape[1]` distinct classes in
+/// `[0, range_max)` drawn from the log-uniform (Zipfian) distribution, and the number of draws
+/// each row took.
+fn unique_zipfian(call: &Call<'_>) -> Result<Plan> {
+    inputs(call, 0)?;
+    let p = call.params;
+    let range_max = p.required("range_max", param::int, "an integer")?;
+    let shape = p.or("shape", param::shape, "a shape", vec![])?;
+    let fail = |m: String| Err(Error::invalid(format!("operator {}: {m}", call.name)));
+    let (rows, per) = match shape[..] {
+        [r, c] if r >= 0 && c >= 0 => (r as usize, c as usize),
+        _ => return fail(format!("shape must be (batch, num_sampled), got {shape:?}")),
+    };
+    if range_max <= 0 || per as i64 > range_max {
+        return fail(format!(
+            "cannot draw {per} distinct classes out of range_max {range_max}"
+        ));
+    }
+    let log_range = (range_max as f64).ln();
+    let outs = vec![
+        TensorDesc::new(&shape, DType::I64),
+        TensorDesc::new(&[shape[0]], DType::I64),
+    ];
+    Ok(Plan::new(outs, move |k| {
+        let res = k
+            .resource
+            .ok_or_else(|| Error::invalid("random op without its generator"))?;
+        let mut g = res.random()?;
+        let (samples, tries) = k.outputs.split_at_mut(1);
+        let (samples, tries) = (samples[0].slice_mut::<i64>(), tries[0].slice_mut::<i64>());
+        let mut seen = std::collections::HashSet::with_capacity(per);
+        for r in 0..rows {
+            seen.clear();
+            let row = &mut samples[r * per..(r + 1) * per];
+            let mut n = 0i64;
+            while seen.len() < per {
+                let v = (g.next_unit() * log_range).exp().round() as i64 - 1;
+                if seen.insert(v) {
+                    row[seen.len() - 1] = v;
+                }
+                n += 1;
+            }
+            tries[r] = n;
+        }
+        Ok(())
+    })
+    .with_resource(ResourceRequest::Random)
+    .on(Some(crate::context::Context::cpu(0))))
+}
+
 /// `_sample_multinomial(data)`: indices drawn from each row's probabilities (last axis), `shape`
 /// draws per row; with `get_prob` also the log-probability of each draw.
 fn multinomial(call: &Call<'_>) -> Result<Plan> {
@@ -377,6 +427,7 @@ fn multinomial(call: &Call<'_>) -> Result<Plan> {
 }
 
 pub(crate) fn register(t: &mut Entries) {
+    t.push(("_sample_unique_zipfian", &unique_zipfian));
     t.push(("_random_uniform", &|c: &Call<'_>| {
         random(c, &UNIFORM, false)
     }));

@@ -371,7 +371,45 @@ fn write_index(t: &mut crate::operator::tensor::Tensor, at: usize, i: usize) {
     crate::with_element!(t.dtype, I => t.slice_mut::<I>()[at] = I::from_f64(i as f64));
 }
 
+/// `_contrib_allclose(a, b)`: a uint8 scalar, 1 when every pair satisfies
+/// `|a - b| <= atol + rtol * |b|` (NaNs equal when `equal_nan`).
+fn allclose(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let p = call.params;
+    let rtol = p.or("rtol", param::float, "a number", 1e-5)?;
+    let atol = p.or("atol", param::float, "a number", 1e-8)?;
+    let equal_nan = p.or("equal_nan", param::boolean, "a boolean", true)?;
+    super::same_dtype(call, 0, 1)?;
+    if ins[0].shape != ins[1].shape {
+        return Err(Error::invalid(format!(
+            "operator {}: shapes {:?} and {:?} differ",
+            call.name,
+            &ins[0].shape[..],
+            &ins[1].shape[..]
+        )));
+    }
+    let dtype = ins[0].dtype;
+    // MXNet computes in the input's type with float tolerances.
+    let (rtol, atol) = (rtol as f32 as f64, atol as f32 as f64);
+    Ok(Plan::new(vec![TensorDesc::new(&[], DType::U8)], move |k| {
+        let close = crate::with_element!(dtype, T => {
+            let (a, b) = (k.inputs[0].slice::<T>(), k.inputs[1].slice::<T>());
+            a.iter().zip(b).all(|(&x, &y)| {
+                let (x, y) = (x.to_f64(), y.to_f64());
+                if x.is_nan() || y.is_nan() {
+                    equal_nan && x.is_nan() == y.is_nan()
+                } else {
+                    x == y || (x - y).abs() <= atol + rtol * y.abs()
+                }
+            })
+        });
+        k.outputs[0].slice_mut::<u8>()[0] = close as u8;
+        Ok(())
+    }))
+}
+
 pub(crate) fn register(t: &mut Entries) {
+    t.push(("_contrib_allclose", &allclose));
     t.push(("sum", &|c: &Call<'_>| plan_fold(c, Fold::Sum)));
     t.push(("mean", &|c: &Call<'_>| plan_fold(c, Fold::Mean)));
     t.push(("prod", &|c: &Call<'_>| plan_fold(c, Fold::Prod)));

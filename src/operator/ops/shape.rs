@@ -413,6 +413,12 @@ fn broadcast_like(call: &Call<'_>) -> Result<Plan> {
                     call.name
                 )));
             }
+            if la.is_empty() {
+                return Err(Error::invalid(format!(
+                    "operator {}: lhs_axes and rhs_axes must not be empty",
+                    call.name
+                )));
+            }
             let mut t = x.shape.to_vec();
             for (l, r) in la.iter().zip(&ra) {
                 let l = norm_axis(call, *l, x.shape.len())?;
