@@ -240,7 +240,8 @@ def python_optimizers():
     out = []
     for name, kw in [("sgd", {"momentum": 0.9}), ("sgd", {}), ("nag", {"momentum": 0.9}), ("adam", {}),
                      ("rmsprop", {}), ("rmsprop", {"centered": True}), ("adagrad", {}), ("adadelta", {}),
-                     ("ftrl", {}), ("signum", {}), ("ftml", {})]:
+                     ("ftrl", {}), ("signum", {}), ("ftml", {}), ("lars", {"momentum": 0.9}), ("lbsgd", {}),
+                     ("adamax", {}), ("nadam", {}), ("dcasgd", {})]:
         opt = mx.optimizer.create(name, learning_rate=0.05, wd=0.001, **kw)
         updater = mx.optimizer.get_updater(opt)
         w = nd.array(np.linspace(-1, 1, 8))
@@ -251,6 +252,22 @@ def python_optimizers():
 
 
 case("python_optimizers")(python_optimizers)
+
+
+def lars_aggregated():
+    opt = mx.optimizer.create("lars", learning_rate=0.1, momentum=0.9, wd=0.01, eta=0.01)
+    updater = mx.optimizer.get_updater(opt)
+    ws = [nd.array(np.linspace(-1, 1, 6) * (i + 1)) for i in range(3)]
+    for step in range(2):
+        gs = [nd.array(np.linspace(1, -1, 6) * (step + i + 1)) for i in range(3)]
+        updater([0, 1, 2], gs, ws)
+    return ws
+
+
+case("lars_aggregated")(lars_aggregated)
+case("multi_sum_sq")(lambda: nd.multi_sum_sq(A(), B(), ROW(), num_arrays=3))
+case("multi_lars")(lambda: nd.multi_lars(arr([0.1, 0.2, 0.3]), arr([4.0, 0.0, 9.0]), arr([1.0, 1.0, 0.0]),
+                                         arr([0.01, 0.0, 0.1]), eta=0.5, eps=1e-6, rescale_grad=2.0))
 
 
 

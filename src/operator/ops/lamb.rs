@@ -3,6 +3,8 @@
 //! and the aggregated `_multi_lamb_update` / `_multi_mp_lamb_update`, which compute the norms
 //! themselves. float16 and float32 weights compute in f32, float64 in f64.
 
+use super::lars::sum_sq;
+use super::optimizer::{check_group, check_len, per_weight};
 use super::{Entries, inputs};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -13,20 +15,20 @@ use crate::operator::tensor::Tensor;
 
 /// An input's values as f64.
 fn read(t: &Tensor) -> Vec<f64> {
-    let p = Ptr::of(t);
+    let p = Elements::of(t);
     (0..t.len()).map(|i| p.get(i)).collect()
 }
 
 /// Element access to an array the op reads or mutates (mutated inputs are not exclusive, so
 /// they are reached through the tensor's pointer).
 #[derive(Clone, Copy)]
-struct Ptr<'a> {
+struct Elements<'a> {
     t: &'a Tensor,
 }
 
-impl<'a> Ptr<'a> {
+impl<'a> Elements<'a> {
     fn of(t: &'a Tensor) -> Self {
-        Ptr { t }
+        Elements { t }
     }
 
     fn get(&self, i: usize) -> f64 {
@@ -50,31 +52,9 @@ fn round(wide: bool, v: f64) -> f64 {
     if wide { v } else { v as f32 as f64 }
 }
 
-fn check_weights(call: &Call<'_>, first: usize, count: usize, mp: bool) -> Result<()> {
-    let w = &call.inputs[first];
-    if !matches!(w.dtype, DType::F32 | DType::F64 | DType::F16) {
-        return Err(Error::invalid(format!(
-            "operator {}: weights must be float16, float32 or float64, got {}",
-            call.name,
-            w.dtype.name()
-        )));
-    }
-    for j in 1..count {
-        let a = &call.inputs[first + j];
-        let want = if mp && j >= 2 { DType::F32 } else { w.dtype };
-        if a.shape != w.shape || a.dtype != want {
-            return Err(Error::invalid(format!(
-                "operator {}: input {} has shape {:?} and dtype {}, expected {:?} and {}",
-                call.name,
-                first + j,
-                &a.shape[..],
-                a.dtype.name(),
-                &w.shape[..],
-                want.name()
-            )));
-        }
-    }
-    Ok(())
+/// MXNet's optimizer parameters are float32 whatever the weights' type.
+fn f32_param(v: f64) -> f64 {
+    v as f32 as f64
 }
 
 /// Moments and direction of one weight.
@@ -93,8 +73,7 @@ struct Phase1 {
 impl Phase1 {
     fn parse(call: &Call<'_>, per_weight: bool) -> Result<Phase1> {
         let p = call.params;
-        // MXNet's parameters are float32 whatever the weights' type.
-        let f = |v: f64| v as f32 as f64;
+        let f = f32_param;
         Ok(Phase1 {
             beta1: f(p.or("beta1", param::float, "a number", 0.9)?),
             beta2: f(p.or("beta2", param::float, "a number", 0.999)?),
@@ -117,7 +96,7 @@ impl Phase1 {
 
     /// Updates the moments and returns the direction (`weight` is the master copy under mixed
     /// precision).
-    fn apply(&self, wide: bool, [weight, grad, mean, var]: [Ptr<'_>; 4]) -> Vec<f64> {
+    fn apply(&self, wide: bool, [weight, grad, mean, var]: [Elements<'_>; 4]) -> Vec<f64> {
         let n = grad.t.len();
         let mut dir = Vec::with_capacity(n);
         let r = |v: f64| round(wide, v);
@@ -164,7 +143,7 @@ fn trust_lr(lr: f64, r1: f64, r2: f64, lower: f64, upper: f64) -> f64 {
 fn phase1(call: &Call<'_>, mp: bool) -> Result<Plan> {
     let n_in = 4 + usize::from(mp);
     let ins = inputs(call, n_in)?;
-    check_weights(call, 0, n_in, mp)?;
+    check_group(call, 0, n_in - 2 - usize::from(mp), mp)?;
     let ph = Phase1::parse(call, false)?;
     let w = &ins[0];
     let out_dtype = if mp { DType::F32 } else { w.dtype };
@@ -172,11 +151,11 @@ fn phase1(call: &Call<'_>, mp: bool) -> Result<Plan> {
     Ok(Plan::new(
         vec![TensorDesc::new(&w.shape, out_dtype)],
         move |k: &mut KernelArgs<'_>| {
-            let weight = Ptr::of(&k.inputs[if mp { 4 } else { 0 }]);
+            let weight = Elements::of(&k.inputs[if mp { 4 } else { 0 }]);
             let (grad, mean, var) = (
-                Ptr::of(&k.inputs[1]),
-                Ptr::of(&k.inputs[2]),
-                Ptr::of(&k.inputs[3]),
+                Elements::of(&k.inputs[1]),
+                Elements::of(&k.inputs[2]),
+                Elements::of(&k.inputs[3]),
             );
             let dir = ph.apply(wide, [weight, grad, mean, var]);
             let out = &mut k.outputs[0];
@@ -196,15 +175,8 @@ fn phase2(call: &Call<'_>, mp: bool) -> Result<Plan> {
     let ins = inputs(call, n_in)?;
     let w = &ins[0];
     let dir_dtype = if mp { DType::F32 } else { w.dtype };
-    for (i, what) in [(2, "r1"), (3, "r2")] {
-        if ins[i].size() != 1 {
-            return Err(Error::invalid(format!(
-                "operator {}: {what} (input {i}) must hold one value, got shape {:?}",
-                call.name,
-                &ins[i].shape[..]
-            )));
-        }
-    }
+    check_len(call, 2, 1, "r1")?;
+    check_len(call, 3, 1, "r2")?;
     if ins[1].shape != w.shape
         || ins[1].dtype != dir_dtype
         || (mp && (ins[4].shape != w.shape || ins[4].dtype != DType::F32))
@@ -218,14 +190,14 @@ fn phase2(call: &Call<'_>, mp: bool) -> Result<Plan> {
         )));
     }
     let p = call.params;
-    let f = |v: f64| v as f32 as f64;
+    let f = f32_param;
     let lr = f(p.required("lr", param::float, "a number")?);
     let lower = f(p.or("lower_bound", param::float, "a number", -1.0)?);
     let upper = f(p.or("upper_bound", param::float, "a number", -1.0)?);
     let wide = w.dtype == DType::F64;
     Ok(Plan::new(vec![w.clone()], move |k| {
-        let r1 = Ptr::of(&k.inputs[2]).get(0);
-        let r2 = Ptr::of(&k.inputs[3]).get(0);
+        let r1 = Elements::of(&k.inputs[2]).get(0);
+        let r2 = Elements::of(&k.inputs[3]).get(0);
         let lr_t = round(wide, trust_lr(lr, r1, r2, lower, upper));
         let weight = read(&k.inputs[if mp { 4 } else { 0 }]);
         let dir = read(&k.inputs[1]);
@@ -251,22 +223,12 @@ fn multi(call: &Call<'_>, mp: bool) -> Result<Plan> {
         )));
     }
     let count = count as usize;
-    let per = |name: &str| -> Result<Vec<f64>> {
-        let v = p.required(name, param::floats, "a tuple of numbers")?;
-        if v.len() != count {
-            return Err(Error::invalid(format!(
-                "operator {}: {name} has {} values, num_tensors is {count}",
-                call.name,
-                v.len()
-            )));
-        }
-        Ok(v)
-    };
+    let per = |name: &str| per_weight(call, name, count, "num_tensors");
     let lrs = per("learning_rates")?;
     let wds = per("wds")?;
     let steps = per("step_count")?;
     let ph = Phase1::parse(call, true)?;
-    let f = |v: f64| v as f32 as f64;
+    let f = f32_param;
     let lower = f(p.or("lower_bound", param::float, "a number", -1.0)?);
     let upper = f(p.or("upper_bound", param::float, "a number", -1.0)?);
     let (lrs, wds): (Vec<f64>, Vec<f64>) = (
@@ -278,7 +240,7 @@ fn multi(call: &Call<'_>, mp: bool) -> Result<Plan> {
     let mut outputs = Vec::with_capacity(count);
     let mut mutated = Vec::new();
     for i in 0..count {
-        check_weights(call, i * stride, stride, mp)?;
+        check_group(call, i * stride, 2, mp)?;
         outputs.push(call.inputs[i * stride].clone());
         mutated.extend([i * stride + 2, i * stride + 3]);
         if mp {
@@ -289,8 +251,8 @@ fn multi(call: &Call<'_>, mp: bool) -> Result<Plan> {
     Ok(Plan::new(outputs, move |k| {
         for i in 0..count {
             let base = i * stride;
-            let master = mp.then(|| Ptr::of(&k.inputs[base + 4]));
-            let weight = master.unwrap_or_else(|| Ptr::of(&k.inputs[base]));
+            let master = mp.then(|| Elements::of(&k.inputs[base + 4]));
+            let weight = master.unwrap_or_else(|| Elements::of(&k.inputs[base]));
             let step = Phase1 {
                 t: steps[i],
                 wd: wds[i],
@@ -300,20 +262,16 @@ fn multi(call: &Call<'_>, mp: bool) -> Result<Plan> {
                 wide,
                 [
                     weight,
-                    Ptr::of(&k.inputs[base + 1]),
-                    Ptr::of(&k.inputs[base + 2]),
-                    Ptr::of(&k.inputs[base + 3]),
+                    Elements::of(&k.inputs[base + 1]),
+                    Elements::of(&k.inputs[base + 2]),
+                    Elements::of(&k.inputs[base + 3]),
                 ],
             );
             // The norms are taken in f32 over the (low-precision) weight and the direction.
-            let r1 = read(&k.inputs[base])
-                .iter()
-                .map(|&v| (v * v) as f32)
-                .sum::<f32>()
-                .sqrt();
-            let r2 = dir.iter().map(|&v| (v * v) as f32).sum::<f32>().sqrt();
+            let r1 = sum_sq(read(&k.inputs[base]).into_iter()).sqrt();
+            let r2 = sum_sq(dir.iter().copied()).sqrt();
             let lr_t = round(wide, trust_lr(lrs[i], r1 as f64, r2 as f64, lower, upper));
-            let out = Ptr::of(&k.outputs[i]);
+            let out = Elements::of(&k.outputs[i]);
             for (j, d) in dir.into_iter().enumerate() {
                 let w = round(wide, weight.get(j) - round(wide, lr_t * d));
                 if let Some(m) = &master {

@@ -5,6 +5,7 @@ pub mod binary;
 pub mod creation;
 pub mod index;
 pub mod lamb;
+pub mod lars;
 pub mod legacy;
 pub mod linalg;
 pub mod nn;
@@ -32,6 +33,7 @@ pub fn register_all(t: &mut Entries) {
     storage::register(t);
     optimizer::register(t);
     lamb::register(t);
+    lars::register(t);
     random::register(t);
 }
 

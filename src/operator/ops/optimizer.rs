@@ -358,7 +358,7 @@ fn hyper(p: &Params<'_>, names: &[(&str, f64)]) -> Result<HyperF64> {
 const REQUIRED: f64 = f64::NAN;
 
 /// Checks one group's arrays: weight and gradient alike, states alike (float32 for `mp`).
-fn check_group(call: &Call<'_>, first: usize, states: usize, mp: bool) -> Result<()> {
+pub(super) fn check_group(call: &Call<'_>, first: usize, states: usize, mp: bool) -> Result<()> {
     let ins = call.inputs;
     let w = &ins[first];
     if !matches!(w.dtype, DType::F32 | DType::F64 | DType::F16) {
@@ -396,12 +396,12 @@ fn scale_input(k: &KernelArgs<'_>) -> Option<f64> {
     (v.is_finite() && v != 0.0).then_some(v)
 }
 
-/// Checks that input `i` holds one value (a scale given as an array).
-fn check_scalar(call: &Call<'_>, i: usize, what: &str) -> Result<()> {
+/// Checks that input `i` holds `want` values (a scale, or per-weight values, given as an array).
+pub(super) fn check_len(call: &Call<'_>, i: usize, want: usize, what: &str) -> Result<()> {
     let d = &call.inputs[i];
-    if d.size() != 1 {
+    if d.size() != want {
         return Err(Error::invalid(format!(
-            "operator {}: {what} (input {i}) must hold one value, got shape {:?}",
+            "operator {}: {what} (input {i}) must hold {want} value(s), got shape {:?}",
             call.name,
             &d.shape[..]
         )));
@@ -409,11 +409,33 @@ fn check_scalar(call: &Call<'_>, i: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// A single-weight update op; `scaled`: the last input is the gradient scale.
+/// A per-weight tuple parameter (`lrs`, `wds`, ...) with one value for each of `count` weights;
+/// `count_name` is the parameter that gave the count.
+pub(super) fn per_weight(
+    call: &Call<'_>,
+    name: &str,
+    count: usize,
+    count_name: &str,
+) -> Result<Vec<f64>> {
+    let v = call
+        .params
+        .required(name, param::floats, "a tuple of numbers")?;
+    if v.len() != count {
+        return Err(Error::invalid(format!(
+            "operator {}: {name} has {} values, {count_name} is {count}",
+            call.name,
+            v.len()
+        )));
+    }
+    Ok(v)
+}
+
+/// A single-weight update op.
 fn single<U: Rule>(call: &Call<'_>, mp: bool, names: &[(&str, f64)]) -> Result<Plan> {
     single_with::<U>(call, mp, false, names)
 }
 
+/// A single-weight update op; with `scaled`, the last input is the gradient scale.
 fn single_with<U: Rule>(
     call: &Call<'_>,
     mp: bool,
@@ -424,7 +446,7 @@ fn single_with<U: Rule>(
     let ins = inputs(call, n + usize::from(scaled))?;
     check_group(call, 0, U::STATES, mp)?;
     if scaled {
-        check_scalar(call, n, "rescale_grad")?;
+        check_len(call, n, 1, "rescale_grad")?;
     }
     let h = hyper(call.params, names)?;
     call.params
@@ -482,17 +504,7 @@ fn multi_with<U: Rule>(
         )));
     }
     let count = count as usize;
-    let per_weight = |name: &str| -> Result<Vec<f64>> {
-        let v = p.required(name, param::floats, "a tuple of numbers")?;
-        if v.len() != count {
-            return Err(Error::invalid(format!(
-                "operator {}: {name} has {} values, num_weights is {count}",
-                call.name,
-                v.len()
-            )));
-        }
-        Ok(v)
-    };
+    let per_weight = |name: &str| per_weight(call, name, count, "num_weights");
     let (lrs, wds) = if form.preloaded {
         (vec![0.0; count], vec![0.0; count])
     } else {
@@ -511,19 +523,11 @@ fn multi_with<U: Rule>(
     };
     inputs(call, count * stride + extra)?;
     if form.preloaded {
-        for (j, what) in [(0, "lrs"), (1, "wds")] {
-            let d = &call.inputs[count * stride + j];
-            if d.size() != count {
-                return Err(Error::invalid(format!(
-                    "operator {}: the {what} array has {} values, num_weights is {count}",
-                    call.name,
-                    d.size()
-                )));
-            }
-        }
+        check_len(call, count * stride, count, "lrs")?;
+        check_len(call, count * stride + 1, count, "wds")?;
     }
     if form.scaled {
-        check_scalar(call, count * stride, "rescale_grad")?;
+        check_len(call, count * stride, 1, "rescale_grad")?;
     }
     let h = hyper(p, names)?;
     let mut groups = Vec::with_capacity(count);
