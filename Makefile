@@ -64,8 +64,8 @@ mxnet-venv:
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/setup-mxnet.sh >/dev/null
 
 rust-test: mxnet-venv lib
-	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --release
-	$(CARGO) test --release --no-default-features --test format_mutation
+	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --profile test-fast
+	$(CARGO) test --profile test-fast --no-default-features --test format_mutation
 
 # MXNet's unmodified Python package on libmxrt and on libmxnet.so, compared (tests/python, pytest)
 python-test: mxnet-venv lib
@@ -88,7 +88,7 @@ miri:
 # (src/engine/ring.rs), and how idle workers park and pushes wake them (src/engine/idle/sleep.rs).
 # Own target dir: --cfg loom.
 loom:
-	RUSTFLAGS="--cfg loom" $(CARGO) test --release --target-dir target/loom --lib loom_
+	RUSTFLAGS="--cfg loom" $(CARGO) test --profile test-fast --target-dir target/loom --lib loom_
 
 check-abi: lib mxnet-venv
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/check-abi.sh

@@ -42,11 +42,11 @@ need_pkg() { # need_pkg <check command> <debian package>
 }
 
 examples=(c_examples/*.c)
-lib_dir="$tdir/release"
+lib_dir="$tdir/test-fast"
 
 build_lib() {
   echo "==> building libmxrt without mimalloc into $tdir"
-  CARGO_TARGET_DIR="$tdir" "$CARGO" build --release --no-default-features --quiet \
+  CARGO_TARGET_DIR="$tdir" "$CARGO" build --profile test-fast --no-default-features --quiet \
     || { echo "sanitize: building the library failed" >&2; exit 1; }
   soname_link "$lib_dir"
 }
