@@ -924,22 +924,22 @@ int MXKVStoreGetRank(KVStoreHandle handle, int *ret);
 int MXKVStoreGetGroupSize(KVStoreHandle handle, int *ret);
 
 /**
- * 1: without a distributed build every process is a worker.
+ * 1 unless `DMLC_ROLE` names another role (`server`, `scheduler`).
  */
 int MXKVStoreIsWorkerNode(int *ret);
 
 /**
- * 0: without a distributed build there are no servers.
+ * 1 when `DMLC_ROLE=server`.
  */
 int MXKVStoreIsServerNode(int *ret);
 
 /**
- * 0: without a distributed build there is no scheduler.
+ * 1 when `DMLC_ROLE=scheduler`.
  */
 int MXKVStoreIsSchedulerNode(int *ret);
 
 /**
- * No-op for a local store (one worker).
+ * Waits until every worker has reached the barrier (at once for a local store).
  */
 int MXKVStoreBarrier(KVStoreHandle handle);
 
@@ -949,14 +949,21 @@ int MXKVStoreBarrier(KVStoreHandle handle);
 int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle, int barrier_before_exit);
 
 /**
- * Fails: a local store has no server to run.
+ * On a server process of a distributed store: serves the workers until they have all freed
+ * their stores (or one sent the stop command), calling `controller(head, body, controller_handle)`
+ * on this thread for command 0; the controller may call the C API on this handle (e.g.
+ * `MXKVStoreSetUpdaterEx`). Returns 0 at once on the scheduler; fails on workers and local
+ * stores.
  */
 int MXKVStoreRunServer(KVStoreHandle handle,
                        KVStoreServerControllerFn controller,
                        void *controller_handle);
 
 /**
- * Fails: a local store has no servers to send commands to.
+ * Runs command `cmd_id` with `cmd_body` on every server and returns once all have run it:
+ * 0 calls the servers' controller, 1 multi-precision, 2 stops the servers, 3 sync mode,
+ * 4 gradient compression, 5 profiler parameters (MXNet's heads). Workers of distributed stores
+ * with servers only.
  */
 int MXKVStoreSendCommmandToServers(KVStoreHandle handle, int cmd_id, const char *cmd_body);
 
@@ -966,7 +973,9 @@ int MXKVStoreSendCommmandToServers(KVStoreHandle handle, int cmd_id, const char 
 int MXKVStoreGetNumDeadNode(KVStoreHandle handle, int node_id, int *number, int timeout_sec);
 
 /**
- * Fails: the ps-lite environment exists only in distributed builds.
+ * Sets the job's environment for this process (MXNet's ps-lite environment): the `DMLC_*` and
+ * `MXRT_DIST_*` values given here take precedence over the process environment when a
+ * distributed store is created or a role is queried.
  */
 int MXInitPSEnv(uint32_t num_vars, const char **keys, const char **vals);
 

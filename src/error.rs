@@ -21,6 +21,9 @@ pub enum ErrorKind {
     OpFailed,
     /// The engine was shut down (MXNotifyShutdown) and takes no new work.
     Shutdown,
+    /// Another process of a distributed job reported an error, or did not answer within the
+    /// deadline (`MXRT_DIST_TIMEOUT_S`).
+    Distributed,
     /// A bug in mxrt (an internal invariant was broken or code panicked).
     Internal,
 }
@@ -56,6 +59,9 @@ impl Error {
     }
     pub fn format(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Format, message)
+    }
+    pub fn distributed(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Distributed, message)
     }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)

@@ -10,6 +10,7 @@ pub mod context;
 pub mod dtype;
 pub mod error;
 
+pub mod dist;
 pub mod engine;
 pub mod kvstore;
 pub mod ndarray;

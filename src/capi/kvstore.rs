@@ -4,10 +4,13 @@
 //! thread that calls Push/PushPull, once per unique key, with two new NDArray handles (merged
 //! value, stored value) that the callee owns and must free with `MXNDArrayFree`, as in MXNet.
 //!
+//! Type strings with "dist" create a distributed store (`crate::dist`, in builds with the `dist`
+//! feature): the process's role comes from `DMLC_ROLE`; servers serve in `MXKVStoreRunServer`.
+//!
 //! Differences from MXNet, on purpose: a push without an updater stores a copy of the sum (MXNet
-//! aliases the pushed array); `RunServer`, `SendCommmandToServers` and `MXInitPSEnv` fail with a
-//! message (a local store has no servers), and so do distributed/NCCL store types, gradient
-//! compression and row-sparse pulls, which mxrt does not build.
+//! aliases the pushed array); `RunServer` and `SendCommmandToServers` on a local store fail with a
+//! message (it has no servers), and so do NCCL store types and row-sparse pulls, which mxrt does
+//! not build.
 //!
 //! # Safety
 //! Every export has MXNet's C contract: pointer arguments are NULL or valid for the counts given,
@@ -19,14 +22,15 @@ use super::error::api_call;
 use super::handle::{self, Handle, HandleKind};
 use super::types::*;
 use crate::error::{Error, Result};
-use crate::kvstore::{IntUpdater, KVStore, Keys, StrUpdater};
+use crate::dist::Role;
+use crate::kvstore::{IntUpdater, KeyValueStore, Keys, StrUpdater};
 use crate::ndarray::NDArray;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::Arc;
 
 /// What a KVStoreHandle points to: the store and its type string for `MXKVStoreGetType`.
 pub(crate) struct CKVStore {
-    store: KVStore,
+    store: Box<dyn KeyValueStore>,
     type_c: CString,
 }
 
@@ -181,12 +185,12 @@ unsafe fn with_keys<K: KeyArray>(
     num: u32,
     keys: K,
     vals: *mut NDArrayHandle,
-    call: impl FnOnce(&KVStore, Keys<'_>, &[&NDArray]) -> Result<()>,
+    call: impl FnOnce(&dyn KeyValueStore, Keys<'_>, &[&NDArray]) -> Result<()>,
 ) -> Result<()> {
     let n = num as usize;
     // SAFETY: forwarded API contract: `num` keys and handles.
     let (k, v) = unsafe { (keys.read(n, "keys")?, arrays(vals, n, "vals")?) };
-    call(&kv(handle)?.store, k.keys(), &refs(&v))
+    call(&*kv(handle)?.store, k.keys(), &refs(&v))
 }
 
 /// Which two-list call: Broadcast (init, then pull) or PushPull (push, then pull).
@@ -243,7 +247,7 @@ pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStore
     api_call("MXKVStoreCreate", || {
         // SAFETY: API contract: a C string and an out-parameter.
         let (t, out) = unsafe { (args::c_str(type_, "type")?, args::out(out, "out")?) };
-        let store = KVStore::create(t)?;
+        let store = crate::kvstore::create(t)?;
         let type_c =
             CString::new(store.type_name()).map_err(|_| Error::invalid("type contains NUL"))?;
         *out = handle::into_handle(Arc::new(CKVStore { store, type_c }));
@@ -255,8 +259,10 @@ pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStore
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     api_call("MXKVStoreFree", || {
-        drop(handle::take::<CKVStore>(handle, "handle")?);
-        Ok(())
+        let kv = handle::take::<CKVStore>(handle, "handle")?;
+        // a distributed worker finishes its pushes, meets the others at the exit barrier and
+        // lets the servers stop; the handle is gone either way
+        kv.store.shutdown()
     })
 }
 
@@ -642,39 +648,38 @@ pub unsafe extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut 
     })
 }
 
-fn role_query(ret: *mut c_int, value: c_int, name: &'static str) -> c_int {
+
+fn role_is(ret: *mut c_int, role: Role, name: &'static str) -> c_int {
     api_call(name, || {
         // SAFETY: API contract: out-parameter.
-        *unsafe { args::out(ret, "ret")? } = value;
+        let out = unsafe { args::out(ret, "ret")? };
+        *out = (Role::from_env()? == role) as c_int;
         Ok(())
     })
 }
 
-/// 1: without a distributed build every process is a worker.
+/// 1 unless `DMLC_ROLE` names another role (`server`, `scheduler`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreIsWorkerNode(ret: *mut c_int) -> c_int {
-    role_query(ret, 1, "MXKVStoreIsWorkerNode")
+    role_is(ret, Role::Worker, "MXKVStoreIsWorkerNode")
 }
 
-/// 0: without a distributed build there are no servers.
+/// 1 when `DMLC_ROLE=server`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreIsServerNode(ret: *mut c_int) -> c_int {
-    role_query(ret, 0, "MXKVStoreIsServerNode")
+    role_is(ret, Role::Server, "MXKVStoreIsServerNode")
 }
 
-/// 0: without a distributed build there is no scheduler.
+/// 1 when `DMLC_ROLE=scheduler`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
-    role_query(ret, 0, "MXKVStoreIsSchedulerNode")
+    role_is(ret, Role::Scheduler, "MXKVStoreIsSchedulerNode")
 }
 
-/// No-op for a local store (one worker).
+/// Waits until every worker has reached the barrier (at once for a local store).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
-    api_call("MXKVStoreBarrier", || {
-        kv(handle)?.store.barrier();
-        Ok(())
-    })
+    api_call("MXKVStoreBarrier", || kv(handle)?.store.barrier())
 }
 
 /// Records the flag (it only matters for distributed stores).
@@ -691,38 +696,50 @@ pub unsafe extern "C" fn MXKVStoreSetBarrierBeforeExit(
     })
 }
 
-fn no_servers(handle: KVStoreHandle, what: &str) -> Result<()> {
-    let kv = kv(handle)?;
-    Err(Error::not_supported(format!(
-        "{what}: '{}' is a local kvstore, which has no servers; servers belong to distributed \
-         ('dist_*') stores, which mxrt does not build",
-        kv.store.type_name()
-    )))
-}
-
-/// Fails: a local store has no server to run.
+/// On a server process of a distributed store: serves the workers until they have all freed
+/// their stores (or one sent the stop command), calling `controller(head, body, controller_handle)`
+/// on this thread for command 0; the controller may call the C API on this handle (e.g.
+/// `MXKVStoreSetUpdaterEx`). Returns 0 at once on the scheduler; fails on workers and local
+/// stores.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreRunServer(
     handle: KVStoreHandle,
     controller: KVStoreServerControllerFn,
     controller_handle: *mut c_void,
 ) -> c_int {
-    let _ = (controller, controller_handle);
     api_call("MXKVStoreRunServer", || {
-        no_servers(handle, "cannot run a server")
+        let kv = kv(handle)?;
+        let user = UserPtr(controller_handle);
+        let mut call = |head: i32, body: &str| {
+            let Some(f) = controller else { return };
+            // bodies come from C strings or Python's pickles (no NUL)
+            let body = CString::new(body).unwrap_or_default();
+            // SAFETY: `f` is the caller's controller with MXNet's signature; `body` lives for the
+            // call.
+            unsafe { f(head, body.as_ptr(), user.get()) }
+        };
+        kv.store.run_server(&mut call)
     })
 }
 
-/// Fails: a local store has no servers to send commands to.
+/// Runs command `cmd_id` with `cmd_body` on every server and returns once all have run it:
+/// 0 calls the servers' controller, 1 multi-precision, 2 stops the servers, 3 sync mode,
+/// 4 gradient compression, 5 profiler parameters (MXNet's heads). Workers of distributed stores
+/// with servers only.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(
     handle: KVStoreHandle,
     cmd_id: c_int,
     cmd_body: *const c_char,
 ) -> c_int {
-    let _ = (cmd_id, cmd_body);
     api_call("MXKVStoreSendCommmandToServers", || {
-        no_servers(handle, "cannot send a command to the servers")
+        // SAFETY: API contract: a C string (NULL is an empty body, as MXNet's Python passes '').
+        let body = if cmd_body.is_null() {
+            ""
+        } else {
+            unsafe { args::c_str(cmd_body, "cmd_body")? }
+        };
+        kv(handle)?.store.send_command_to_servers(cmd_id, body)
     })
 }
 
@@ -742,7 +759,9 @@ pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(
     })
 }
 
-/// Fails: the ps-lite environment exists only in distributed builds.
+/// Sets the job's environment for this process (MXNet's ps-lite environment): the `DMLC_*` and
+/// `MXRT_DIST_*` values given here take precedence over the process environment when a
+/// distributed store is created or a role is queried.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXInitPSEnv(
     num_vars: u32,
@@ -752,10 +771,9 @@ pub unsafe extern "C" fn MXInitPSEnv(
     api_call("MXInitPSEnv", || {
         let n = num_vars as usize;
         // SAFETY: API contract: `num_vars` strings each.
-        unsafe { (str_keys(keys, n, "keys")?, str_keys(vals, n, "vals")?) };
-        Err(Error::not_supported(
-            "the ps-lite environment belongs to distributed kvstores, which mxrt does not build",
-        ))
+        let (k, v) = unsafe { (str_keys(keys, n, "keys")?, str_keys(vals, n, "vals")?) };
+        crate::dist::role::set_job_env(k.into_iter().zip(v));
+        Ok(())
     })
 }
 

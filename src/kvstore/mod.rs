@@ -32,14 +32,18 @@
 //! assert_eq!(out.to_bytes().unwrap(), bytemuck_f32(&[3.0, 3.0]));
 //! ```
 
+pub mod api;
 pub mod comm;
 pub mod keys;
 mod pool;
 pub mod reduce;
 pub mod store;
 mod trace;
+#[cfg(feature = "dist")]
+pub(crate) use trace::Traced;
 pub mod updater;
 
+pub use api::{Controller, KeyValueStore, create};
 pub use comm::CommKind;
 pub use keys::{KeyKind, KeyRef, Keys};
 pub use reduce::ReduceConfig;

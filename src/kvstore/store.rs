@@ -27,17 +27,18 @@ pub enum StoreKind {
 impl StoreKind {
     /// Parses a type string (case-insensitive). MXNet's local spellings are accepted: "local",
     /// "local_update_cpu", "local_allreduce_cpu" (reduce on the CPU) and "device",
-    /// "local_allreduce_device" (reduce where the values live). "dist*" and "nccl" stores are not
-    /// built and give an error naming what is missing. Unlike MXNet, which turns any other string
+    /// "local_allreduce_device" (reduce where the values live). "dist*" stores are created by
+    /// [`kvstore::create`](super::create); "nccl" stores are not built and give an error naming
+    /// what is missing. Unlike MXNet, which turns any other string
     /// into a local store, an unknown name is an error listing the accepted ones.
     pub fn parse(type_name: &str) -> Result<StoreKind> {
         let t = type_name.to_lowercase();
         const LOCAL: [&str; 3] = ["local", "local_update_cpu", "local_allreduce_cpu"];
         const DEVICE: [&str; 2] = ["device", "local_allreduce_device"];
         if t.contains("dist") {
-            return Err(Error::not_supported(format!(
-                "kvstore type '{type_name}' is a distributed store (KVStoreDist over ps-lite); \
-                 mxrt has no distributed kvstore yet: use 'local' or 'device'"
+            return Err(Error::invalid(format!(
+                "kvstore type '{type_name}' is a distributed store: create it with \
+                 kvstore::create, not as a local store"
             )));
         }
         if t.contains("nccl") {

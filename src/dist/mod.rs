@@ -1,0 +1,212 @@
+//! The distributed key-value store ("dist_sync", "dist_async", "dist_sync_device", ...): workers
+//! and servers as the processes of one MPI job.
+//!
+//! Each process learns its role from `DMLC_ROLE` (`role`). Workers push and pull (`worker`);
+//! servers hold the keys' shards, sum the pushes and run the updater (`server`); a scheduler has
+//! nothing to do. Keys are split over servers as MXNet does (`shard`), messages have a small
+//! fixed header (`wire`), pushes may be 2-bit compressed (`compress`), and one thread per process
+//! owns MPI (`transport`). Without server processes `dist_sync` is an allreduce among the
+//! workers, each applying the updater itself.
+//!
+//! A job is started with `mxrt-launch -n W -s S prog args...` (or the `mpirun` line it prints).
+//! A process that never creates a distributed store never starts MPI.
+
+pub mod role;
+
+#[cfg(feature = "dist")]
+pub mod compress;
+#[cfg(feature = "dist")]
+mod server;
+#[cfg(feature = "dist")]
+pub mod shard;
+#[cfg(feature = "dist")]
+pub mod transport;
+#[cfg(feature = "dist")]
+pub mod wire;
+#[cfg(feature = "dist")]
+mod worker;
+
+pub use role::{DistConfig, Role};
+
+#[cfg(feature = "dist")]
+pub use server::command;
+
+#[cfg(feature = "dist")]
+mod store {
+    use super::role::{DistConfig, Role};
+    use super::server::Server;
+    use super::transport::Transport;
+    use super::worker::Worker;
+    use crate::error::{Error, Result};
+    use crate::kvstore::{Controller, IntUpdater, KeyValueStore, Keys, StrUpdater};
+    use crate::ndarray::NDArray;
+    use parking_lot::Mutex;
+    use std::sync::{Arc, Weak};
+
+    enum Part {
+        Worker(Arc<Worker>),
+        Server(Server),
+        /// ps-lite's scheduler: nothing to do, no MPI.
+        Scheduler,
+    }
+
+    /// A distributed store as this process sees it.
+    pub struct DistStore {
+        type_name: String,
+        part: Part,
+    }
+
+    /// Workers whose store was never freed: at exit they still tell the servers they are done,
+    /// so that no server waits for them.
+    static LIVE_WORKERS: Mutex<Vec<Weak<Worker>>> = Mutex::new(Vec::new());
+
+    pub(super) fn shut_down_live_workers() {
+        let live: Vec<Arc<Worker>> = LIVE_WORKERS.lock().drain(..).filter_map(|w| w.upgrade()).collect();
+        for w in live {
+            if let Err(e) = w.shutdown() {
+                eprintln!("mxrt: shutting down the distributed store at exit: {}", e.message());
+            }
+        }
+    }
+
+    /// Creates the store of this process's role for an MXNet type string containing "dist".
+    pub fn create(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
+        let t = type_name.to_lowercase();
+        let sync = !t.contains("_async");
+        let role = Role::from_env()?;
+        let cfg = DistConfig::from_env()?;
+        let part = match role {
+            Role::Scheduler => Part::Scheduler,
+            Role::Server => Part::Server(Server::new(Transport::get(role, &cfg)?, cfg)?),
+            Role::Worker => {
+                let w = Arc::new(Worker::new(Transport::get(role, &cfg)?, cfg, &t, sync)?);
+                LIVE_WORKERS.lock().push(Arc::downgrade(&w));
+                Part::Worker(w)
+            }
+        };
+        Ok(Box::new(DistStore { type_name: t, part }))
+    }
+
+    impl DistStore {
+        fn worker(&self, what: &str) -> Result<&Worker> {
+            match &self.part {
+                Part::Worker(w) => Ok(w),
+                Part::Server(_) => Err(Error::invalid(format!(
+                    "{what}: this process is a server (DMLC_ROLE=server): it serves in \
+                     MXKVStoreRunServer and holds no keys of its own"
+                ))),
+                Part::Scheduler => Err(Error::invalid(format!(
+                    "{what}: this process is the scheduler (DMLC_ROLE=scheduler), which has \
+                     nothing to do in an MPI job"
+                ))),
+            }
+        }
+    }
+
+    impl KeyValueStore for DistStore {
+        fn type_name(&self) -> &str {
+            &self.type_name
+        }
+        fn init(&self, keys: Keys<'_>, values: &[&NDArray]) -> Result<()> {
+            self.worker("init")?.init(keys, values)
+        }
+        fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
+            let _trace = crate::kvstore::Traced::begin("KVStorePush", &keys);
+            self.worker("push")?.push(keys, values, priority)
+        }
+        fn pull(&self, keys: Keys<'_>, outs: &[&NDArray], priority: i32, _ignore_sparse: bool) -> Result<()> {
+            let _trace = crate::kvstore::Traced::begin("KVStorePull", &keys);
+            self.worker("pull")?.pull(keys, outs, priority)
+        }
+        fn pull_row_sparse(&self, _keys: Keys<'_>) -> Result<()> {
+            Err(Error::not_supported(
+                "PullRowSparse needs row_sparse arrays; mxrt supports dense (default storage) \
+                 arrays only",
+            ))
+        }
+        fn push_pull(
+            &self,
+            vkeys: Keys<'_>,
+            okeys: Keys<'_>,
+            values: &[&NDArray],
+            outs: &[&NDArray],
+            priority: i32,
+        ) -> Result<()> {
+            self.worker("pushpull")?.push_pull(vkeys, okeys, values, outs, priority)
+        }
+        fn set_updater(&self, updater: Option<IntUpdater>) {
+            match &self.part {
+                Part::Worker(w) => w.set_updater(updater),
+                Part::Server(s) => s.set_updater(updater),
+                Part::Scheduler => {}
+            }
+        }
+        fn set_str_updater(&self, updater: Option<StrUpdater>) {
+            match &self.part {
+                Part::Worker(w) => w.set_str_updater(updater),
+                Part::Server(s) => s.set_str_updater(updater),
+                Part::Scheduler => {}
+            }
+        }
+        fn set_gradient_compression(&self, params: &[(&str, &str)]) -> Result<()> {
+            match &self.part {
+                Part::Worker(w) => w.set_gradient_compression(params),
+                // servers learn the threshold from each compressed push
+                _ => super::compress::parse_params(params).map(|_| ()),
+            }
+        }
+        fn rank(&self) -> i32 {
+            match &self.part {
+                Part::Worker(w) => w.rank(),
+                Part::Server(s) => s.rank(),
+                Part::Scheduler => 0,
+            }
+        }
+        fn group_size(&self) -> i32 {
+            match &self.part {
+                Part::Worker(w) => w.group_size(),
+                Part::Server(s) => s.num_workers(),
+                Part::Scheduler => DistConfig::from_env()
+                    .ok()
+                    .and_then(|c| c.num_worker)
+                    .unwrap_or(0) as i32,
+            }
+        }
+        fn barrier(&self) -> Result<()> {
+            self.worker("barrier")?.barrier()
+        }
+        fn set_barrier_before_exit(&self, on: bool) {
+            if let Part::Worker(w) = &self.part {
+                w.set_barrier_before_exit(on)
+            }
+        }
+        fn run_server(&self, controller: Controller<'_>) -> Result<()> {
+            match &self.part {
+                Part::Server(s) => s.run(controller),
+                Part::Scheduler => Ok(()),
+                Part::Worker(_) => Err(Error::invalid(
+                    "this process is a worker: only server processes (DMLC_ROLE=server) run \
+                     MXKVStoreRunServer",
+                )),
+            }
+        }
+        fn send_command_to_servers(&self, head: i32, body: &str) -> Result<()> {
+            self.worker("send a command to the servers")?.send_command(head, body)
+        }
+        fn shutdown(&self) -> Result<()> {
+            match &self.part {
+                Part::Worker(w) => w.shutdown(),
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "dist")]
+pub use store::{DistStore, create};
+
+/// Runs before MPI is finalised at exit: workers whose store is still alive finish it.
+#[cfg(feature = "dist")]
+pub(crate) fn before_finalize() {
+    store::shut_down_live_workers();
+}

@@ -1,0 +1,548 @@
+//! The communication thread: the one thread that owns MPI.
+//!
+//! MPI is started the first time a process creates a distributed store, on a thread of its own
+//! that keeps it to the end: it initialises MPI, learns every process's role, splits off the
+//! workers' communicator, then loops, posting the sends and collectives other threads ask for,
+//! testing the ones in flight and receiving what arrives. Replies go to the request that waits
+//! for them (by request id); requests go to the server's inbox. At process exit it finalises MPI
+//! on that same thread, as MPI requires, or aborts the whole job if a wait of this process failed
+//! (a survivor of a broken job must not sit in `MPI_Finalize` waiting for the dead).
+//!
+//! Callers never block inside MPI: they wait on a channel with a deadline
+//! (`MXRT_DIST_TIMEOUT_S`) and get an error naming what they waited for when it passes.
+//!
+//! Sends and collectives in flight hold owned buffers across loop turns, which rsmpi's scoped
+//! requests (tied to a lexical scope) cannot express, so those few calls (`MPI_Isend`,
+//! `MPI_Iallreduce`, `MPI_Ibarrier`, `MPI_Test`) go through `mpi::ffi` directly; everything else
+//! uses rsmpi's safe API.
+
+use super::role::{DistConfig, Role};
+use super::wire::{Header, Msg};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::{Color, Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Who is who in the job.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    pub world_rank: usize,
+    pub world_size: usize,
+    pub role: Role,
+    /// World ranks of the workers, in worker-rank order.
+    pub workers: Vec<usize>,
+    /// World ranks of the servers, in server-rank order.
+    pub servers: Vec<usize>,
+}
+
+impl Topology {
+    /// This process's rank among the processes of its role.
+    pub fn rank_in_role(&self) -> usize {
+        let list = match self.role {
+            Role::Server => &self.servers,
+            _ => &self.workers,
+        };
+        list.iter().position(|&r| r == self.world_rank).unwrap_or(0)
+    }
+    /// The worker rank of a world rank, if it is a worker.
+    pub fn worker_rank_of(&self, world_rank: usize) -> Option<usize> {
+        self.workers.iter().position(|&r| r == world_rank)
+    }
+}
+
+/// A message from another process that is not a reply: a request for this process's server.
+pub struct Incoming {
+    /// World rank of the sender.
+    pub src: usize,
+    pub msg: Msg,
+}
+
+enum Cmd {
+    Send {
+        dest: usize,
+        buf: Vec<u8>,
+    },
+    Allreduce {
+        buf: Vec<u8>,
+        dtype: DType,
+        reply: mpsc::Sender<Vec<u8>>,
+    },
+    Barrier {
+        reply: mpsc::Sender<()>,
+    },
+    Finalize {
+        abort: bool,
+        done: mpsc::Sender<()>,
+    },
+}
+
+type Waiters = Arc<Mutex<HashMap<u64, mpsc::Sender<Msg>>>>;
+
+/// The process's connection to the job (one per process, for its whole life).
+pub struct Transport {
+    pub topo: Topology,
+    cmds: Mutex<mpsc::Sender<Cmd>>,
+    waiters: Waiters,
+    next_id: AtomicU64,
+    inbox: Mutex<mpsc::Receiver<Incoming>>,
+    /// A wait of this process failed: at exit the job is aborted rather than finalised.
+    broken: Arc<AtomicBool>,
+    thread: std::thread::Thread,
+    pub timeout: Duration,
+}
+
+/// A request on its way: [`Transport::wait`] gives its reply.
+pub struct Pending {
+    id: u64,
+    rx: mpsc::Receiver<Msg>,
+    /// World rank of the process that answers.
+    pub dest: usize,
+}
+
+static TRANSPORT: OnceLock<std::result::Result<Transport, Error>> = OnceLock::new();
+
+impl Transport {
+    /// The process's transport, starting MPI on first use. `role` must be this process's role;
+    /// the job's counts are checked against `cfg`.
+    pub fn get(role: Role, cfg: &DistConfig) -> Result<&'static Transport> {
+        let t = TRANSPORT.get_or_init(|| Transport::start(role, cfg));
+        let t = t.as_ref().map_err(Clone::clone)?;
+        if let Some(w) = cfg.num_worker
+            && w != t.topo.workers.len()
+        {
+            return Err(Error::invalid(format!(
+                "DMLC_NUM_WORKER={w}, but the MPI job has {} worker process(es) (of {} in all): \
+                 launch W workers with `mxrt-launch -n W -s S prog` or set DMLC_NUM_WORKER to match",
+                t.topo.workers.len(),
+                t.topo.world_size
+            )));
+        }
+        if let Some(s) = cfg.num_server
+            && s != t.topo.servers.len()
+        {
+            return Err(Error::invalid(format!(
+                "DMLC_NUM_SERVER={s}, but the MPI job has {} server process(es) (of {} in all): \
+                 launch S servers with `mxrt-launch -n W -s S prog` or set DMLC_NUM_SERVER to match",
+                t.topo.servers.len(),
+                t.topo.world_size
+            )));
+        }
+        Ok(t)
+    }
+
+    fn start(role: Role, cfg: &DistConfig) -> Result<Transport> {
+        let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
+        let (inbox_tx, inbox_rx) = mpsc::channel::<Incoming>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<Topology>>();
+        let waiters: Waiters = Arc::default();
+        let broken = Arc::new(AtomicBool::new(false));
+        let w = waiters.clone();
+        let handle = std::thread::Builder::new()
+            .name("mxrt-dist-comm".into())
+            .spawn(move || comm_thread(role, cmd_rx, inbox_tx, w, ready_tx))
+            .map_err(|e| Error::internal(format!("cannot start the MPI thread: {e}")))?;
+        let topo = ready_rx
+            .recv()
+            .map_err(|_| Error::internal("the MPI thread ended while starting MPI"))??;
+        // SAFETY: registering a plain `extern "C" fn()` with libc's atexit has no preconditions.
+        if unsafe { libc::atexit(finalize_at_exit) } != 0 {
+            return Err(Error::internal("cannot register MPI's finalisation at exit"));
+        }
+        install_abort_on_panic();
+        Ok(Transport {
+            topo,
+            cmds: Mutex::new(cmd_tx),
+            waiters,
+            next_id: AtomicU64::new(1),
+            inbox: Mutex::new(inbox_rx),
+            broken,
+            thread: handle.thread().clone(),
+            timeout: cfg.timeout,
+        })
+    }
+
+    fn post(&self, cmd: Cmd) -> Result<()> {
+        self.cmds
+            .lock()
+            .send(cmd)
+            .map_err(|_| Error::distributed("the MPI thread has stopped"))?;
+        self.thread.unpark();
+        Ok(())
+    }
+
+    /// Sends a message that needs no answer (a server's reply).
+    pub fn send(&self, dest: usize, buf: Vec<u8>) -> Result<()> {
+        self.post(Cmd::Send { dest, buf })
+    }
+
+    /// Sends a request; its reply is waited for with [`wait`](Self::wait).
+    pub fn request(&self, dest: usize, mut buf: Vec<u8>) -> Result<Pending> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        Header::set_id(&mut buf, id);
+        let (tx, rx) = mpsc::channel();
+        self.waiters.lock().insert(id, tx);
+        if let Err(e) = self.post(Cmd::Send { dest, buf }) {
+            self.waiters.lock().remove(&id);
+            return Err(e);
+        }
+        Ok(Pending { id, rx, dest })
+    }
+
+    /// The deadline of a worker's wait: a little longer than the servers' own, so that a server
+    /// that gives up on a round can say why first.
+    pub fn worker_deadline(&self) -> Duration {
+        self.timeout + (self.timeout / 4).max(Duration::from_secs(1))
+    }
+
+    /// Waits for the reply to `p`. A `Fail` reply is an error with the server's message; no
+    /// reply within the deadline is an error naming `what` (and marks the job broken).
+    pub fn wait(&self, p: Pending, what: &dyn Fn() -> String) -> Result<Msg> {
+        let deadline = self.worker_deadline();
+        match p.rx.recv_timeout(deadline) {
+            Ok(m) if m.header.kind == super::wire::Kind::Fail => Err(Error::distributed(m.text())),
+            Ok(m) => Ok(m),
+            Err(_) => {
+                self.waiters.lock().remove(&p.id);
+                self.mark_broken();
+                Err(Error::distributed(format!(
+                    "{}: no answer from process {} within {:.1} s (MXRT_DIST_TIMEOUT_S); the job \
+                     is broken and will be aborted at exit",
+                    what(),
+                    p.dest,
+                    deadline.as_secs_f64()
+                )))
+            }
+        }
+    }
+
+    /// Sums `buf` (elements of `dtype`) over all workers; every worker must call it for the same
+    /// keys in the same order.
+    pub fn allreduce(&self, buf: Vec<u8>, dtype: DType, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
+        let (tx, rx) = mpsc::channel();
+        self.post(Cmd::Allreduce {
+            buf,
+            dtype,
+            reply: tx,
+        })?;
+        rx.recv_timeout(self.worker_deadline()).map_err(|_| {
+            self.mark_broken();
+            Error::distributed(format!(
+                "{}: the other {} worker(s) did not join the allreduce within {:.1} s \
+                 (MXRT_DIST_TIMEOUT_S): uneven iterations, or a worker stopped; the job is \
+                 broken and will be aborted at exit",
+                what(),
+                self.topo.workers.len() - 1,
+                self.worker_deadline().as_secs_f64()
+            ))
+        })
+    }
+
+    /// Waits until every worker has called it.
+    pub fn barrier(&self) -> Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.post(Cmd::Barrier { reply: tx })?;
+        rx.recv_timeout(self.worker_deadline()).map_err(|_| {
+            self.mark_broken();
+            Error::distributed(format!(
+                "barrier: not every one of the {} workers reached it within {:.1} s \
+                 (MXRT_DIST_TIMEOUT_S); the job is broken and will be aborted at exit",
+                self.topo.workers.len(),
+                self.worker_deadline().as_secs_f64()
+            ))
+        })
+    }
+
+    /// The next request for this process's server, waiting up to `timeout`.
+    pub fn next_request(&self, timeout: Duration) -> Result<Option<Incoming>> {
+        match self.inbox.lock().recv_timeout(timeout) {
+            Ok(m) => Ok(Some(m)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(Error::distributed("the MPI thread has stopped"))
+            }
+        }
+    }
+
+    /// Records that a wait failed: at exit the job is aborted instead of finalised.
+    pub fn mark_broken(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+    }
+
+    fn finalize(&self) {
+        let (tx, rx) = mpsc::channel();
+        let abort = self.broken.load(Ordering::SeqCst);
+        if self.post(Cmd::Finalize { abort, done: tx }).is_ok() {
+            // bounded: a finalisation stuck on a dead peer must not keep the process alive
+            let _ = rx.recv_timeout(self.timeout.min(Duration::from_secs(60)));
+        }
+    }
+}
+
+extern "C" fn finalize_at_exit() {
+    if let Some(Ok(t)) = TRANSPORT.get() {
+        super::before_finalize();
+        t.finalize();
+    }
+}
+
+/// Ends the whole job at once: every process of it is killed by the MPI launcher.
+pub fn abort_job(code: i32) -> ! {
+    // SAFETY: MPI is initialised (the hook is installed after MPI_Init_thread returned) and
+    // MPI_Abort may be called from any thread of a process initialised with MPI_THREAD_MULTIPLE.
+    unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code) };
+    std::process::abort()
+}
+
+/// A panic on any thread of a process in a job aborts the job: unwinding into MPI's
+/// finalisation while peers wait would hang every process.
+fn install_abort_on_panic() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        eprintln!("mxrt: a panic in a distributed job: aborting the job");
+        abort_job(70);
+    }));
+}
+
+/// A send or collective in flight with the buffers it uses.
+struct InFlight {
+    req: ffi::MPI_Request,
+    _send: Box<[u8]>,
+    done: Done,
+}
+
+enum Done {
+    Send,
+    Allreduce(Box<[u8]>, mpsc::Sender<Vec<u8>>),
+    Barrier(mpsc::Sender<()>),
+}
+
+fn mpi_datatype(dtype: DType) -> Option<ffi::MPI_Datatype> {
+    // SAFETY: reading rsmpi's exported constant handles, which MPI_Init set up.
+    unsafe {
+        Some(match dtype {
+            DType::F32 => ffi::RSMPI_FLOAT,
+            DType::F64 => ffi::RSMPI_DOUBLE,
+            DType::I8 => ffi::RSMPI_INT8_T,
+            DType::I16 => ffi::RSMPI_INT16_T,
+            DType::I32 => ffi::RSMPI_INT32_T,
+            DType::I64 => ffi::RSMPI_INT64_T,
+            DType::U8 | DType::Bool => ffi::RSMPI_UINT8_T,
+            DType::U16 => ffi::RSMPI_UINT16_T,
+            DType::U32 => ffi::RSMPI_UINT32_T,
+            DType::U64 => ffi::RSMPI_UINT64_T,
+            DType::F16 | DType::BF16 => return None,
+        })
+    }
+}
+
+fn comm_thread(
+    role: Role,
+    cmds: mpsc::Receiver<Cmd>,
+    inbox: mpsc::Sender<Incoming>,
+    waiters: Waiters,
+    ready: mpsc::Sender<Result<Topology>>,
+) {
+    let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
+        let _ = ready.send(Err(Error::invalid(
+            "MPI was already initialised by this process outside mxrt",
+        )));
+        return;
+    };
+    let world = universe.world();
+    let size = world.size() as usize;
+    let mut roles = vec![0i32; size];
+    world.all_gather_into(&role.code(), &mut roles[..]);
+    let of = |r: Role| -> Vec<usize> {
+        (0..size).filter(|&i| roles[i] == r.code()).collect()
+    };
+    let topo = Topology {
+        world_rank: world.rank() as usize,
+        world_size: size,
+        role,
+        workers: of(Role::Worker),
+        servers: of(Role::Server),
+    };
+    let workers_comm: Option<SimpleCommunicator> =
+        world.split_by_color(Color::with_value(role.code()));
+    let Some(workers_comm) = workers_comm else {
+        let _ = ready.send(Err(Error::internal("MPI_Comm_split gave no communicator")));
+        return;
+    };
+    if topo.workers.is_empty() {
+        let _ = ready.send(Err(Error::invalid(
+            "the MPI job has no worker process (DMLC_ROLE unset or 'worker')",
+        )));
+        return;
+    }
+    if ready.send(Ok(topo)).is_err() {
+        return;
+    }
+
+    let mut inflight: Vec<InFlight> = Vec::new();
+    let mut last_activity = Instant::now();
+    let finish: Option<(bool, mpsc::Sender<()>)> = loop {
+        let mut busy = false;
+        // 1. what other threads ask for
+        let idle_for = last_activity.elapsed();
+        let next = if !inflight.is_empty() || idle_for < Duration::from_millis(2) {
+            cmds.try_recv().map_err(|e| matches!(e, mpsc::TryRecvError::Disconnected))
+        } else {
+            // nothing in flight for a while: nap briefly (a posted command unparks the thread)
+            std::thread::park_timeout(Duration::from_micros(if idle_for < Duration::from_millis(50) { 20 } else { 200 }));
+            cmds.try_recv().map_err(|e| matches!(e, mpsc::TryRecvError::Disconnected))
+        };
+        match next {
+            Ok(Cmd::Send { dest, buf }) => {
+                busy = true;
+                let buf = buf.into_boxed_slice();
+                let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+                // SAFETY: `buf` is an owned heap buffer kept in `inflight` (its address does not
+                // move) until MPI_Test reports the send complete; `dest` is a rank of `world`.
+                unsafe {
+                    ffi::MPI_Isend(
+                        buf.as_ptr() as *const _,
+                        buf.len() as i32,
+                        ffi::RSMPI_UINT8_T,
+                        dest as i32,
+                        0,
+                        world.as_raw(),
+                        req.as_mut_ptr(),
+                    )
+                };
+                // SAFETY: MPI_Isend wrote the request handle.
+                let req = unsafe { req.assume_init() };
+                inflight.push(InFlight {
+                    req,
+                    _send: buf,
+                    done: Done::Send,
+                });
+            }
+            Ok(Cmd::Allreduce { buf, dtype, reply }) => {
+                busy = true;
+                let send = buf.into_boxed_slice();
+                let mut recv = vec![0u8; send.len()].into_boxed_slice();
+                let dt = mpi_datatype(dtype).expect("allreduce of a dtype MPI cannot sum");
+                let count = (send.len() / dtype.size()) as i32;
+                let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+                // SAFETY: both buffers are owned heap buffers of `count` elements kept in
+                // `inflight` until MPI_Test reports completion; `workers_comm` is a live
+                // communicator every worker joins with the same call sequence.
+                unsafe {
+                    ffi::MPI_Iallreduce(
+                        send.as_ptr() as *const _,
+                        recv.as_mut_ptr() as *mut _,
+                        count,
+                        dt,
+                        ffi::RSMPI_SUM,
+                        workers_comm.as_raw(),
+                        req.as_mut_ptr(),
+                    )
+                };
+                // SAFETY: MPI_Iallreduce wrote the request handle.
+                let req = unsafe { req.assume_init() };
+                inflight.push(InFlight {
+                    req,
+                    _send: send,
+                    done: Done::Allreduce(recv, reply),
+                });
+            }
+            Ok(Cmd::Barrier { reply }) => {
+                busy = true;
+                let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+                // SAFETY: `workers_comm` is a live communicator; the request is tested below.
+                unsafe { ffi::MPI_Ibarrier(workers_comm.as_raw(), req.as_mut_ptr()) };
+                // SAFETY: MPI_Ibarrier wrote the request handle.
+                let req = unsafe { req.assume_init() };
+                inflight.push(InFlight {
+                    req,
+                    _send: Box::new([]),
+                    done: Done::Barrier(reply),
+                });
+            }
+            Ok(Cmd::Finalize { abort, done }) => break Some((abort, done)),
+            Err(true) => break None,
+            Err(false) => {}
+        }
+        // 2. sends and collectives that completed
+        let mut i = 0;
+        while i < inflight.len() {
+            let mut flag = 0;
+            // SAFETY: the request is an active request of this thread's MPI calls.
+            unsafe { ffi::MPI_Test(&mut inflight[i].req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            if flag != 0 {
+                busy = true;
+                match inflight.swap_remove(i).done {
+                    Done::Send => {}
+                    Done::Allreduce(recv, reply) => {
+                        let _ = reply.send(recv.into_vec());
+                    }
+                    Done::Barrier(reply) => {
+                        let _ = reply.send(());
+                    }
+                }
+            } else {
+                i += 1;
+            }
+        }
+        // 3. what arrived
+        while let Some(probed) = world.any_process().immediate_matched_probe() {
+            busy = true;
+            let (buf, status) = probed.matched_receive_vec::<u8>();
+            let src = status.source_rank() as usize;
+            match Msg::decode(buf) {
+                Ok(msg) if msg.header.kind.is_reply() => {
+                    if let Some(tx) = waiters.lock().remove(&msg.header.id) {
+                        let _ = tx.send(msg);
+                    }
+                }
+                Ok(msg) => {
+                    let _ = inbox.send(Incoming { src, msg });
+                }
+                Err(e) => eprintln!("mxrt: dropped a message from process {src}: {e}"),
+            }
+        }
+        if busy {
+            last_activity = Instant::now();
+        } else if last_activity.elapsed() < Duration::from_millis(2) {
+            std::thread::yield_now();
+        }
+    };
+    let Some((abort, done)) = finish else {
+        return; // the transport is gone without finalising: the process is exiting anyway
+    };
+    if abort {
+        eprintln!("mxrt: a wait of this process failed: aborting the MPI job");
+        abort_job(1);
+    }
+    // let the last sends (Done messages, replies) complete before finalising
+    let until = Instant::now() + Duration::from_secs(10);
+    while !inflight.is_empty() && Instant::now() < until {
+        inflight.retain_mut(|f| {
+            let mut flag = 0;
+            // SAFETY: as above.
+            unsafe { ffi::MPI_Test(&mut f.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            flag == 0
+        });
+        // keep receiving so that peers' sends to this process complete too
+        while let Some(probed) = world.any_process().immediate_matched_probe() {
+            let _ = probed.matched_receive_vec::<u8>();
+        }
+        std::thread::yield_now();
+    }
+    if !inflight.is_empty() {
+        eprintln!("mxrt: sends to other processes did not complete: aborting the MPI job");
+        abort_job(1);
+    }
+    drop(workers_comm);
+    drop(universe); // MPI_Finalize, on the thread that initialised MPI
+    let _ = done.send(());
+}

@@ -1,0 +1,152 @@
+//! What every kind of store offers: the local store ([`KVStore`](super::KVStore)) and the
+//! distributed ones (`crate::dist`). The C API holds a `Box<dyn KeyValueStore>` and calls these;
+//! calls that only a distributed store has default to an error saying so.
+
+use super::keys::Keys;
+use super::updater::{IntUpdater, StrUpdater};
+use crate::error::{Error, Result};
+use crate::ndarray::NDArray;
+
+/// A server's controller: called with a command head and body (MXNet's
+/// `MXKVStoreServerController`).
+pub type Controller<'a> = &'a mut dyn FnMut(i32, &str);
+
+pub trait KeyValueStore: Send + Sync {
+    /// The lower-cased type string the store was created with.
+    fn type_name(&self) -> &str;
+    fn init(&self, keys: Keys<'_>, values: &[&NDArray]) -> Result<()>;
+    fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()>;
+    fn pull(&self, keys: Keys<'_>, outs: &[&NDArray], priority: i32, ignore_sparse: bool)
+    -> Result<()>;
+    fn pull_row_sparse(&self, keys: Keys<'_>) -> Result<()>;
+    /// Push then pull (MXNet's `PushPull`).
+    fn push_pull(
+        &self,
+        vkeys: Keys<'_>,
+        okeys: Keys<'_>,
+        values: &[&NDArray],
+        outs: &[&NDArray],
+        priority: i32,
+    ) -> Result<()> {
+        self.push(vkeys, values, priority)?;
+        self.pull(okeys, outs, priority, true)
+    }
+    /// Init then pull (MXNet's `Broadcast`).
+    fn broadcast(
+        &self,
+        vkeys: Keys<'_>,
+        okeys: Keys<'_>,
+        values: &[&NDArray],
+        outs: &[&NDArray],
+        priority: i32,
+    ) -> Result<()> {
+        self.init(vkeys, values)?;
+        self.pull(okeys, outs, priority, true)
+    }
+    fn set_updater(&self, updater: Option<IntUpdater>);
+    fn set_str_updater(&self, updater: Option<StrUpdater>);
+    fn set_gradient_compression(&self, params: &[(&str, &str)]) -> Result<()>;
+    /// This process's rank among the workers (0 for a local store).
+    fn rank(&self) -> i32;
+    /// The number of workers (1 for a local store).
+    fn group_size(&self) -> i32;
+    fn num_dead_nodes(&self, node_id: i32, timeout_sec: i32) -> i32 {
+        let _ = (node_id, timeout_sec);
+        0
+    }
+    /// Waits until every worker has reached the barrier.
+    fn barrier(&self) -> Result<()>;
+    fn set_barrier_before_exit(&self, on: bool);
+    /// Serves the workers until they are done (server processes of distributed stores).
+    fn run_server(&self, controller: Controller<'_>) -> Result<()> {
+        let _ = controller;
+        Err(self.no_servers("cannot run a server"))
+    }
+    /// Runs a command on every server; returns once all have run it.
+    fn send_command_to_servers(&self, head: i32, body: &str) -> Result<()> {
+        let _ = (head, body);
+        Err(self.no_servers("cannot send a command to the servers"))
+    }
+    /// Called by `MXKVStoreFree` before the store is dropped: a distributed worker finishes its
+    /// requests, meets the other workers at the exit barrier and lets the servers stop.
+    fn shutdown(&self) -> Result<()> {
+        Ok(())
+    }
+    #[doc(hidden)]
+    fn no_servers(&self, what: &str) -> Error {
+        Error::not_supported(format!(
+            "{what}: '{}' is a local kvstore, which has no servers; servers belong to \
+             distributed ('dist_*') stores",
+            self.type_name()
+        ))
+    }
+}
+
+impl KeyValueStore for super::KVStore {
+    fn type_name(&self) -> &str {
+        super::KVStore::type_name(self)
+    }
+    fn init(&self, keys: Keys<'_>, values: &[&NDArray]) -> Result<()> {
+        super::KVStore::init(self, keys, values)
+    }
+    fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
+        super::KVStore::push(self, keys, values, priority)
+    }
+    fn pull(
+        &self,
+        keys: Keys<'_>,
+        outs: &[&NDArray],
+        priority: i32,
+        ignore_sparse: bool,
+    ) -> Result<()> {
+        super::KVStore::pull(self, keys, outs, priority, ignore_sparse)
+    }
+    fn pull_row_sparse(&self, keys: Keys<'_>) -> Result<()> {
+        super::KVStore::pull_row_sparse(self, keys)
+    }
+    fn set_updater(&self, updater: Option<IntUpdater>) {
+        super::KVStore::set_updater(self, updater)
+    }
+    fn set_str_updater(&self, updater: Option<StrUpdater>) {
+        super::KVStore::set_str_updater(self, updater)
+    }
+    fn set_gradient_compression(&self, params: &[(&str, &str)]) -> Result<()> {
+        super::KVStore::set_gradient_compression(self, params)
+    }
+    fn rank(&self) -> i32 {
+        super::KVStore::rank(self)
+    }
+    fn group_size(&self) -> i32 {
+        super::KVStore::group_size(self)
+    }
+    fn barrier(&self) -> Result<()> {
+        super::KVStore::barrier(self);
+        Ok(())
+    }
+    fn set_barrier_before_exit(&self, on: bool) {
+        super::KVStore::set_barrier_before_exit(self, on)
+    }
+}
+
+/// Creates a store from an MXNet type string: a local store, or with "dist" in the name a
+/// distributed one (in builds with the `dist` feature).
+pub fn create(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
+    if type_name.to_lowercase().contains("dist") {
+        return create_dist(type_name);
+    }
+    Ok(Box::new(super::KVStore::create(type_name)?))
+}
+
+#[cfg(feature = "dist")]
+fn create_dist(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
+    crate::dist::create(type_name)
+}
+
+#[cfg(not(feature = "dist"))]
+fn create_dist(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
+    Err(Error::not_supported(format!(
+        "kvstore type '{type_name}' is a distributed store, which this build of mxrt does not \
+         have: rebuild with the cargo feature `dist` (cargo build --release --features dist; \
+         needs an MPI library such as OpenMPI)"
+    )))
+}
