@@ -8,12 +8,15 @@
 #                 (installs clang, libomp-dev, libstarpu-dev when missing; see bench/README.md)
 #   make bench-floor  line-transfer latency and the engine's own per-op costs on this machine
 #   make miri     engine, storage and handle-table unit tests under Miri (nightly; not in make test)
+#   FEATURES=     build without the distributed kvstore (default FEATURES=dist: needs MPI, which
+#                 scripts/setup-mpi.sh installs from Debian's packages when missing)
 
 CARGO ?= cargo
 CC ?= cc
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
 DESTDIR ?=
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
@@ -26,16 +29,24 @@ EXAMPLE_SRCS := $(wildcard c_examples/*.c)
 EXAMPLES := $(patsubst c_examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 MXNET_VENV ?= .venv-mxnet
+# cargo features of the library: `dist` is the distributed kvstore over MPI
+FEATURES ?= dist
+CARGO_FEATURES := $(if $(strip $(FEATURES)),--features $(FEATURES),)
+WITH_DIST := $(findstring dist,$(FEATURES))
 # make test's stress sizes: the 1 M-op engine workload on every engine config and a 60 s soak
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: mpi-deps dist-test miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
-lib:
-	$(CARGO) build --release
+# MPI and libclang for the dist feature (installed from Debian's packages when missing)
+mpi-deps:
+	@$(if $(WITH_DIST),bash scripts/setup-mpi.sh,true)
+
+lib: mpi-deps
+	$(CARGO) build --release $(CARGO_FEATURES)
 	@ln -sf libmxrt.so $(TARGET)/libmxrt.so.$(MAJOR)
 
 $(BUILD)/examples/%: c_examples/%.c c_examples/common.h include/mxrt.h | lib
@@ -44,8 +55,16 @@ $(BUILD)/examples/%: c_examples/%.c c_examples/common.h include/mxrt.h | lib
 
 examples: lib $(EXAMPLES)
 
+# kvstore_dist runs as a job of 1 server and 2 workers under tools/mxrt-launch
 run-examples: examples
-	@set -e; cd $(BUILD); for e in $(EXAMPLES:$(BUILD)/%=%); do echo "==> $$e"; ./$$e; echo; done
+	@set -e; cd $(BUILD); for e in $(EXAMPLES:$(BUILD)/%=%); do \
+	  case $$e in \
+	    examples/kvstore_dist) \
+	      if [ -n "$(WITH_DIST)" ]; then \
+	        echo "==> ../tools/mxrt-launch -n 2 -s 1 $$e"; ../tools/mxrt-launch -n 2 -s 1 ./$$e; \
+	      else echo "==> $$e: skipped (built without the dist feature)"; fi ;; \
+	    *) echo "==> $$e"; ./$$e ;; \
+	  esac; echo; done
 
 # MXNet's unmodified Python package on libmxrt (examples/python_demo.py, in the reference venv)
 python-demo: lib mxnet-venv
@@ -64,7 +83,7 @@ mxnet-venv:
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/setup-mxnet.sh >/dev/null
 
 rust-test: mxnet-venv lib
-	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --profile test-fast
+	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --profile test-fast $(CARGO_FEATURES)
 	$(CARGO) test --profile test-fast --no-default-features --test format_mutation
 
 # MXNet's unmodified Python package on libmxrt and on libmxnet.so, compared (tests/python, pytest)
@@ -93,26 +112,40 @@ loom:
 check-abi: lib mxnet-venv
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/check-abi.sh
 
-test: rust-test python-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
+# The distributed kvstore's MPI jobs (tests/dist/run.sh): C jobs, MXNet's Python package with the
+# optimizer on the servers, and the failure cases (a killed worker or server, a panic, uneven
+# iterations), each bounded in time
+dist-test: lib mxnet-venv
+ifneq ($(WITH_DIST),)
+	$(CARGO) build --profile test-fast $(CARGO_FEATURES) --example dist_fault
+	MXRT_LIB_DIR=$(abspath $(TARGET)) PYTHON=$(abspath $(MXNET_VENV))/bin/python \
+	  FAULT_BIN=$(abspath target/test-fast/examples/dist_fault) bash tests/dist/run.sh
+else
+	@echo "dist-test: skipped (built without the dist feature)"
+endif
+
+test: rust-test python-test dist-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib
 	@sh scripts/test-install.sh
 
 install: lib
-	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(BINDIR)
+	install -m 755 tools/mxrt-launch $(DESTDIR)$(BINDIR)/mxrt-launch
 	install -m 755 $(LIB) $(DESTDIR)$(LIBDIR)/libmxrt.so.$(VERSION)
 	ln -sf libmxrt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmxrt.so.$(MAJOR)
 	ln -sf libmxrt.so.$(MAJOR) $(DESTDIR)$(LIBDIR)/libmxrt.so
 	install -m 644 $(TARGET)/libmxrt.a $(DESTDIR)$(LIBDIR)/libmxrt.a
 	install -m 644 include/mxrt.h $(DESTDIR)$(INCLUDEDIR)/mxrt.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' mxrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/mxrt.pc
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@MPI_LIBS@|$(if $(WITH_DIST),-lmpi,)|' mxrt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/mxrt.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libmxrt.so $(DESTDIR)$(LIBDIR)/libmxrt.so.$(MAJOR) \
 	      $(DESTDIR)$(LIBDIR)/libmxrt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmxrt.a \
-	      $(DESTDIR)$(INCLUDEDIR)/mxrt.h $(DESTDIR)$(LIBDIR)/pkgconfig/mxrt.pc
+	      $(DESTDIR)$(INCLUDEDIR)/mxrt.h $(DESTDIR)$(LIBDIR)/pkgconfig/mxrt.pc \
+	      $(DESTDIR)$(BINDIR)/mxrt-launch
 
 # Profiles c_examples/profile_demo.c (2 CPU workers): writes build/profile_demo.json (Chrome trace)
 # and build/profile_demo.html (timeline picture), and prints the aggregate statistics.

@@ -41,7 +41,12 @@ need_pkg() { # need_pkg <check command> <debian package>
   fi
 }
 
-examples=(c_examples/*.c)
+# every example but kvstore_dist, which is an MPI job (make run-examples runs it under the
+# launcher; the sanitizer builds have no dist feature)
+examples=()
+for src in c_examples/*.c; do
+  [ "$src" = c_examples/kvstore_dist.c ] || examples+=("$src")
+done
 lib_dir="$tdir/test-fast"
 
 build_lib() {

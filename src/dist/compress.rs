@@ -126,10 +126,10 @@ mod tests {
                 total_sent[i] += sent[i];
             }
         }
-        // three rounds pushed 3g; what was sent plus what is kept equals it
+        // three rounds pushed 3g; what was sent plus what is kept equals it (1.6 sends only 0.5
+        // a round: its residual grows)
         for i in 0..5 {
             assert!((total_sent[i] + res[i] - 3.0 * g[i]).abs() < 1e-6, "{i}");
-            assert!(res[i].abs() < t + 1e-6);
         }
         // round 1 of 0.3 sends nothing, round 2 reaches 0.6 and sends +0.5
         let mut res = [0.0f32; 1];

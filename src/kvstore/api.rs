@@ -131,7 +131,11 @@ impl KeyValueStore for super::KVStore {
 /// Creates a store from an MXNet type string: a local store, or with "dist" in the name a
 /// distributed one (in builds with the `dist` feature).
 pub fn create(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
-    if type_name.to_lowercase().contains("dist") {
+    let t = type_name.to_lowercase();
+    // NCCL, Horovod and BytePS stores are other backends even when "dist" is in the name; the
+    // local parser names them in its error
+    let other_backend = ["nccl", "horovod", "byteps"].iter().any(|b| t.contains(b));
+    if t.contains("dist") && !other_backend {
         return create_dist(type_name);
     }
     Ok(Box::new(super::KVStore::create(type_name)?))

@@ -300,10 +300,15 @@ int main(int argc, char **argv) {
   CHECK_OK(MXKVStoreIsServerNode(&is_server));
   CHECK_OK(MXKVStoreIsWorkerNode(&is_worker));
   if (!is_worker) {
-    CHECK_OK(MXKVStoreRunServer(kv, controller, kv));
+    int is_scheduler = 0;
+    CHECK_OK(MXKVStoreIsSchedulerNode(&is_scheduler));
+    EXPECT(is_server != is_scheduler, "server %d scheduler %d", is_server, is_scheduler);
+    CHECK_OK(MXKVStoreRunServer(kv, controller, kv)); /* a scheduler returns at once */
     CHECK_OK(MXKVStoreFree(kv));
+    printf("served as %s\n", is_server ? "server" : "scheduler");
     return 0;
   }
+  EXPECT(!is_server, "a worker is not a server");
   CHECK_OK(MXKVStoreGetRank(kv, &rank_));
   CHECK_OK(MXKVStoreGetGroupSize(kv, &size_));
   const char *s = getenv("DMLC_NUM_SERVER");

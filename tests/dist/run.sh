@@ -71,6 +71,8 @@ run "2-bit compression vs serial model"         2 2 0 30 "ok compress rank 1" --
 run "no servers: allreduce, commands -1"        2 0 0 30 "ok serverless rank 1" -- "$job" serverless
 run "no servers, string keys"                   3 0 0 30 "ok strings rank 2" -- "$job" strings
 run "no servers: dist_async is -1"              2 0 fail 30 "asynchronous, which needs server processes" -- "$job" sync dist_async
+run "a scheduler has nothing to do"             raw - 0 10 "served as scheduler" -- \
+  env DMLC_ROLE=scheduler "$job" sync
 root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 run "DMLC_NUM_WORKER disagrees with the job"    raw - fail 30 "the MPI job has 2 worker process(es)" -- \
   mpirun --oversubscribe $root -np 2 -x DMLC_NUM_WORKER=5 -x MXRT_DIST_TIMEOUT_S "$job" sync
