@@ -89,7 +89,7 @@ fn local_sum(values: &[&NDArray]) -> Result<Vec<u8>> {
 }
 
 /// f16/bf16 travel through MPI as f32 (MPI has no half-precision sum).
-fn widen(dtype: DType, bytes: &[u8]) -> (Vec<u8>, DType) {
+fn widen(dtype: DType, bytes: Vec<u8>) -> (Vec<u8>, DType) {
     let conv = |f: fn([u8; 2]) -> f32| -> Vec<u8> {
         bytes
             .chunks_exact(2)
@@ -99,7 +99,7 @@ fn widen(dtype: DType, bytes: &[u8]) -> (Vec<u8>, DType) {
     match dtype {
         DType::F16 => (conv(|b| half::f16::from_le_bytes(b).to_f32()), DType::F32),
         DType::BF16 => (conv(|b| half::bf16::from_le_bytes(b).to_f32()), DType::F32),
-        _ => (bytes.to_vec(), dtype),
+        _ => (bytes, dtype),
     }
 }
 
@@ -214,7 +214,7 @@ impl Worker {
                 } else {
                     vec![0u8; v.nbytes()]
                 };
-                let summed = self.allreduce(v.dtype(), &bytes, &|| {
+                let summed = self.allreduce(v.dtype(), bytes, &|| {
                     format!("init of key {}", keys.display(i))
                 })?;
                 let a = NDArray::new(v.shape(), crate::Context::cpu(0), v.dtype(), false)?;
@@ -298,7 +298,7 @@ impl Worker {
         Ok(ids)
     }
 
-    fn allreduce(&self, dtype: DType, bytes: &[u8], what: &dyn Fn() -> String) -> Result<Vec<u8>> {
+    fn allreduce(&self, dtype: DType, bytes: Vec<u8>, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
         let (wide, wdt) = widen(dtype, bytes);
         let out = self.t.allreduce(wide, wdt, what)?;
         Ok(narrow(dtype, out))
@@ -312,10 +312,10 @@ impl Worker {
         for (id, pos) in keys::group(&ids) {
             let inputs: Vec<&NDArray> = pos.iter().map(|&i| values[i]).collect();
             let display = keys.display(pos[0]);
-            let summed = local_sum(&inputs)?;
             let dtype = inputs[0].dtype();
             if let Some(local) = &self.local {
-                let total = self.allreduce(dtype, &summed, &|| format!("push of key {display}"))?;
+                let summed = local_sum(&inputs)?;
+                let total = self.allreduce(dtype, summed, &|| format!("push of key {display}"))?;
                 let a = NDArray::new(inputs[0].shape(), crate::Context::cpu(0), dtype, false)?;
                 a.sync_copy_from_bytes(&total)?;
                 let name = self.state.lock().keys.name(id).map(str::to_owned);
@@ -335,17 +335,27 @@ impl Worker {
             self.settle(Some(&[id]))?;
             let shards = self.state.lock().meta[&id].shards.clone();
             let esize = dtype.size();
+            let header = |s: &Shard| Header {
+                dtype: dtype.code() as u8,
+                flags: if self.sync { FLAG_SYNC } else { 0 },
+                key: id as i64,
+                offset: s.offset as u64,
+                len: s.len as u64,
+                ..Header::new(Kind::Push)
+            };
+            if inputs.len() == 1 && shards.len() == 1 && threshold.is_none() {
+                // the common case: the array's bytes go straight into the message
+                let mut m = header(&shards[0]).message(inputs[0].nbytes());
+                inputs[0].sync_copy_to_bytes(&mut m[HEADER_LEN..])?;
+                let p = self.t.request(self.servers()[shards[0].server], m)?;
+                self.state.lock().inflight.entry(id).or_default().push(p);
+                continue;
+            }
+            let summed = local_sum(&inputs)?;
             let mut sent = Vec::with_capacity(shards.len());
             for s in shards {
                 let part = &summed[s.offset * esize..(s.offset + s.len) * esize];
-                let mut h = Header {
-                    dtype: dtype.code() as u8,
-                    flags: if self.sync { FLAG_SYNC } else { 0 },
-                    key: id as i64,
-                    offset: s.offset as u64,
-                    len: s.len as u64,
-                    ..Header::new(Kind::Push)
-                };
+                let mut h = header(&s);
                 let m = match threshold {
                     Some(t) => {
                         h.flags |= FLAG_COMPRESSED;
@@ -396,7 +406,7 @@ impl Worker {
                 };
                 pending.push((*s, self.t.request(self.servers()[s.server], h.message(0))?));
             }
-            let mut value = vec![0u8; nbytes];
+            let mut parts = Vec::with_capacity(pending.len());
             for (s, p) in pending {
                 let m = self.t.wait(p, &|| format!("pull of key {display}"))?;
                 let want = s.len * esize;
@@ -406,7 +416,18 @@ impl Worker {
                         m.payload().len()
                     )));
                 }
-                value[s.offset * esize..s.offset * esize + want].copy_from_slice(m.payload());
+                parts.push((s, m));
+            }
+            if let [(_, m)] = parts.as_slice() {
+                // one shard: straight from the message into the outputs
+                for &i in &pos {
+                    outs[i].sync_copy_from_bytes(m.payload())?;
+                }
+                continue;
+            }
+            let mut value = vec![0u8; nbytes];
+            for (s, m) in &parts {
+                value[s.offset * esize..(s.offset + s.len) * esize].copy_from_slice(m.payload());
             }
             for &i in &pos {
                 outs[i].sync_copy_from_bytes(&value)?;
