@@ -75,6 +75,14 @@ enum Cmd {
         dtype: DType,
         reply: mpsc::Sender<Vec<u8>>,
     },
+    /// An allreduce between caller-owned buffers (see [`Transport::allreduce_in_place`]).
+    AllreduceInPlace {
+        send: crate::util::SendPtr,
+        recv: crate::util::SendPtr,
+        count: usize,
+        dtype: DType,
+        reply: mpsc::Sender<Vec<u8>>,
+    },
     Barrier {
         reply: mpsc::Sender<()>,
     },
@@ -233,6 +241,44 @@ impl Transport {
             reply: tx,
         })?;
         rx.recv_timeout(self.worker_deadline()).map_err(|_| {
+            self.mark_broken();
+            Error::distributed(format!(
+                "{}: the other {} worker(s) did not join the allreduce within {:.1} s \
+                 (MXRT_DIST_TIMEOUT_S): uneven iterations, or a worker stopped; the job is \
+                 broken and will be aborted at exit",
+                what(),
+                self.topo.workers.len() - 1,
+                self.worker_deadline().as_secs_f64()
+            ))
+        })
+    }
+
+    /// Sums `count` elements of `dtype` at `send` over all workers into `recv`, without copying
+    /// them. Returns once MPI is done with both buffers, or with an error after the deadline, in
+    /// which case MPI may still use them: the caller must then keep them alive for the rest of
+    /// the process (the job is aborted at exit).
+    ///
+    /// # Safety
+    /// `send` must be valid for reads and `recv` for writes of `count` elements of `dtype`
+    /// (`send == recv` is not allowed), nothing else may write either while the call lasts, and
+    /// after an error both must stay valid until the process ends.
+    pub unsafe fn allreduce_in_place(
+        &self,
+        send: *const u8,
+        recv: *mut u8,
+        count: usize,
+        dtype: DType,
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.post(Cmd::AllreduceInPlace {
+            send: crate::util::SendPtr(send as *mut u8),
+            recv: crate::util::SendPtr(recv),
+            count,
+            dtype,
+            reply: tx,
+        })?;
+        rx.recv_timeout(self.worker_deadline()).map(drop).map_err(|_| {
             self.mark_broken();
             Error::distributed(format!(
                 "{}: the other {} worker(s) did not join the allreduce within {:.1} s \
@@ -453,6 +499,37 @@ fn comm_thread(
                     req,
                     _send: send,
                     done: Done::Allreduce(recv, reply),
+                });
+            }
+            Ok(Cmd::AllreduceInPlace {
+                send,
+                recv,
+                count,
+                dtype,
+                reply,
+            }) => {
+                busy = true;
+                let dt = mpi_datatype(dtype).expect("allreduce of a dtype MPI cannot sum");
+                let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+                // SAFETY: the caller of `allreduce_in_place` keeps both buffers valid for `count`
+                // elements until the reply (or, after a timeout, for good).
+                unsafe {
+                    ffi::MPI_Iallreduce(
+                        send.0 as *const _,
+                        recv.0 as *mut _,
+                        count as i32,
+                        dt,
+                        ffi::RSMPI_SUM,
+                        workers_comm.as_raw(),
+                        req.as_mut_ptr(),
+                    )
+                };
+                // SAFETY: MPI_Iallreduce wrote the request handle.
+                let req = unsafe { req.assume_init() };
+                inflight.push(InFlight {
+                    req,
+                    _send: Box::new([]),
+                    done: Done::Allreduce(Box::new([]), reply),
                 });
             }
             Ok(Cmd::Barrier { reply }) => {

@@ -38,6 +38,8 @@ struct State {
     inflight: HashMap<i32, Vec<Pending>>,
     /// 2-bit compression residuals, by key.
     residual: HashMap<i32, Vec<f32>>,
+    /// Without servers: where each key's allreduce lands before the updater sees it.
+    merge: HashMap<i32, NDArray>,
 }
 
 /// A worker's store.
@@ -45,6 +47,7 @@ pub struct Worker {
     t: &'static Transport,
     cfg: DistConfig,
     sync: bool,
+    reduce: crate::kvstore::ReduceConfig,
     /// Without servers: the values every worker keeps, updated after each allreduce.
     local: Option<KVStore>,
     state: Mutex<State>,
@@ -130,6 +133,7 @@ impl Worker {
             t,
             cfg,
             sync,
+            reduce: crate::kvstore::ReduceConfig::from_env()?,
             local: if serverless {
                 Some(KVStore::create("local")?)
             } else {
@@ -304,6 +308,69 @@ impl Worker {
         Ok(narrow(dtype, out))
     }
 
+    /// Without servers: sums `inputs` over the workers straight from the pushed array into the
+    /// key's stored array (no updater) or into the key's merge buffer, which then goes through
+    /// the updater.
+    fn allreduce_into_store(
+        &self,
+        local: &KVStore,
+        key: Keys<'_>,
+        inputs: &[&NDArray],
+        display: &str,
+        priority: i32,
+    ) -> Result<()> {
+        let (stored, uses_updater) = local.stored_array(key)?;
+        let send = if inputs.len() == 1 {
+            inputs[0].clone()
+        } else {
+            let v0 = inputs[0];
+            let tmp = NDArray::new(v0.shape(), crate::Context::cpu(0), v0.dtype(), false)?;
+            crate::kvstore::comm::reduce_into(&tmp, inputs, &self.reduce, priority)?;
+            tmp
+        };
+        let recv = if uses_updater {
+            let mut st = self.state.lock();
+            let id = match key {
+                Keys::Int(k) => k[0],
+                Keys::Str(_) => st.keys.lookup(&key, |_| true)?[0],
+            };
+            st.merge
+                .entry(id)
+                .or_insert_with(|| {
+                    NDArray::new(stored.shape(), crate::Context::cpu(0), stored.dtype(), false)
+                        .expect("a merge buffer like the stored array")
+                })
+                .clone()
+        } else {
+            stored.clone()
+        };
+        if send.shares_memory_with(&recv) {
+            return Err(Error::invalid(format!(
+                "push of key {display}: the pushed array is the key's own stored array"
+            )));
+        }
+        send.wait_to_read()?;
+        recv.wait_to_write()?;
+        let (sp, rp) = (send.data_ptr()?, recv.data_ptr()?);
+        let count = recv.size();
+        // SAFETY: both arrays are host arrays of `count` elements of the key's dtype (checked by
+        // look_up), distinct, with no engine op pending on them (waited for above); this thread
+        // holds them for the call and, after an error, leaks them so MPI may still use them.
+        let r = unsafe {
+            self.t.allreduce_in_place(sp, rp, count, recv.dtype(), &|| {
+                format!("push of key {display}")
+            })
+        };
+        if r.is_err() {
+            std::mem::forget((send.clone(), recv.clone()));
+        }
+        r?;
+        if uses_updater {
+            local.push(key, &[&recv], priority)?;
+        }
+        Ok(())
+    }
+
     pub fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
         self.check_open()?;
         check_len(&keys, values.len(), "values")?;
@@ -314,6 +381,16 @@ impl Worker {
             let display = keys.display(pos[0]);
             let dtype = inputs[0].dtype();
             if let Some(local) = &self.local {
+                let name = self.state.lock().keys.name(id).map(str::to_owned);
+                let name_ref = name.as_deref().unwrap_or("");
+                let key = match (&keys, &name) {
+                    (Keys::Str(_), Some(_)) => Keys::Str(std::slice::from_ref(&name_ref)),
+                    _ => Keys::Int(std::slice::from_ref(&id)),
+                };
+                if !matches!(dtype, DType::F16 | DType::BF16) {
+                    self.allreduce_into_store(local, key, &inputs, &display, priority)?;
+                    continue;
+                }
                 let summed = local_sum(&inputs)?;
                 let total = self.allreduce(dtype, summed, &|| format!("push of key {display}"))?;
                 let a = NDArray::new(inputs[0].shape(), crate::Context::cpu(0), dtype, false)?;

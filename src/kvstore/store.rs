@@ -278,6 +278,16 @@ impl KVStore {
         Ok(())
     }
 
+    /// The array a key's value is stored in (shared, not a copy), and whether a push of `keys`
+    /// would go through an updater. For stores that fill values themselves (the distributed
+    /// store without servers writes allreduce results straight into it).
+    pub(crate) fn stored_array(&self, keys: Keys<'_>) -> Result<(NDArray, bool)> {
+        let mut st = self.state.lock();
+        let ids = st.look_up_like(&keys, &[], "value", "stored in")?;
+        let uses_updater = self.updaters.read().applies_to(keys.kind());
+        Ok((st.entries[&ids[0]].stored.clone(), uses_updater))
+    }
+
     /// Sums the values given for each key and folds the sum into the stored value: through the
     /// updater when one applies (called on this thread, once per unique key, in key order, with
     /// the merged and the stored value), else by storing the sum. Returns before the sums run.
