@@ -3,7 +3,8 @@
 #   make test     Rust tests, Python tests (pytest, both libraries), header check, C examples
 #                 (-Werror), install + pkg-config check
 #   make install PREFIX=/usr/local DESTDIR=   library with SONAME links, header, mxrt.pc
-#   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet) and,
+#   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet; the
+#                 distributed KVStore against its ps-lite store and a bare MPI allreduce) and,
 #                 on the engine workloads, with OpenMP tasks (libgomp, libomp) and StarPU
 #                 (installs clang, libomp-dev, libstarpu-dev when missing; see bench/README.md)
 #   make bench-floor  line-transfer latency and the engine's own per-op costs on this machine
@@ -155,6 +156,7 @@ profile-demo: $(BUILD)/examples/profile_demo
 
 bench: lib
 	MXBENCH_REPEATS=$${MXBENCH_REPEATS:-5} bash bench/run.sh all
+	@$(if $(WITH_DIST),MXBENCH_REPEATS=$${MXBENCH_REPEATS:-5} bash bench/dist.sh,echo "bench: the distributed KVStore needs the dist feature")
 
 $(BUILD)/engine_floor: bench/engine_floor.c include/mxrt.h | lib
 	@mkdir -p $(dir $@)

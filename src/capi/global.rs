@@ -154,7 +154,7 @@ static FEATURES: FeatureTable = FeatureTable([
     feature!(c"OPENCV", false),
     feature!(c"CAFFE", false),
     feature!(c"PROFILER", true),
-    feature!(c"DIST_KVSTORE", false),
+    feature!(c"DIST_KVSTORE", cfg!(feature = "dist")),
     feature!(c"CXX14", false),
     feature!(c"INT64_TENSOR_SIZE", true),
     feature!(c"SIGNAL_HANDLER", false),

@@ -412,11 +412,13 @@ impl KVStore {
         self.pull(okeys, outs, priority, true)
     }
 
-    /// Gradient compression is not implemented.
+    /// A local store does not compress (distributed stores with servers do).
     pub fn set_gradient_compression(&self, params: &[(&str, &str)]) -> Result<()> {
         let _ = params;
-        Err(Error::not_supported(
-            "gradient compression is not supported by mxrt's kvstore yet",
-        ))
+        Err(Error::not_supported(format!(
+            "gradient compression works on distributed stores with servers ('dist_sync', \
+             'dist_async'); the '{}' store does not compress",
+            self.type_name
+        )))
     }
 }
