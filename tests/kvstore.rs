@@ -525,6 +525,12 @@ fn errors_name_what_is_wrong() {
         assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{t}");
         assert!(e.message().contains(t) && e.message().contains("kvstore::create"), "{e}");
     }
+    #[cfg(not(feature = "dist"))]
+    {
+        let e = mxrt::kvstore::create("dist_sync").err().expect("no dist feature");
+        assert_eq!(e.kind(), ErrorKind::NotSupported);
+        assert!(e.message().contains("cargo feature `dist`"), "{e}");
+    }
     let e = KVStore::create("nccl").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotSupported);
     assert!(e.message().contains("nccl"), "{e}");

@@ -8,6 +8,7 @@
  * they pull against what the rules give; a worker prints "ok SCENARIO rank R" when all held. */
 #include <math.h>
 #include <signal.h>
+#include <time.h>
 #include <stdint.h>
 #include <unistd.h>
 #include "../../c_examples/common.h"
@@ -113,6 +114,8 @@ static void scenario_sync(KVStoreHandle kv) {
   EXPECT_ERROR(MXKVStorePush(kv, 1, &key, &wrong, 0), "shape mismatch");
   EXPECT_ERROR(MXKVStoreRunServer(kv, NULL, NULL), "this process is a worker");
   EXPECT_ERROR(MXKVStoreInit(kv, 1, &key, &w), "duplicate init of key 3");
+  if (nservers_ > 0)
+    EXPECT_ERROR(MXKVStoreSendCommmandToServers(kv, 9, ""), "unknown command head 9");
   CHECK_OK(MXNDArrayFree(wrong));
   CHECK_OK(MXNDArrayFree(w));
 }
@@ -171,6 +174,19 @@ static void scenario_strings(KVStoreHandle kv) {
   EXPECT_ERROR(MXKVStorePullEx(kv, 1, &never, v, 0), "key never doesn't exist");
   CHECK_OK(MXNDArrayFree(v[0]));
   CHECK_OK(MXNDArrayFree(v[1]));
+}
+
+/* Without the exit barrier: the workers leave at different times and the servers still stop
+ * once every worker has freed its store. */
+static void scenario_no_exit_barrier(KVStoreHandle kv) {
+  CHECK_OK(MXKVStoreSetBarrierBeforeExit(kv, 0));
+  int key = 1;
+  NDArrayHandle w = array(2, 0.0f);
+  CHECK_OK(MXKVStoreInit(kv, 1, &key, &w));
+  CHECK_OK(MXKVStorePush(kv, 1, &key, &w, 0));
+  CHECK_OK(MXKVStorePull(kv, 1, &key, &w, 0));
+  if (rank_ == 0) nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+  CHECK_OK(MXNDArrayFree(w));
 }
 
 /* dist_async: every push is applied as it arrives. */
@@ -320,6 +336,7 @@ int main(int argc, char **argv) {
   if (strcmp(scenario, "sync") == 0) scenario_sync(kv);
   else if (strcmp(scenario, "replace") == 0) scenario_replace(kv);
   else if (strcmp(scenario, "strings") == 0) scenario_strings(kv);
+  else if (strcmp(scenario, "no_exit_barrier") == 0) scenario_no_exit_barrier(kv);
   else if (strcmp(scenario, "async") == 0) scenario_async(kv);
   else if (strcmp(scenario, "async_no_updater") == 0) scenario_async_no_updater(kv);
   else if (strcmp(scenario, "compress") == 0) scenario_compress(kv);
