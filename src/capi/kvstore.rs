@@ -42,6 +42,16 @@ fn kv(h: KVStoreHandle) -> Result<Arc<CKVStore>> {
     handle::borrow::<CKVStore>(h, "handle")
 }
 
+/// The profiler's server variants: `command` for the servers of the store `h`.
+pub(crate) fn server_profiler_command(
+    h: KVStoreHandle,
+    command: &crate::kvstore::ServerProfilerCommand,
+) -> Result<()> {
+    handle::borrow::<CKVStore>(h, "kvstoreHandle")?
+        .store
+        .server_profiler_command(command)
+}
+
 /// `MXKVStoreUpdater` (MXNet declares the function type; parameters decay to this pointer).
 pub type KVStoreUpdaterFn = Option<
     unsafe extern "C" fn(

@@ -5,8 +5,10 @@
 //! -1 with a message instead of undefined behaviour. Domain handles live until the process ends
 //! (`MXProfileDestroyHandle` ignores them, as MXNet does).
 //!
-//! This build has no distributed KVStore: the `profile_process = 1` (server) variants check the
-//! KVStore handle is not NULL and otherwise do nothing, as MXNet's local KVStore does.
+//! The `profile_process = 1` (server) variants send the call to the servers of the distributed
+//! KVStore `kvStoreHandle` names (each server runs it on itself; its trace file is the configured
+//! one prefixed with `rank<r>_`). For a local store they check the handle and do nothing, as
+//! MXNet's local KVStore does.
 
 #![allow(non_snake_case)] // parameter names are MXNet's, as they appear in the header
 
@@ -15,6 +17,7 @@ use super::error::api_call;
 use super::handle::{self, Handle, HandleKind};
 use super::types::{KVStoreHandle, ProfileHandle};
 use crate::error::{Error, Result};
+use crate::kvstore::ServerProfilerCommand;
 use crate::profiler::{
     self, Config, Counter, Domain, Duration, Format, ProcessKind, ProfileObject, SortBy,
 };
@@ -76,13 +79,13 @@ fn hand_out(o: ProfileObject, out: *mut ProfileHandle) -> Result<()> {
     Ok(())
 }
 
-/// For the server variants: this build has only the local KVStore, whose server commands do
-/// nothing; the handle must still be given.
-fn server_command(kvstore: KVStoreHandle) -> Result<()> {
+/// For the server variants: sends `command` to the servers of the store `kvstore` (a local
+/// store has none: nothing happens).
+fn server_command(kvstore: KVStoreHandle, command: ServerProfilerCommand) -> Result<()> {
     if kvstore.is_null() {
         return Err(Error::invalid("Kvstore Handle passed to profiler is null"));
     }
-    Ok(())
+    super::kvstore::server_profiler_command(kvstore, &command)
 }
 
 fn process(code: c_int) -> Result<ProcessKind> {
@@ -149,9 +152,10 @@ unsafe fn set_config(
         let v = unsafe { args::c_str(vs[i], &format!("vals[{i}]"))? };
         pairs.push((k, v));
     }
-    let config = Config::parse(pairs)?;
+    let config = Config::parse(pairs.iter().copied())?;
     if config.profile_process == ProcessKind::Server {
-        return server_command(kvstore);
+        let owned = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        return server_command(kvstore, ServerProfilerCommand::Config(owned));
     }
     profiler::set_config(config)
 }
@@ -189,7 +193,7 @@ fn set_state(state: c_int, profile_process: c_int, kvstore: KVStoreHandle) -> Re
         }
     };
     if process(profile_process)? == ProcessKind::Server {
-        return server_command(kvstore);
+        return server_command(kvstore, ServerProfilerCommand::State(run));
     }
     profiler::set_state(run);
     Ok(())
@@ -217,7 +221,7 @@ pub extern "C" fn MXDumpProcessProfile(
 
 fn dump(finished: c_int, profile_process: c_int, kvstore: KVStoreHandle) -> Result<()> {
     if process(profile_process)? == ProcessKind::Server {
-        return server_command(kvstore);
+        return server_command(kvstore, ServerProfilerCommand::Dump(finished != 0));
     }
     profiler::dump(finished != 0)
 }
@@ -309,7 +313,7 @@ pub extern "C" fn MXProcessProfilePause(
 
 fn pause(paused: c_int, profile_process: c_int, kvstore: KVStoreHandle) -> Result<()> {
     if process(profile_process)? == ProcessKind::Server {
-        return server_command(kvstore);
+        return server_command(kvstore, ServerProfilerCommand::Pause(paused != 0));
     }
     profiler::pause(paused != 0);
     Ok(())

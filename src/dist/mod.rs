@@ -38,7 +38,9 @@ mod store {
     use super::transport::Transport;
     use super::worker::Worker;
     use crate::error::{Error, Result};
-    use crate::kvstore::{Controller, IntUpdater, KeyValueStore, Keys, StrUpdater};
+    use crate::kvstore::{
+        Controller, IntUpdater, KeyValueStore, Keys, ServerProfilerCommand, StrUpdater,
+    };
     use crate::ndarray::NDArray;
     use parking_lot::Mutex;
     use std::sync::{Arc, Weak};
@@ -192,6 +194,17 @@ mod store {
         }
         fn send_command_to_servers(&self, head: i32, body: &str) -> Result<()> {
             self.worker("send a command to the servers")?.send_command(head, body)
+        }
+        fn server_profiler_command(&self, command: &ServerProfilerCommand) -> Result<()> {
+            match &self.part {
+                Part::Worker(w) if !w.has_servers() => Ok(()),
+                Part::Worker(w) => {
+                    w.send_command(super::command::SET_PROFILER_PARAMS, &command.encode())
+                }
+                _ => Err(Error::invalid(
+                    "profiler commands for the servers are sent from worker processes",
+                )),
+            }
         }
         fn shutdown(&self) -> Result<()> {
             match &self.part {

@@ -145,11 +145,9 @@ impl Server {
                         self.reply(src, &h, Kind::Ack)?;
                         return Ok(Next::Stop);
                     }
-                    // sync mode travels with every push; compression with every compressed push;
-                    // profiler settings of the workers do not apply to the servers' records
-                    command::SYNC_MODE
-                    | command::SET_GRADIENT_COMPRESSION
-                    | command::SET_PROFILER_PARAMS => Ok(true),
+                    command::SET_PROFILER_PARAMS => self.profiler(&body).map(|()| true),
+                    // sync mode travels with every push, compression with every compressed push
+                    command::SYNC_MODE | command::SET_GRADIENT_COMPRESSION => Ok(true),
                     other => Err(Error::invalid(format!(
                         "unknown command head {other} (MXNet's heads are 0 controller, 1 multi \
                          precision, 2 stop, 3 sync mode, 4 gradient compression, 5 profiler)"
@@ -174,6 +172,45 @@ impl Server {
             Err(e) => self.fail(src, &h, format!("server {}: {}", self.rank(), e.message()))?,
         }
         Ok(Next::Serve)
+    }
+
+    /// Runs a worker's profiler call on this server. Its trace goes to the configured file name
+    /// prefixed with `rank<r>_` (r: the server's rank), so servers sharing a directory do not
+    /// overwrite each other.
+    fn profiler(&self, body: &str) -> Result<()> {
+        use crate::kvstore::ServerProfilerCommand as C;
+        match C::decode(body)? {
+            C::Config(pairs) => {
+                let mut pairs: Vec<(String, String)> = pairs
+                    .into_iter()
+                    .filter(|(k, _)| k != "profile_process")
+                    .collect();
+                if !pairs.iter().any(|(k, _)| k == "filename") {
+                    pairs.push(("filename".into(), "profile.json".into()));
+                }
+                for (k, v) in pairs.iter_mut() {
+                    if k == "filename" {
+                        let path = std::path::Path::new(v.as_str());
+                        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("profile.json");
+                        let prefixed = format!("rank{}_{name}", self.rank());
+                        *v = path.with_file_name(prefixed).to_string_lossy().into_owned();
+                    }
+                }
+                let config = crate::profiler::Config::parse(
+                    pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                )?;
+                crate::profiler::set_config(config)
+            }
+            C::State(on) => {
+                crate::profiler::set_state(on);
+                Ok(())
+            }
+            C::Pause(on) => {
+                crate::profiler::pause(on);
+                Ok(())
+            }
+            C::Dump(finished) => crate::profiler::dump(finished),
+        }
     }
 
     fn dtype_of(h: &Header) -> Result<DType> {
@@ -333,6 +370,7 @@ impl Server {
 
     /// Sums a complete round in worker order, applies it and acknowledges every push.
     fn finish_round(&self, h: &Header, dtype: DType, len: usize, round: Round) -> Result<()> {
+        let start = crate::profiler::kvstore_enabled().then(crate::profiler::now_us);
         let merged = NDArray::new(&[len as i64], Context::cpu(0), dtype, false)?;
         merged.wait_to_write()?;
         let out = merged.data_ptr()?;
@@ -366,6 +404,10 @@ impl Server {
         }
         for (dest, req) in &round.waiting {
             self.reply(*dest, req, Kind::Ack)?;
+        }
+        if let Some(start) = start {
+            let key = h.key.to_string();
+            crate::profiler::record_kvstore("KVStoreServerRound", &key, start, crate::profiler::now_us());
         }
         Ok(())
     }

@@ -152,6 +152,9 @@ impl Worker {
     pub fn group_size(&self) -> i32 {
         self.t.topo.workers.len() as i32
     }
+    pub fn has_servers(&self) -> bool {
+        self.local.is_none()
+    }
     fn servers(&self) -> &[usize] {
         &self.t.topo.servers
     }

@@ -11,6 +11,65 @@ use crate::ndarray::NDArray;
 /// `MXKVStoreServerController`).
 pub type Controller<'a> = &'a mut dyn FnMut(i32, &str);
 
+/// A profiler call meant for the servers of a distributed job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerProfilerCommand {
+    /// `MXSetProcessProfilerConfig`'s key/value pairs.
+    Config(Vec<(String, String)>),
+    /// `MXSetProcessProfilerState`: run (true) or stop.
+    State(bool),
+    /// `MXProcessProfilePause`.
+    Pause(bool),
+    /// `MXDumpProcessProfile`: `finished`.
+    Dump(bool),
+}
+
+impl ServerProfilerCommand {
+    /// The command's text on the wire (a command-5 body): a verb, then `key=value` lines.
+    pub fn encode(&self) -> String {
+        match self {
+            ServerProfilerCommand::Config(pairs) => {
+                let mut s = String::from("config");
+                for (k, v) in pairs {
+                    s.push('\n');
+                    s.push_str(k);
+                    s.push('=');
+                    s.push_str(v);
+                }
+                s
+            }
+            ServerProfilerCommand::State(on) => format!("state\n{}", *on as i32),
+            ServerProfilerCommand::Pause(on) => format!("pause\n{}", *on as i32),
+            ServerProfilerCommand::Dump(finished) => format!("dump\n{}", *finished as i32),
+        }
+    }
+
+    pub fn decode(body: &str) -> Result<ServerProfilerCommand> {
+        let mut lines = body.split('\n');
+        let verb = lines.next().unwrap_or("");
+        let flag = |l: Option<&str>| l == Some("1");
+        Ok(match verb {
+            "config" => ServerProfilerCommand::Config(
+                lines
+                    .filter(|l| !l.is_empty())
+                    .map(|l| {
+                        let (k, v) = l.split_once('=').unwrap_or((l, ""));
+                        (k.to_owned(), v.to_owned())
+                    })
+                    .collect(),
+            ),
+            "state" => ServerProfilerCommand::State(flag(lines.next())),
+            "pause" => ServerProfilerCommand::Pause(flag(lines.next())),
+            "dump" => ServerProfilerCommand::Dump(flag(lines.next())),
+            other => {
+                return Err(Error::invalid(format!(
+                    "unknown server profiler command {other:?} (accepted: config, state, pause, dump)"
+                )));
+            }
+        })
+    }
+}
+
 pub trait KeyValueStore: Send + Sync {
     /// The lower-cased type string the store was created with.
     fn type_name(&self) -> &str;
@@ -66,6 +125,12 @@ pub trait KeyValueStore: Send + Sync {
     fn send_command_to_servers(&self, head: i32, body: &str) -> Result<()> {
         let _ = (head, body);
         Err(self.no_servers("cannot send a command to the servers"))
+    }
+    /// Forwards a profiler command to the servers (`MXSetProcessProfilerConfig` and friends with
+    /// `profile_process` = server). A local store has no servers: nothing happens, as in MXNet.
+    fn server_profiler_command(&self, command: &ServerProfilerCommand) -> Result<()> {
+        let _ = command;
+        Ok(())
     }
     /// Called by `MXKVStoreFree` before the store is dropped: a distributed worker finishes its
     /// requests, meets the other workers at the exit barrier and lets the servers stop.
@@ -153,4 +218,27 @@ fn create_dist(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
          have: rebuild with the cargo feature `dist` (cargo build --release --features dist; \
          needs an MPI library such as OpenMPI)"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerProfilerCommand as C;
+
+    #[test]
+    fn server_profiler_commands_round_trip() {
+        for c in [
+            C::Config(vec![
+                ("profile_all".into(), "true".into()),
+                ("filename".into(), "/tmp/a=b.json".into()),
+            ]),
+            C::State(true),
+            C::State(false),
+            C::Pause(true),
+            C::Dump(false),
+        ] {
+            assert_eq!(C::decode(&c.encode()).unwrap(), c);
+        }
+        let e = C::decode("reboot").unwrap_err();
+        assert!(e.message().contains("unknown server profiler command"), "{e}");
+    }
 }

@@ -43,7 +43,7 @@ mod trace;
 pub(crate) use trace::Traced;
 pub mod updater;
 
-pub use api::{Controller, KeyValueStore, create};
+pub use api::{Controller, KeyValueStore, ServerProfilerCommand, create};
 pub use comm::CommKind;
 pub use keys::{KeyKind, KeyRef, Keys};
 pub use reduce::ReduceConfig;

@@ -189,6 +189,44 @@ static void scenario_no_exit_barrier(KVStoreHandle kv) {
   CHECK_OK(MXNDArrayFree(w));
 }
 
+/* The profiler calls with profile_process = server run on every server: worker 0 configures,
+ * runs and dumps the servers' profiler, and reads server 0's trace (rank0_<file>). */
+static void scenario_server_profile(KVStoreHandle kv) {
+  const char *dir = getenv("DIST_PROFILE_DIR");
+  EXPECT(dir != NULL, "DIST_PROFILE_DIR is set");
+  char file[512], trace[600];
+  snprintf(file, sizeof file, "%s/server_profile.json", dir);
+  snprintf(trace, sizeof trace, "%s/rank0_server_profile.json", dir);
+  int key = 6;
+  NDArrayHandle w = array(8, 0.0f);
+  CHECK_OK(MXKVStoreInit(kv, 1, &key, &w));
+  if (rank_ == 0) {
+    const char *k[3] = {"profile_all", "filename", "profile_process"};
+    const char *v[3] = {"true", file, "server"};
+    CHECK_OK(MXSetProcessProfilerConfig(3, k, v, kv));
+    CHECK_OK(MXSetProcessProfilerState(1, 1, kv));
+  }
+  CHECK_OK(MXKVStoreBarrier(kv));
+  for (int round = 0; round < 3; round++) {
+    CHECK_OK(MXKVStorePush(kv, 1, &key, &w, 0));
+    CHECK_OK(MXKVStorePull(kv, 1, &key, &w, 0));
+  }
+  CHECK_OK(MXKVStoreBarrier(kv));
+  if (rank_ == 0) {
+    CHECK_OK(MXSetProcessProfilerState(0, 1, kv));
+    CHECK_OK(MXDumpProcessProfile(1, 1, kv));
+    FILE *f = fopen(trace, "r");
+    EXPECT(f != NULL, "server 0 wrote %s", trace);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    EXPECT(strstr(text, "KVStoreServerRound") != NULL, "%s records the rounds", trace);
+    printf("server trace ok: %s\n", trace);
+  }
+  CHECK_OK(MXNDArrayFree(w));
+}
+
 /* dist_async: every push is applied as it arrives. */
 static void scenario_async(KVStoreHandle kv) {
   int key = 4;
@@ -336,6 +374,7 @@ int main(int argc, char **argv) {
   if (strcmp(scenario, "sync") == 0) scenario_sync(kv);
   else if (strcmp(scenario, "replace") == 0) scenario_replace(kv);
   else if (strcmp(scenario, "strings") == 0) scenario_strings(kv);
+  else if (strcmp(scenario, "server_profile") == 0) scenario_server_profile(kv);
   else if (strcmp(scenario, "no_exit_barrier") == 0) scenario_no_exit_barrier(kv);
   else if (strcmp(scenario, "async") == 0) scenario_async(kv);
   else if (strcmp(scenario, "async_no_updater") == 0) scenario_async_no_updater(kv);

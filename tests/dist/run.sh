@@ -65,6 +65,10 @@ run "no updater, 3 workers, 1 server"           3 1 0 30 "ok replace rank 2" -- 
 MXNET_KVSTORE_BIGARRAY_BOUND=10 \
 run "string keys, sharded"                      2 2 0 30 "ok strings rank 1" -- "$job" strings
 run "no exit barrier: servers still stop"       2 2 0 30 "ok no_exit_barrier rank 0" -- "$job" no_exit_barrier
+profile_dir=$(mktemp -d)
+DIST_PROFILE_DIR="$profile_dir" \
+run "profiler on the servers (profile_process)"  2 2 0 30 "server trace ok" -- "$job" server_profile
+rm -rf "$profile_dir"
 run "dist_async with updater"                   2 1 0 30 "ok async rank 1" -- "$job" async dist_async
 run "dist_async without updater: push is -1"    2 1 0 30 "needs an updater on the servers" -- "$job" async_no_updater dist_async
 MXNET_KVSTORE_BIGARRAY_BOUND=16 \
