@@ -38,7 +38,7 @@ WITH_DIST := $(findstring dist,$(FEATURES))
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: mpi-deps dist-test miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: mpi-deps dist-test gpu-test miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -125,7 +125,11 @@ else
 	@echo "dist-test: skipped (built without the dist feature)"
 endif
 
-test: rust-test python-test dist-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
+# The GPU suite against the fake CUDA driver (tests/gpu/run.sh builds it as libcuda.so.1)
+gpu-test: lib mxnet-venv
+	MXRT_LIB_DIR=$(abspath $(TARGET)) PYTHON=$(abspath $(MXNET_VENV))/bin/python bash tests/gpu/run.sh
+
+test: rust-test python-test dist-test gpu-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib

@@ -684,12 +684,13 @@ int MXSetEnv(const char *name, const char *value);
 int MXLibInfoFeatures(const LibFeature **lib_feature, size_t *size);
 
 /**
- * Number of GPUs: 0, since GPU support is not built into this mxrt yet.
+ * Number of GPUs the CUDA driver reports (0 when the machine has no driver, `libcuda.so`).
  */
 int MXGetGPUCount(int *out);
 
 /**
- * GPU memory of device `dev`: always -1 here (GPU support is not built into this mxrt yet).
+ * Free and total memory of GPU `dev`, in bytes. A device that does not exist is -1 naming it
+ * and why (no driver, or the devices there are).
  */
 int MXGetGPUMemoryInformation64(int dev, uint64_t *free_mem, uint64_t *total_mem);
 

@@ -12,6 +12,7 @@ pub mod error;
 
 pub mod dist;
 pub mod engine;
+pub mod gpu;
 pub mod kvstore;
 pub mod ndarray;
 pub mod operator;

@@ -185,28 +185,31 @@ pub unsafe extern "C" fn MXLibInfoFeatures(
     })
 }
 
-/// Number of GPUs: 0, since GPU support is not built into this mxrt yet.
+/// Number of GPUs the CUDA driver reports (0 when the machine has no driver, `libcuda.so`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXGetGPUCount(out: *mut c_int) -> c_int {
     api_call("MXGetGPUCount", || {
         // SAFETY: API contract: out-parameter.
-        *unsafe { args::out(out, "out")? } = 0;
+        *unsafe { args::out(out, "out")? } = crate::gpu::device_count() as c_int;
         Ok(())
     })
 }
 
-/// GPU memory of device `dev`: always -1 here (GPU support is not built into this mxrt yet).
+/// Free and total memory of GPU `dev`, in bytes. A device that does not exist is -1 naming it
+/// and why (no driver, or the devices there are).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXGetGPUMemoryInformation64(
     dev: c_int,
     free_mem: *mut u64,
     total_mem: *mut u64,
 ) -> c_int {
-    let _ = (free_mem, total_mem);
     api_call("MXGetGPUMemoryInformation64", || {
-        Err(Error::not_supported(format!(
-            "cannot query gpu({dev}): this call is only supported with GPU support, which this mxrt build does not have"
-        )))
+        // SAFETY: API contract: out-parameters.
+        let (f, t) = unsafe { (args::out(free_mem, "free_mem")?, args::out(total_mem, "total_mem")?) };
+        let (free, total) = crate::gpu::memory_info(dev.into())?;
+        *f = free;
+        *t = total;
+        Ok(())
     })
 }
 

@@ -1,0 +1,94 @@
+//! Finding the CUDA driver and its devices.
+//!
+//! cudarc resolves the driver library on first use and panics (rather than failing) when there is
+//! none, and panics again on every later call; so the library's presence is probed once, and the
+//! one call that could still panic is made under `catch_unwind`. With a driver but no device the
+//! count is 0, as with no driver.
+
+use crate::error::{Error, Result};
+use cudarc::driver::CudaContext;
+use std::sync::{Arc, OnceLock};
+
+struct Driver {
+    count: usize,
+    /// Why there are no GPUs, when there are none.
+    problem: Option<String>,
+    contexts: Vec<OnceLock<std::result::Result<Arc<CudaContext>, Error>>>,
+}
+
+static DRIVER: OnceLock<Driver> = OnceLock::new();
+
+fn probe() -> Driver {
+    let none = |problem: String| Driver {
+        count: 0,
+        problem: Some(problem),
+        contexts: Vec::new(),
+    };
+    // SAFETY: the probe only tries to dlopen the driver's candidate library names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return none("no CUDA driver (libcuda.so) was found".into());
+    }
+    match std::panic::catch_unwind(CudaContext::device_count) {
+        Ok(Ok(n)) if n > 0 => Driver {
+            count: n as usize,
+            problem: None,
+            contexts: (0..n).map(|_| OnceLock::new()).collect(),
+        },
+        Ok(Ok(_)) => none("the CUDA driver reports no device".into()),
+        Ok(Err(e)) => none(format!("the CUDA driver failed to start: {e:?}")),
+        Err(_) => none("the CUDA driver library could not be used".into()),
+    }
+}
+
+fn driver() -> &'static Driver {
+    DRIVER.get_or_init(probe)
+}
+
+/// The number of GPUs (0 without a driver).
+pub fn device_count() -> usize {
+    driver().count
+}
+
+/// Why there are no GPUs (None when there are some).
+pub fn driver_problem() -> Option<&'static str> {
+    driver().problem.as_deref()
+}
+
+fn no_such_device(dev: i64) -> Error {
+    let d = driver();
+    match &d.problem {
+        Some(p) => Error::invalid(format!("gpu({dev}) does not exist: {p}")),
+        None => Error::invalid(format!(
+            "gpu({dev}) does not exist: this machine has {} GPU(s), gpu(0) to gpu({})",
+            d.count,
+            d.count - 1
+        )),
+    }
+}
+
+/// The context of GPU `dev` (its primary context), made on first use. cudarc's automatic event
+/// tracking is off: the engine orders every use of device memory itself.
+pub fn context(dev: i64) -> Result<Arc<CudaContext>> {
+    let d = driver();
+    let slot = usize::try_from(dev)
+        .ok()
+        .and_then(|i| d.contexts.get(i))
+        .ok_or_else(|| no_such_device(dev))?;
+    slot.get_or_init(|| {
+        let ctx = CudaContext::new(dev as usize)
+            .map_err(|e| Error::internal(format!("gpu({dev}): creating its context failed: {e:?}")))?;
+        // SAFETY: called before any stream or allocation exists on this context.
+        unsafe { ctx.disable_event_tracking() };
+        Ok(ctx)
+    })
+    .clone()
+}
+
+/// Free and total memory of GPU `dev`, in bytes.
+pub fn memory_info(dev: i64) -> Result<(u64, u64)> {
+    let ctx = context(dev)?;
+    let (free, total) = ctx
+        .mem_get_info()
+        .map_err(|e| Error::internal(format!("gpu({dev}): querying its memory failed: {e:?}")))?;
+    Ok((free as u64, total as u64))
+}
