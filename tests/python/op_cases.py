@@ -382,6 +382,22 @@ def onehot_encode():
 
 case("onehot_encode")(onehot_encode)
 P4 = lambda: nd.array(np.arange(24).reshape(1, 2, 3, 4))
+def blocks():
+    x = nd.arange(2 * 8 * 2 * 3).reshape((2, 8, 2, 3))
+    y = nd.arange(2 * 3 * 4 * 6, dtype="float64").reshape((2, 3, 4, 6))
+    return [nd.depth_to_space(x, block_size=2), nd.space_to_depth(y, block_size=2),
+            nd.space_to_depth(nd.depth_to_space(x, block_size=2), block_size=2),
+            nd.depth_to_space(x.astype("int32"), block_size=1)]
+case("depth_to_space")(blocks)
+case("depth_to_space_bad")(lambda: nd.depth_to_space(nd.ones((1, 3, 2, 2)), block_size=2))
+case("erfinv")(lambda: [nd.erfinv(arr([-0.999, -0.5, 0.0, 1e-4, 0.3, 0.9, 0.999999])),
+                        nd.erfinv(arr([-0.25, 0.75], "float64")), nd.erfinv(arr([1.0, -1.0])),
+                        nd.erfinv(arr([0.1, -0.6], "float16"))])
+case("diag")(lambda: [nd.diag(X3()), nd.diag(X3(), k=1), nd.diag(X3(), k=-1, axis1=2, axis2=0),
+                      nd.diag(arr([1, 2, 3])), nd.diag(arr([1, 2, 3]), k=2),
+                      nd.diag(arr([1, 2, 3], "int32"), k=-1),
+                      nd.diag(nd.arange(12).reshape((3, 4))), nd.diag(nd.arange(12).reshape((3, 4)), k=3),
+                      nd.diag(nd.arange(12).reshape((3, 4)), k=-3)])
 case("pad")(lambda: [nd.Pad(P4(), mode="constant", pad_width=(0, 0, 0, 0, 1, 2, 2, 1), constant_value=-1),
                      nd.Pad(P4(), mode="edge", pad_width=(0, 0, 0, 0, 2, 1, 0, 3)),
                      nd.Pad(P4(), mode="reflect", pad_width=(0, 0, 0, 0, 2, 2, 3, 1)),

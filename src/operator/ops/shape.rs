@@ -730,7 +730,159 @@ fn reshape_like(call: &Call<'_>) -> Result<Plan> {
     Ok(copy_plan(x, new))
 }
 
+/// A gather whose iteration shape `iter` (with `strides` into the input) is finer than the
+/// output's shape `out_shape` (same element count, both row-major).
+fn gather_plan_as(
+    x: &TensorDesc,
+    iter: Vec<i64>,
+    out_shape: Vec<i64>,
+    base: isize,
+    strides: Vec<isize>,
+) -> Plan {
+    let dtype = x.dtype;
+    let d = dims(&iter);
+    Plan::new(vec![TensorDesc::new(&out_shape, dtype)], move |k| {
+        let (xin, out) = (&k.inputs[0], &mut k.outputs[0]);
+        crate::with_element!(dtype, T => gather(xin.slice::<T>(), base, &strides, &d, out.slice_mut::<T>()));
+        Ok(())
+    })
+}
+
+/// The 4-D (N, C, H, W) input and the block size of depth_to_space/space_to_depth.
+fn block_input<'a>(call: &'a Call<'_>) -> Result<(&'a TensorDesc, i64, [i64; 4])> {
+    let x = &inputs(call, 1)?[0];
+    let b = call.params.required("block_size", param::int, "an integer")?;
+    if x.shape.len() != 4 {
+        return Err(Error::invalid(format!(
+            "operator {}: the input must be 4-dimensional (N, C, H, W), got shape {:?}",
+            call.name,
+            &x.shape[..]
+        )));
+    }
+    if b <= 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: block_size must be positive, got {b}",
+            call.name
+        )));
+    }
+    Ok((x, b, [x.shape[0], x.shape[1], x.shape[2], x.shape[3]]))
+}
+
+/// (N, C, H, W) -> (N, C/b², H·b, W·b): out[n, c, h·b+i, w·b+j] = in[n, (i·b+j)·C/b² + c, h, w].
+fn depth_to_space(call: &Call<'_>) -> Result<Plan> {
+    let (x, b, [n, c, h, w]) = block_input(call)?;
+    if c % (b * b) != 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: the channels ({c}) must be a multiple of block_size² ({})",
+            call.name,
+            b * b
+        )));
+    }
+    let c2 = c / (b * b);
+    let st = own_strides(&x.shape);
+    let (bs, c2s) = (b as isize, c2 as isize);
+    Ok(gather_plan_as(
+        x,
+        vec![n, c2, h, b, w, b],
+        vec![n, c2, h * b, w * b],
+        0,
+        vec![st[0], st[1], st[2], bs * c2s * st[1], st[3], c2s * st[1]],
+    ))
+}
+
+/// (N, C, H, W) -> (N, C·b², H/b, W/b): out[n, (i·b+j)·C + c, h, w] = in[n, c, h·b+i, w·b+j].
+fn space_to_depth(call: &Call<'_>) -> Result<Plan> {
+    let (x, b, [n, c, h, w]) = block_input(call)?;
+    if h % b != 0 || w % b != 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: height ({h}) and width ({w}) must be multiples of block_size ({b})",
+            call.name
+        )));
+    }
+    let st = own_strides(&x.shape);
+    let bs = b as isize;
+    Ok(gather_plan_as(
+        x,
+        vec![n, b, b, c, h / b, w / b],
+        vec![n, c * b * b, h / b, w / b],
+        0,
+        vec![st[0], st[2], st[3], st[1], bs * st[2], bs * st[3]],
+    ))
+}
+
+/// `diag`: the k-th diagonal of the sub-arrays over (axis1, axis2) as the last axis, or for a
+/// 1-D input the square matrix with the input on its k-th diagonal.
+fn diag(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let p = call.params;
+    let k = p.or("k", param::int, "an integer", 0)?;
+    let a1 = p.or("axis1", param::int, "an integer", 0)?;
+    let a2 = p.or("axis2", param::int, "an integer", 1)?;
+    let nd = x.shape.len();
+    if nd == 0 {
+        return Err(Error::invalid(format!(
+            "operator {}: the input must have at least one dimension",
+            call.name
+        )));
+    }
+    if nd == 1 {
+        let len = x.shape[0];
+        let m = len + k.abs();
+        let dtype = x.dtype;
+        let (row0, col0) = ((-k).max(0) as usize, k.max(0) as usize);
+        return Ok(Plan::new(vec![TensorDesc::new(&[m, m], dtype)], move |kc| {
+            let (xin, out) = (&kc.inputs[0], &mut kc.outputs[0]);
+            crate::with_element!(dtype, T => {
+                let (src, dst) = (xin.slice::<T>(), out.slice_mut::<T>());
+                dst.fill(<T as crate::operator::kernel::element::Element>::zero());
+                for (i, v) in src.iter().enumerate() {
+                    dst[(i + row0) * m as usize + i + col0] = *v;
+                }
+            });
+            Ok(())
+        }));
+    }
+    let (a1, a2) = (norm_axis(call, a1, nd)?, norm_axis(call, a2, nd)?);
+    if a1 == a2 {
+        return Err(Error::invalid(format!(
+            "operator {}: axis1 and axis2 are both {a1}; they must differ",
+            call.name
+        )));
+    }
+    let (s1, s2) = (x.shape[a1], x.shape[a2]);
+    if k > s2 || k < -s1 {
+        return Err(Error::invalid(format!(
+            "operator {}: k={k} is out of range for the axes of lengths {s1} and {s2} (it must be \
+             between {} and {s2})",
+            call.name, -s1
+        )));
+    }
+    let len = if k >= 0 { s1.min(s2 - k) } else { (s1 + k).min(s2) }.max(0);
+    let st = own_strides(&x.shape);
+    let mut out_shape = Vec::with_capacity(nd - 1);
+    let mut strides = Vec::with_capacity(nd - 1);
+    for a in 0..nd {
+        if a != a1 && a != a2 {
+            out_shape.push(x.shape[a]);
+            strides.push(st[a]);
+        }
+    }
+    out_shape.push(len);
+    strides.push(st[a1] + st[a2]);
+    let base = if len == 0 {
+        0
+    } else if k >= 0 {
+        k as isize * st[a2]
+    } else {
+        (-k) as isize * st[a1]
+    };
+    Ok(gather_plan(x, out_shape, base, strides))
+}
+
 pub(crate) fn register(t: &mut Entries) {
+    t.push(("depth_to_space", &depth_to_space));
+    t.push(("space_to_depth", &space_to_depth));
+    t.push(("diag", &diag));
     t.push(("Reshape", &reshape));
     t.push(("Flatten", &flatten));
     t.push(("expand_dims", &expand_dims));

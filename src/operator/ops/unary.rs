@@ -128,6 +128,7 @@ unary_ops! {
     Sigmoid "sigmoid" 8 |x| R::ONE / (R::ONE + (-x).exp());
     Softsign "softsign" 2 |x| x / (R::ONE + x.abs());
     Erf "erf" 8 |x| x.erf();
+    Erfinv "erfinv" 16 |x| x.erfinv();
     Gamma "gamma" 16 |x| x.tgamma();
     Gammaln "gammaln" 16 |x| x.lgamma();
     LogicalNot "logical_not" 1 |x| if x == R::ZERO { R::ONE } else { R::ZERO };
