@@ -389,6 +389,23 @@ def blocks():
             nd.space_to_depth(nd.depth_to_space(x, block_size=2), block_size=2),
             nd.depth_to_space(x.astype("int32"), block_size=1)]
 case("depth_to_space")(blocks)
+
+
+def batch_norm():
+    x = nd.array(np.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2) * 0.5 - 3)
+    g, b = arr([1.5, -0.5, 2.0]), arr([0.1, 0.2, -0.3])
+    mm, mv = arr([0.5, -1.0, 2.0]), arr([1.0, 4.0, 0.25])
+    g2 = arr([1.5, -0.5, 2.0])
+    return [nd.BatchNorm(x, g2, b, mm, mv, fix_gamma=False, eps=1e-5),
+            nd.BatchNorm(x.transpose((0, 2, 3, 1)), g2, b, mm, mv, axis=-1, fix_gamma=False),
+            nd.BatchNorm(nd.ones((4, 3)), g2, b, mm, mv, fix_gamma=False),
+            nd.BatchNorm(x.astype("float64"), g2.astype("float64"), b.astype("float64"),
+                         mm.astype("float64"), mv.astype("float64"), fix_gamma=False),
+            # fix_gamma (the default) also sets gamma to 1 in place
+            nd.BatchNorm(x, g, b, mm, mv), g,
+            nd.BatchNorm(x, g, b, mm, mv, output_mean_var=True)]
+case("batch_norm")(batch_norm)
+case("batch_norm_bad_dtype")(lambda: nd.BatchNorm(nd.ones((2, 3), dtype="float64"), *[nd.ones(3)] * 4))
 case("depth_to_space_bad")(lambda: nd.depth_to_space(nd.ones((1, 3, 2, 2)), block_size=2))
 case("erfinv")(lambda: [nd.erfinv(arr([-0.999, -0.5, 0.0, 1e-4, 0.3, 0.9, 0.999999])),
                         nd.erfinv(arr([-0.25, 0.75], "float64")), nd.erfinv(arr([1.0, -1.0])),

@@ -395,7 +395,112 @@ fn dropout(call: &Call<'_>) -> Result<Plan> {
     .elementwise())
 }
 
+/// BatchNorm outside training (mxrt has no training mode yet, so always): normalises with the
+/// moving statistics, `out = (x - moving_mean) / sqrt(moving_var + eps) * gamma + beta` per
+/// channel of `axis`. With fix_gamma (the default) gamma is taken as 1 and, as in MXNet, the gamma
+/// array is set to 1. With output_mean_var the mean and the inverse standard deviation used are
+/// outputs 2 and 3, as MXNet's CPU kernel gives them.
+fn batch_norm(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 5)?;
+    let x = ins[0].clone();
+    float_only(call, x.dtype)?;
+    let p = call.params;
+    let eps = p.or("eps", param::float, "a number", 1e-3)?;
+    p.or("momentum", param::float, "a number", 0.9)?;
+    let fix_gamma = p.or("fix_gamma", param::boolean, "a boolean", true)?;
+    p.or("use_global_stats", param::boolean, "a boolean", false)?;
+    let mean_var = p.or("output_mean_var", param::boolean, "a boolean", false)?;
+    p.or("cudnn_off", param::boolean, "a boolean", false)?;
+    p.optional("min_calib_range", param::float, "a number")?;
+    p.optional("max_calib_range", param::float, "a number")?;
+    let nd = x.shape.len();
+    if nd < 1 {
+        return Err(Error::invalid(format!(
+            "operator {}: data must have at least one dimension",
+            call.name
+        )));
+    }
+    let axis = norm_axis(call, p.or("axis", param::int, "an integer", 1)?, nd)?;
+    let ch = x.shape[axis];
+    for (i, name) in [(1, "gamma"), (2, "beta"), (3, "moving_mean"), (4, "moving_var")] {
+        if ins[i].shape[..] != [ch] {
+            return Err(Error::invalid(format!(
+                "operator {}: {name} has shape {:?}, expected ({ch},) for {ch} channels on axis {axis}",
+                call.name,
+                &ins[i].shape[..]
+            )));
+        }
+        let want = if x.dtype == DType::F16 { DType::F32 } else { x.dtype };
+        if ins[i].dtype != want {
+            return Err(Error::invalid(format!(
+                "operator {}: {name} is {}, but {} data needs {} parameters",
+                call.name,
+                ins[i].dtype.name(),
+                x.dtype.name(),
+                want.name()
+            )));
+        }
+    }
+    let inner: usize = x.shape[axis + 1..].iter().product::<i64>() as usize;
+    let c = ch as usize;
+    let (dtype, pdt) = (x.dtype, ins[1].dtype);
+    let mut outs = vec![TensorDesc::new(&x.shape, dtype)];
+    if mean_var {
+        outs.push(TensorDesc::new(&[ch], pdt));
+        outs.push(TensorDesc::new(&[ch], pdt));
+    }
+    Ok(Plan::new(outs, move |k| {
+        let param = |i: usize| -> Vec<f64> {
+            let t = &k.inputs[i];
+            crate::with_element!(t.dtype, T => {
+                let p = t.ptr::<T>();
+                // SAFETY: input i holds `len()` elements of its dtype; gamma (mutated, so not
+                // offered as a slice) is only written after these reads.
+                (0..t.len()).map(|j| unsafe { p.add(j).read() }.to_f64()).collect()
+            })
+        };
+        let (gamma, beta, mean, var) = (param(1), param(2), param(3), param(4));
+        let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+        let scale: Vec<f64> = (0..c)
+            .map(|j| if fix_gamma { 1.0 } else { gamma[j] } * invstd[j])
+            .collect();
+        crate::with_element!(dtype, T => {
+            let (src, dst) = (k.inputs[0].slice::<T>(), k.outputs[0].slice_mut::<T>());
+            for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
+                let j = if inner == 0 { 0 } else { (i / inner) % c };
+                *o = T::from_f64((v.to_f64() - mean[j]) * scale[j] + beta[j]);
+            }
+        });
+        if fix_gamma {
+            // as MXNet does: a fixed gamma is 1, and the gamma array is set to 1 too
+            let g = &k.inputs[1];
+            crate::with_element!(pdt, P => {
+                let p = g.ptr::<P>();
+                for i in 0..g.len() {
+                    // SAFETY: the plan declares input 1 mutated, so the engine op holds gamma's
+                    // variable for writing; it has `len()` elements of `pdt`, and every parameter
+                    // was copied out above, so no read of it follows.
+                    unsafe { p.add(i).write(P::from_f64(1.0)) };
+                }
+            });
+        }
+        if mean_var {
+            crate::with_element!(pdt, P => {
+                for (o, &v) in k.outputs[1].slice_mut::<P>().iter_mut().zip(&mean) {
+                    *o = P::from_f64(v);
+                }
+                for (o, &v) in k.outputs[2].slice_mut::<P>().iter_mut().zip(&invstd) {
+                    *o = P::from_f64(v);
+                }
+            });
+        }
+        Ok(())
+    })
+    .mutating(if fix_gamma { &[1] } else { &[] }))
+}
+
 pub(crate) fn register(t: &mut Entries) {
+    t.push(("BatchNorm", &batch_norm));
     t.push(("Activation", &activation));
     t.push(("LeakyReLU", &leaky_relu));
     t.push(("softmax", &|c: &Call<'_>| softmax(c, Soft::Max)));
