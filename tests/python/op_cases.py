@@ -391,6 +391,19 @@ def blocks():
 case("depth_to_space")(blocks)
 
 
+def histogram():
+    a = arr([0.1, 0.5, 0.9, 1.0, -1, 2, 0.5, 0.25, 0.75])
+    out = []
+    for h in [nd.histogram(a, bins=4, range=(0, 1)), nd.histogram(a, bins=arr([0, 0.3, 0.5, 2])),
+              nd.histogram(a.astype("float64"), bins=3, range=(-1, 2)),
+              nd.histogram(arr([1, 2, 3, 7], "int32"), bins=2, range=(1, 3)),
+              nd.histogram(nd.arange(100) / 7, bins=7, range=(0.5, 13.2))]:
+        out.extend(h)
+    return out
+case("histogram")(histogram)
+case("histogram_bad")(lambda: nd.histogram(A(), bins=3, range=(2, 1)))
+
+
 def batch_norm():
     x = nd.array(np.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2) * 0.5 - 3)
     g, b = arr([1.5, -0.5, 2.0]), arr([0.1, 0.2, -0.3])

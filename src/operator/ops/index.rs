@@ -322,7 +322,125 @@ fn where_op(call: &Call<'_>) -> Result<Plan> {
     }))
 }
 
+/// `_histogram` (`nd.histogram`): counts (int64) of the data in `bin_cnt` equal bins over
+/// `range`, or in the bins whose bounds the second input gives (sorted), and the bounds (in the
+/// data's dtype). A value is in bin i when bounds[i] <= x < bounds[i+1]; the last bin includes
+/// its upper bound; values outside are not counted.
+fn histogram(call: &Call<'_>) -> Result<Plan> {
+    let ins = call.inputs;
+    let p = call.params;
+    let cnt = p.optional("bin_cnt", param::int, "an integer")?;
+    let range = p.optional("range", param::floats, "a (min, max) pair")?;
+    let x = match ins.len() {
+        1 | 2 => &ins[0],
+        n => {
+            return Err(Error::invalid(format!(
+                "operator {} takes 1 or 2 inputs (data, bins), {n} given",
+                call.name
+            )));
+        }
+    };
+    let dtype = x.dtype;
+    match (ins.len(), cnt, range) {
+        (2, _, _) => {
+            let b = &ins[1];
+            if b.shape.len() != 1 || b.shape[0] < 2 {
+                return Err(Error::invalid(format!(
+                    "operator {}: bins must be a 1-D array of at least 2 bounds, got shape {:?}",
+                    call.name,
+                    &b.shape[..]
+                )));
+            }
+            same_dtype(call, 0, 1)?;
+            let nb = b.shape[0];
+            Ok(Plan::new(
+                vec![TensorDesc::new(&[nb - 1], DType::I64), TensorDesc::new(&[nb], dtype)],
+                move |k| {
+                    crate::with_element!(dtype, T => {
+                        let bounds: Vec<f64> = k.inputs[1].slice::<T>().iter().map(|v| v.to_f64()).collect();
+                        let mut counts = vec![0i64; bounds.len() - 1];
+                        let last = bounds[bounds.len() - 1];
+                        for v in k.inputs[0].slice::<T>() {
+                            let v = v.to_f64();
+                            if v < bounds[0] || v > last || v.is_nan() {
+                                continue;
+                            }
+                            let i = bounds.partition_point(|&b| b <= v).saturating_sub(1);
+                            let nbins = counts.len();
+                            counts[i.min(nbins - 1)] += 1;
+                        }
+                        k.outputs[0].slice_mut::<i64>().copy_from_slice(&counts);
+                        let edges = k.inputs[1].slice::<T>().to_vec();
+                        k.outputs[1].slice_mut::<T>().copy_from_slice(&edges);
+                    });
+                    Ok(())
+                },
+            ))
+        }
+        (1, Some(n), Some(r)) => {
+            if n <= 0 {
+                return Err(Error::invalid(format!(
+                    "operator {}: bin_cnt must be positive, got {n}",
+                    call.name
+                )));
+            }
+            let [lo, hi] = r[..] else {
+                return Err(Error::invalid(format!(
+                    "operator {}: range must be a (min, max) pair, got {r:?}",
+                    call.name
+                )));
+            };
+            if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
+                return Err(Error::invalid(format!(
+                    "operator {}: range ({lo}, {hi}) must have min < max",
+                    call.name
+                )));
+            }
+            let nb = n as usize;
+            Ok(Plan::new(
+                vec![TensorDesc::new(&[n], DType::I64), TensorDesc::new(&[n + 1], dtype)],
+                move |k| {
+                    let mut counts = vec![0i64; nb];
+                    // as MXNet: the bin of a value and the bounds are computed in float32, in
+                    // float64 for float64 data
+                    let wide = dtype == DType::F64;
+                    let (lo32, hi32) = (lo as f32, hi as f32);
+                    crate::with_element!(dtype, T => {
+                        for v in k.inputs[0].slice::<T>() {
+                            let bin = if wide {
+                                let v = v.to_f64();
+                                (v >= lo && v <= hi).then(|| ((v - lo) / (hi - lo) * nb as f64) as usize)
+                            } else {
+                                let v = v.to_f64() as f32;
+                                (v >= lo32 && v <= hi32)
+                                    .then(|| ((v - lo32) / (hi32 - lo32) * nb as f32) as usize)
+                            };
+                            if let Some(i) = bin {
+                                counts[i.min(nb - 1)] += 1;
+                            }
+                        }
+                        for (i, e) in k.outputs[1].slice_mut::<T>().iter_mut().enumerate() {
+                            *e = if wide {
+                                T::from_f64(lo + i as f64 * (hi - lo) / nb as f64)
+                            } else {
+                                T::from_f64((lo32 + i as f32 * (hi32 - lo32) / nb as f32) as f64)
+                            };
+                        }
+                    });
+                    k.outputs[0].slice_mut::<i64>().copy_from_slice(&counts);
+                    Ok(())
+                },
+            ))
+        }
+        _ => Err(Error::invalid(format!(
+            "operator {}: give either a bins array, or bin_cnt and range",
+            call.name
+        ))),
+    }
+}
+
 pub(crate) fn register(t: &mut Entries) {
+    t.push(("_histogram", &histogram));
     t.push(("_slice_assign", &|c: &Call<'_>| slice_assign(c, false)));
     t.push(("_slice_assign_scalar", &|c: &Call<'_>| {
         slice_assign(c, true)
