@@ -401,6 +401,19 @@ def histogram():
         out.extend(h)
     return out
 case("histogram")(histogram)
+
+
+def advanced_setitem():
+    x = nd.array(np.arange(24).reshape(2, 3, 4))
+    x[nd.array([0, 1]), nd.array([2, 0])] = nd.array([[-1, -2, -3, -4], [-5, -6, -7, -8]])
+    y = nd.array(np.arange(12).reshape(3, 4))
+    y[[0, 2], [1, 3]] = 100
+    z = nd.array(np.arange(6), dtype="int32")
+    z[nd.array([5, 2, 0], dtype="int64")] = nd.array([7, 8, 9], dtype="int32")
+    s = nd.zeros((2, 2))
+    nd._internal._scatter_set_nd(lhs=s, rhs=arr([3, 4]), indices=nd.array([[0, 1], [1, 0]]), shape=(2, 2), out=s)
+    return [x, y, z, s]
+case("scatter_set_nd")(advanced_setitem)
 case("histogram_bad")(lambda: nd.histogram(A(), bins=3, range=(2, 1)))
 
 

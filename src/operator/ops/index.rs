@@ -249,6 +249,69 @@ fn gather_nd(call: &Call<'_>) -> Result<Plan> {
     }))
 }
 
+/// `_scatter_set_nd(lhs, rhs, indices, shape)`: a copy of `lhs` with the elements `gather_nd`
+/// would read at `indices` replaced by `rhs` (what `x[idx_arrays] = v` runs, with `out=x`).
+fn scatter_set_nd(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 3)?;
+    let (lhs, rhs, idx) = (&ins[0], &ins[1], &ins[2]);
+    let shape = call.params.required("shape", param::shape, "a shape")?;
+    if shape[..] != lhs.shape[..] {
+        return Err(Error::invalid(format!(
+            "operator {}: shape {shape:?} differs from lhs's shape {:?}",
+            call.name,
+            &lhs.shape[..]
+        )));
+    }
+    same_dtype(call, 0, 1)?;
+    let m = *idx.shape.first().ok_or_else(|| {
+        Error::invalid(format!(
+            "operator {}: indices must have at least one dimension",
+            call.name
+        ))
+    })? as usize;
+    if m > lhs.shape.len() {
+        return Err(Error::invalid(format!(
+            "operator {}: indices address {m} dimensions of a {}-dimensional array",
+            call.name,
+            lhs.shape.len()
+        )));
+    }
+    let mut want = idx.shape[1..].to_vec();
+    want.extend_from_slice(&lhs.shape[m..]);
+    if rhs.shape[..] != want[..] {
+        return Err(Error::invalid(format!(
+            "operator {}: rhs has shape {:?}, the indices select {want:?}",
+            call.name,
+            &rhs.shape[..]
+        )));
+    }
+    let count: usize = idx.shape[1..].iter().map(|&d| d as usize).product();
+    let inner: usize = lhs.shape[m..].iter().map(|&d| d as usize).product();
+    let lead = dims(&lhs.shape[..m]);
+    let (dtype, itype) = (lhs.dtype, idx.dtype);
+    Ok(Plan::new(vec![TensorDesc::new(&lhs.shape, dtype)], move |k| {
+        let ids: Vec<f64> = crate::with_element!(itype, I => k.inputs[2].slice::<I>().iter().map(|v| v.to_f64()).collect());
+        crate::with_element!(dtype, T => {
+            let (base, vals) = (k.inputs[0].slice::<T>(), k.inputs[1].slice::<T>());
+            let o = k.outputs[0].slice_mut::<T>();
+            o.copy_from_slice(base);
+            for j in 0..count {
+                let mut flat = 0usize;
+                for (d, &n) in lead.iter().enumerate() {
+                    let i = ids[d * count + j] as i64;
+                    let i = if i < 0 { i + n as i64 } else { i };
+                    if i < 0 || i as usize >= n {
+                        return Err(Error::invalid(format!("index {i} is out of bounds for axis {d} of size {n}")));
+                    }
+                    flat = flat * n + i as usize;
+                }
+                o[flat * inner..(flat + 1) * inner].copy_from_slice(&vals[j * inner..(j + 1) * inner]);
+            }
+            Ok(())
+        })
+    }))
+}
+
 fn one_hot(call: &Call<'_>) -> Result<Plan> {
     let idx = &inputs(call, 1)?[0];
     let p = call.params;
@@ -448,6 +511,7 @@ pub(crate) fn register(t: &mut Entries) {
     t.push(("take", &take));
     t.push(("pick", &pick));
     t.push(("gather_nd", &gather_nd));
+    t.push(("_scatter_set_nd", &scatter_set_nd));
     t.push(("one_hot", &one_hot));
     t.push(("where", &where_op));
 }
