@@ -629,13 +629,20 @@ fn modes_pause_and_state() {
     assert!(last_error().contains("Kvstore Handle passed to profiler is null"));
     assert_eq!(MXSetProcessProfilerState(1, 1, std::ptr::null_mut()), -1);
     assert_eq!(MXDumpProcessProfile(1, 1, std::ptr::null_mut()), -1);
-    let mut dummy = 0u8;
-    let kv = (&mut dummy as *mut u8).cast();
+    // a local store has no servers: the server variants check the handle and do nothing
+    let mut kv = std::ptr::null_mut();
+    // SAFETY: a C string and an out-parameter.
+    assert_eq!(unsafe { mxrt::capi::kvstore::MXKVStoreCreate(c"local".as_ptr(), &mut kv) }, 0);
     assert_eq!(MXSetProcessProfilerState(1, 1, kv), 0);
     assert!(
         !profiler::status().running,
         "a server command does not touch this process"
     );
+    let mut bogus = 0u8;
+    assert_eq!(MXSetProcessProfilerState(1, 1, (&mut bogus as *mut u8).cast()), -1);
+    assert!(last_error().contains("kvstoreHandle"), "{}", last_error());
+    // SAFETY: a live handle, freed once.
+    assert_eq!(unsafe { mxrt::capi::kvstore::MXKVStoreFree(kv) }, 0);
 }
 
 fn create(f: impl FnOnce(*mut ProfileHandle) -> i32) -> ProfileHandle {
