@@ -430,9 +430,8 @@ impl Server {
                 ),
             );
         };
-        let mut m = Header::reply(Kind::Data, h).message(stored.nbytes());
-        match stored.sync_copy_to_bytes(&mut m[super::wire::HEADER_LEN..]) {
-            Ok(()) => self.t.send(src, m),
+        match Header::reply(Kind::Data, h).message_of(&stored) {
+            Ok(m) => self.t.send(src, m),
             Err(e) => self.fail(src, h, format!("server {}: {}", self.rank(), e.message())),
         }
     }

@@ -114,6 +114,16 @@ impl Header {
         b
     }
 
+    /// A message with this header and an array's bytes as the payload (read after the writes
+    /// pushed before; no zero-filled staging).
+    pub fn message_of(&self, array: &crate::ndarray::NDArray) -> Result<Vec<u8>> {
+        let mut b = Vec::with_capacity(HEADER_LEN + array.nbytes());
+        b.resize(HEADER_LEN, 0);
+        self.write(&mut b);
+        array.append_bytes_to(&mut b)?;
+        Ok(b)
+    }
+
     /// A message with this header and `payload`.
     pub fn message_with(&self, payload: &[u8]) -> Vec<u8> {
         let mut b = Vec::with_capacity(HEADER_LEN + payload.len());

@@ -425,8 +425,7 @@ impl Worker {
             };
             if inputs.len() == 1 && shards.len() == 1 && threshold.is_none() {
                 // the common case: the array's bytes go straight into the message
-                let mut m = header(&shards[0]).message(inputs[0].nbytes());
-                inputs[0].sync_copy_to_bytes(&mut m[HEADER_LEN..])?;
+                let m = header(&shards[0]).message_of(inputs[0])?;
                 let p = self.t.request(self.servers()[shards[0].server], m)?;
                 self.state.lock().inflight.entry(id).or_default().push(p);
                 continue;

@@ -216,10 +216,31 @@ impl NDArray {
         Ok(())
     }
 
+    /// Appends the array's bytes to `out` on the calling thread, after the writes pushed before
+    /// (like [`sync_copy_to_bytes`](Self::sync_copy_to_bytes), without first zeroing the space).
+    pub fn append_bytes_to(&self, out: &mut Vec<u8>) -> Result<()> {
+        let n = self.nbytes();
+        let chunk = self.chunk("SyncCopyToCPU")?;
+        let _lease = engine()?.lease(&chunk.var, false)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let src = self.data_ptr()?;
+        out.reserve(n);
+        let len = out.len();
+        // SAFETY: `src` has `n` readable bytes and the read lease keeps writers out; `reserve`
+        // made room for `n` more bytes after `len`, which the copy initialises before `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, out.as_mut_ptr().add(len), n);
+            out.set_len(len + n);
+        }
+        Ok(())
+    }
+
     /// The array's bytes (waits for pending writes).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let mut v = vec![0u8; self.nbytes()];
-        self.sync_copy_to_bytes(&mut v)?;
+        let mut v = Vec::new();
+        self.append_bytes_to(&mut v)?;
         Ok(v)
     }
 
