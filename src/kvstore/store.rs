@@ -281,6 +281,7 @@ impl KVStore {
     /// The array a key's value is stored in (shared, not a copy), and whether a push of `keys`
     /// would go through an updater. For stores that fill values themselves (the distributed
     /// store without servers writes allreduce results straight into it).
+    #[cfg(feature = "dist")]
     pub(crate) fn stored_array(&self, keys: Keys<'_>) -> Result<(NDArray, bool)> {
         let mut st = self.state.lock();
         let ids = st.look_up_like(&keys, &[], "value", "stored in")?;
