@@ -62,10 +62,10 @@ m() { tr ' ' '\n' <<<"${runs[$1]}" | grep -v '^$' | median; }
 mx=$(m mxnet); s1=$(m mxrt1); s0=$(m mxrt0); mp=$(m mpi)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "n/a" }'; }
 echo
-echo "| 4 MiB float32, 2 workers (ms per round, median of $repeats runs of $rounds rounds) | ms | vs libmxnet.so ps-lite | vs bare MPI_Allreduce |"
+echo "| 4 MiB float32, 2 workers (ms per round, median of $repeats repeats of $rounds rounds) | ms | vs libmxnet.so ps-lite | vs bare MPI_Allreduce |"
 echo "|---|---:|---:|---:|"
 echo "| libmxnet.so 1.9.1, ps-lite, 1 server: push+pull | $mx | 1.00x | |"
 echo "| mxrt dist_sync, 1 server: push+pull | $s1 | $(ratio "$mx" "$s1") faster | |"
 echo "| mxrt dist_sync, no server (allreduce): push+pull | $s0 | $(ratio "$mx" "$s0") faster | $(ratio "$mp" "$s0") of its speed |"
 echo "| bare MPI_Allreduce (OpenMPI) | $mp | | 1.00x |"
-echo "runs: mxnet [${runs[mxnet]}] mxrt-1-server [${runs[mxrt1]}] mxrt-no-server [${runs[mxrt0]}] mpi [${runs[mpi]}]" >&2
+echo "repeats: mxnet [${runs[mxnet]}] mxrt-1-server [${runs[mxrt1]}] mxrt-no-server [${runs[mxrt0]}] mpi [${runs[mpi]}]" >&2

@@ -3,7 +3,7 @@
 
 use half::{bf16, f16};
 use mxrt::engine::{Engine, FnProperty, PushArgs};
-use mxrt::kvstore::{KVStore, KeyKind, Keys, ReduceConfig, StoreKind, reduce};
+use mxrt::kvstore::{KVStore, KeyKind, KeyValueStore, Keys, ReduceConfig, StoreKind, reduce};
 use mxrt::ndarray::NDArray;
 use mxrt::{Context, DType, ErrorKind};
 use parking_lot::Mutex;

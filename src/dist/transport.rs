@@ -390,6 +390,38 @@ fn mpi_datatype(dtype: DType) -> Option<ffi::MPI_Datatype> {
     }
 }
 
+/// Starts a sum over the workers of `count` elements of `dtype` from `send` into `recv`.
+///
+/// # Safety
+/// Both buffers must hold `count` elements and stay valid, and `recv` unused by anything else,
+/// until `MPI_Test` reports the returned request complete.
+unsafe fn start_allreduce(
+    send: *const u8,
+    recv: *mut u8,
+    count: usize,
+    dtype: DType,
+    workers: &SimpleCommunicator,
+) -> ffi::MPI_Request {
+    // half-precision values are widened by the worker before they get here
+    let dt = mpi_datatype(dtype).expect("allreduce of a dtype MPI cannot sum");
+    let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+    // SAFETY: per the contract; `workers` is a live communicator every worker joins with the same
+    // sequence of collectives.
+    unsafe {
+        ffi::MPI_Iallreduce(
+            send as *const _,
+            recv as *mut _,
+            count as i32,
+            dt,
+            ffi::RSMPI_SUM,
+            workers.as_raw(),
+            req.as_mut_ptr(),
+        );
+        // MPI_Iallreduce wrote the request handle
+        req.assume_init()
+    }
+}
+
 fn comm_thread(
     role: Role,
     cmds: mpsc::Receiver<Cmd>,
@@ -476,25 +508,12 @@ fn comm_thread(
                 busy = true;
                 let send = buf.into_boxed_slice();
                 let mut recv = vec![0u8; send.len()].into_boxed_slice();
-                let dt = mpi_datatype(dtype).expect("allreduce of a dtype MPI cannot sum");
-                let count = (send.len() / dtype.size()) as i32;
-                let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
-                // SAFETY: both buffers are owned heap buffers of `count` elements kept in
-                // `inflight` until MPI_Test reports completion; `workers_comm` is a live
-                // communicator every worker joins with the same call sequence.
-                unsafe {
-                    ffi::MPI_Iallreduce(
-                        send.as_ptr() as *const _,
-                        recv.as_mut_ptr() as *mut _,
-                        count,
-                        dt,
-                        ffi::RSMPI_SUM,
-                        workers_comm.as_raw(),
-                        req.as_mut_ptr(),
-                    )
+                let count = send.len() / dtype.size();
+                // SAFETY: both buffers are owned heap buffers of `count` elements, kept in
+                // `inflight` (their addresses do not move) until MPI_Test reports completion.
+                let req = unsafe {
+                    start_allreduce(send.as_ptr(), recv.as_mut_ptr(), count, dtype, &workers_comm)
                 };
-                // SAFETY: MPI_Iallreduce wrote the request handle.
-                let req = unsafe { req.assume_init() };
                 inflight.push(InFlight {
                     req,
                     _send: send,
@@ -509,23 +528,9 @@ fn comm_thread(
                 reply,
             }) => {
                 busy = true;
-                let dt = mpi_datatype(dtype).expect("allreduce of a dtype MPI cannot sum");
-                let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
                 // SAFETY: the caller of `allreduce_in_place` keeps both buffers valid for `count`
                 // elements until the reply (or, after a timeout, for good).
-                unsafe {
-                    ffi::MPI_Iallreduce(
-                        send.0 as *const _,
-                        recv.0 as *mut _,
-                        count as i32,
-                        dt,
-                        ffi::RSMPI_SUM,
-                        workers_comm.as_raw(),
-                        req.as_mut_ptr(),
-                    )
-                };
-                // SAFETY: MPI_Iallreduce wrote the request handle.
-                let req = unsafe { req.assume_init() };
+                let req = unsafe { start_allreduce(send.0, recv.0, count, dtype, &workers_comm) };
                 inflight.push(InFlight {
                     req,
                     _send: Box::new([]),

@@ -18,6 +18,7 @@ use super::wire::{FLAG_COMPRESSED, FLAG_SYNC, HEADER_LEN, Header, Kind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kvstore::keys::{self, KeyTable, Keys};
+use crate::kvstore::store::{check_len, check_like, check_value};
 use crate::kvstore::{IntUpdater, KVStore, StrUpdater};
 use crate::ndarray::NDArray;
 use parking_lot::Mutex;
@@ -55,29 +56,6 @@ pub struct Worker {
     /// 2-bit compression threshold, when on.
     compression: Mutex<Option<f32>>,
     closed: AtomicBool,
-}
-
-fn check_len(keys: &Keys<'_>, n: usize, what: &str) -> Result<()> {
-    if keys.len() != n {
-        return Err(Error::invalid(format!(
-            "{} keys but {n} {what}: give one array per key",
-            keys.len()
-        )));
-    }
-    Ok(())
-}
-
-fn check_host(a: &NDArray, what: &dyn Fn() -> String) -> Result<()> {
-    if a.is_none() {
-        return Err(Error::invalid(format!("{} is a none array (no shape, no data)", what())));
-    }
-    match a.ctx() {
-        Some(c) if !c.is_host() => Err(Error::not_supported(format!(
-            "{} is on {c}: this build of mxrt has no GPU support",
-            what()
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// The sum of `values` (all of one shape and dtype) as bytes.
@@ -198,20 +176,12 @@ impl Worker {
         check_len(&keys, values.len(), "values")?;
         let ids = {
             let mut st = self.state.lock();
-            st.keys.check_kind(&keys)?;
-            let ids = st.keys.plan_init(&keys);
-            for (i, &id) in ids.iter().enumerate() {
-                if st.meta.contains_key(&id) || ids[..i].contains(&id) {
-                    return Err(Error::invalid(format!(
-                        "duplicate init of key {}. Please double check if you called kv.init or \
-                         kv.broadcast with this key multiple times",
-                        keys.display(i)
-                    )));
-                }
-                check_host(values[i], &|| format!("value for key {}", keys.display(i)))?;
-            }
-            ids
+            let State { keys: table, meta, .. } = &mut *st;
+            table.plan_new_keys(&keys, |id| meta.contains_key(&id))?
         };
+        for (i, v) in values.iter().enumerate() {
+            check_value(v, &|| format!("value for key {}", keys.display(i)))?;
+        }
         if let Some(local) = &self.local {
             // rank 0's values, given to every worker: the others add zeros
             let mut made = Vec::with_capacity(values.len());
@@ -282,25 +252,10 @@ impl Worker {
         st.keys.check_kind(keys)?;
         let ids = st.keys.lookup(keys, |id| st.meta.contains_key(&id))?;
         for (i, a) in arrays.iter().enumerate() {
-            let what = || format!("{noun} {i} {verb} key {}", keys.display(i));
-            check_host(a, &what)?;
             let m = &st.meta[&ids[i]];
-            if a.shape() != m.shape.as_slice() {
-                return Err(Error::invalid(format!(
-                    "{}: operands shape mismatch: the array has shape {:?}, the key holds {:?}",
-                    what(),
-                    a.shape(),
-                    m.shape
-                )));
-            }
-            if a.dtype() != m.dtype {
-                return Err(Error::invalid(format!(
-                    "{}: dtype mismatch: the array is {}, the key holds {}",
-                    what(),
-                    a.dtype().name(),
-                    m.dtype.name()
-                )));
-            }
+            check_like(a, &m.shape, m.dtype, &|| {
+                format!("{noun} {i} {verb} key {}", keys.display(i))
+            })?;
         }
         Ok(ids)
     }
@@ -337,13 +292,14 @@ impl Worker {
                 Keys::Int(k) => k[0],
                 Keys::Str(_) => st.keys.lookup(&key, |_| true)?[0],
             };
-            st.merge
-                .entry(id)
-                .or_insert_with(|| {
-                    NDArray::new(stored.shape(), crate::Context::cpu(0), stored.dtype(), false)
-                        .expect("a merge buffer like the stored array")
-                })
-                .clone()
+            match st.merge.get(&id) {
+                Some(m) => m.clone(),
+                None => {
+                    let m = NDArray::new(stored.shape(), crate::Context::cpu(0), stored.dtype(), false)?;
+                    st.merge.insert(id, m.clone());
+                    m
+                }
+            }
         } else {
             stored.clone()
         };

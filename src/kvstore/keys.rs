@@ -124,6 +124,28 @@ impl KeyTable {
         }
     }
 
+    /// Ids for the keys of an Init after checking the call: keys of the store's kind, none
+    /// initialised before (`exists`) or given twice. New names are committed only by
+    /// [`commit_names`](Self::commit_names).
+    pub(crate) fn plan_new_keys(
+        &mut self,
+        keys: &Keys<'_>,
+        exists: impl Fn(i32) -> bool,
+    ) -> Result<Vec<i32>> {
+        self.check_kind(keys)?;
+        let ids = self.plan_init(keys);
+        for (i, &id) in ids.iter().enumerate() {
+            if exists(id) || ids[..i].contains(&id) {
+                return Err(Error::invalid(format!(
+                    "duplicate init of key {}. Please double check if you called kv.init or \
+                     kv.broadcast with this key multiple times",
+                    keys.display(i)
+                )));
+            }
+        }
+        Ok(ids)
+    }
+
     /// Records the names of string keys planned by [`plan_init`](Self::plan_init).
     pub(crate) fn commit_names(&mut self, keys: &Keys<'_>) {
         if let Keys::Str(k) = keys {

@@ -126,7 +126,7 @@ impl std::fmt::Debug for KVStore {
     }
 }
 
-fn check_value(v: &NDArray, what: &dyn Fn() -> String) -> Result<()> {
+pub(crate) fn check_value(v: &NDArray, what: &dyn Fn() -> String) -> Result<()> {
     if v.is_none() {
         return Err(Error::invalid(format!(
             "{} is a none array (no shape, no data)",
@@ -142,7 +142,7 @@ fn check_value(v: &NDArray, what: &dyn Fn() -> String) -> Result<()> {
     }
 }
 
-fn check_like(v: &NDArray, shape: &[i64], dtype: DType, what: &dyn Fn() -> String) -> Result<()> {
+pub(crate) fn check_like(v: &NDArray, shape: &[i64], dtype: DType, what: &dyn Fn() -> String) -> Result<()> {
     check_value(v, what)?;
     if v.shape() != shape {
         return Err(Error::invalid(format!(
@@ -163,7 +163,7 @@ fn check_like(v: &NDArray, shape: &[i64], dtype: DType, what: &dyn Fn() -> Strin
     Ok(())
 }
 
-fn check_len(keys: &Keys<'_>, n: usize, what: &str) -> Result<()> {
+pub(crate) fn check_len(keys: &Keys<'_>, n: usize, what: &str) -> Result<()> {
     if keys.len() != n {
         return Err(Error::invalid(format!(
             "{} keys but {n} {what}: give one array per key",
@@ -247,17 +247,10 @@ impl KVStore {
     pub fn init(&self, keys: Keys<'_>, values: &[&NDArray]) -> Result<()> {
         check_len(&keys, values.len(), "values")?;
         let mut st = self.state.lock();
-        st.keys.check_kind(&keys)?;
-        let ids = st.keys.plan_init(&keys);
-        for (i, &id) in ids.iter().enumerate() {
-            if st.entries.contains_key(&id) || ids[..i].contains(&id) {
-                return Err(Error::invalid(format!(
-                    "duplicate init of key {}. Please double check if you called kv.init or \
-                     kv.broadcast with this key multiple times",
-                    keys.display(i)
-                )));
-            }
-            check_value(values[i], &|| format!("value for key {}", keys.display(i)))?;
+        let State { keys: table, entries } = &mut *st;
+        let ids = table.plan_new_keys(&keys, |id| entries.contains_key(&id))?;
+        for (i, v) in values.iter().enumerate() {
+            check_value(v, &|| format!("value for key {}", keys.display(i)))?;
         }
         let mut made = Vec::with_capacity(ids.len());
         for v in values {
@@ -385,32 +378,6 @@ impl KVStore {
         Err(Error::not_supported(
             "PullRowSparse needs row_sparse arrays; mxrt supports dense (default storage) arrays only",
         ))
-    }
-
-    /// Push then pull (MXNet's `PushPull`).
-    pub fn push_pull(
-        &self,
-        vkeys: Keys<'_>,
-        okeys: Keys<'_>,
-        values: &[&NDArray],
-        outs: &[&NDArray],
-        priority: i32,
-    ) -> Result<()> {
-        self.push(vkeys, values, priority)?;
-        self.pull(okeys, outs, priority, true)
-    }
-
-    /// Init then pull (MXNet's `Broadcast`).
-    pub fn broadcast(
-        &self,
-        vkeys: Keys<'_>,
-        okeys: Keys<'_>,
-        values: &[&NDArray],
-        outs: &[&NDArray],
-        priority: i32,
-    ) -> Result<()> {
-        self.init(vkeys, values)?;
-        self.pull(okeys, outs, priority, true)
     }
 
     /// A local store does not compress (distributed stores with servers do).

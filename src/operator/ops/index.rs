@@ -205,6 +205,23 @@ fn pick(call: &Call<'_>) -> Result<Plan> {
     }))
 }
 
+/// The row-major position, over the leading axes `lead`, of index tuple `j` of `ids` (laid out
+/// as gather_nd's indices: axis-major, `count` tuples); negative indices count from the end.
+fn nd_position(ids: &[f64], lead: &[usize], count: usize, j: usize) -> Result<usize> {
+    let mut flat = 0usize;
+    for (d, &n) in lead.iter().enumerate() {
+        let i = ids[d * count + j] as i64;
+        let i = if i < 0 { i + n as i64 } else { i };
+        if i < 0 || i as usize >= n {
+            return Err(Error::invalid(format!(
+                "index {i} is out of bounds for axis {d} of size {n}"
+            )));
+        }
+        flat = flat * n + i as usize;
+    }
+    Ok(flat)
+}
+
 fn gather_nd(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 2)?;
     let (x, idx) = (&ins[0], &ins[1]);
@@ -233,15 +250,7 @@ fn gather_nd(call: &Call<'_>) -> Result<Plan> {
             let src = k.inputs[0].slice::<T>();
             let o = k.outputs[0].slice_mut::<T>();
             for j in 0..count {
-                let mut flat = 0usize;
-                for (d, &n) in lead.iter().enumerate() {
-                    let i = ids[d * count + j] as i64;
-                    let i = if i < 0 { i + n as i64 } else { i };
-                    if i < 0 || i as usize >= n {
-                        return Err(Error::invalid(format!("index {i} is out of bounds for axis {d} of size {n}")));
-                    }
-                    flat = flat * n + i as usize;
-                }
+                let flat = nd_position(&ids, &lead, count, j)?;
                 o[j * inner..(j + 1) * inner].copy_from_slice(&src[flat * inner..(flat + 1) * inner]);
             }
             Ok(())
@@ -296,15 +305,7 @@ fn scatter_set_nd(call: &Call<'_>) -> Result<Plan> {
             let o = k.outputs[0].slice_mut::<T>();
             o.copy_from_slice(base);
             for j in 0..count {
-                let mut flat = 0usize;
-                for (d, &n) in lead.iter().enumerate() {
-                    let i = ids[d * count + j] as i64;
-                    let i = if i < 0 { i + n as i64 } else { i };
-                    if i < 0 || i as usize >= n {
-                        return Err(Error::invalid(format!("index {i} is out of bounds for axis {d} of size {n}")));
-                    }
-                    flat = flat * n + i as usize;
-                }
+                let flat = nd_position(&ids, &lead, count, j)?;
                 o[flat * inner..(flat + 1) * inner].copy_from_slice(&vals[j * inner..(j + 1) * inner]);
             }
             Ok(())
