@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
+use std::sync::Mutex;
 
 #[macro_use]
 mod common;
@@ -35,6 +36,14 @@ macro_rules! fails {
             $needle
         );
     }};
+}
+
+/// Tests that raise engine errors or call MXNDArrayWaitAll run one at a time: WaitAll reports
+/// (and clears) the first error any engine op raised, whichever test pushed it.
+static GLOBAL_ERRORS: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    GLOBAL_ERRORS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn fixtures() -> PathBuf {
@@ -444,6 +453,7 @@ extern "C" fn fail_op(_rc: *mut c_void, _param: *mut c_void) {
 
 #[test]
 fn copies_are_ordered_with_engine_ops_and_errors_are_reported_once() {
+    let _serial = serial();
     let a = new_array(&[4], 0);
     let ctx = MXContext {
         dev_type: 1,
@@ -557,6 +567,7 @@ fn free_during_push_child() {
 }
 
 fn free_during_push() {
+    let _serial = serial();
     // The push looks its arrays up without counting references, holding the registry's locks
     // until the engine has queued the op: C code that runs before then must not wait for them.
     let ctx = MXContext {
@@ -614,6 +625,7 @@ fn free_during_push() {
 
 #[test]
 fn dlpack_round_trip_shares_memory() {
+    let _serial = serial();
     let a = new_array(&[2, 2], 0);
     put_f32(a, &[1.0, 2.0, 3.0, 4.0]);
     let mut t: DLManagedTensorHandle = null_mut();
