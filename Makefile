@@ -125,9 +125,14 @@ else
 	@echo "dist-test: skipped (built without the dist feature)"
 endif
 
-# The GPU suite against the fake CUDA driver (tests/gpu/run.sh builds it as libcuda.so.1)
+# The GPU suite against the fake CUDA driver (tests/gpu/run.sh builds it as libcuda.so.1), also
+# run against a build that does not wait for its GPU work, which must fail it
+DROP_SYNC_DIR = target/test-fast
 gpu-test: lib mxnet-venv
-	MXRT_LIB_DIR=$(abspath $(TARGET)) PYTHON=$(abspath $(MXNET_VENV))/bin/python bash tests/gpu/run.sh
+	$(CARGO) build --profile test-fast $(CARGO_FEATURES) --features test-drop-stream-sync --lib
+	@ln -sf libmxrt.so $(DROP_SYNC_DIR)/libmxrt.so.$(MAJOR)
+	MXRT_LIB_DIR=$(abspath $(TARGET)) PYTHON=$(abspath $(MXNET_VENV))/bin/python \
+	  DROP_SYNC_LIB_DIR=$(abspath $(DROP_SYNC_DIR)) bash tests/gpu/run.sh
 
 test: rust-test python-test dist-test gpu-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
 	@echo "make test: all passed"

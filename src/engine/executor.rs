@@ -6,6 +6,7 @@ use super::opr::OprRef;
 use super::pool::{QueueOrder, WorkerPool};
 use super::property::FnProperty;
 use super::threaded::execute;
+use crate::context::DeviceType;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -89,11 +90,16 @@ impl LazyPools {
     }
 }
 
-/// ThreadedEnginePerDevice: one FIFO pool per CPU device id, one shared CPU priority pool.
+/// ThreadedEnginePerDevice: one FIFO pool per CPU device id, one shared CPU priority pool; per
+/// GPU a pool of workers, one of copy workers and one of priority workers. A GPU worker runs
+/// its ops on its own stream of the device (`gpu::stream`), made on its first GPU op.
 pub(crate) struct PerDevice {
     config: EngineConfig,
     cpu: LazyPools,
     cpu_priority: OnceLock<WorkerPool>,
+    gpu: LazyPools,
+    gpu_copy: LazyPools,
+    gpu_priority: LazyPools,
 }
 
 impl PerDevice {
@@ -102,7 +108,43 @@ impl PerDevice {
             config,
             cpu: LazyPools::new(),
             cpu_priority: OnceLock::new(),
+            gpu: LazyPools::new(),
+            gpu_copy: LazyPools::new(),
+            gpu_priority: LazyPools::new(),
         }
+    }
+
+    fn dispatch_gpu(&self, op: OprRef) {
+        let (idle, id) = (self.config.idle, op.ctx.dev_id);
+        let front = op.prop == FnProperty::DeleteVar;
+        let (pools, n, kind, order) = match op.prop {
+            FnProperty::CopyFromGpu | FnProperty::CopyToGpu => (
+                &self.gpu_copy,
+                self.config.gpu_copy_workers,
+                "copy",
+                QueueOrder::Priority,
+            ),
+            FnProperty::GpuPrioritized => (
+                &self.gpu_priority,
+                self.config.gpu_workers,
+                "prio",
+                QueueOrder::Priority,
+            ),
+            _ => (&self.gpu, self.config.gpu_workers, "", QueueOrder::Fifo),
+        };
+        pools.with(
+            id,
+            || WorkerPool::new(&format!("mxrt-gpu{id}{kind}"), n.max(1), order, idle, execute),
+            |p| p.push(op, front),
+        );
+    }
+
+    fn gpu_pools(&self) -> [(&LazyPools, usize); 3] {
+        [
+            (&self.gpu, self.config.gpu_workers.max(1)),
+            (&self.gpu_copy, self.config.gpu_copy_workers.max(1)),
+            (&self.gpu_priority, self.config.gpu_workers.max(1)),
+        ]
     }
 }
 
@@ -112,7 +154,10 @@ impl Executor for PerDevice {
             execute(op);
             return;
         }
-        // GPU contexts are rejected at push time until GPU workers exist.
+        if op.ctx.dev_type == DeviceType::Gpu {
+            self.dispatch_gpu(op);
+            return;
+        }
         let idle = self.config.idle;
         if op.prop == FnProperty::CpuPrioritized {
             let n = self.config.cpu_priority_workers;
@@ -141,6 +186,9 @@ impl Executor for PerDevice {
         if let Some(p) = self.cpu_priority.get() {
             p.stop();
         }
+        for (pools, _) in self.gpu_pools() {
+            pools.stop();
+        }
     }
 
     fn restart(&self, cpu_workers: Option<usize>) {
@@ -148,6 +196,9 @@ impl Executor for PerDevice {
             .start(cpu_workers.unwrap_or(self.config.cpu_workers));
         if let Some(p) = self.cpu_priority.get() {
             p.start(self.config.cpu_priority_workers);
+        }
+        for (pools, n) in self.gpu_pools() {
+            pools.start(n);
         }
     }
 }

@@ -189,9 +189,9 @@ impl Inner {
 
     pub(super) fn check_push(&self, ctx: Context, prop: FnProperty) -> Result<()> {
         if ctx.dev_type == DeviceType::Gpu {
-            return Err(Error::not_supported(format!(
-                "cannot run an op on {ctx}: GPU support is not built into this mxrt yet"
-            )));
+            // the device must exist (its context is made on first use)
+            crate::gpu::context(i64::from(ctx.dev_id))
+                .map_err(|e| e.context(format!("cannot run an op on {ctx}")))?;
         }
         if self.is_shutdown() && prop != FnProperty::DeleteVar {
             return Err(Error::new(

@@ -92,3 +92,14 @@ pub fn memory_info(dev: i64) -> Result<(u64, u64)> {
         .map_err(|e| Error::internal(format!("gpu({dev}): querying its memory failed: {e:?}")))?;
     Ok((free as u64, total as u64))
 }
+
+/// An error of the driver in `what` on gpu(`dev`), with the driver's name and text for it.
+pub(crate) fn cuda_error(dev: i32, what: &str, e: cudarc::driver::DriverError) -> Error {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
+    let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
+    let detail = match (name, text) {
+        (Ok(n), Ok(t)) => format!("{n}: {t}"),
+        _ => format!("CUDA error {}", e.0 as i32),
+    };
+    Error::internal(format!("gpu({dev}): {what} failed: {detail}"))
+}

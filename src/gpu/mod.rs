@@ -1,9 +1,22 @@
 //! GPUs through the CUDA driver API (cudarc, loaded at run time).
 //!
-//! `driver` finds the driver and its devices once per process: without a `libcuda.so` (every
-//! machine without an NVIDIA driver) the process has 0 GPUs and nothing else changes. Device
-//! contexts are made on first use of a device.
+//! * `driver` finds the driver and its devices once per process: without a `libcuda.so` (every
+//!   machine without an NVIDIA driver) the process has 0 GPUs and nothing else changes. Device
+//!   contexts are made on first use of a device.
+//! * `memory` is the raw device memory (`cuMemAlloc`) and page-locked host memory
+//!   (`cuMemHostAlloc`) behind the storage managers of gpu and cpu_pinned.
+//! * `stream` gives every thread that runs GPU work its own stream per device, with the device's
+//!   context bound; work is complete when [`stream::run`] returns.
+//! * `copy` moves bytes between host memory and devices, and between devices.
+//!
+//! Nothing here orders work: the engine does (every use of device memory is an engine op on the
+//! array's variable), which is why cudarc's own event tracking is off.
 
+mod copy;
 mod driver;
+mod memory;
+mod stream;
 
+pub use copy::{Endpoint, copy, fill_bytes};
 pub use driver::{context, device_count, driver_problem, memory_info};
+pub use memory::{device_memory, pinned_memory};

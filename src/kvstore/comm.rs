@@ -39,7 +39,7 @@ fn host_ptr(a: &NDArray, what: &str) -> Result<*mut u8> {
         Some(ctx) if ctx.is_host() => {}
         Some(ctx) => {
             return Err(Error::not_supported(format!(
-                "{what} is on {ctx}: this build of mxrt has no GPU support"
+                "{what} is on {ctx}: the KVStore does not take GPU arrays yet"
             )));
         }
         None => {

@@ -135,7 +135,7 @@ pub(crate) fn check_value(v: &NDArray, what: &dyn Fn() -> String) -> Result<()> 
     }
     match v.ctx() {
         Some(c) if !c.is_host() => Err(Error::not_supported(format!(
-            "{} is on {c}: this build of mxrt has no GPU support",
+            "{} is on {c}: the KVStore does not take GPU arrays yet",
             what()
         ))),
         _ => Ok(()),

@@ -8,6 +8,7 @@ use crate::context::Context;
 use crate::dtype::DType;
 use crate::engine::{Engine, FnProperty, PushArgs, Var};
 use crate::error::{Error, Result};
+use crate::gpu::{self, Endpoint};
 use std::sync::Arc;
 
 /// A dense n-dimensional array, or a "none" array (no shape, no data) as MXNet has.
@@ -188,11 +189,10 @@ impl NDArray {
         }
         let chunk = self.chunk("SyncCopyFromCPU")?;
         let _lease = engine()?.lease(&chunk.var, true)?;
-        let dst = self.data_ptr()?;
-        // SAFETY: `dst` has `nbytes` writable bytes; the write lease excludes every other access
-        // through the engine; `src` is a distinct caller buffer.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
-        Ok(())
+        let dst = Endpoint::of(chunk.ctx, self.data_ptr()?);
+        // SAFETY: `dst` has `nbytes` writable bytes on the chunk's device; the write lease
+        // excludes every other access through the engine; `src` is a distinct caller buffer.
+        unsafe { gpu::copy(dst, Endpoint::Host(src.as_ptr().cast_mut()), src.len()) }
     }
 
     /// Copies the array into `dst` (exactly `nbytes()` bytes) on the calling thread, after the
@@ -210,10 +210,10 @@ impl NDArray {
         if dst.is_empty() {
             return Ok(());
         }
-        let src = self.data_ptr()?;
-        // SAFETY: `src` has `nbytes` readable bytes and the read lease keeps writers out.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        let src = Endpoint::of(chunk.ctx, self.data_ptr()?);
+        // SAFETY: `src` has `nbytes` readable bytes on the chunk's device and the read lease
+        // keeps writers out; `dst` is a distinct caller buffer.
+        unsafe { gpu::copy(Endpoint::Host(dst.as_mut_ptr()), src, dst.len()) }
     }
 
     /// Appends the array's bytes to `out` on the calling thread, after the writes pushed before
@@ -225,13 +225,14 @@ impl NDArray {
         if n == 0 {
             return Ok(());
         }
-        let src = self.data_ptr()?;
+        let src = Endpoint::of(chunk.ctx, self.data_ptr()?);
         out.reserve(n);
         let len = out.len();
-        // SAFETY: `src` has `n` readable bytes and the read lease keeps writers out; `reserve`
-        // made room for `n` more bytes after `len`, which the copy initialises before `set_len`.
+        // SAFETY: `src` has `n` readable bytes on the chunk's device and the read lease keeps
+        // writers out; `reserve` made room for `n` more bytes after `len`, which the copy
+        // initialises before `set_len` (on error the length stays as it was).
         unsafe {
-            std::ptr::copy_nonoverlapping(src, out.as_mut_ptr().add(len), n);
+            gpu::copy(Endpoint::Host(out.as_mut_ptr().add(len)), src, n)?;
             out.set_len(len + n);
         }
         Ok(())
@@ -267,23 +268,35 @@ impl NDArray {
             return Ok(());
         }
         let (sp, dp) = (SendPtr(src.data_ptr()?), SendPtr(self.data_ptr()?));
+        let (sctx, dctx) = (s.ctx, d.ctx);
+        // MXNet's choice of device and queue: host to host on the destination with the
+        // caller's property; to a GPU on the copy queue of the destination, from a GPU on the
+        // copy queue of the source.
+        let (ctx, prop, name) = match (sctx.is_host(), dctx.is_host()) {
+            (true, true) => (dctx, prop, "CopyCPU2CPU"),
+            (true, false) => (dctx, FnProperty::CopyToGpu, "CopyCPU2GPU"),
+            (false, true) => (sctx, FnProperty::CopyFromGpu, "CopyGPU2CPU"),
+            (false, false) if sctx == dctx => (dctx, FnProperty::Normal, "CopyGPU2GPU"),
+            (false, false) => (dctx, FnProperty::CopyFromGpu, "CopyGPU2GPU"),
+        };
         // keep both chunks alive until the op has run
         let (keep_s, keep_d) = (s.clone(), d.clone());
         let reads = [s.var.clone()];
         let writes = [d.var.clone()];
         let same = Arc::ptr_eq(s, d);
-        let args = PushArgs::new(d.ctx)
+        let args = PushArgs::new(ctx)
             .reads(if same { &[] } else { &reads })
             .writes(&writes)
             .priority(priority)
             .prop(prop)
-            .name("CopyCPU2CPU");
+            .name(name);
         engine()?.push_fn(args, move |_| {
             let _ = (&keep_s, &keep_d);
+            let (from, to) = (Endpoint::of(sctx, sp.get()), Endpoint::of(dctx, dp.get()));
             // SAFETY: both ranges lie in live chunks; the engine grants this op write access to
-            // the destination and read access to the source; `copy` handles overlap.
-            unsafe { std::ptr::copy(sp.get(), dp.get(), n) };
-            Ok(())
+            // the destination and read access to the source; host copies handle overlap and
+            // a device copy completes before the op does.
+            unsafe { gpu::copy(to, from, n) }.map_err(|e| e.message().to_string())
         })
     }
 
@@ -369,15 +382,15 @@ impl NDArray {
     ///
     /// # Safety
     /// The caller must hold a read lease on the array's variable while the record is used.
-    unsafe fn record_ref(&self) -> Result<RecordRef<'_>> {
+    unsafe fn record_ref<'a>(&'a self, staged: Option<&'a [u8]>) -> Result<RecordRef<'a>> {
         let chunk = self.chunk("Save")?;
         let n = self.nbytes();
-        let data: &[u8] = if n == 0 {
-            &[]
-        } else {
-            // SAFETY: the view's `n` bytes are allocated; the caller's read lease keeps writers
-            // out while the record lives.
-            unsafe { std::slice::from_raw_parts(self.data_ptr()?, n) }
+        let data: &[u8] = match staged {
+            Some(bytes) => bytes,
+            None if n == 0 => &[],
+            // SAFETY: the view's `n` bytes are allocated host memory (GPU arrays come staged);
+            // the caller's read lease keeps writers out while the record lives.
+            None => unsafe { std::slice::from_raw_parts(self.data_ptr()?, n) },
         };
         Ok(RecordRef {
             stype: StorageType::Default,
@@ -390,8 +403,26 @@ impl NDArray {
         })
     }
 
-    /// An array made from a file record: dense only; data goes to CPU (saved GPU arrays load on
-    /// the CPU, as in MXNet without GPUs).
+    /// A host copy of a GPU array's bytes for saving (`None` for host arrays, which are written
+    /// from their own memory).
+    ///
+    /// # Safety
+    /// The caller holds a read lease on the array's chunk.
+    unsafe fn staged_for_save(&self) -> Result<Option<Vec<u8>>> {
+        let chunk = self.chunk("Save")?;
+        if chunk.ctx.is_host() {
+            return Ok(None);
+        }
+        let mut bytes = vec![0u8; self.nbytes()];
+        let src = Endpoint::of(chunk.ctx, self.data_ptr()?);
+        // SAFETY: `src` has `nbytes` bytes on the GPU and the caller's read lease keeps writers
+        // out; `bytes` is a fresh buffer of that size.
+        unsafe { gpu::copy(Endpoint::Host(bytes.as_mut_ptr()), src, bytes.len())? };
+        Ok(Some(bytes))
+    }
+
+    /// An array made from a file record: dense only. A GPU array loads onto its GPU when the
+    /// machine has that GPU and onto the CPU otherwise, as in MXNet.
     pub fn from_record(rec: &format::Record) -> Result<NDArray> {
         if rec.stype != StorageType::Default {
             return Err(Error::not_supported(format!(
@@ -402,8 +433,11 @@ impl NDArray {
         let Some(shape) = &rec.shape else {
             return Ok(NDArray::none());
         };
-        // MXNet loads into cpu(0); a saved GPU array stays there when no GPU is present.
-        let a = NDArray::new(shape, Context::cpu(0), rec.dtype, false)?;
+        let ctx = match rec.ctx.to_context() {
+            Ok(c) if !c.is_host() && (c.dev_id as usize) < gpu::device_count() => c,
+            _ => Context::cpu(0),
+        };
+        let a = NDArray::new(shape, ctx, rec.dtype, false)?;
         a.sync_copy_from_bytes(&rec.data)?;
         Ok(a)
     }
@@ -438,10 +472,15 @@ pub fn save_list<W: std::io::Write>(
     np: NpShape,
 ) -> Result<()> {
     let _leases = read_leases(arrays)?;
-    // SAFETY: read leases on every chunk are held until the records are written.
+    // SAFETY (both): read leases on every chunk are held until the records are written.
+    let staged = arrays
+        .iter()
+        .map(|a| unsafe { a.staged_for_save() })
+        .collect::<Result<Vec<_>>>()?;
     let records = arrays
         .iter()
-        .map(|a| unsafe { a.record_ref() })
+        .zip(&staged)
+        .map(|(a, s)| unsafe { a.record_ref(s.as_deref()) })
         .collect::<Result<Vec<_>>>()?;
     format::write_list(w, &records, names, np)
 }
@@ -449,8 +488,9 @@ pub fn save_list<W: std::io::Write>(
 /// One array as a single record (`MXNDArraySaveRawBytes`).
 pub fn save_record(array: &NDArray, np: NpShape) -> Result<Vec<u8>> {
     let _leases = read_leases(&[array])?;
-    // SAFETY: the read lease is held until the record is written.
-    let rec = unsafe { array.record_ref()? };
+    // SAFETY (both): the read lease is held until the record is written.
+    let staged = unsafe { array.staged_for_save()? };
+    let rec = unsafe { array.record_ref(staged.as_deref())? };
     let mut out = Vec::with_capacity(format::record_len(&rec, np)?);
     format::write_record(&mut out, &rec, np)?;
     Ok(out)

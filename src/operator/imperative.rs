@@ -47,6 +47,8 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
         Error::not_supported(format!("operator {name} is not implemented by mxrt"))
     })?;
     let mut input_ctx = None;
+    // why the op must run on a GPU, if it must
+    let mut on_gpu: Option<String> = None;
     let mut descs = SmallVec::<[TensorDesc; 4]>::new();
     for (i, a) in call.inputs.iter().enumerate() {
         let ctx = a.ctx().ok_or_else(|| {
@@ -54,10 +56,8 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
                 "operator {name}: input {i} is a none array (no shape, no data)"
             ))
         })?;
-        if !ctx.is_host() {
-            return Err(Error::not_supported(format!(
-                "operator {name} has no GPU kernel yet (input {i} is on {ctx})"
-            )));
+        if !ctx.is_host() && on_gpu.is_none() {
+            on_gpu = Some(format!("input {i} is on {ctx}"));
         }
         input_ctx.get_or_insert(ctx);
         descs.push(TensorDesc::new(a.shape(), a.dtype()));
@@ -77,6 +77,21 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     })?;
     params.finish()?;
     let ctx = plan.ctx.or(input_ctx).unwrap_or(Context::cpu(0));
+    if on_gpu.is_none() && !ctx.is_host() {
+        on_gpu = Some(format!("its outputs go to {ctx}"));
+    }
+    if let Some(outs) = &call.outputs
+        && on_gpu.is_none()
+        && let Some(i) = outs.iter().position(|o| o.ctx().is_some_and(|c| !c.is_host()))
+    {
+        on_gpu = Some(format!("output {i} is on a GPU"));
+    }
+    let gpu_kernel = match on_gpu {
+        Some(why) => Some(plan.gpu.ok_or_else(|| {
+            Error::not_supported(format!("operator {name} has no GPU kernel yet ({why})"))
+        })?),
+        None => None,
+    };
     let outputs = match call.outputs {
         Some(outs) => {
             check_given(name, &plan, &outs)?;
@@ -88,6 +103,10 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
             .map(|d| NDArray::new(&d.shape, ctx, d.dtype, false))
             .collect::<Result<Vec<_>>>()?,
     };
+    if let Some(kernel) = gpu_kernel {
+        super::device::run(kernel, call.inputs, &outputs)?;
+        return Ok(outputs);
+    }
     run(name, call.inputs, &outputs, plan, ctx)?;
     Ok(outputs)
 }
@@ -119,11 +138,6 @@ fn check_given(name: &str, plan: &Plan, outs: &[NDArray]) -> Result<()> {
                 "operator {name}: output {i} has dtype {}, the result has dtype {}",
                 o.dtype().name(),
                 want.dtype.name()
-            )));
-        }
-        if o.ctx().is_some_and(|c| !c.is_host()) {
-            return Err(Error::not_supported(format!(
-                "operator {name} has no GPU kernel yet (output {i} is on a GPU)"
             )));
         }
     }

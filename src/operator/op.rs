@@ -81,6 +81,18 @@ pub struct Plan {
     /// Where the outputs live when there are no inputs (creation ops' `ctx`).
     pub ctx: Option<Context>,
     pub kernel: Kernel,
+    /// What the op does when its arrays are on a GPU (`None`: it cannot run there).
+    pub gpu: Option<GpuKernel>,
+}
+
+/// An op's work on GPU arrays. Every variant runs on the device (or copies between devices):
+/// GPU memory is never read or written by host code.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum GpuKernel {
+    /// Every output element set to the value converted to the output's dtype.
+    Fill(f64),
+    /// The output is a copy of input 0 (same dtype), from or to any device.
+    Copy,
 }
 
 impl Plan {
@@ -96,6 +108,7 @@ impl Plan {
             resource: None,
             ctx: None,
             kernel: Box::new(kernel),
+            gpu: None,
         }
     }
 
@@ -116,6 +129,12 @@ impl Plan {
 
     pub fn on(mut self, ctx: Option<Context>) -> Plan {
         self.ctx = ctx;
+        self
+    }
+
+    /// The op can also run on GPU arrays, doing `kernel` there.
+    pub fn with_gpu(mut self, kernel: GpuKernel) -> Plan {
+        self.gpu = Some(kernel);
         self
     }
 }

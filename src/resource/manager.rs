@@ -175,7 +175,7 @@ impl<'e> ResourceManager<'e> {
         let key = device_key(ctx)?;
         if key.dev_type == DeviceType::Gpu {
             return Err(Error::not_supported(format!(
-                "cannot request {} on {ctx}: GPU support is not built into this mxrt yet",
+                "cannot request {} on {ctx}: mxrt has no GPU resources yet",
                 req.name()
             )));
         }

@@ -105,10 +105,17 @@ impl Storage {
         }
     }
 
-    /// The process-wide storage (reads the process environment).
+    /// The process-wide storage (reads the process environment). Its gpu managers use the CUDA
+    /// driver's device memory and cpu_pinned uses page-locked memory when there is a GPU
+    /// ([`crate::gpu`]).
     pub fn global() -> &'static Storage {
         static GLOBAL: OnceLock<Storage> = OnceLock::new();
-        GLOBAL.get_or_init(Storage::new)
+        GLOBAL.get_or_init(|| {
+            let storage = Storage::new();
+            storage.set_gpu_backend(Some(Arc::new(crate::gpu::device_memory)));
+            storage.set_pinned_backend(Some(Arc::new(crate::gpu::pinned_memory)));
+            storage
+        })
     }
 
     /// Registers the backend used for gpu managers created from now on.

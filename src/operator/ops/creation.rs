@@ -7,7 +7,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::kernel::Element;
 use crate::operator::kernel::map::fill;
-use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::op::{Call, GpuKernel, Plan, TensorDesc};
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
 
@@ -57,7 +57,8 @@ fn constant(call: &Call<'_>, value: Option<f64>) -> Result<Plan> {
         fill_value(&k.outputs[0], value);
         Ok(())
     })
-    .on(Some(ctx)))
+    .on(Some(ctx))
+    .with_gpu(GpuKernel::Fill(value)))
 }
 
 fn like(call: &Call<'_>, value: f64) -> Result<Plan> {
@@ -66,7 +67,8 @@ fn like(call: &Call<'_>, value: f64) -> Result<Plan> {
         fill_value(&k.outputs[0], value);
         Ok(())
     })
-    .elementwise())
+    .elementwise()
+    .with_gpu(GpuKernel::Fill(value)))
 }
 
 fn arange(call: &Call<'_>) -> Result<Plan> {
@@ -245,7 +247,12 @@ fn copyto(call: &Call<'_>) -> Result<Plan> {
         }
         _ => x.dtype,
     };
-    cast_to(call, dtype)
+    let plan = cast_to(call, dtype)?;
+    Ok(if dtype == x.dtype {
+        plan.with_gpu(GpuKernel::Copy)
+    } else {
+        plan
+    })
 }
 
 fn shape_array(call: &Call<'_>) -> Result<Plan> {

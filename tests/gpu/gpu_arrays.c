@@ -1,0 +1,255 @@
+/* GPU arrays on the fake CUDA driver (tests/gpu/run.sh runs it with 2 devices, with and without
+ * a per-operation delay): every result is compared bit for bit with the host data it came from.
+ *
+ *   - 4 threads push chains of copies host -> gpu(a) -> gpu(b) (peer) -> gpu(b) -> pinned ->
+ *     host without waiting in between, then overwrite the first GPU array at once: each copy must
+ *     see the finished result of the one before and none may see the overwrite;
+ *   - every dtype, sliced views, fills (_zeros/_ones/_full), _copyto into given outputs;
+ *   - save/load keeps GPU arrays on their GPU;
+ *   - bounded device memory: a too large array is -1 "out of memory"; cached blocks are released
+ *     and the allocation retried before that is reported; MXStorageEmptyCache returns them;
+ *   - ops without a GPU kernel and missing devices are -1 with a message.
+ *
+ *   gpu_arrays [MEM_MB]   (MEM_MB: the fake's FAKECUDA_MEM_MB, default 256)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
+#include "../../c_examples/common.h"
+
+enum { kThreads = 4, kRounds = 25 };
+enum { kF32 = 0, kF64 = 1, kF16 = 2, kU8 = 3, kI32 = 4, kI8 = 5, kI64 = 6 };
+static const size_t kElemSize[] = {4, 8, 2, 1, 4, 1, 8};
+
+static OpHandle op_copyto, op_full, op_zeros, op_ones, op_plus_scalar;
+
+static NDArrayHandle make(int dev_type, int dev_id, uint32_t rows, uint32_t cols, int dtype) {
+  uint32_t shape[2] = {rows, cols};
+  NDArrayHandle h = NULL;
+  CHECK_OK(MXNDArrayCreateEx(shape, 2, dev_type, dev_id, 0, dtype, &h));
+  return h;
+}
+
+/* out = in through _copyto (an engine op; returns before the copy is done) */
+static void copyto(NDArrayHandle in, NDArrayHandle out) {
+  int nout = 1;
+  NDArrayHandle *outs = &out;
+  CHECK_OK(MXImperativeInvoke(op_copyto, 1, &in, &nout, &outs, 0, NULL, NULL));
+}
+
+static void fill(OpHandle op, NDArrayHandle out, const char *value) {
+  int nout = 1;
+  NDArrayHandle *outs = &out;
+  /* the parameters describe the given output, as MXNet's front ends send them */
+  uint32_t ndim = 0;
+  const uint32_t *dims = NULL;
+  CHECK_OK(MXNDArrayGetShape(out, &ndim, &dims));
+  char shape[64];
+  snprintf(shape, sizeof shape, "(%u,%u)", dims[0], dims[1]);
+  int dtype = 0;
+  CHECK_OK(MXNDArrayGetDType(out, &dtype));
+  static const char *names[] = {"float32", "float64", "float16", "uint8", "int32", "int8", "int64"};
+  int dev_type = 0, dev_id = 0;
+  CHECK_OK(MXNDArrayGetContext(out, &dev_type, &dev_id));
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "gpu(%d)", dev_id);
+  const char *k[] = {"shape", "dtype", "ctx", "value"};
+  const char *v[] = {shape, names[dtype], ctx, value};
+  CHECK_OK(MXImperativeInvoke(op, 0, NULL, &nout, &outs, value ? 4 : 3, k, v));
+}
+
+static void expect_bytes(NDArrayHandle h, const void *want, size_t n, const char *what) {
+  unsigned char *got = malloc(n ? n : 1);
+  int dtype = 0;
+  CHECK_OK(MXNDArrayGetDType(h, &dtype));
+  CHECK_OK(MXNDArraySyncCopyToCPU(h, got, n / kElemSize[dtype]));
+  if (memcmp(got, want, n) != 0) {
+    size_t i = 0;
+    while (got[i] == ((const unsigned char *)want)[i]) i++;
+    EXPECT(0, "%s: byte %zu of %zu differs (%u, expected %u)", what, i, n, got[i],
+           ((const unsigned char *)want)[i]);
+  }
+  free(got);
+}
+
+static uint64_t next_random(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+struct Worker {
+  int id;
+};
+
+static void *chain(void *arg) {
+  const struct Worker *w = arg;
+  uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(w->id + 1);
+  for (int round = 0; round < kRounds; round++) {
+    int dtype = (w->id + round) % 7;
+    uint32_t rows = 3 + (uint32_t)(next_random(&seed) % 40), cols = 1 + (uint32_t)(round % 9);
+    size_t n = (size_t)rows * cols, bytes = n * kElemSize[dtype];
+    unsigned char *data = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) data[i] = (unsigned char)next_random(&seed);
+    if (dtype == kF16)  /* keep half values finite and not NaN: fills compare bytes */
+      for (size_t i = 1; i < bytes; i += 2) data[i] &= 0x3B;
+    int a = (w->id + round) % 2, b = 1 - a;
+    NDArrayHandle host = make(MXRT_DEVICE_CPU, 0, rows, cols, dtype);
+    NDArrayHandle ga = make(MXRT_DEVICE_GPU, a, rows, cols, dtype);
+    NDArrayHandle gb = make(MXRT_DEVICE_GPU, b, rows, cols, dtype);
+    NDArrayHandle gb2 = make(MXRT_DEVICE_GPU, b, rows, cols, dtype);
+    NDArrayHandle pinned = make(MXRT_DEVICE_CPU_PINNED, 0, rows, cols, dtype);
+    NDArrayHandle back = make(MXRT_DEVICE_CPU, 0, rows, cols, dtype);
+    CHECK_OK(MXNDArraySyncCopyFromCPU(host, data, n));
+    copyto(host, ga);    /* host -> gpu(a), copy queue */
+    copyto(ga, gb);      /* gpu(a) -> gpu(b), peer */
+    copyto(gb, gb2);     /* on gpu(b) */
+    copyto(gb2, pinned); /* gpu(b) -> page-locked host */
+    copyto(pinned, back);
+    fill(op_zeros, ga, NULL); /* must wait for the peer copy's read of ga */
+    expect_bytes(back, data, bytes, "host->gpu->gpu->gpu->pinned->host");
+    unsigned char *zeros = calloc(bytes, 1);
+    expect_bytes(ga, zeros, bytes, "_zeros on a GPU");
+    /* rows [1, rows-1) of gb through a sliced view */
+    NDArrayHandle view = NULL;
+    CHECK_OK(MXNDArraySlice(gb, 1, rows - 1, &view));
+    expect_bytes(view, data + (size_t)cols * kElemSize[dtype], (size_t)(rows - 2) * cols * kElemSize[dtype],
+                 "a slice of a GPU array");
+    /* write through the view, read the whole array */
+    CHECK_OK(MXNDArraySyncCopyFromCPU(view, zeros, (size_t)(rows - 2) * cols));
+    memset(data + (size_t)cols * kElemSize[dtype], 0, (size_t)(rows - 2) * cols * kElemSize[dtype]);
+    expect_bytes(gb, data, bytes, "a GPU array written through a view");
+    CHECK_OK(MXNDArrayFree(view));
+    for (NDArrayHandle *h = (NDArrayHandle[]){host, ga, gb, gb2, pinned, back}, *e = h + 6; h < e; h++)
+      CHECK_OK(MXNDArrayFree(*h));
+    free(zeros);
+    free(data);
+  }
+  return NULL;
+}
+
+static void fills(void) {
+  NDArrayHandle g = make(MXRT_DEVICE_GPU, 1, 5, 7, kF32);
+  fill(op_ones, g, NULL);
+  float want[35];
+  for (int i = 0; i < 35; i++) want[i] = 1.0f;
+  expect_bytes(g, want, sizeof want, "_ones on gpu(1)");
+  fill(op_full, g, "-2.5");
+  for (int i = 0; i < 35; i++) want[i] = -2.5f;
+  expect_bytes(g, want, sizeof want, "_full on gpu(1)");
+  NDArrayHandle i64 = make(MXRT_DEVICE_GPU, 0, 2, 3, kI64);
+  fill(op_full, i64, "123456789");
+  int64_t want64[6];
+  for (int i = 0; i < 6; i++) want64[i] = 123456789;
+  expect_bytes(i64, want64, sizeof want64, "_full int64 on gpu(0)");
+  CHECK_OK(MXNDArrayFree(g));
+  CHECK_OK(MXNDArrayFree(i64));
+  printf("ok: fills\n");
+}
+
+static void save_load(void) {
+  float v[6] = {1, 2, 3, 4, 5, 6};
+  NDArrayHandle arrays[2] = {make(MXRT_DEVICE_GPU, 1, 2, 3, kF32), make(MXRT_DEVICE_CPU, 0, 2, 3, kF32)};
+  for (int i = 0; i < 2; i++) CHECK_OK(MXNDArraySyncCopyFromCPU(arrays[i], v, 6));
+  const char *keys[] = {"on_gpu", "on_cpu"};
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/mxrt_gpu_arrays_%d.params", (int)getpid());
+  CHECK_OK(MXNDArraySave(path, 2, arrays, keys));
+  uint32_t n = 0, nnames = 0;
+  NDArrayHandle *loaded = NULL;
+  const char **names = NULL;
+  CHECK_OK(MXNDArrayLoad(path, &n, &loaded, &nnames, &names));
+  EXPECT(n == 2 && nnames == 2, "%u arrays, %u names", n, nnames);
+  for (uint32_t i = 0; i < n; i++) {
+    int dev_type = 0, dev_id = 0;
+    CHECK_OK(MXNDArrayGetContext(loaded[i], &dev_type, &dev_id));
+    int gpu = strcmp(names[i], "on_gpu") == 0;
+    EXPECT(dev_type == (gpu ? 2 : 1) && dev_id == (gpu ? 1 : 0), "%s loaded on (%d, %d)", names[i],
+           dev_type, dev_id);
+    expect_bytes(loaded[i], v, sizeof v, names[i]);
+    CHECK_OK(MXNDArrayFree(loaded[i]));
+  }
+  for (int i = 0; i < 2; i++) CHECK_OK(MXNDArrayFree(arrays[i]));
+  remove(path);
+  printf("ok: save/load keeps gpu(1) arrays on gpu(1)\n");
+}
+
+static uint64_t free_mb(int dev) {
+  uint64_t f = 0, t = 0;
+  CHECK_OK(MXGetGPUMemoryInformation64(dev, &f, &t));
+  return f >> 20;
+}
+
+static void memory(uint64_t mem_mb) {
+  /* a third of the device: two fit, three do not */
+  uint32_t third = (uint32_t)(mem_mb << 20) / 3 / 4;
+  uint32_t shape[1] = {third};
+  NDArrayHandle a = NULL, b = NULL, c = NULL;
+  CHECK_OK(MXNDArrayCreateEx(shape, 1, MXRT_DEVICE_GPU, 0, 0, kF32, &a));
+  CHECK_OK(MXNDArrayCreateEx(shape, 1, MXRT_DEVICE_GPU, 0, 0, kF32, &b));
+  uint32_t big[1] = {(uint32_t)((mem_mb << 20) / 4)};
+  EXPECT_ERROR(MXNDArrayCreateEx(big, 1, MXRT_DEVICE_GPU, 0, 0, kF32, &c), "out of memory");
+  /* freed blocks stay cached by the pool ... */
+  CHECK_OK(MXNDArrayFree(a));
+  CHECK_OK(MXNDArrayFree(b));
+  CHECK_OK(MXNDArrayWaitAll());
+  /* ... and an allocation that needs their memory releases them and retries */
+  uint32_t half[1] = {(uint32_t)((mem_mb << 20) / 2 / 4) + 1024};
+  CHECK_OK(MXNDArrayCreateEx(half, 1, MXRT_DEVICE_GPU, 0, 0, kF32, &c));
+  CHECK_OK(MXNDArrayFree(c));
+  CHECK_OK(MXNDArrayWaitAll());
+  uint64_t cached = free_mb(0);
+  CHECK_OK(MXStorageEmptyCache(MXRT_DEVICE_GPU, 0));
+  uint64_t emptied = free_mb(0);
+  EXPECT(emptied > cached && emptied + 1 >= mem_mb, "free %llu MiB after emptying the cache (%llu before)",
+         (unsigned long long)emptied, (unsigned long long)cached);
+  printf("ok: out of memory, release and retry, empty cache (%llu -> %llu MiB free)\n",
+         (unsigned long long)cached, (unsigned long long)emptied);
+}
+
+static void errors(void) {
+  NDArrayHandle g = make(MXRT_DEVICE_GPU, 0, 2, 2, kF32), out = NULL;
+  int nout = 0;
+  NDArrayHandle *outs = NULL;
+  const char *k[] = {"scalar"}, *v[] = {"1"};
+  EXPECT_ERROR(MXImperativeInvoke(op_plus_scalar, 1, &g, &nout, &outs, 1, k, v), "no GPU kernel yet");
+  uint32_t shape[1] = {4};
+  EXPECT_ERROR(MXNDArrayCreateEx(shape, 1, MXRT_DEVICE_GPU, 2, 0, kF32, &out), "gpu(2) does not exist");
+  NDArrayHandle f64 = make(MXRT_DEVICE_GPU, 0, 2, 2, kF64);
+  NDArrayHandle *f64out = &f64;
+  nout = 1;
+  EXPECT_ERROR(MXImperativeInvoke(op_copyto, 1, &g, &nout, &f64out, 0, NULL, NULL), "no GPU kernel yet");
+  CHECK_OK(MXNDArrayFree(f64));
+  CHECK_OK(MXNDArrayFree(g));
+}
+
+int main(int argc, char **argv) {
+  uint64_t mem_mb = argc > 1 ? (uint64_t)atoll(argv[1]) : 256;
+  int count = 0;
+  CHECK_OK(MXGetGPUCount(&count));
+  EXPECT(count == 2, "%d GPUs, expected the fake's 2", count);
+  CHECK_OK(NNGetOpHandle("_copyto", &op_copyto));
+  CHECK_OK(NNGetOpHandle("_full", &op_full));
+  CHECK_OK(NNGetOpHandle("_zeros", &op_zeros));
+  CHECK_OK(NNGetOpHandle("_ones", &op_ones));
+  CHECK_OK(NNGetOpHandle("_plus_scalar", &op_plus_scalar));
+
+  pthread_t threads[kThreads];
+  struct Worker workers[kThreads];
+  for (int t = 0; t < kThreads; t++) {
+    workers[t].id = t;
+    EXPECT(pthread_create(&threads[t], NULL, chain, &workers[t]) == 0, "pthread_create");
+  }
+  for (int t = 0; t < kThreads; t++) pthread_join(threads[t], NULL);
+  printf("ok: %d threads x %d rounds of copy chains across 2 GPUs, all dtypes, bit-exact\n", kThreads,
+         kRounds);
+  fills();
+  save_load();
+  errors();
+  memory(mem_mb);
+  CHECK_OK(MXNDArrayWaitAll());
+  printf("ok: gpu arrays\n");
+  return 0;
+}
