@@ -226,9 +226,16 @@ unsafe fn from_dlpack(dlpack: DLManagedTensorHandle, transient: bool) -> Result<
     let ctx = match tensor.ctx.device_type {
         KDL_CPU => Context::cpu(tensor.ctx.device_id.max(0)),
         KDL_CPU_PINNED => Context::cpu_pinned(tensor.ctx.device_id.max(0)),
+        KDL_GPU => {
+            let dev = tensor.ctx.device_id;
+            // device memory of a GPU this process can use
+            crate::gpu::context(i64::from(dev))
+                .map_err(|e| e.context("dlpack tensor on a GPU"))?;
+            Context::gpu(dev)
+        }
         other => {
             return Err(Error::not_supported(format!(
-                "dlpack device type {other}: only CPU (1) and CPU pinned (3) memory can be imported by this build"
+                "dlpack device type {other}: only CPU (1), CUDA (2) and CPU pinned (3) memory can be imported"
             )));
         }
     };

@@ -90,6 +90,12 @@ impl LazyPools {
     }
 }
 
+/// Runs a GPU op with its device's context current on the worker thread.
+fn execute_on_gpu(op: OprRef) {
+    crate::gpu::bind_thread(op.ctx.dev_id);
+    execute(op);
+}
+
 /// ThreadedEnginePerDevice: one FIFO pool per CPU device id, one shared CPU priority pool; per
 /// GPU a pool of workers, one of copy workers and one of priority workers. A GPU worker runs
 /// its ops on its own stream of the device (`gpu::stream`), made on its first GPU op.
@@ -134,7 +140,7 @@ impl PerDevice {
         };
         pools.with(
             id,
-            || WorkerPool::new(&format!("mxrt-gpu{id}{kind}"), n.max(1), order, idle, execute),
+            || WorkerPool::new(&format!("mxrt-gpu{id}{kind}"), n.max(1), order, idle, execute_on_gpu),
             |p| p.push(op, front),
         );
     }

@@ -8,15 +8,19 @@
 //! * `stream` gives every thread that runs GPU work its own stream per device, with the device's
 //!   context bound; work is complete when [`stream::run`] returns.
 //! * `copy` moves bytes between host memory and devices, and between devices.
+//! * `kernels` launches mxrt's own device kernels (`kernels/kernels.cu`, shipped as PTX).
 //!
 //! Nothing here orders work: the engine does (every use of device memory is an engine op on the
 //! array's variable), which is why cudarc's own event tracking is off.
 
 mod copy;
 mod driver;
+mod kernels;
 mod memory;
 mod stream;
 
 pub use copy::{Endpoint, copy, fill_bytes};
+pub use kernels::{can_sum, fill, sum};
 pub use driver::{context, device_count, driver_problem, memory_info};
 pub use memory::{device_memory, pinned_memory};
+pub use stream::bind_thread;

@@ -69,3 +69,12 @@ pub(crate) fn run<R>(
     synced?;
     Ok(out)
 }
+
+/// Makes gpu(`dev`)'s context current on the calling thread, as MXNet's GPU workers do before
+/// each op, so C code run by an op on that device can use the driver. Failures are left to the
+/// op's own driver calls to report.
+pub fn bind_thread(dev: i32) {
+    if let Ok(ctx) = driver::context(i64::from(dev)) {
+        let _ = ctx.bind_to_thread();
+    }
+}

@@ -8,17 +8,74 @@ use crate::gpu::{self, Endpoint};
 use crate::ndarray::NDArray;
 use crate::util::SendPtr;
 
-/// Runs `kernel` with `inputs` into `outputs` (already shaped and typed by the plan).
-pub(super) fn run(kernel: GpuKernel, inputs: &[NDArray], outputs: &[NDArray]) -> Result<()> {
+/// Runs `kernel` of operator `name` with `inputs` into `outputs` (already shaped and typed by
+/// the plan).
+pub(super) fn run(
+    name: &str,
+    kernel: GpuKernel,
+    inputs: &[NDArray],
+    outputs: &[NDArray],
+) -> Result<()> {
     match kernel {
         GpuKernel::Copy => outputs[0].copy_from(&inputs[0], 0, crate::engine::FnProperty::Normal),
         GpuKernel::Fill(value) => outputs.iter().try_for_each(|o| fill(o, value)),
+        GpuKernel::Sum => sum(name, inputs, &outputs[0]),
     }
 }
 
-/// The bytes of `n` elements of `out`'s dtype equal to `value`, or `None` when they are all 0.
-fn fill_pattern(out: &NDArray, value: f64) -> Option<Vec<u8>> {
+/// `out = inputs[0] + inputs[1] + ...`, all on one GPU.
+fn sum(name: &str, inputs: &[NDArray], out: &NDArray) -> Result<()> {
+    let (Some(ctx), Some(out_var)) = (out.ctx(), out.var()) else {
+        return Err(Error::invalid(format!("operator {name}: the output is a none array")));
+    };
+    if let Some((i, c)) = inputs
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| a.ctx().filter(|&c| c != ctx).map(|c| (i, c)))
+    {
+        return Err(Error::invalid(format!(
+            "operator {name}: every array must be on {ctx} (input {i} is on {c}); copy it there first"
+        )));
+    }
+    let dtype = out.dtype();
+    if !gpu::can_sum(dtype) {
+        return Err(Error::not_supported(format!(
+            "operator {name} has no GPU kernel for {} yet",
+            dtype.name()
+        )));
+    }
+    let out_ptr = out.data_ptr()?;
+    let mut addrs = Vec::with_capacity(inputs.len());
+    let mut reads = Vec::with_capacity(inputs.len());
+    for (i, a) in inputs.iter().enumerate() {
+        let p = a.data_ptr()?;
+        if a.shares_memory_with(out) && p != out_ptr {
+            return Err(Error::invalid(format!(
+                "operator {name}: input {i} partly overlaps the output"
+            )));
+        }
+        addrs.push(p as usize as u64);
+        let var = a.var().expect("inputs have a context, so they are not none");
+        if !a.shares_memory_with(out) && !reads.iter().any(|v: &crate::engine::Var| v.same_as(var)) {
+            reads.push(var.clone());
+        }
+    }
     let n = out.size();
+    let keep: Vec<NDArray> = inputs.iter().chain([out]).cloned().collect();
+    let writes = [out_var.clone()];
+    let dev = ctx.dev_id;
+    let args = PushArgs::new(ctx).reads(&reads).writes(&writes).name("sum");
+    let out_addr = out_ptr as usize as u64;
+    Engine::global()?.push_fn(args, move |_| {
+        let _ = &keep;
+        // SAFETY: every address is `n` elements of `dtype` in an array `keep` holds; the op reads
+        // the inputs and has exclusive access to the output; `sum` returns when the device is done.
+        unsafe { gpu::sum(dev, dtype, out_addr, &addrs, n) }.map_err(|e| e.message().to_string())
+    })
+}
+
+/// The bytes of one element of `out`'s dtype equal to `value`, or `None` when they are all 0.
+fn fill_pattern(out: &NDArray, value: f64) -> Option<Vec<u8>> {
     crate::with_element!(out.dtype(), T => {
         let v = <T as crate::operator::kernel::Element>::from_f64(value);
         // SAFETY: `T` is a plain number type; viewing one value as its bytes is sound.
@@ -28,13 +85,13 @@ fn fill_pattern(out: &NDArray, value: f64) -> Option<Vec<u8>> {
         if one.iter().all(|&b| b == 0) {
             None
         } else {
-            Some(one.repeat(n))
+            Some(one.to_vec())
         }
     })
 }
 
-/// Sets every element of `out` to `value`: a device memset for zero bytes, otherwise the
-/// value's bytes copied from the host.
+/// Sets every element of `out` to `value`: a device memset for zero bytes, otherwise the fill
+/// kernel of the element's width.
 fn fill(out: &NDArray, value: f64) -> Result<()> {
     let (Some(ctx), Some(var)) = (out.ctx(), out.var()) else {
         return Err(Error::invalid("cannot fill a none array"));
@@ -44,6 +101,8 @@ fn fill(out: &NDArray, value: f64) -> Result<()> {
         return Ok(());
     }
     let pattern = fill_pattern(out, value);
+    let width = out.dtype().size();
+    let count = out.size();
     let dst = SendPtr(out.data_ptr()?);
     let keep = out.clone();
     let writes = [var.clone()];
@@ -51,12 +110,11 @@ fn fill(out: &NDArray, value: f64) -> Result<()> {
     Engine::global()?.push_fn(args, move |_| {
         let _ = &keep;
         let to = Endpoint::of(ctx, dst.get());
-        // SAFETY: the op holds write access to `keep`'s `n` bytes at `dst`; the pattern buffer
-        // has `n` bytes and lives until the copy has completed.
+        // SAFETY: the op holds write access to `keep`'s `n` bytes (`count` elements) at `dst`.
         let done = unsafe {
             match &pattern {
                 None => gpu::fill_bytes(to, 0, n),
-                Some(bytes) => gpu::copy(to, Endpoint::Host(bytes.as_ptr().cast_mut()), n),
+                Some(bytes) => gpu::fill(ctx.dev_id, dst.get() as usize as u64, &bytes[..width], count),
             }
         };
         done.map_err(|e| e.message().to_string())

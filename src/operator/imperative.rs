@@ -104,7 +104,7 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
             .collect::<Result<Vec<_>>>()?,
     };
     if let Some(kernel) = gpu_kernel {
-        super::device::run(kernel, call.inputs, &outputs)?;
+        super::device::run(name, kernel, call.inputs, &outputs)?;
         return Ok(outputs);
     }
     run(name, call.inputs, &outputs, plan, ctx)?;

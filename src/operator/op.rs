@@ -93,6 +93,8 @@ pub enum GpuKernel {
     Fill(f64),
     /// The output is a copy of input 0 (same dtype), from or to any device.
     Copy,
+    /// The output is the sum of the inputs (same shape and dtype, all on the output's GPU).
+    Sum,
 }
 
 impl Plan {

@@ -19,7 +19,11 @@
  *     return when done (as CUDA documents); page-locked memory (cuMemHostAlloc) is read and
  *     written when the stream gets there;
  *   - stream work on memory that is no longer allocated when it runs (use after free) is a
- *     sticky CUDA_ERROR_ILLEGAL_ADDRESS: every later call on that device returns it.
+ *     sticky CUDA_ERROR_ILLEGAL_ADDRESS: every later call on that device returns it;
+ *   - modules are PTX text (cuModuleLoadData); a function exists only if the module has its
+ *     `.entry`, and a launch runs its host twin: the same kernel source
+ *     (src/gpu/kernels/kernels.cu) compiled into this file, once per thread of the launch grid,
+ *     on the stream's thread.
  * Configuration: FAKECUDA_DEVICES (default 2; 0 = a driver without devices),
  * FAKECUDA_INIT_FAIL=1 (cuInit fails), FAKECUDA_MEMPOOLS=1 (devices report memory pools),
  * FAKECUDA_DELAY_US (per stream operation), FAKECUDA_NO_PEER=1 (no peer access between devices). */
@@ -40,6 +44,8 @@ typedef struct FakeCtx *CUcontext;
 typedef struct FakeStream *CUstream;
 typedef struct FakeEvent *CUevent;
 typedef void (*CUhostFn)(void *user_data);
+typedef struct FakeModule *CUmodule;
+typedef const struct KernelTwin *CUfunction;
 
 enum {
   CUDA_SUCCESS = 0,
@@ -49,7 +55,9 @@ enum {
   CUDA_ERROR_NO_DEVICE = 100,
   CUDA_ERROR_INVALID_DEVICE = 101,
   CUDA_ERROR_INVALID_CONTEXT = 201,
+  CUDA_ERROR_INVALID_IMAGE = 200,
   CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_ILLEGAL_ADDRESS = 700,
   CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
@@ -188,7 +196,9 @@ static const char *error_text(CUresult e) {
     case CUDA_ERROR_NO_DEVICE: return "no CUDA-capable device is detected";
     case CUDA_ERROR_INVALID_DEVICE: return "invalid device ordinal";
     case CUDA_ERROR_INVALID_CONTEXT: return "invalid device context";
+    case CUDA_ERROR_INVALID_IMAGE: return "device kernel image is invalid";
     case CUDA_ERROR_INVALID_HANDLE: return "invalid resource handle";
+    case CUDA_ERROR_NOT_FOUND: return "named symbol not found";
     case CUDA_ERROR_NOT_READY: return "device not ready";
     case CUDA_ERROR_ILLEGAL_ADDRESS: return "an illegal memory access was encountered";
     case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
@@ -213,7 +223,9 @@ CUresult cuGetErrorName(CUresult e, const char **text) {
     case CUDA_ERROR_NO_DEVICE: *text = "CUDA_ERROR_NO_DEVICE"; break;
     case CUDA_ERROR_INVALID_DEVICE: *text = "CUDA_ERROR_INVALID_DEVICE"; break;
     case CUDA_ERROR_INVALID_CONTEXT: *text = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *text = "CUDA_ERROR_INVALID_IMAGE"; break;
     case CUDA_ERROR_INVALID_HANDLE: *text = "CUDA_ERROR_INVALID_HANDLE"; break;
+    case CUDA_ERROR_NOT_FOUND: *text = "CUDA_ERROR_NOT_FOUND"; break;
     case CUDA_ERROR_NOT_READY: *text = "CUDA_ERROR_NOT_READY"; break;
     case CUDA_ERROR_ILLEGAL_ADDRESS: *text = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
     case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
@@ -416,7 +428,66 @@ CUresult cuMemFreeHost(void *p) {
 
 /* ---- streams and events ---- */
 
-enum OpKind { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_HOST_FN, OP_FREE };
+/* ---- kernels: the host twins of src/gpu/kernels/kernels.cu ---- */
+
+/* the launch coordinates of the grid "thread" a twin runs as */
+static __thread unsigned long long twin_index, twin_stride;
+static unsigned long long mxrt_twin_index(void) { return twin_index; }
+static unsigned long long mxrt_twin_stride(void) { return twin_stride; }
+
+#include "../../src/gpu/kernels/kernels.cu"
+
+#define MAX_PARAMS 8
+enum { P_PTR, P_VAL };
+/* a kernel by name: its parameters (device pointers or values of a size) and how to call it
+ * with the driver's host addresses of the pointers; `elem` is the element size the pointers
+ * cover, `count` the parameter holding the element count */
+struct KernelTwin {
+  const char *name;
+  int nparams;
+  int kind[MAX_PARAMS];
+  size_t size[MAX_PARAMS];
+  size_t elem;
+  int count;
+  void (*run)(void **args);
+};
+
+#define ARG(T, i) (*(T *)args[i])
+#define TWIN_ADD(NAME, T)                                                                      \
+  static void twin_add_##NAME(void **args) {                                                   \
+    mxrt_add_##NAME(ARG(T *, 0), ARG(const T *, 1), ARG(const T *, 2), ARG(mxrt_u64, 3));     \
+  }
+#define TWIN_FILL(BITS, T) \
+  static void twin_fill_b##BITS(void **args) { mxrt_fill_b##BITS(ARG(T *, 0), ARG(T, 1), ARG(mxrt_u64, 2)); }
+TWIN_ADD(f32, float)
+TWIN_ADD(f64, double)
+TWIN_ADD(i32, int)
+TWIN_ADD(i64, long long)
+TWIN_ADD(i8, signed char)
+TWIN_ADD(u8, unsigned char)
+TWIN_ADD(f16, unsigned short)
+TWIN_FILL(8, unsigned char)
+TWIN_FILL(16, unsigned short)
+TWIN_FILL(32, unsigned int)
+TWIN_FILL(64, unsigned long long)
+
+#define ADD_ENTRY(NAME, SIZE)                                                              \
+  {"mxrt_add_" #NAME, 4, {P_PTR, P_PTR, P_PTR, P_VAL}, {8, 8, 8, 8}, SIZE, 3, twin_add_##NAME}
+#define FILL_ENTRY(BITS)                                                                   \
+  {"mxrt_fill_b" #BITS, 3, {P_PTR, P_VAL, P_VAL}, {8, BITS / 8, 8}, BITS / 8, 2, twin_fill_b##BITS}
+static const struct KernelTwin twins[] = {
+    ADD_ENTRY(f32, 4), ADD_ENTRY(f64, 8), ADD_ENTRY(i32, 4), ADD_ENTRY(i64, 8), ADD_ENTRY(i8, 1),
+    ADD_ENTRY(u8, 1),  ADD_ENTRY(f16, 2), FILL_ENTRY(8),     FILL_ENTRY(16),    FILL_ENTRY(32),
+    FILL_ENTRY(64),
+};
+
+struct FakeModule {
+  char *image;
+};
+
+/* ---- streams and events ---- */
+
+enum OpKind { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_HOST_FN, OP_FREE, OP_KERNEL };
 
 /* one piece of stream work; device addresses are resolved when it runs */
 struct Op {
@@ -431,6 +502,9 @@ struct Op {
   unsigned long generation;
   CUhostFn fn;
   void *user;
+  CUfunction kernel;
+  unsigned int grid, block;
+  unsigned long long params[MAX_PARAMS]; /* the launch's parameter values, copied at launch */
   struct Op *next;
 };
 
@@ -455,6 +529,35 @@ struct FakeEvent {
 /* events complete under this lock; waits for them sleep on this condition */
 static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t event_cv = PTHREAD_COND_INITIALIZER;
+
+/* runs a launch: its pointers must lie in allocations of the stream's device for the elements
+ * the kernel touches, or the device gets a sticky CUDA_ERROR_ILLEGAL_ADDRESS */
+static void run_kernel(struct FakeStream *s, struct Op *op) {
+  const struct KernelTwin *k = op->kernel;
+  unsigned long long host[MAX_PARAMS];
+  void *args[MAX_PARAMS];
+  unsigned long long n = op->params[k->count];
+  pthread_rwlock_rdlock(&memlock);
+  int ok = 1;
+  for (int i = 0; i < k->nparams; i++) {
+    host[i] = op->params[i];
+    if (k->kind[i] == P_PTR) {
+      struct Alloc *a = find_alloc(op->params[i], n * k->elem);
+      if (!a || a->device != s->device) ok = 0;
+      else host[i] = (unsigned long long)(uintptr_t)(a->bytes + (op->params[i] - a->ptr));
+    }
+    args[i] = &host[i];
+  }
+  if (ok) {
+    twin_stride = (unsigned long long)op->grid * op->block;
+    for (unsigned long long t = 0; t < twin_stride; t++) {
+      twin_index = t;
+      k->run(args);
+    }
+  }
+  pthread_rwlock_unlock(&memlock);
+  if (!ok) set_sticky(s->device, CUDA_ERROR_ILLEGAL_ADDRESS);
+}
 
 static void run_op(struct FakeStream *s, struct Op *op) {
   if (delay_us > 0 && op->kind != OP_WAIT) usleep((useconds_t)delay_us);
@@ -495,6 +598,9 @@ static void run_op(struct FakeStream *s, struct Op *op) {
     case OP_FREE:
       if (release(op->dst_dev, 0) != CUDA_SUCCESS)
         set_sticky(s->device, CUDA_ERROR_ILLEGAL_ADDRESS);
+      break;
+    case OP_KERNEL:
+      run_kernel(s, op);
       break;
   }
 }
@@ -825,5 +931,67 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
   op->generation = e->recorded;
   pthread_mutex_unlock(&event_lock);
   op->event = e;
+  return enqueue(s, op);
+}
+
+/* ---- modules ---- */
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+  int d;
+  CUresult r = need_context(&d);
+  if (r) return r;
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  const char *text = image;
+  /* PTX text, as mxrt embeds it */
+  if (!strstr(text, ".version") || !strstr(text, ".target")) return CUDA_ERROR_INVALID_IMAGE;
+  struct FakeModule *m = calloc(1, sizeof *m);
+  if (!m || !(m->image = strdup(text))) {
+    free(m);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *module = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleUnload(CUmodule m) {
+  if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  free(m->image);
+  free(m);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+  int d;
+  CUresult r = need_context(&d);
+  if (r) return r;
+  if (!f || !m || !name) return CUDA_ERROR_INVALID_VALUE;
+  char entry[128];
+  snprintf(entry, sizeof entry, ".entry %s(", name);
+  if (!strstr(m->image, entry)) return CUDA_ERROR_NOT_FOUND;
+  for (size_t i = 0; i < sizeof twins / sizeof twins[0]; i++)
+    if (strcmp(twins[i].name, name) == 0) {
+      *f = &twins[i];
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_NOT_FOUND; /* in the PTX but without a twin: the fixture lags the kernels */
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                        CUstream s, void **params, void **extra) {
+  int d;
+  CUresult r = stream_check(s, &d);
+  if (r) return r;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  /* 1-D launches only, as mxrt makes them; CUDA's limits on the block */
+  if (!params || extra || shared > 48 * 1024 || gx == 0 || bx == 0 || bx > 1024 || gy != 1 ||
+      gz != 1 || by != 1 || bz != 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  struct Op *op = new_op(OP_KERNEL);
+  if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+  op->kernel = f;
+  op->grid = gx;
+  op->block = bx;
+  for (int i = 0; i < f->nparams; i++) memcpy(&op->params[i], params[i], f->size[i]);
   return enqueue(s, op);
 }

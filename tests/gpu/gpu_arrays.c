@@ -5,6 +5,8 @@
  *     host without waiting in between, then overwrite the first GPU array at once: each copy must
  *     see the finished result of the one before and none may see the overwrite;
  *   - every dtype, sliced views, fills (_zeros/_ones/_full), _copyto into given outputs;
+ *   - sums on a GPU (elemwise_add, add_n: mxrt's kernels, run by the fake as their host twins)
+ *     equal the CPU's bit for bit;
  *   - save/load keeps GPU arrays on their GPU;
  *   - bounded device memory: a too large array is -1 "out of memory"; cached blocks are released
  *     and the allocation retried before that is reported; MXStorageEmptyCache returns them;
@@ -22,7 +24,7 @@ enum { kThreads = 4, kRounds = 25 };
 enum { kF32 = 0, kF64 = 1, kF16 = 2, kU8 = 3, kI32 = 4, kI8 = 5, kI64 = 6 };
 static const size_t kElemSize[] = {4, 8, 2, 1, 4, 1, 8};
 
-static OpHandle op_copyto, op_full, op_zeros, op_ones, op_plus_scalar;
+static OpHandle op_copyto, op_full, op_zeros, op_ones, op_plus_scalar, op_add, op_add_n;
 
 static NDArrayHandle make(int dev_type, int dev_id, uint32_t rows, uint32_t cols, int dtype) {
   uint32_t shape[2] = {rows, cols};
@@ -57,6 +59,30 @@ static void fill(OpHandle op, NDArrayHandle out, const char *value) {
   const char *k[] = {"shape", "dtype", "ctx", "value"};
   const char *v[] = {shape, names[dtype], ctx, value};
   CHECK_OK(MXImperativeInvoke(op, 0, NULL, &nout, &outs, value ? 4 : 3, k, v));
+}
+
+static void expect_bytes(NDArrayHandle h, const void *want, size_t n, const char *what);
+
+/* the new output of `op` on `inputs` (an engine op; returns before it ran) */
+static NDArrayHandle invoke(OpHandle op, int n, NDArrayHandle *inputs) {
+  int nout = 0;
+  NDArrayHandle *outs = NULL;
+  char num[16];
+  snprintf(num, sizeof num, "%d", n);
+  const char *k[] = {"num_args"}, *v[] = {num};
+  CHECK_OK(MXImperativeInvoke(op, n, inputs, &nout, &outs, op == op_add_n ? 1 : 0, k, v));
+  EXPECT(nout == 1, "%d outputs", nout);
+  return outs[0];
+}
+
+/* bytes of `a` and `b` are equal */
+static void expect_same(NDArrayHandle a, NDArrayHandle b, size_t n, const char *what) {
+  unsigned char *want = malloc(n ? n : 1);
+  int dtype = 0;
+  CHECK_OK(MXNDArrayGetDType(b, &dtype));
+  CHECK_OK(MXNDArraySyncCopyToCPU(b, want, n / kElemSize[dtype]));
+  expect_bytes(a, want, n, what);
+  free(want);
 }
 
 static void expect_bytes(NDArrayHandle h, const void *want, size_t n, const char *what) {
@@ -109,7 +135,20 @@ static void *chain(void *arg) {
     copyto(gb2, pinned); /* gpu(b) -> page-locked host */
     copyto(pinned, back);
     fill(op_zeros, ga, NULL); /* must wait for the peer copy's read of ga */
+    /* sums on gpu(b) against the same sums on the CPU */
+    NDArrayHandle gin[3] = {gb, gb2, gb}, cin[3] = {host, back, host};
+    NDArrayHandle gsum = invoke(op_add, 2, gin), csum = invoke(op_add, 2, cin);
+    gin[1] = gsum;
+    cin[1] = csum;
+    NDArrayHandle gsum3 = invoke(op_add_n, 3, gin), csum3 = invoke(op_add_n, 3, cin);
     expect_bytes(back, data, bytes, "host->gpu->gpu->gpu->pinned->host");
+    char what[96];
+    snprintf(what, sizeof what, "elemwise_add on a GPU (dtype %d, %ux%u)", dtype, rows, cols);
+    expect_same(gsum, csum, bytes, what);
+    snprintf(what, sizeof what, "add_n on a GPU (dtype %d, %ux%u)", dtype, rows, cols);
+    expect_same(gsum3, csum3, bytes, what);
+    for (NDArrayHandle *h = (NDArrayHandle[]){gsum, csum, gsum3, csum3}, *e = h + 4; h < e; h++)
+      CHECK_OK(MXNDArrayFree(*h));
     unsigned char *zeros = calloc(bytes, 1);
     expect_bytes(ga, zeros, bytes, "_zeros on a GPU");
     /* rows [1, rows-1) of gb through a sliced view */
@@ -235,6 +274,8 @@ int main(int argc, char **argv) {
   CHECK_OK(NNGetOpHandle("_zeros", &op_zeros));
   CHECK_OK(NNGetOpHandle("_ones", &op_ones));
   CHECK_OK(NNGetOpHandle("_plus_scalar", &op_plus_scalar));
+  CHECK_OK(NNGetOpHandle("elemwise_add", &op_add));
+  CHECK_OK(NNGetOpHandle("add_n", &op_add_n));
 
   pthread_t threads[kThreads];
   struct Worker workers[kThreads];

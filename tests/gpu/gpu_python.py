@@ -32,6 +32,33 @@ for dtype in ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"
                                   np.full((2, 2), 7, dtype))
     np.testing.assert_array_equal(mx.nd.zeros_like(b).asnumpy(), np.zeros_like(x))
 
+# sums on a GPU (mxrt's kernels; the fake runs their host twins) equal the CPU's bit for bit
+specials = np.array([0.0, -0.0, 65504, np.inf, -np.inf, np.nan, 6e-8, 1e-5, -3.5, 2049], "float16")
+for dtype in ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"]:
+    xs = [(rng.standard_normal((7, 33)) * 100).astype(dtype) for _ in range(3)]
+    if dtype == "float16":
+        xs[0][0, :10] = specials
+        xs[1][0, :10] = specials[::-1]
+    cpu = [mx.nd.array(x, dtype=dtype) for x in xs]
+    gpu = [x.as_in_context(mx.gpu(1)) for x in cpu]
+    for name, f in [("a + b", lambda v: v[0] + v[1]),
+                    ("elemwise_add", lambda v: mx.nd.elemwise_add(v[0], v[1])),
+                    ("add_n", lambda v: mx.nd.add_n(*v)), ("add_n of one", lambda v: mx.nd.add_n(v[2]))]:
+        got = f(gpu)
+        assert got.context == mx.gpu(1), name
+        assert got.asnumpy().tobytes() == f(cpu).asnumpy().tobytes(), (dtype, name)
+    g, c = gpu[0].copy(), cpu[0].copy()
+    g += gpu[1]
+    c += cpu[1]
+    mx.nd.add_n(gpu[1], g, gpu[2], out=g)
+    mx.nd.add_n(cpu[1], c, cpu[2], out=c)
+    assert g.asnumpy().tobytes() == c.asnumpy().tobytes(), (dtype, "in place")
+try:
+    (gpu[0] + cpu[0]).asnumpy()
+    raise AssertionError("a sum across devices ran")
+except mx.base.MXNetError as e:
+    assert "every array must be on gpu(1)" in str(e), e
+
 x = rng.standard_normal((4, 3)).astype("float32")
 a = mx.nd.array(x, ctx=mx.gpu(1))
 with tempfile.TemporaryDirectory() as d:
@@ -41,8 +68,17 @@ with tempfile.TemporaryDirectory() as d:
     assert loaded["g"].context == mx.gpu(1) and loaded["c"].context == mx.cpu()
     np.testing.assert_array_equal(loaded["g"].asnumpy(), x)
 
+# DLPack: a GPU array is exported as kDLGPU memory and imported back without a copy
+shared = mx.nd.from_dlpack(a.to_dlpack_for_read())
+assert shared.context == mx.gpu(1)
+np.testing.assert_array_equal(shared.asnumpy(), x)
+writable = mx.nd.from_dlpack(a.to_dlpack_for_write())
+writable[:] = mx.nd.zeros((4, 3))
+writable.wait_to_read()  # a DLPack import has its own variable: the write is not ordered with a
+np.testing.assert_array_equal(a.asnumpy(), np.zeros((4, 3), "float32"))
+
 try:
-    (a + 1).asnumpy()
+    (a * 2).asnumpy()
     raise AssertionError("an op without a GPU kernel ran")
 except mx.base.MXNetError as e:
     assert "has no GPU kernel yet" in str(e), e

@@ -92,6 +92,13 @@ def inplace():
 
 
 case("inplace")(inplace)
+# integers add, subtract and multiply exactly in their type, wrapping on overflow
+BIG = lambda: arr([2**62 + 1, -(2**53) - 3, 2**63 - 1], dtype="int64")
+case("int64_add_exact")(lambda: nd.elemwise_add(BIG(), arr([2**62 + 7, -5, 1], dtype="int64")))
+case("int64_broadcast_mul_wraps")(lambda: nd.broadcast_mul(BIG(), arr([3], dtype="int64")))
+case("int64_sub_exact")(lambda: nd.elemwise_sub(BIG(), arr([1, 2**60 + 1, -1], dtype="int64")))
+case("int8_add_wraps")(lambda: nd.elemwise_add(arr([127, -128, 100], dtype="int8"), arr([1, -1, 100], dtype="int8")))
+case("uint8_mul_wraps")(lambda: nd.broadcast_mul(arr([200, 16, 3], dtype="uint8"), arr([2], dtype="uint8")))
 case("elemwise_shape_mismatch")(lambda: nd.elemwise_add(A(), ROW()))
 
 # reductions and ordering
@@ -486,8 +493,11 @@ case("missing_param")(lambda: nd.clip(A(), a_min=0.0))
 def to_json(value):
     if isinstance(value, mx.nd.NDArray):
         a = value.asnumpy()
-        return {"shape": list(a.shape), "dtype": str(a.dtype),
-                "values": [None if np.isnan(v) else float(v) for v in a.astype("float64").ravel()]}
+        if a.dtype.kind in "iu":  # integers exactly (a float64 would round those above 2**53)
+            values = [int(v) for v in a.ravel()]
+        else:
+            values = [None if np.isnan(v) else float(v) for v in a.astype("float64").ravel()]
+        return {"shape": list(a.shape), "dtype": str(a.dtype), "values": values}
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
     return value

@@ -32,6 +32,8 @@ def differs(ours, real, path):
         for i, (x, y) in enumerate(zip(ours["values"], real["values"])):
             if x is None or y is None:  # NaN
                 same = x is None and y is None
+            elif isinstance(y, int):  # integer dtypes: exactly
+                same = x == y
             else:
                 same = x == y or abs(x - y) <= 1e-5 + 1e-4 * abs(y) or (math.isinf(x) and x == y)
             if not same:

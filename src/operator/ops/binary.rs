@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::map::{map1, map2};
 use crate::operator::kernel::strided::{broadcast_shape, broadcast_strides, zip2};
 use crate::operator::kernel::{Element, Real};
-use crate::operator::op::{Call, Operator, Plan, TensorDesc};
+use crate::operator::op::{Call, GpuKernel, Operator, Plan, TensorDesc};
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
 use half::f16;
@@ -23,6 +23,37 @@ pub trait Binary: Sync + 'static {
     fn int(a: f64, b: f64) -> f64 {
         Self::f(a, b)
     }
+    /// The same-shape form also runs on GPU arrays (the device kernels add).
+    const ON_GPU: bool = false;
+    /// Whether integers use [`wrapping`](Self::wrapping) (exact in the integer type, wrapping on
+    /// overflow, as C++ integer arithmetic does) instead of the f64 form.
+    const WRAPPING: bool = false;
+    fn wrapping(a: i64, _b: i64) -> i64 {
+        a
+    }
+}
+
+/// `out = f(a, b)` for integer tensors computed in i64 and truncated to their type (which is
+/// the type's own wrapping arithmetic for +, - and *). False for non-integer dtypes.
+fn apply_wrapping<B: Binary>(a: &Tensor, b: &Tensor, out: &Tensor, dtype: DType) -> bool {
+    let n = out.len();
+    macro_rules! ints {
+        ($($d:ident $t:ty),*) => {
+            match dtype {
+                $(DType::$d => {
+                    // SAFETY: as in `apply_same`.
+                    unsafe {
+                        map2(a.ptr::<$t>(), b.ptr::<$t>(), out.ptr::<$t>(), n, B::COST, |x: $t, y: $t| {
+                            B::wrapping(x as i64, y as i64) as $t
+                        })
+                    };
+                    true
+                })*
+                _ => false,
+            }
+        };
+    }
+    ints!(U8 u8, I8 i8, I16 i16, U16 u16, I32 i32, U32 u32, I64 i64, U64 u64)
 }
 
 fn truth<R: Real>(b: bool) -> R {
@@ -78,6 +109,7 @@ pub fn apply_same<B: Binary>(a: &Tensor, b: &Tensor, out: &Tensor, dtype: DType)
                 |x: f16, y: f16| f16::from_f32(B::f(x.to_f32(), y.to_f32())),
             )
         },
+        other if B::WRAPPING && apply_wrapping::<B>(a, b, out, other) => {}
         other => same_via_f64(a, b, out, other, &|x, y| {
             if other == DType::BF16 {
                 B::f(x, y)
@@ -112,6 +144,7 @@ fn apply_broadcast<B: Binary>(a: &Tensor, b: &Tensor, out: &mut Tensor, dtype: D
     match dtype {
         DType::F32 => broadcast_typed::<f32>(a, b, out, &B::f::<f32>),
         DType::F64 => broadcast_typed::<f64>(a, b, out, &B::f::<f64>),
+        other if B::WRAPPING && broadcast_wrapping::<B>(a, b, out, other) => {}
         other => {
             let float = matches!(other, DType::F16 | DType::BF16);
             let f = move |x: f64, y: f64| if float { B::f(x, y) } else { B::int(x, y) };
@@ -120,6 +153,22 @@ fn apply_broadcast<B: Binary>(a: &Tensor, b: &Tensor, out: &mut Tensor, dtype: D
             }))
         }
     }
+}
+
+/// [`apply_wrapping`] for broadcasting.
+fn broadcast_wrapping<B: Binary>(a: &Tensor, b: &Tensor, out: &mut Tensor, dtype: DType) -> bool {
+    macro_rules! ints {
+        ($($d:ident $t:ty),*) => {
+            match dtype {
+                $(DType::$d => {
+                    broadcast_typed::<$t>(a, b, out, &|x: $t, y: $t| B::wrapping(x as i64, y as i64) as $t);
+                    true
+                })*
+                _ => false,
+            }
+        };
+    }
+    ints!(U8 u8, I8 i8, I16 i16, U16 u16, I32 i32, U32 u32, I64 i64, U64 u64)
 }
 
 fn broadcast_typed<T: Element>(
@@ -250,7 +299,17 @@ impl<B: Binary, const KIND: u8> Form<B, KIND> {
 impl<B: Binary, const KIND: u8> Operator for Form<B, KIND> {
     fn plan(&self, call: &Call<'_>) -> Result<Plan> {
         match KIND {
+            SAME if B::ON_GPU => Ok(plan_same::<B>(call)?.with_gpu(GpuKernel::Sum)),
             SAME => plan_same::<B>(call),
+            // operands of one shape need no broadcasting: the same-shape GPU kernel applies
+            BROADCAST
+                if B::ON_GPU
+                    && call.inputs.len() == 2
+                    && call.inputs[0].shape == call.inputs[1].shape
+                    && call.inputs[0].dtype == call.inputs[1].dtype =>
+            {
+                Ok(plan_broadcast::<B>(call)?.with_gpu(GpuKernel::Sum))
+            }
             BROADCAST => plan_broadcast::<B>(call),
             _ => plan_scalar::<B>(call, KIND == RSCALAR),
         }
@@ -258,15 +317,21 @@ impl<B: Binary, const KIND: u8> Operator for Form<B, KIND> {
 }
 
 macro_rules! binary_ops {
-    ($($ty:ident $cost:literal [$($same:literal)?] [$($bcast:literal)?] [$($sc:literal)?] [$($rsc:literal)?]
-       |$a:ident, $b:ident| $e:expr $(, int |$ia:ident, $ib:ident| $ie:expr)?;)*) => {
+    ($($ty:ident $cost:literal $($gpu:ident)? [$($same:literal)?] [$($bcast:literal)?] [$($sc:literal)?] [$($rsc:literal)?]
+       |$a:ident, $b:ident| $e:expr $(, int |$ia:ident, $ib:ident| $ie:expr)?
+       $(, wrapping |$wa:ident, $wb:ident| $we:expr)?;)*) => {
         $(
             pub struct $ty;
             impl Binary for $ty {
                 const COST: usize = $cost;
+                $(const ON_GPU: bool = { let _ = stringify!($gpu); true };)?
                 #[inline(always)]
                 fn f<R: Real>($a: R, $b: R) -> R { $e }
                 $(#[inline(always)] fn int($ia: f64, $ib: f64) -> f64 { $ie })?
+                $(
+                    const WRAPPING: bool = true;
+                    #[inline(always)] fn wrapping($wa: i64, $wb: i64) -> i64 { $we }
+                )?
             }
         )*
         pub(crate) fn register(t: &mut Entries) {
@@ -285,9 +350,9 @@ fn int_div(a: f64, b: f64) -> f64 {
 }
 
 binary_ops! {
-    Add 1 ["elemwise_add"] ["broadcast_add"] ["_plus_scalar"] [] |a, b| a + b;
-    Sub 1 ["elemwise_sub"] ["broadcast_sub"] ["_minus_scalar"] ["_rminus_scalar"] |a, b| a - b;
-    Mul 1 ["elemwise_mul"] ["broadcast_mul"] ["_mul_scalar"] [] |a, b| a * b;
+    Add 1 gpu ["elemwise_add"] ["broadcast_add"] ["_plus_scalar"] [] |a, b| a + b, wrapping |a, b| a.wrapping_add(b);
+    Sub 1 ["elemwise_sub"] ["broadcast_sub"] ["_minus_scalar"] ["_rminus_scalar"] |a, b| a - b, wrapping |a, b| a.wrapping_sub(b);
+    Mul 1 ["elemwise_mul"] ["broadcast_mul"] ["_mul_scalar"] [] |a, b| a * b, wrapping |a, b| a.wrapping_mul(b);
     Div 2 ["elemwise_div"] ["broadcast_div"] ["_div_scalar"] ["_rdiv_scalar"] |a, b| a / b, int |a, b| int_div(a, b);
     Mod 4 ["_mod"] ["broadcast_mod"] ["_mod_scalar"] ["_rmod_scalar"] |a, b| modulo(a, b);
     Power 8 ["_power"] ["broadcast_power"] ["_power_scalar"] ["_rpower_scalar"] |a, b| a.powf(b);

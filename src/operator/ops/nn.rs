@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::map::map1;
 use crate::operator::kernel::strided::{split_axes, walk};
 use crate::operator::kernel::{Element, Real};
-use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::op::{Call, GpuKernel, Plan, TensorDesc};
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
 
@@ -365,7 +365,8 @@ fn add_n(call: &Call<'_>) -> Result<Plan> {
         }
         Ok(())
     })
-    .elementwise())
+    .elementwise()
+    .with_gpu(GpuKernel::Sum))
 }
 
 fn dropout(call: &Call<'_>) -> Result<Plan> {
