@@ -38,7 +38,7 @@ WITH_DIST := $(findstring dist,$(FEATURES))
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: mpi-deps dist-test gpu-test miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -134,7 +134,13 @@ gpu-test: lib mxnet-venv
 	MXRT_LIB_DIR=$(abspath $(TARGET)) PYTHON=$(abspath $(MXNET_VENV))/bin/python \
 	  DROP_SYNC_LIB_DIR=$(abspath $(DROP_SYNC_DIR)) bash tests/gpu/run.sh
 
-test: rust-test python-test dist-test gpu-test loom check-header run-examples $(BUILD)/engine_floor test-install check-abi sanitize
+# The GPU kernels' PTX (src/gpu/kernels/kernels.cu -> kernels.ptx, committed; clang-14)
+ptx:
+	@bash scripts/ptx.sh
+check-ptx:
+	@bash scripts/ptx.sh check
+
+test: rust-test python-test dist-test gpu-test loom check-header check-ptx run-examples $(BUILD)/engine_floor test-install check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib

@@ -278,7 +278,8 @@ impl Worker {
         priority: i32,
     ) -> Result<()> {
         let (stored, uses_updater) = local.stored_array(key)?;
-        let send = if inputs.len() == 1 {
+        // MPI reads host memory: a GPU value is copied out first
+        let send = if inputs.len() == 1 && inputs[0].ctx().is_some_and(crate::Context::is_host) {
             inputs[0].clone()
         } else {
             let v0 = inputs[0];

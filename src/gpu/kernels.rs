@@ -96,6 +96,15 @@ pub fn can_sum(dtype: DType) -> bool {
     add_kernel(dtype).is_some()
 }
 
+/// How a float16 sum of several arrays rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rounding {
+    /// After every addition, as adding the arrays one by one does (the operators).
+    EachAdd,
+    /// Once, of the float32 total (the KVStore's reductions). Other dtypes are unaffected.
+    Once,
+}
+
 /// `out = inputs[0] + inputs[1] + ...` over `n` elements of `dtype` on gpu(`dev`), added in that
 /// order; when `out` is one of the inputs the sum starts from it and adds the others in order
 /// (as the CPU kernel does). Returns when the device is done.
@@ -103,7 +112,14 @@ pub fn can_sum(dtype: DType) -> bool {
 /// # Safety
 /// Every address must be `n` elements of `dtype` on gpu(`dev`), live during the call; nothing
 /// else may use `out` meanwhile or write the inputs.
-pub unsafe fn sum(dev: i32, dtype: DType, out: u64, inputs: &[u64], n: usize) -> Result<()> {
+pub unsafe fn sum(
+    dev: i32,
+    dtype: DType,
+    out: u64,
+    inputs: &[u64],
+    n: usize,
+    rounding: Rounding,
+) -> Result<()> {
     let Some(name) = add_kernel(dtype) else {
         return Err(Error::not_supported(format!(
             "there is no GPU kernel adding {} arrays yet",
@@ -113,10 +129,14 @@ pub unsafe fn sum(dev: i32, dtype: DType, out: u64, inputs: &[u64], n: usize) ->
     if n == 0 || inputs.is_empty() {
         return Ok(());
     }
-    let first = inputs.iter().position(|&a| a == out);
+    let start = inputs.iter().position(|&a| a == out);
+    if dtype == DType::F16 && rounding == Rounding::Once && inputs.len() > 2 {
+        // SAFETY: the caller's contract.
+        return unsafe { sum_f16_rounded_once(dev, out, inputs, start, n) };
+    }
     let n64 = n as u64;
     stream::run(dev, "adding arrays", |st| {
-        let mut acc = match first {
+        let mut acc = match start {
             Some(_) => out,
             None if inputs.len() == 1 => {
                 // SAFETY: both ranges are `n` elements on `dev` (the caller's contract).
@@ -126,24 +146,79 @@ pub unsafe fn sum(dev: i32, dtype: DType, out: u64, inputs: &[u64], n: usize) ->
             }
             None => inputs[0],
         };
-        let start = first.unwrap_or(0);
         for (i, &x) in inputs.iter().enumerate() {
-            if i == start {
+            if i == start.unwrap_or(0) {
                 continue;
             }
-            let (mut o, mut a, mut b, mut len) = (out, acc, x, n64);
-            let mut params = [
-                (&mut o as *mut u64).cast::<c_void>(),
-                (&mut a as *mut u64).cast(),
-                (&mut b as *mut u64).cast(),
-                (&mut len as *mut u64).cast(),
-            ];
-            // SAFETY: `mxrt_add_*` takes (out, a, b, n) as three device pointers and a u64; the
-            // arrays are the caller's, live until `run` returns after the stream is done.
-            unsafe { launch(dev, st, name, n64, &mut params) }?;
+            // SAFETY: `mxrt_add_*` takes (out, a, b, n); the arrays are the caller's, live until
+            // `run` returns after the stream is done.
+            unsafe { launch3(dev, st, name, out, acc, x, n64) }?;
             acc = out;
         }
         Ok(())
+    })
+}
+
+/// Queues a kernel taking (pointer, pointer, pointer, count) or, with `c == 0` left out,
+/// (pointer, pointer, count).
+///
+/// # Safety
+/// As [`launch`]: the pointers are live device memory of the kernel's extent.
+unsafe fn launch3(
+    dev: i32,
+    st: sys::CUstream,
+    name: &'static str,
+    a: u64,
+    b: u64,
+    c: u64,
+    n: u64,
+) -> std::result::Result<(), DriverError> {
+    let (mut a, mut b, mut c, mut len) = (a, b, c, n);
+    let mut params = [
+        (&mut a as *mut u64).cast::<c_void>(),
+        (&mut b as *mut u64).cast(),
+        (&mut c as *mut u64).cast(),
+        (&mut len as *mut u64).cast(),
+    ];
+    let params: &mut [*mut c_void] = if name.starts_with("mxrt_add_") {
+        &mut params
+    } else {
+        params[2] = (&mut len as *mut u64).cast();
+        &mut params[..3]
+    };
+    // SAFETY: the caller's contract; the values live until the launch has copied them.
+    unsafe { launch(dev, st, name, n, params) }
+}
+
+/// A float16 sum accumulated in float32 scratch memory on the device and rounded once.
+///
+/// # Safety
+/// As [`sum`].
+unsafe fn sum_f16_rounded_once(
+    dev: i32,
+    out: u64,
+    inputs: &[u64],
+    start: Option<usize>,
+    n: usize,
+) -> Result<()> {
+    let scratch = crate::storage::Storage::global()
+        .alloc(crate::context::Context::gpu(dev), n * 4)
+        .map_err(|e| e.context("scratch memory for a float16 sum"))?;
+    let acc = scratch.as_ptr() as usize as u64;
+    let first = start.unwrap_or(0);
+    let n64 = n as u64;
+    stream::run(dev, "adding float16 arrays", |st| {
+        // SAFETY (all launches): `acc` is `n` floats of scratch memory held until `run` returns;
+        // the inputs and `out` are `n` halves on `dev` (the caller's contract).
+        unsafe {
+            launch3(dev, st, "mxrt_widen_f16", acc, inputs[first], 0, n64)?;
+            for (i, &x) in inputs.iter().enumerate() {
+                if i != first {
+                    launch3(dev, st, "mxrt_acc_f16", acc, x, 0, n64)?;
+                }
+            }
+            launch3(dev, st, "mxrt_narrow_f16", out, acc, 0, n64)
+        }
     })
 }
 

@@ -20,7 +20,7 @@ mod memory;
 mod stream;
 
 pub use copy::{Endpoint, copy, fill_bytes};
-pub use kernels::{can_sum, fill, sum};
+pub use kernels::{Rounding, can_sum, fill, sum};
 pub use driver::{context, device_count, driver_problem, memory_info};
 pub use memory::{device_memory, pinned_memory};
 pub use stream::bind_thread;

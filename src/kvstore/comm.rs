@@ -33,13 +33,13 @@ impl CommKind {
 use crate::util::SendPtr;
 
 /// The data pointer of a host array, checked for alignment (views keep element alignment, but
-/// foreign memory need not).
+/// foreign memory need not). GPU arrays never reach here: they are staged or copied first.
 fn host_ptr(a: &NDArray, what: &str) -> Result<*mut u8> {
     match a.ctx() {
         Some(ctx) if ctx.is_host() => {}
         Some(ctx) => {
             return Err(Error::not_supported(format!(
-                "{what} is on {ctx}: the KVStore does not take GPU arrays yet"
+                "{what} is on {ctx}: the host reduction cannot read GPU memory"
             )));
         }
         None => {
@@ -108,9 +108,21 @@ fn push_holding(
     })
 }
 
+/// Where an input of a reduction into memory of `target` must first be copied, if anywhere:
+/// GPU inputs of a host target go to page-locked memory (MXNet's CommCPU), inputs of a GPU target
+/// that are elsewhere go to that GPU (CommDevice).
+fn staging_ctx(input: Context, target: Context) -> Option<Context> {
+    match (input.is_host(), target.is_host()) {
+        (false, true) => Some(Context::cpu_pinned(0)),
+        (_, false) if input != target => Some(target),
+        _ => None,
+    }
+}
+
 /// Pushes `target = inputs[0] + inputs[1] + ...` (in that order). All arrays must have the
 /// target's shape and dtype, and no input may share memory with the target. One input is a plain
-/// copy.
+/// copy. Inputs on other devices are copied next to the target first; a GPU target is summed
+/// on its GPU (float16 rounded once, as the host reduction does).
 pub fn reduce_into(
     target: &NDArray,
     inputs: &[&NDArray],
@@ -125,6 +137,38 @@ pub fn reduce_into(
     }
     if inputs.len() == 1 {
         return target.copy_from(inputs[0], priority, FnProperty::CpuPrioritized);
+    }
+    let Some(target_ctx) = target.ctx() else {
+        return Err(Error::invalid("the reduction target is a none array"));
+    };
+    let mut staged: SmallVec<[NDArray; 8]> = SmallVec::new();
+    let mut at: SmallVec<[Option<usize>; 8]> = SmallVec::new();
+    for a in inputs {
+        match a.ctx().and_then(|c| staging_ctx(c, target_ctx)) {
+            Some(ctx) => {
+                let s = NDArray::new(a.shape(), ctx, a.dtype(), false)?;
+                s.copy_from(a, priority, FnProperty::CpuPrioritized)?;
+                at.push(Some(staged.len()));
+                staged.push(s);
+            }
+            None => at.push(None),
+        }
+    }
+    let local: SmallVec<[&NDArray; 8]> = inputs
+        .iter()
+        .zip(&at)
+        .map(|(&a, s)| s.map_or(a, |i| &staged[i]))
+        .collect();
+    let inputs = &local[..];
+    if !target_ctx.is_host() {
+        return crate::operator::device::sum_on_gpu(
+            "KVStoreReduce",
+            inputs,
+            target,
+            priority,
+            FnProperty::Normal,
+            crate::gpu::Rounding::Once,
+        );
     }
     let len = target.size();
     if len == 0 {
@@ -167,7 +211,9 @@ pub fn broadcast(
     let disjoint = outs.iter().enumerate().all(|(i, o)| {
         !o.shares_memory_with(src) && !outs[..i].iter().any(|p| p.shares_memory_with(o))
     });
-    if !disjoint || outs.len() == 1 {
+    let on_host = |a: &NDArray| a.ctx().is_some_and(Context::is_host);
+    // copies to or from GPUs are one copy op each (on the devices' copy workers)
+    if !disjoint || outs.len() == 1 || !on_host(src) || !outs.iter().all(|o| on_host(o)) {
         for o in outs {
             o.copy_from(src, priority, FnProperty::CpuPrioritized)?;
         }

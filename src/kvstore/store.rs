@@ -133,13 +133,7 @@ pub(crate) fn check_value(v: &NDArray, what: &dyn Fn() -> String) -> Result<()> 
             what()
         )));
     }
-    match v.ctx() {
-        Some(c) if !c.is_host() => Err(Error::not_supported(format!(
-            "{} is on {c}: the KVStore does not take GPU arrays yet",
-            what()
-        ))),
-        _ => Ok(()),
-    }
+    Ok(())
 }
 
 pub(crate) fn check_like(v: &NDArray, shape: &[i64], dtype: DType, what: &dyn Fn() -> String) -> Result<()> {
@@ -305,6 +299,9 @@ impl KVStore {
                 let entry = entries.get_mut(&id).expect("looked up");
                 let inputs: Vec<&NDArray> = pos.iter().map(|&i| values[i]).collect();
                 let aliased = inputs.iter().any(|a| a.shares_memory_with(&entry.stored));
+                // the device store sums GPU values on a GPU, then stores the sum
+                let on_gpu = self.comm == CommKind::Device
+                    && inputs.iter().any(|a| a.ctx().is_some_and(|c| !c.is_host()));
                 if use_updater && inputs.len() == 1 {
                     // as in MXNet, a single value is the merged value itself
                     calls.push((
@@ -313,7 +310,7 @@ impl KVStore {
                         inputs[0].clone(),
                         entry.stored.clone(),
                     ));
-                } else if use_updater || aliased {
+                } else if use_updater || aliased || on_gpu {
                     let merge = match &entry.merge {
                         Some(m) => m.clone(),
                         None => {
@@ -341,6 +338,15 @@ impl KVStore {
             }
         }
         for (id, name, merged, stored) in calls {
+            // the updater (an optimizer on the CPU) gets a host copy of a sum made on a GPU
+            let merged = match merged.ctx() {
+                Some(c) if !c.is_host() => {
+                    let host = NDArray::new(merged.shape(), STORE_CTX, merged.dtype(), false)?;
+                    host.copy_from(&merged, priority, crate::engine::FnProperty::CpuPrioritized)?;
+                    host
+                }
+                _ => merged,
+            };
             let key = match (&name, keys.kind()) {
                 (Some(s), KeyKind::Str) => KeyRef::Str(s),
                 _ => KeyRef::Int(id),

@@ -2,9 +2,9 @@
 //! use of the arrays, with the work done by the driver on the worker's stream.
 
 use super::op::GpuKernel;
-use crate::engine::{Engine, PushArgs};
+use crate::engine::{Engine, FnProperty, PushArgs};
 use crate::error::{Error, Result};
-use crate::gpu::{self, Endpoint};
+use crate::gpu::{self, Endpoint, Rounding};
 use crate::ndarray::NDArray;
 use crate::util::SendPtr;
 
@@ -19,12 +19,23 @@ pub(super) fn run(
     match kernel {
         GpuKernel::Copy => outputs[0].copy_from(&inputs[0], 0, crate::engine::FnProperty::Normal),
         GpuKernel::Fill(value) => outputs.iter().try_for_each(|o| fill(o, value)),
-        GpuKernel::Sum => sum(name, inputs, &outputs[0]),
+        GpuKernel::Sum => {
+            let inputs: Vec<&NDArray> = inputs.iter().collect();
+            sum_on_gpu(name, &inputs, &outputs[0], 0, FnProperty::Normal, Rounding::EachAdd)
+        }
     }
 }
 
-/// `out = inputs[0] + inputs[1] + ...`, all on one GPU.
-fn sum(name: &str, inputs: &[NDArray], out: &NDArray) -> Result<()> {
+/// Pushes `out = inputs[0] + inputs[1] + ...` as an engine op of `out`'s GPU named `name`
+/// (also the KVStore's device reduction); every array must be on that GPU.
+pub(crate) fn sum_on_gpu(
+    name: &str,
+    inputs: &[&NDArray],
+    out: &NDArray,
+    priority: i32,
+    prop: FnProperty,
+    rounding: Rounding,
+) -> Result<()> {
     let (Some(ctx), Some(out_var)) = (out.ctx(), out.var()) else {
         return Err(Error::invalid(format!("operator {name}: the output is a none array")));
     };
@@ -61,16 +72,21 @@ fn sum(name: &str, inputs: &[NDArray], out: &NDArray) -> Result<()> {
         }
     }
     let n = out.size();
-    let keep: Vec<NDArray> = inputs.iter().chain([out]).cloned().collect();
+    let keep: Vec<NDArray> = inputs.iter().copied().chain([out]).cloned().collect();
     let writes = [out_var.clone()];
     let dev = ctx.dev_id;
-    let args = PushArgs::new(ctx).reads(&reads).writes(&writes).name("sum");
+    let args = PushArgs::new(ctx)
+        .reads(&reads)
+        .writes(&writes)
+        .priority(priority)
+        .prop(prop)
+        .name("sum");
     let out_addr = out_ptr as usize as u64;
     Engine::global()?.push_fn(args, move |_| {
         let _ = &keep;
         // SAFETY: every address is `n` elements of `dtype` in an array `keep` holds; the op reads
         // the inputs and has exclusive access to the output; `sum` returns when the device is done.
-        unsafe { gpu::sum(dev, dtype, out_addr, &addrs, n) }.map_err(|e| e.message().to_string())
+        unsafe { gpu::sum(dev, dtype, out_addr, &addrs, n, rounding) }.map_err(|e| e.message().to_string())
     })
 }
 

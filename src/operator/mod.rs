@@ -8,7 +8,7 @@
 //! - [`tensor`]: the arrays as a kernel sees them; [`kernel`]: dense CPU kernels (plain Rust: no
 //!   engine, no NDArray, no C); [`parallel`]: the intra-op thread pool.
 
-mod device;
+pub(crate) mod device;
 pub mod imperative;
 pub mod kernel;
 pub mod op;

@@ -440,14 +440,14 @@ static unsigned long long mxrt_twin_stride(void) { return twin_stride; }
 #define MAX_PARAMS 8
 enum { P_PTR, P_VAL };
 /* a kernel by name: its parameters (device pointers or values of a size) and how to call it
- * with the driver's host addresses of the pointers; `elem` is the element size the pointers
- * cover, `count` the parameter holding the element count */
+ * with the driver's host addresses of the pointers; a pointer covers `count` elements of its
+ * `elem` bytes, where `count` is the parameter holding the element count */
 struct KernelTwin {
   const char *name;
   int nparams;
   int kind[MAX_PARAMS];
   size_t size[MAX_PARAMS];
-  size_t elem;
+  size_t elem[MAX_PARAMS];
   int count;
   void (*run)(void **args);
 };
@@ -466,19 +466,33 @@ TWIN_ADD(i64, long long)
 TWIN_ADD(i8, signed char)
 TWIN_ADD(u8, unsigned char)
 TWIN_ADD(f16, unsigned short)
+static void twin_widen_f16(void **args) {
+  mxrt_widen_f16(ARG(float *, 0), ARG(const unsigned short *, 1), ARG(mxrt_u64, 2));
+}
+static void twin_acc_f16(void **args) {
+  mxrt_acc_f16(ARG(float *, 0), ARG(const unsigned short *, 1), ARG(mxrt_u64, 2));
+}
+static void twin_narrow_f16(void **args) {
+  mxrt_narrow_f16(ARG(unsigned short *, 0), ARG(const float *, 1), ARG(mxrt_u64, 2));
+}
 TWIN_FILL(8, unsigned char)
 TWIN_FILL(16, unsigned short)
 TWIN_FILL(32, unsigned int)
 TWIN_FILL(64, unsigned long long)
 
-#define ADD_ENTRY(NAME, SIZE)                                                              \
-  {"mxrt_add_" #NAME, 4, {P_PTR, P_PTR, P_PTR, P_VAL}, {8, 8, 8, 8}, SIZE, 3, twin_add_##NAME}
-#define FILL_ENTRY(BITS)                                                                   \
-  {"mxrt_fill_b" #BITS, 3, {P_PTR, P_VAL, P_VAL}, {8, BITS / 8, 8}, BITS / 8, 2, twin_fill_b##BITS}
+#define ADD_ENTRY(NAME, SIZE)                                                                  \
+  {"mxrt_add_" #NAME, 4, {P_PTR, P_PTR, P_PTR, P_VAL}, {8, 8, 8, 8}, {SIZE, SIZE, SIZE, 0}, 3, \
+   twin_add_##NAME}
+#define FILL_ENTRY(BITS)                                                                     \
+  {"mxrt_fill_b" #BITS, 3, {P_PTR, P_VAL, P_VAL}, {8, BITS / 8, 8}, {BITS / 8, 0, 0}, 2,     \
+   twin_fill_b##BITS}
 static const struct KernelTwin twins[] = {
     ADD_ENTRY(f32, 4), ADD_ENTRY(f64, 8), ADD_ENTRY(i32, 4), ADD_ENTRY(i64, 8), ADD_ENTRY(i8, 1),
     ADD_ENTRY(u8, 1),  ADD_ENTRY(f16, 2), FILL_ENTRY(8),     FILL_ENTRY(16),    FILL_ENTRY(32),
     FILL_ENTRY(64),
+    {"mxrt_widen_f16", 3, {P_PTR, P_PTR, P_VAL}, {8, 8, 8}, {4, 2, 0}, 2, twin_widen_f16},
+    {"mxrt_acc_f16", 3, {P_PTR, P_PTR, P_VAL}, {8, 8, 8}, {4, 2, 0}, 2, twin_acc_f16},
+    {"mxrt_narrow_f16", 3, {P_PTR, P_PTR, P_VAL}, {8, 8, 8}, {2, 4, 0}, 2, twin_narrow_f16},
 };
 
 struct FakeModule {
@@ -542,7 +556,7 @@ static void run_kernel(struct FakeStream *s, struct Op *op) {
   for (int i = 0; i < k->nparams; i++) {
     host[i] = op->params[i];
     if (k->kind[i] == P_PTR) {
-      struct Alloc *a = find_alloc(op->params[i], n * k->elem);
+      struct Alloc *a = find_alloc(op->params[i], n * k->elem[i]);
       if (!a || a->device != s->device) ok = 0;
       else host[i] = (unsigned long long)(uintptr_t)(a->bytes + (op->params[i] - a->ptr));
     }

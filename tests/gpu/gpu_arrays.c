@@ -7,6 +7,9 @@
  *   - every dtype, sliced views, fills (_zeros/_ones/_full), _copyto into given outputs;
  *   - sums on a GPU (elemwise_add, add_n: mxrt's kernels, run by the fake as their host twins)
  *     equal the CPU's bit for bit;
+ *   - KVStores ('local': reduced in page-locked host memory, 'device': on a GPU) with values
+ *     on both GPUs and the host, 4 threads pushing and pulling their own keys: the pulled sums
+ *     equal a CPU-only store's bit for bit;
  *   - save/load keeps GPU arrays on their GPU;
  *   - bounded device memory: a too large array is -1 "out of memory"; cached blocks are released
  *     and the allocation retried before that is reported; MXStorageEmptyCache returns them;
@@ -108,7 +111,61 @@ static uint64_t next_random(uint64_t *s) {
 
 struct Worker {
   int id;
+  KVStoreHandle stores[3]; /* local and device with GPU values, local with CPU values */
 };
+
+/* each thread pushes values from gpu(0), gpu(1) and the host to keys of its own, pulls the sums
+ * to both GPUs, and compares with the same pushes of host values to a CPU store */
+static void *kvstore_rounds(void *arg) {
+  const struct Worker *w = arg;
+  uint64_t seed = 0xD1B54A32D192ED03ull * (uint64_t)(w->id + 1);
+  for (int round = 0; round < 10; round++) {
+    int dtype = round % 2 ? kF32 : (int[]){kF64, kF16, kI32, kI64, kU8}[(round / 2) % 5];
+    uint32_t rows = 2 + (uint32_t)(next_random(&seed) % 30), cols = 3;
+    size_t n = (size_t)rows * cols, bytes = n * kElemSize[dtype];
+    int key = w->id * 1000 + round;
+    unsigned char *data[3];
+    NDArrayHandle gpu_vals[3], cpu_vals[3];
+    for (int v = 0; v < 3; v++) {
+      data[v] = malloc(bytes);
+      for (size_t i = 0; i < bytes; i++) data[v][i] = (unsigned char)next_random(&seed);
+      if (dtype == kF16)
+        for (size_t i = 1; i < bytes; i += 2) data[v][i] &= 0x3B;
+      if (dtype == kF32 || dtype == kF64) /* finite values */
+        for (size_t i = kElemSize[dtype] - 1; i < bytes; i += kElemSize[dtype]) data[v][i] &= 0x3F;
+      gpu_vals[v] = make(v < 2 ? MXRT_DEVICE_GPU : MXRT_DEVICE_CPU, v < 2 ? v : 0, rows, cols, dtype);
+      cpu_vals[v] = make(MXRT_DEVICE_CPU, 0, rows, cols, dtype);
+      CHECK_OK(MXNDArraySyncCopyFromCPU(gpu_vals[v], data[v], n));
+      CHECK_OK(MXNDArraySyncCopyFromCPU(cpu_vals[v], data[v], n));
+    }
+    NDArrayHandle want = make(MXRT_DEVICE_CPU, 0, rows, cols, dtype);
+    CHECK_OK(MXKVStoreInit(w->stores[2], 1, &key, &cpu_vals[2]));
+    int keys[3] = {key, key, key};
+    CHECK_OK(MXKVStorePush(w->stores[2], 3, keys, cpu_vals, 0));
+    CHECK_OK(MXKVStorePull(w->stores[2], 1, &key, &want, 0));
+    for (int s = 0; s < 2; s++) {
+      CHECK_OK(MXKVStoreInit(w->stores[s], 1, &key, &gpu_vals[0]));
+      CHECK_OK(MXKVStorePush(w->stores[s], 3, keys, gpu_vals, 0));
+      NDArrayHandle outs[2] = {make(MXRT_DEVICE_GPU, 0, rows, cols, dtype),
+                               make(MXRT_DEVICE_GPU, 1, rows, cols, dtype)};
+      CHECK_OK(MXKVStorePull(w->stores[s], 2, keys, outs, 0));
+      for (int o = 0; o < 2; o++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s store, dtype %d, pulled to gpu(%d)", s ? "device" : "local",
+                 dtype, o);
+        expect_same(outs[o], want, bytes, what);
+        CHECK_OK(MXNDArrayFree(outs[o]));
+      }
+    }
+    for (int v = 0; v < 3; v++) {
+      CHECK_OK(MXNDArrayFree(gpu_vals[v]));
+      CHECK_OK(MXNDArrayFree(cpu_vals[v]));
+      free(data[v]);
+    }
+    CHECK_OK(MXNDArrayFree(want));
+  }
+  return NULL;
+}
 
 static void *chain(void *arg) {
   const struct Worker *w = arg;
@@ -286,6 +343,18 @@ int main(int argc, char **argv) {
   for (int t = 0; t < kThreads; t++) pthread_join(threads[t], NULL);
   printf("ok: %d threads x %d rounds of copy chains across 2 GPUs, all dtypes, bit-exact\n", kThreads,
          kRounds);
+  KVStoreHandle stores[3];
+  CHECK_OK(MXKVStoreCreate("local", &stores[0]));
+  CHECK_OK(MXKVStoreCreate("device", &stores[1]));
+  CHECK_OK(MXKVStoreCreate("local", &stores[2]));
+  for (int t = 0; t < kThreads; t++) {
+    memcpy(workers[t].stores, stores, sizeof stores);
+    EXPECT(pthread_create(&threads[t], NULL, kvstore_rounds, &workers[t]) == 0, "pthread_create");
+  }
+  for (int t = 0; t < kThreads; t++) pthread_join(threads[t], NULL);
+  for (int s = 0; s < 3; s++) CHECK_OK(MXKVStoreFree(stores[s]));
+  printf("ok: %d threads pushing GPU values to 'local' and 'device' stores, equal to a CPU store\n",
+         kThreads);
   fills();
   save_load();
   errors();

@@ -87,4 +87,36 @@ try:
     raise AssertionError("gpu(2) exists")
 except mx.base.MXNetError as e:
     assert "gpu(2) does not exist" in str(e), e
+# KVStores with values on both GPUs: the pulled sums equal a CPU-only store's, with and without
+# an optimizer on the store
+shape = (6, 50)
+for dtype in ["float32", "float64", "float16", "int32", "int64", "uint8"]:
+    for kind in ["local", "device"]:
+        xs = [(rng.standard_normal(shape) * 30).astype(dtype) for _ in range(4)]
+        results = {}
+        for place in ["cpu", "gpu"]:
+            kv = mx.kv.create(kind)
+            ctxs = [mx.cpu()] * 4 if place == "cpu" else [mx.gpu(i % 2) for i in range(4)]
+            kv.init(7, mx.nd.array(xs[0], ctx=ctxs[1], dtype=dtype))
+            kv.push(7, [mx.nd.array(x, ctx=c, dtype=dtype) for x, c in zip(xs, ctxs)])
+            outs = [mx.nd.zeros(shape, ctx=c, dtype=dtype) for c in ctxs]
+            kv.pull(7, out=outs)
+            got = [o.asnumpy() for o in outs]
+            assert all(g.tobytes() == got[0].tobytes() for g in got), (dtype, kind, place)
+            results[place] = got[0]
+        assert results["cpu"].tobytes() == results["gpu"].tobytes(), (dtype, kind)
+for kind in ["local", "device"]:
+    results = {}
+    for place in ["cpu", "gpu"]:
+        kv = mx.kv.create(kind)
+        kv.set_optimizer(mx.optimizer.SGD(learning_rate=0.1, momentum=0.9))
+        ctxs = [mx.cpu()] * 2 if place == "cpu" else [mx.gpu(0), mx.gpu(1)]
+        kv.init(3, mx.nd.array(np.ones(shape, "float32"), ctx=ctxs[0]))
+        for step in range(3):
+            kv.push(3, [mx.nd.array(np.full(shape, 0.5 + i + step, "float32"), ctx=c)
+                        for i, c in enumerate(ctxs)])
+        outs = [mx.nd.zeros(shape, ctx=c) for c in ctxs]
+        kv.pull(3, out=outs)
+        results[place] = outs[1].asnumpy()
+    assert results["cpu"].tobytes() == results["gpu"].tobytes(), (kind, "sgd")
 print("ok: MXNet's Python package with gpu(0) and gpu(1) arrays")

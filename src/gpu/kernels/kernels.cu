@@ -110,6 +110,19 @@ MXRT_KERNEL void mxrt_add_f16(unsigned short *out, const unsigned short *a,
     out[i] = mxrt_float_to_half(mxrt_half_to_float(a[i]) + mxrt_half_to_float(b[i]));
 }
 
+/* float16 sums rounded once: accumulate in float32, round at the end (the KVStore's reduce) */
+MXRT_KERNEL void mxrt_widen_f16(float *acc, const unsigned short *x, mxrt_u64 n) {
+  for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE) acc[i] = mxrt_half_to_float(x[i]);
+}
+
+MXRT_KERNEL void mxrt_acc_f16(float *acc, const unsigned short *x, mxrt_u64 n) {
+  for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE) acc[i] += mxrt_half_to_float(x[i]);
+}
+
+MXRT_KERNEL void mxrt_narrow_f16(unsigned short *out, const float *acc, mxrt_u64 n) {
+  for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE) out[i] = mxrt_float_to_half(acc[i]);
+}
+
 /* ---- every element set to a bit pattern of 1, 2, 4 or 8 bytes ---- */
 
 #define MXRT_FILL(BITS, T)                                                               \
