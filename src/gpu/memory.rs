@@ -3,7 +3,7 @@
 use super::driver::{self, cuda_error};
 use crate::error::{Error, Result};
 use crate::storage::{DeviceMemory, HostMemory, MemoryInfo};
-use cudarc::driver::{CudaContext, result};
+use cudarc::driver::{CudaContext, result, sys};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -26,8 +26,10 @@ impl DeviceMemory for CudaMemory {
         // SAFETY: a plain allocation on the bound context; the memory is handed out uninitialised,
         // as every storage block is.
         let ptr = unsafe { result::malloc_sync(size) }.map_err(|e| {
+            let oom = e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY;
             let e = cuda_error(dev, &format!("allocating {size} bytes"), e);
-            Error::out_of_memory(e.message())
+            // only a full device is worth the pool's release-and-retry
+            if oom { Error::out_of_memory(e.message()) } else { e }
         })?;
         NonNull::new(ptr as usize as *mut u8)
             .ok_or_else(|| Error::internal(format!("gpu({dev}): the driver returned address 0")))

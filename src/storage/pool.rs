@@ -28,7 +28,7 @@ use super::manager::StorageManager;
 use super::stats::{Hooks, MemoryEvent, MemoryEventKind, PoolStats};
 use super::strategy::Strategy;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -182,7 +182,12 @@ impl PooledManager {
         Ok(ptr)
     }
 
+    /// The error of a failed allocation: MXNet's out-of-memory message when the device is
+    /// full, the device's own error (with the request) otherwise.
     fn oom(&self, size: usize, block: usize, released: usize, cause: Error) -> Error {
+        if cause.kind() != ErrorKind::OutOfMemory {
+            return cause.context(format!("allocating {size} bytes on {}", self.ctx));
+        }
         Error::out_of_memory(format!(
             "Memory allocation failed (out of memory): cannot allocate {size} bytes ({block}-byte block) on {} \
              after releasing {released} cached bytes: {cause}",
@@ -246,7 +251,7 @@ impl StorageManager for PooledManager {
             released += self.give_back(self.state.lock().take_all());
         }
         let mut result = self.device_alloc(block);
-        if result.is_err() {
+        if result.as_ref().is_err_and(|e| e.kind() == ErrorKind::OutOfMemory) {
             // Fragmentation or a full device: give the whole cache back and try once more.
             released += self.give_back(self.state.lock().take_all());
             result = result.or_else(|_| self.device_alloc(block));

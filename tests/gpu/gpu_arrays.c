@@ -16,10 +16,15 @@
  *   - ops without a GPU kernel and missing devices are -1 with a message.
  *
  *   gpu_arrays [MEM_MB]   (MEM_MB: the fake's FAKECUDA_MEM_MB, default 256)
+ *   gpu_arrays sticky     a device error (memory freed behind mxrt's back, then used by a copy:
+ *                         CUDA_ERROR_ILLEGAL_ADDRESS, sticky on that device) is -1 with the
+ *                         driver's message on every later use of the device, never a hang or
+ *                         an abort; the other device keeps working
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdint.h>
+#include <dlfcn.h>
 #include <unistd.h>
 #include "../../c_examples/common.h"
 
@@ -321,7 +326,59 @@ static void errors(void) {
   CHECK_OK(MXNDArrayFree(g));
 }
 
+/* frees an array's device memory through the driver, as a buggy extension might */
+static void free_behind_mxrts_back(NDArrayHandle h) {
+  void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  EXPECT(cuda != NULL, "libcuda.so.1 is not loaded");
+  int (*retain)(void **, int) = (int (*)(void **, int))dlsym(cuda, "cuDevicePrimaryCtxRetain");
+  int (*set_current)(void *) = (int (*)(void *))dlsym(cuda, "cuCtxSetCurrent");
+  int (*mem_free)(unsigned long long) = (int (*)(unsigned long long))dlsym(cuda, "cuMemFree_v2");
+  EXPECT(retain && set_current && mem_free, "driver symbols");
+  void *ctx = NULL, *data = NULL;
+  EXPECT(retain(&ctx, 0) == 0 && set_current(ctx) == 0, "binding gpu(0)");
+  CHECK_OK(MXNDArrayGetData(h, &data));
+  EXPECT(mem_free((unsigned long long)(uintptr_t)data) == 0, "cuMemFree of the array's block");
+}
+
+static int sticky_error(void) {
+  /* a block of its own: a fresh 1 MiB allocation (nothing cached of that size yet) */
+  NDArrayHandle victim = make(MXRT_DEVICE_GPU, 0, 1, 1 << 18, kF32);
+  NDArrayHandle host = make(MXRT_DEVICE_CPU, 0, 1, 1 << 18, kF32);
+  NDArrayHandle other = make(MXRT_DEVICE_GPU, 1, 1, 4, kF32);
+  CHECK_OK(MXNDArrayWaitAll());
+  free_behind_mxrts_back(victim);
+  /* a copy into it fails at the call, as the driver checks copy ranges */
+  copyto(host, victim);
+  float *back = malloc(sizeof(float) << 18);
+  EXPECT_ERROR(MXNDArraySyncCopyToCPU(victim, back, 1 << 18), "invalid argument");
+  free(back);
+  /* a kernel's pointers are not checked at launch: the access fails on the device, and the
+   * error is sticky */
+  NDArrayHandle ins[2] = {victim, victim};
+  NDArrayHandle sum = invoke(op_add, 2, ins);
+  back = malloc(sizeof(float) << 18);
+  EXPECT_ERROR(MXNDArraySyncCopyToCPU(sum, back, 1 << 18), "illegal memory access");
+  /* the device stays unusable, with the driver's reason */
+  uint32_t four_shape[1] = {4};
+  NDArrayHandle later = NULL;
+  EXPECT_ERROR(MXNDArrayCreateEx(four_shape, 1, MXRT_DEVICE_GPU, 0, 0, kF32, &later),
+               "illegal memory access");
+  EXPECT_ERROR(MXNDArraySyncCopyFromCPU(sum, back, 1 << 18), "illegal memory access");
+  float four[4] = {1, 2, 3, 4};
+  /* the other device is unaffected */
+  CHECK_OK(MXNDArraySyncCopyFromCPU(other, four, 4));
+  expect_bytes(other, four, sizeof four, "gpu(1) after an error on gpu(0)");
+  free(back);
+  printf("ok: a sticky device error is -1 with the driver's message\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "sticky") == 0) {
+    CHECK_OK(NNGetOpHandle("_copyto", &op_copyto));
+    CHECK_OK(NNGetOpHandle("elemwise_add", &op_add));
+    return sticky_error();
+  }
   uint64_t mem_mb = argc > 1 ? (uint64_t)atoll(argv[1]) : 256;
   int count = 0;
   CHECK_OK(MXGetGPUCount(&count));

@@ -22,7 +22,7 @@ ln -sf libcuda.so.1 "$fake/libcuda.so"
 fake="$(cd "$fake" && pwd)"
 for prog in gpu_probe gpu_arrays; do
   $cc -std=c11 -Wall -Wextra -Werror -O2 -pthread -Iinclude "tests/gpu/$prog.c" -o "$build/$prog" \
-    -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lmxrt || { echo "gpu: building $prog failed"; exit 1; }
+    -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lmxrt -ldl || { echo "gpu: building $prog failed"; exit 1; }
 done
 
 failures=0
@@ -49,6 +49,7 @@ check "2 devices, 256 MiB"                   LD_LIBRARY_PATH="$fake" FAKECUDA_DE
 fake2=(LD_LIBRARY_PATH="$fake" FAKECUDA_DEVICES=2 FAKECUDA_MEM_MB=64)
 check "2 devices: GPU arrays, 4 threads"     "${fake2[@]}" -- gpu_arrays 64
 check "... with a 200 us delay per stream op" "${fake2[@]}" FAKECUDA_DELAY_US=200 -- gpu_arrays 64
+check "a sticky device error is -1, gpu(1) still works" "${fake2[@]}" -- gpu_arrays sticky
 if [ -n "${PYTHON:-}" ]; then
   pycheck() { # NAME ENV... -- PYTHON ARGS...
     local name=$1; shift
