@@ -172,6 +172,7 @@ profile-demo: $(BUILD)/examples/profile_demo
 bench: lib
 	MXBENCH_REPEATS=$${MXBENCH_REPEATS:-5} bash bench/run.sh all
 	@$(if $(WITH_DIST),MXBENCH_REPEATS=$${MXBENCH_REPEATS:-5} bash bench/dist.sh,echo "bench: the distributed KVStore needs the dist feature")
+	MXBENCH_REPEATS=$${MXBENCH_REPEATS:-5} bash bench/gpu_completion.sh
 
 $(BUILD)/engine_floor: bench/engine_floor.c include/mxrt.h | lib
 	@mkdir -p $(dir $@)

@@ -1,9 +1,9 @@
 //! Moving bytes between host memory and GPUs, and between GPUs.
 
-use super::stream;
+use super::stream::{self, Finish, finish_now};
 use crate::context::{Context, DeviceType};
 use crate::error::Result;
-use cudarc::driver::result;
+use cudarc::driver::{DriverError, result, sys};
 
 /// One side of a copy: host memory (cpu, cpu_pinned, cpu_shared) or an address on a GPU.
 #[derive(Clone, Copy, Debug)]
@@ -25,78 +25,127 @@ impl Endpoint {
     }
 }
 
-/// Copies `n` bytes from `src` to `dst` and returns when the copy is complete. Host to host
-/// ranges may overlap; a device side is copied on the calling thread's stream of that device
-/// (of the destination device between two GPUs: a peer copy, which the driver stages through
-/// host memory when the devices cannot reach each other).
+type Work = Box<dyn FnOnce(sys::CUstream) -> std::result::Result<(), DriverError>>;
+/// The device that runs a copy, what the copy is (for errors) and its stream work.
+type Routed = (i32, &'static str, Work);
+
+/// The device, description and stream work of a copy that involves a GPU; `None` for host to
+/// host.
 ///
 /// # Safety
-/// Both ranges must be live memory of `n` bytes on their devices that nothing else writes (and,
-/// for `dst`, reads) during the call.
-pub unsafe fn copy(dst: Endpoint, src: Endpoint, n: usize) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    match (dst, src) {
-        (Endpoint::Host(d), Endpoint::Host(s)) => {
-            // SAFETY: the caller guarantees both ranges; `copy` allows overlap.
-            unsafe { std::ptr::copy(s, d, n) };
-            Ok(())
-        }
-        (Endpoint::Device { dev, addr }, Endpoint::Host(s)) => {
-            stream::run(dev, "copying host memory to the device", |st| {
-                // SAFETY: `s` has `n` readable bytes until `run` returns, which waits for the copy.
-                let src = unsafe { std::slice::from_raw_parts(s, n) };
-                // SAFETY: `addr` has `n` writable bytes on `dev` (the caller's contract).
-                unsafe { result::memcpy_htod_async(addr, src, st) }
-            })
-        }
-        (Endpoint::Host(d), Endpoint::Device { dev, addr }) => {
-            stream::run(dev, "copying device memory to the host", |st| {
-                // SAFETY: `d` has `n` writable bytes until `run` returns, which waits for the copy.
-                let dst = unsafe { std::slice::from_raw_parts_mut(d, n) };
-                // SAFETY: `addr` has `n` readable bytes on `dev`.
-                unsafe { result::memcpy_dtoh_async(dst, addr, st) }
-            })
-        }
+/// As [`copy`]; the work must be queued while the ranges are live.
+unsafe fn route(dst: Endpoint, src: Endpoint, n: usize) -> Result<Option<Routed>> {
+    Ok(Some(match (dst, src) {
+        (Endpoint::Host(_), Endpoint::Host(_)) => return Ok(None),
+        (Endpoint::Device { dev, addr }, Endpoint::Host(s)) => (
+            dev,
+            "copying host memory to the device",
+            Box::new(move |st| {
+                // SAFETY: `s` has `n` readable bytes until the copy has completed (the caller's
+                // contract); `addr` has `n` writable bytes on `dev`.
+                unsafe {
+                    result::memcpy_htod_async(addr, std::slice::from_raw_parts(s, n), st)
+                }
+            }),
+        ),
+        (Endpoint::Host(d), Endpoint::Device { dev, addr }) => (
+            dev,
+            "copying device memory to the host",
+            Box::new(move |st| {
+                // SAFETY: `d` has `n` writable bytes until the copy has completed; `addr` has `n`
+                // readable bytes on `dev`.
+                unsafe {
+                    result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(d, n), addr, st)
+                }
+            }),
+        ),
         (Endpoint::Device { dev: dd, addr: da }, Endpoint::Device { dev: sd, addr: sa })
             if dd == sd =>
         {
-            stream::run(dd, "copying device memory", |st| {
+            (
+                dd,
+                "copying device memory",
                 // SAFETY: both ranges are `n` bytes on `dd` (the caller's contract).
-                unsafe { result::memcpy_dtod_async(da, sa, n, st) }
-            })
+                Box::new(move |st| unsafe { result::memcpy_dtod_async(da, sa, n, st) }),
+            )
         }
         (Endpoint::Device { dev: dd, addr: da }, Endpoint::Device { dev: sd, addr: sa }) => {
-            let (dst_ctx, src_ctx) = (super::context(i64::from(dd))?, super::context(i64::from(sd))?);
-            stream::run(dd, &format!("copying device memory from gpu({sd})"), |st| {
-                // SAFETY: `da` has `n` bytes on `dd`, `sa` on `sd`; both contexts are live.
-                unsafe {
-                    result::memcpy_peer_async(dst_ctx.cu_ctx(), da, src_ctx.cu_ctx(), sa, n, st)
-                }
-            })
+            let (dst_ctx, src_ctx) =
+                (super::context(i64::from(dd))?, super::context(i64::from(sd))?);
+            (
+                dd,
+                "copying device memory between GPUs",
+                Box::new(move |st| {
+                    // SAFETY: `da` has `n` bytes on `dd`, `sa` on `sd`; both contexts are live.
+                    unsafe {
+                        result::memcpy_peer_async(
+                            dst_ctx.cu_ctx(),
+                            da,
+                            src_ctx.cu_ctx(),
+                            sa,
+                            n,
+                            st,
+                        )
+                    }
+                }),
+            )
         }
+    }))
+}
+
+/// Copies `n` bytes from `src` to `dst`, finishing as `finish` says. Host to host ranges may
+/// overlap and are copied at once; a device side is copied on the calling thread's stream of
+/// that device (of the destination device between two GPUs: a peer copy, which the driver stages
+/// through host memory when the devices cannot reach each other).
+///
+/// # Safety
+/// Both ranges must be live memory of `n` bytes on their devices, that nothing else writes (and,
+/// for `dst`, reads) until the copy has finished.
+pub unsafe fn copy_finish(dst: Endpoint, src: Endpoint, n: usize, finish: Finish) -> Result<()> {
+    if n == 0 {
+        return finish_now(Ok(()), finish);
+    }
+    // SAFETY: the caller's contract.
+    match unsafe { route(dst, src, n) } {
+        Ok(None) => {
+            let (Endpoint::Host(d), Endpoint::Host(s)) = (dst, src) else {
+                unreachable!("route handles every device side")
+            };
+            // SAFETY: the caller guarantees both ranges; `copy` allows overlap.
+            unsafe { std::ptr::copy(s, d, n) };
+            finish_now(Ok(()), finish)
+        }
+        Ok(Some((dev, what, work))) => stream::run_finish(dev, what, work, finish),
+        Err(e) => finish_now(Err(e), finish),
     }
 }
 
-/// Sets `n` bytes at `dst` to `value` and returns when done.
+/// [`copy_finish`] returning when the copy is complete.
 ///
 /// # Safety
-/// `dst` must be `n` bytes of live memory that nothing else uses during the call.
-pub unsafe fn fill_bytes(dst: Endpoint, value: u8, n: usize) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
+/// As [`copy_finish`].
+pub unsafe fn copy(dst: Endpoint, src: Endpoint, n: usize) -> Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe { copy_finish(dst, src, n, Finish::Here) }
+}
+
+/// Sets `n` bytes at `dst` to `value`, finishing as `finish` says.
+///
+/// # Safety
+/// `dst` must be `n` bytes of live memory that nothing else uses until it has finished.
+pub unsafe fn fill_bytes(dst: Endpoint, value: u8, n: usize, finish: Finish) -> Result<()> {
     match dst {
         Endpoint::Host(d) => {
             // SAFETY: the caller guarantees the range.
             unsafe { std::ptr::write_bytes(d, value, n) };
-            Ok(())
+            finish_now(Ok(()), finish)
         }
-        Endpoint::Device { dev, addr } => stream::run(dev, "setting device memory", |st| {
+        Endpoint::Device { dev, addr } => stream::run_finish(
+            dev,
+            "setting device memory",
             // SAFETY: `addr` has `n` writable bytes on `dev`.
-            unsafe { result::memset_d8_async(addr, value, n, st) }
-        }),
+            move |st| unsafe { result::memset_d8_async(addr, value, n, st) },
+            finish,
+        ),
     }
 }
-

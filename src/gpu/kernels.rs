@@ -2,7 +2,7 @@
 //! (`make ptx`), embedded in the library and loaded into a device's context on its first
 //! launch. Kernels are 1-D grid-stride loops, launched by name on the calling thread's stream.
 
-use super::stream;
+use super::stream::{self, Finish, finish_now};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use cudarc::driver::{DriverError, result, sys};
@@ -107,11 +107,11 @@ pub enum Rounding {
 
 /// `out = inputs[0] + inputs[1] + ...` over `n` elements of `dtype` on gpu(`dev`), added in that
 /// order; when `out` is one of the inputs the sum starts from it and adds the others in order
-/// (as the CPU kernel does). Returns when the device is done.
+/// (as the CPU kernel does). Finishes as `finish` says.
 ///
 /// # Safety
-/// Every address must be `n` elements of `dtype` on gpu(`dev`), live during the call; nothing
-/// else may use `out` meanwhile or write the inputs.
+/// Every address must be `n` elements of `dtype` on gpu(`dev`), live until the sum has
+/// finished; nothing else may use `out` meanwhile or write the inputs.
 pub unsafe fn sum(
     dev: i32,
     dtype: DType,
@@ -119,23 +119,26 @@ pub unsafe fn sum(
     inputs: &[u64],
     n: usize,
     rounding: Rounding,
+    finish: Finish,
 ) -> Result<()> {
     let Some(name) = add_kernel(dtype) else {
-        return Err(Error::not_supported(format!(
+        let e = Error::not_supported(format!(
             "there is no GPU kernel adding {} arrays yet",
             dtype.name()
-        )));
+        ));
+        return finish_now(Err(e), finish);
     };
     if n == 0 || inputs.is_empty() {
-        return Ok(());
+        return finish_now(Ok(()), finish);
     }
     let start = inputs.iter().position(|&a| a == out);
     if dtype == DType::F16 && rounding == Rounding::Once && inputs.len() > 2 {
         // SAFETY: the caller's contract.
-        return unsafe { sum_f16_rounded_once(dev, out, inputs, start, n) };
+        return unsafe { sum_f16_rounded_once(dev, out, inputs, start, n, finish) };
     }
     let n64 = n as u64;
-    stream::run(dev, "adding arrays", |st| {
+    let inputs = inputs.to_vec();
+    let work = move |st| {
         let mut acc = match start {
             Some(_) => out,
             None if inputs.len() == 1 => {
@@ -156,7 +159,8 @@ pub unsafe fn sum(
             acc = out;
         }
         Ok(())
-    })
+    };
+    stream::run_finish(dev, "adding arrays", work, finish)
 }
 
 /// Queues a kernel taking (pointer, pointer, pointer, count) or, with `c == 0` left out,
@@ -200,14 +204,27 @@ unsafe fn sum_f16_rounded_once(
     inputs: &[u64],
     start: Option<usize>,
     n: usize,
+    finish: Finish,
 ) -> Result<()> {
-    let scratch = crate::storage::Storage::global()
+    let scratch = match crate::storage::Storage::global()
         .alloc(crate::context::Context::gpu(dev), n * 4)
-        .map_err(|e| e.context("scratch memory for a float16 sum"))?;
+    {
+        Ok(s) => s,
+        Err(e) => return finish_now(Err(e.context("scratch memory for a float16 sum")), finish),
+    };
     let acc = scratch.as_ptr() as usize as u64;
+    // the scratch memory lives until the device is done with it
+    let finish = match finish {
+        Finish::Here => Finish::Here,
+        Finish::Then(done) => Finish::Then(Box::new(move |r| {
+            drop(scratch);
+            done(r)
+        })),
+    };
     let first = start.unwrap_or(0);
     let n64 = n as u64;
-    stream::run(dev, "adding float16 arrays", |st| {
+    let inputs = inputs.to_vec();
+    let work = move |st| {
         // SAFETY (all launches): `acc` is `n` floats of scratch memory held until `run` returns;
         // the inputs and `out` are `n` halves on `dev` (the caller's contract).
         unsafe {
@@ -219,27 +236,32 @@ unsafe fn sum_f16_rounded_once(
             }
             launch3(dev, st, "mxrt_narrow_f16", out, acc, 0, n64)
         }
-    })
+    };
+    stream::run_finish(dev, "adding float16 arrays", work, finish)
 }
 
 /// Sets `n` elements of `pattern.len()` bytes (1, 2, 4 or 8) at `out` on gpu(`dev`) to
-/// `pattern`. Returns when the device is done.
+/// `pattern`, finishing as `finish` says.
 ///
 /// # Safety
-/// `out` must be `n * pattern.len()` bytes on gpu(`dev`) that nothing else uses meanwhile.
-pub unsafe fn fill(dev: i32, out: u64, pattern: &[u8], n: usize) -> Result<()> {
+/// `out` must be `n * pattern.len()` bytes on gpu(`dev`) that nothing else uses until the fill
+/// has finished.
+pub unsafe fn fill(dev: i32, out: u64, pattern: &[u8], n: usize, finish: Finish) -> Result<()> {
     let (name, mut value) = match pattern.len() {
         1 => ("mxrt_fill_b8", u64::from(pattern[0])),
         2 => ("mxrt_fill_b16", u64::from(u16::from_ne_bytes([pattern[0], pattern[1]]))),
         4 => ("mxrt_fill_b32", u64::from(u32::from_ne_bytes(pattern.try_into().expect("4")))),
         8 => ("mxrt_fill_b64", u64::from_ne_bytes(pattern.try_into().expect("8"))),
-        w => return Err(Error::invalid(format!("no fill kernel for {w}-byte elements"))),
+        w => {
+            let e = Error::invalid(format!("no fill kernel for {w}-byte elements"));
+            return finish_now(Err(e), finish);
+        }
     };
     if n == 0 {
-        return Ok(());
+        return finish_now(Ok(()), finish);
     }
     let (mut o, mut len) = (out, n as u64);
-    stream::run(dev, "filling an array", |st| {
+    let work = move |st| {
         // the value parameter is read with the kernel's width from the start of `value`, which
         // on a little-endian host holds the low bytes
         let mut params = [
@@ -249,5 +271,6 @@ pub unsafe fn fill(dev: i32, out: u64, pattern: &[u8], n: usize) -> Result<()> {
         ];
         // SAFETY: `mxrt_fill_b*` takes (out, value, n); `out` is the caller's live range.
         unsafe { launch(dev, st, name, len, &mut params) }
-    })
+    };
+    stream::run_finish(dev, "filling an array", work, finish)
 }

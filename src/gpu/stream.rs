@@ -5,6 +5,7 @@
 //! use, kept until the thread ends. [`run`] binds the device's context, queues the work and
 //! waits for the stream, so the work is complete, and its buffers free to reuse, when it returns.
 
+use super::completion::{self, Done};
 use super::driver::{self, cuda_error};
 use crate::error::Result;
 use cudarc::driver::{CudaContext, DriverError, result, sys};
@@ -68,6 +69,62 @@ pub(crate) fn run<R>(
     let out = out?;
     synced?;
     Ok(out)
+}
+
+/// When the caller learns that queued GPU work has finished.
+pub enum Finish {
+    /// The call returns when the device is done (and reports its errors).
+    Here,
+    /// The call returns once the work is queued; the function runs when the device is done
+    /// (from the device's completion thread, or at once if queueing failed) with the outcome.
+    Then(Done),
+}
+
+/// Reports `outcome` of work done on the calling thread as `finish` says.
+pub(crate) fn finish_now(outcome: Result<()>, finish: Finish) -> Result<()> {
+    match finish {
+        Finish::Here => outcome,
+        Finish::Then(done) => {
+            done(outcome);
+            Ok(())
+        }
+    }
+}
+
+/// [`run`] for work without a result, finishing as `finish` says. With [`Finish::Then`] the
+/// return value is always `Ok`: the outcome goes to the function.
+pub(crate) fn run_finish(
+    dev: i32,
+    what: &'static str,
+    work: impl FnOnce(sys::CUstream) -> std::result::Result<(), DriverError>,
+    finish: Finish,
+) -> Result<()> {
+    let done = match finish {
+        Finish::Here => return run(dev, what, work),
+        Finish::Then(done) if !completion::by_events() => {
+            done(run(dev, what, work));
+            return Ok(());
+        }
+        Finish::Then(done) => done,
+    };
+    let queued = (|| {
+        let ctx = driver::context(i64::from(dev))?;
+        ctx.bind_to_thread()
+            .map_err(|e| cuda_error(dev, "binding its context", e))?;
+        let stream = stream_for(dev, &ctx).map_err(|e| cuda_error(dev, "creating a stream", e))?;
+        let r = work(stream);
+        Ok((stream, r))
+    })();
+    match queued {
+        Err(e) => done(Err(e)),
+        Ok((stream, Err(e))) => {
+            // SAFETY: `stream` is this thread's live stream; part of the work may be queued.
+            let _ = unsafe { result::stream::synchronize(stream) };
+            done(Err(cuda_error(dev, what, e)))
+        }
+        Ok((stream, Ok(()))) => completion::complete_later(dev, stream, what, done),
+    }
+    Ok(())
 }
 
 /// Makes gpu(`dev`)'s context current on the calling thread, as MXNet's GPU workers do before

@@ -290,13 +290,22 @@ impl NDArray {
             .priority(priority)
             .prop(prop)
             .name(name);
-        engine()?.push_fn(args, move |_| {
+        if sctx.is_host() && dctx.is_host() {
+            return engine()?.push_fn(args, move |_| {
+                let _ = (&keep_s, &keep_d);
+                // SAFETY: both ranges lie in live chunks; the engine grants this op write access
+                // to the destination and read access to the source; `copy` handles overlap.
+                unsafe { std::ptr::copy(sp.get(), dp.get(), n) };
+                Ok(())
+            });
+        }
+        super::gpu_op::push(args, move |finish| {
             let _ = (&keep_s, &keep_d);
             let (from, to) = (Endpoint::of(sctx, sp.get()), Endpoint::of(dctx, dp.get()));
-            // SAFETY: both ranges lie in live chunks; the engine grants this op write access to
-            // the destination and read access to the source; host copies handle overlap and
-            // a device copy completes before the op does.
-            unsafe { gpu::copy(to, from, n) }.map_err(|e| e.message().to_string())
+            // SAFETY: both ranges lie in chunks the op holds until it completes, which is when
+            // the device has finished the copy; the engine grants this op write access to the
+            // destination and read access to the source until then.
+            unsafe { gpu::copy_finish(to, from, n, finish) }
         })
     }
 

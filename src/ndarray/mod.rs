@@ -6,6 +6,7 @@
 
 mod array;
 mod chunk;
+pub(crate) mod gpu_op;
 pub mod format;
 pub mod np_shape;
 pub mod shape;

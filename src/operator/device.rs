@@ -2,10 +2,10 @@
 //! use of the arrays, with the work done by the driver on the worker's stream.
 
 use super::op::GpuKernel;
-use crate::engine::{Engine, FnProperty, PushArgs};
+use crate::engine::{FnProperty, PushArgs};
 use crate::error::{Error, Result};
 use crate::gpu::{self, Endpoint, Rounding};
-use crate::ndarray::NDArray;
+use crate::ndarray::{NDArray, gpu_op};
 use crate::util::SendPtr;
 
 /// Runs `kernel` of operator `name` with `inputs` into `outputs` (already shaped and typed by
@@ -82,11 +82,11 @@ pub(crate) fn sum_on_gpu(
         .prop(prop)
         .name("sum");
     let out_addr = out_ptr as usize as u64;
-    Engine::global()?.push_fn(args, move |_| {
+    gpu_op::push(args, move |finish| {
         let _ = &keep;
-        // SAFETY: every address is `n` elements of `dtype` in an array `keep` holds; the op reads
-        // the inputs and has exclusive access to the output; `sum` returns when the device is done.
-        unsafe { gpu::sum(dev, dtype, out_addr, &addrs, n, rounding) }.map_err(|e| e.message().to_string())
+        // SAFETY: every address is `n` elements of `dtype` in an array `keep` holds until the op
+        // completes; the op reads the inputs and has exclusive access to the output until then.
+        unsafe { gpu::sum(dev, dtype, out_addr, &addrs, n, rounding, finish) }
     })
 }
 
@@ -123,16 +123,18 @@ fn fill(out: &NDArray, value: f64) -> Result<()> {
     let keep = out.clone();
     let writes = [var.clone()];
     let args = PushArgs::new(ctx).writes(&writes).name("fill");
-    Engine::global()?.push_fn(args, move |_| {
+    gpu_op::push(args, move |finish| {
         let _ = &keep;
         let to = Endpoint::of(ctx, dst.get());
-        // SAFETY: the op holds write access to `keep`'s `n` bytes (`count` elements) at `dst`.
-        let done = unsafe {
+        // SAFETY: the op holds write access to `keep`'s `n` bytes (`count` elements) at `dst`
+        // until it completes.
+        unsafe {
             match &pattern {
-                None => gpu::fill_bytes(to, 0, n),
-                Some(bytes) => gpu::fill(ctx.dev_id, dst.get() as usize as u64, &bytes[..width], count),
+                None => gpu::fill_bytes(to, 0, n, finish),
+                Some(bytes) => {
+                    gpu::fill(ctx.dev_id, dst.get() as usize as u64, &bytes[..width], count, finish)
+                }
             }
-        };
-        done.map_err(|e| e.message().to_string())
+        }
     })
 }

@@ -574,7 +574,8 @@ static void run_kernel(struct FakeStream *s, struct Op *op) {
 }
 
 static void run_op(struct FakeStream *s, struct Op *op) {
-  if (delay_us > 0 && op->kind != OP_WAIT) usleep((useconds_t)delay_us);
+  /* the delay stands for device work: markers (events, waits) take none */
+  if (delay_us > 0 && op->kind != OP_WAIT && op->kind != OP_RECORD) usleep((useconds_t)delay_us);
   switch (op->kind) {
     case OP_COPY:
     case OP_SET: {

@@ -6,6 +6,9 @@
 # without a delay on every stream operation, and that a library which does not wait for its GPU
 # work fails them.
 #
+# GPU ops complete from per-device completion threads by default; the suite also runs with
+# MXRT_GPU_COMPLETION=sync (the worker waits, as MXNet does) and on the other engines.
+#
 # Environment: MXRT_LIB_DIR (default target/release), BUILD (default build), PYTHON (the venv with
 # MXNet's wheel; the Python checks are skipped when unset), DROP_SYNC_LIB_DIR (a build with the
 # test-drop-stream-sync feature; that check is skipped when unset).
@@ -49,6 +52,9 @@ check "2 devices, 256 MiB"                   LD_LIBRARY_PATH="$fake" FAKECUDA_DE
 fake2=(LD_LIBRARY_PATH="$fake" FAKECUDA_DEVICES=2 FAKECUDA_MEM_MB=64)
 check "2 devices: GPU arrays, 4 threads"     "${fake2[@]}" -- gpu_arrays 64
 check "... with a 200 us delay per stream op" "${fake2[@]}" FAKECUDA_DELAY_US=200 -- gpu_arrays 64
+check "... waiting on the worker (MXRT_GPU_COMPLETION=sync)" "${fake2[@]}" FAKECUDA_DELAY_US=200 MXRT_GPU_COMPLETION=sync -- gpu_arrays 64
+check "... on the ThreadedEngine"             "${fake2[@]}" FAKECUDA_DELAY_US=100 MXNET_ENGINE_TYPE=ThreadedEngine -- gpu_arrays 64
+check "... on the NaiveEngine"                "${fake2[@]}" FAKECUDA_DELAY_US=100 MXNET_ENGINE_TYPE=NaiveEngine -- gpu_arrays 64
 check "a sticky device error is -1, gpu(1) still works" "${fake2[@]}" -- gpu_arrays sticky
 if [ -n "${PYTHON:-}" ]; then
   pycheck() { # NAME ENV... -- PYTHON ARGS...
