@@ -10,6 +10,8 @@ use cudarc::driver::CudaContext;
 use std::sync::{Arc, OnceLock};
 
 struct Driver {
+    /// The process that found the driver: a child forked later cannot use its contexts.
+    pid: u32,
     count: usize,
     /// Why there are no GPUs, when there are none.
     problem: Option<String>,
@@ -19,7 +21,9 @@ struct Driver {
 static DRIVER: OnceLock<Driver> = OnceLock::new();
 
 fn probe() -> Driver {
+    let pid = std::process::id();
     let none = |problem: String| Driver {
+        pid,
         count: 0,
         problem: Some(problem),
         contexts: Vec::new(),
@@ -30,6 +34,7 @@ fn probe() -> Driver {
     }
     match std::panic::catch_unwind(CudaContext::device_count) {
         Ok(Ok(n)) if n > 0 => Driver {
+            pid,
             count: n as usize,
             problem: None,
             contexts: (0..n).map(|_| OnceLock::new()).collect(),
@@ -66,10 +71,24 @@ fn no_such_device(dev: i64) -> Error {
     }
 }
 
+/// Fails in a child forked after this process started using the driver: CUDA does not survive
+/// fork (the parent's contexts, streams and completion threads are not the child's).
+pub(crate) fn same_process(dev: i64) -> Result<()> {
+    let d = driver();
+    if d.count > 0 && std::process::id() != d.pid {
+        return Err(Error::invalid(format!(
+            "gpu({dev}) cannot be used in a process forked after the parent started using the \
+             CUDA driver (start the child with exec, or use GPUs only in the child)"
+        )));
+    }
+    Ok(())
+}
+
 /// The context of GPU `dev` (its primary context), made on first use. cudarc's automatic event
 /// tracking is off: the engine orders every use of device memory itself.
 pub fn context(dev: i64) -> Result<Arc<CudaContext>> {
     let d = driver();
+    same_process(dev)?;
     let slot = usize::try_from(dev)
         .ok()
         .and_then(|i| d.contexts.get(i))

@@ -20,6 +20,7 @@ struct CudaMemory {
 impl DeviceMemory for CudaMemory {
     fn allocate(&self, size: usize) -> Result<NonNull<u8>> {
         let dev = self.dev;
+        driver::same_process(i64::from(dev))?;
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_error(dev, "binding its context", e))?;
@@ -59,6 +60,7 @@ struct PinnedMemory {
 
 impl DeviceMemory for PinnedMemory {
     fn allocate(&self, size: usize) -> Result<NonNull<u8>> {
+        driver::same_process(0).map_err(|e| e.context("page-locked (cpu_pinned) memory"))?;
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_error(0, "binding its context", e))?;

@@ -16,6 +16,8 @@
  *   - ops without a GPU kernel and missing devices are -1 with a message.
  *
  *   gpu_arrays [MEM_MB]   (MEM_MB: the fake's FAKECUDA_MEM_MB, default 256)
+ *   gpu_arrays fork       a child forked after the parent used a GPU gets -1 for GPU work (CUDA
+ *                         does not survive fork) and can still use the CPU; the parent goes on
  *   gpu_arrays sticky     a device error (memory freed behind mxrt's back, then used by a copy:
  *                         CUDA_ERROR_ILLEGAL_ADDRESS, sticky on that device) is -1 with the
  *                         driver's message on every later use of the device, never a hang or
@@ -25,6 +27,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <dlfcn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "../../c_examples/common.h"
 
@@ -373,7 +376,33 @@ static int sticky_error(void) {
   return 0;
 }
 
+static int after_fork(void) {
+  NDArrayHandle g = make(MXRT_DEVICE_GPU, 0, 2, 2, kF32);
+  float v[4] = {1, 2, 3, 4};
+  CHECK_OK(MXNDArraySyncCopyFromCPU(g, v, 4));
+  fflush(stdout);
+  pid_t child = fork();
+  EXPECT(child >= 0, "fork");
+  if (child == 0) {
+    uint32_t shape[1] = {4};
+    NDArrayHandle h = NULL;
+    EXPECT_ERROR(MXNDArrayCreateEx(shape, 1, MXRT_DEVICE_GPU, 0, 0, kF32, &h), "forked");
+    NDArrayHandle c = make(MXRT_DEVICE_CPU, 0, 2, 2, kF32);
+    CHECK_OK(MXNDArraySyncCopyFromCPU(c, v, 4));
+    expect_bytes(c, v, sizeof v, "a CPU array in the child");
+    fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  EXPECT(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+         "the child failed (status %d)", status);
+  expect_bytes(g, v, sizeof v, "the parent's GPU array after the fork");
+  printf("ok: GPU work in a forked child is -1; the parent keeps its GPU arrays\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "fork") == 0) return after_fork();
   if (argc > 1 && strcmp(argv[1], "sticky") == 0) {
     CHECK_OK(NNGetOpHandle("_copyto", &op_copyto));
     CHECK_OK(NNGetOpHandle("elemwise_add", &op_add));

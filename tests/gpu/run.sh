@@ -56,6 +56,7 @@ check "... waiting on the worker (MXRT_GPU_COMPLETION=sync)" "${fake2[@]}" FAKEC
 check "... on the ThreadedEngine"             "${fake2[@]}" FAKECUDA_DELAY_US=100 MXNET_ENGINE_TYPE=ThreadedEngine -- gpu_arrays 64
 check "... on the NaiveEngine"                "${fake2[@]}" FAKECUDA_DELAY_US=100 MXNET_ENGINE_TYPE=NaiveEngine -- gpu_arrays 64
 check "a sticky device error is -1, gpu(1) still works" "${fake2[@]}" -- gpu_arrays sticky
+check "GPU work in a forked child is -1"      "${fake2[@]}" -- gpu_arrays fork
 if [ -n "${PYTHON:-}" ]; then
   pycheck() { # NAME ENV... -- PYTHON ARGS...
     local name=$1; shift
