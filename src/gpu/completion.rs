@@ -20,9 +20,7 @@ pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 /// Whether ops complete from the completion threads (the default) or by waiting on the worker.
 pub(crate) fn by_events() -> bool {
     static MODE: OnceLock<bool> = OnceLock::new();
-    *MODE.get_or_init(|| {
-        !matches!(std::env::var("MXRT_GPU_COMPLETION").as_deref(), Ok("sync"))
-    })
+    *MODE.get_or_init(|| !matches!(std::env::var("MXRT_GPU_COMPLETION").as_deref(), Ok("sync")))
 }
 
 /// A recorded event and what to run once it has completed.

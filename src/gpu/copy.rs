@@ -43,9 +43,7 @@ unsafe fn route(dst: Endpoint, src: Endpoint, n: usize) -> Result<Option<Routed>
             Box::new(move |st| {
                 // SAFETY: `s` has `n` readable bytes until the copy has completed (the caller's
                 // contract); `addr` has `n` writable bytes on `dev`.
-                unsafe {
-                    result::memcpy_htod_async(addr, std::slice::from_raw_parts(s, n), st)
-                }
+                unsafe { result::memcpy_htod_async(addr, std::slice::from_raw_parts(s, n), st) }
             }),
         ),
         (Endpoint::Host(d), Endpoint::Device { dev, addr }) => (
@@ -54,9 +52,7 @@ unsafe fn route(dst: Endpoint, src: Endpoint, n: usize) -> Result<Option<Routed>
             Box::new(move |st| {
                 // SAFETY: `d` has `n` writable bytes until the copy has completed; `addr` has `n`
                 // readable bytes on `dev`.
-                unsafe {
-                    result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(d, n), addr, st)
-                }
+                unsafe { result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(d, n), addr, st) }
             }),
         ),
         (Endpoint::Device { dev: dd, addr: da }, Endpoint::Device { dev: sd, addr: sa })
@@ -70,22 +66,17 @@ unsafe fn route(dst: Endpoint, src: Endpoint, n: usize) -> Result<Option<Routed>
             )
         }
         (Endpoint::Device { dev: dd, addr: da }, Endpoint::Device { dev: sd, addr: sa }) => {
-            let (dst_ctx, src_ctx) =
-                (super::context(i64::from(dd))?, super::context(i64::from(sd))?);
+            let (dst_ctx, src_ctx) = (
+                super::context(i64::from(dd))?,
+                super::context(i64::from(sd))?,
+            );
             (
                 dd,
                 "copying device memory between GPUs",
                 Box::new(move |st| {
                     // SAFETY: `da` has `n` bytes on `dd`, `sa` on `sd`; both contexts are live.
                     unsafe {
-                        result::memcpy_peer_async(
-                            dst_ctx.cu_ctx(),
-                            da,
-                            src_ctx.cu_ctx(),
-                            sa,
-                            n,
-                            st,
-                        )
+                        result::memcpy_peer_async(dst_ctx.cu_ctx(), da, src_ctx.cu_ctx(), sa, n, st)
                     }
                 }),
             )

@@ -94,8 +94,9 @@ pub fn context(dev: i64) -> Result<Arc<CudaContext>> {
         .and_then(|i| d.contexts.get(i))
         .ok_or_else(|| no_such_device(dev))?;
     slot.get_or_init(|| {
-        let ctx = CudaContext::new(dev as usize)
-            .map_err(|e| Error::internal(format!("gpu({dev}): creating its context failed: {e:?}")))?;
+        let ctx = CudaContext::new(dev as usize).map_err(|e| {
+            Error::internal(format!("gpu({dev}): creating its context failed: {e:?}"))
+        })?;
         // SAFETY: called before any stream or allocation exists on this context.
         unsafe { ctx.disable_event_tracking() };
         Ok(ctx)

@@ -143,9 +143,7 @@ pub unsafe fn sum(
             Some(_) => out,
             None if inputs.len() == 1 => {
                 // SAFETY: both ranges are `n` elements on `dev` (the caller's contract).
-                return unsafe {
-                    result::memcpy_dtod_async(out, inputs[0], n * dtype.size(), st)
-                };
+                return unsafe { result::memcpy_dtod_async(out, inputs[0], n * dtype.size(), st) };
             }
             None => inputs[0],
         };
@@ -249,9 +247,18 @@ unsafe fn sum_f16_rounded_once(
 pub unsafe fn fill(dev: i32, out: u64, pattern: &[u8], n: usize, finish: Finish) -> Result<()> {
     let (name, mut value) = match pattern.len() {
         1 => ("mxrt_fill_b8", u64::from(pattern[0])),
-        2 => ("mxrt_fill_b16", u64::from(u16::from_ne_bytes([pattern[0], pattern[1]]))),
-        4 => ("mxrt_fill_b32", u64::from(u32::from_ne_bytes(pattern.try_into().expect("4")))),
-        8 => ("mxrt_fill_b64", u64::from_ne_bytes(pattern.try_into().expect("8"))),
+        2 => (
+            "mxrt_fill_b16",
+            u64::from(u16::from_ne_bytes([pattern[0], pattern[1]])),
+        ),
+        4 => (
+            "mxrt_fill_b32",
+            u64::from(u32::from_ne_bytes(pattern.try_into().expect("4"))),
+        ),
+        8 => (
+            "mxrt_fill_b64",
+            u64::from_ne_bytes(pattern.try_into().expect("8")),
+        ),
         w => {
             let e = Error::invalid(format!("no fill kernel for {w}-byte elements"));
             return finish_now(Err(e), finish);

@@ -30,7 +30,11 @@ impl DeviceMemory for CudaMemory {
             let oom = e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY;
             let e = cuda_error(dev, &format!("allocating {size} bytes"), e);
             // only a full device is worth the pool's release-and-retry
-            if oom { Error::out_of_memory(e.message()) } else { e }
+            if oom {
+                Error::out_of_memory(e.message())
+            } else {
+                e
+            }
         })?;
         NonNull::new(ptr as usize as *mut u8)
             .ok_or_else(|| Error::internal(format!("gpu({dev}): the driver returned address 0")))

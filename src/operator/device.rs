@@ -17,17 +17,24 @@ pub(super) fn run(
     outputs: &[NDArray],
 ) -> Result<()> {
     match kernel {
-        GpuKernel::Copy => outputs[0].copy_from(&inputs[0], 0, crate::engine::FnProperty::Normal),
+        GpuKernel::Copy => outputs[0].copy_from(&inputs[0], 0, FnProperty::Normal),
         GpuKernel::Fill(value) => outputs.iter().try_for_each(|o| fill(o, value)),
         GpuKernel::Sum => {
             let inputs: Vec<&NDArray> = inputs.iter().collect();
-            sum_on_gpu(name, &inputs, &outputs[0], 0, FnProperty::Normal, Rounding::EachAdd)
+            sum_on_gpu(
+                name,
+                &inputs,
+                &outputs[0],
+                0,
+                FnProperty::Normal,
+                Rounding::EachAdd,
+            )
         }
     }
 }
 
-/// Pushes `out = inputs[0] + inputs[1] + ...` as an engine op of `out`'s GPU named `name`
-/// (also the KVStore's device reduction); every array must be on that GPU.
+/// Pushes `out = inputs[0] + inputs[1] + ...` as an engine op on `out`'s GPU; every array must be
+/// on that GPU. `name` names the operator in errors (the KVStore's device reduction uses it too).
 pub(crate) fn sum_on_gpu(
     name: &str,
     inputs: &[&NDArray],
@@ -37,7 +44,9 @@ pub(crate) fn sum_on_gpu(
     rounding: Rounding,
 ) -> Result<()> {
     let (Some(ctx), Some(out_var)) = (out.ctx(), out.var()) else {
-        return Err(Error::invalid(format!("operator {name}: the output is a none array")));
+        return Err(Error::invalid(format!(
+            "operator {name}: the output is a none array"
+        )));
     };
     if let Some((i, c)) = inputs
         .iter()
@@ -66,8 +75,11 @@ pub(crate) fn sum_on_gpu(
             )));
         }
         addrs.push(p as usize as u64);
-        let var = a.var().expect("inputs have a context, so they are not none");
-        if !a.shares_memory_with(out) && !reads.iter().any(|v: &crate::engine::Var| v.same_as(var)) {
+        let var = a
+            .var()
+            .expect("inputs have a context, so they are not none");
+        if !a.shares_memory_with(out) && !reads.iter().any(|v: &crate::engine::Var| v.same_as(var))
+        {
             reads.push(var.clone());
         }
     }
@@ -131,9 +143,13 @@ fn fill(out: &NDArray, value: f64) -> Result<()> {
         unsafe {
             match &pattern {
                 None => gpu::fill_bytes(to, 0, n, finish),
-                Some(bytes) => {
-                    gpu::fill(ctx.dev_id, dst.get() as usize as u64, &bytes[..width], count, finish)
-                }
+                Some(bytes) => gpu::fill(
+                    ctx.dev_id,
+                    dst.get() as usize as u64,
+                    &bytes[..width],
+                    count,
+                    finish,
+                ),
             }
         }
     })
