@@ -78,22 +78,68 @@ unsafe fn launch(
     unsafe { result::launch_kernel(f, (grid, 1, 1), (BLOCK, 1, 1), 0, stream, params) }
 }
 
-fn add_kernel(dtype: DType) -> Option<&'static str> {
-    Some(match dtype {
-        DType::F32 => "mxrt_add_f32",
-        DType::F64 => "mxrt_add_f64",
-        DType::F16 => "mxrt_add_f16",
-        DType::I32 => "mxrt_add_i32",
-        DType::I64 => "mxrt_add_i64",
-        DType::I8 => "mxrt_add_i8",
-        DType::U8 => "mxrt_add_u8",
-        _ => return None,
-    })
+/// The elementwise two-operand kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
 }
 
-/// Whether [`sum`] has a kernel for `dtype`.
+/// The kernel of `op` for `dtype` (`mxrt_<op>_<dtype>`), if there is one.
+fn binary_kernel(op: BinaryOp, dtype: DType) -> Option<&'static str> {
+    macro_rules! names {
+        ($($d:ident $s:literal),*) => {
+            match (op, dtype) {
+                $((BinaryOp::Add, DType::$d) => concat!("mxrt_add_", $s),
+                  (BinaryOp::Sub, DType::$d) => concat!("mxrt_sub_", $s),
+                  (BinaryOp::Mul, DType::$d) => concat!("mxrt_mul_", $s),)*
+                _ => return None,
+            }
+        };
+    }
+    Some(names!(F32 "f32", F64 "f64", F16 "f16", I32 "i32", I64 "i64", I8 "i8", U8 "u8"))
+}
+
+fn add_kernel(dtype: DType) -> Option<&'static str> {
+    binary_kernel(BinaryOp::Add, dtype)
+}
+
+/// Whether there are GPU kernels for `dtype` ([`sum`] and [`binary`] have the same dtypes).
 pub fn can_sum(dtype: DType) -> bool {
     add_kernel(dtype).is_some()
+}
+
+/// `out = a op b` over `n` elements of `dtype` on gpu(`dev`), finishing as `finish` says.
+///
+/// # Safety
+/// As [`sum`] with the inputs `a` and `b`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn binary(
+    dev: i32,
+    op: BinaryOp,
+    dtype: DType,
+    out: u64,
+    a: u64,
+    b: u64,
+    n: usize,
+    finish: Finish,
+) -> Result<()> {
+    let Some(name) = binary_kernel(op, dtype) else {
+        let e = Error::not_supported(format!(
+            "there is no GPU kernel for {op:?} on {} arrays yet",
+            dtype.name()
+        ));
+        return finish_now(Err(e), finish);
+    };
+    if n == 0 {
+        return finish_now(Ok(()), finish);
+    }
+    let n64 = n as u64;
+    // SAFETY: `mxrt_<op>_*` takes (out, a, b, n); the arrays are the caller's, live until the
+    // kernel has finished.
+    let work = move |st| unsafe { launch3(dev, st, name, out, a, b, n64) };
+    stream::run_finish(dev, "an elementwise kernel", work, finish)
 }
 
 /// How a float16 sum of several arrays rounds.
@@ -182,7 +228,11 @@ unsafe fn launch3(
         (&mut c as *mut u64).cast(),
         (&mut len as *mut u64).cast(),
     ];
-    let params: &mut [*mut c_void] = if name.starts_with("mxrt_add_") {
+    // (out, a, b, n) for the two-operand kernels, (out, in, n) for the others
+    let three_pointers = ["mxrt_add_", "mxrt_sub_", "mxrt_mul_"]
+        .iter()
+        .any(|p| name.starts_with(p));
+    let params: &mut [*mut c_void] = if three_pointers {
         &mut params
     } else {
         params[2] = (&mut len as *mut u64).cast();

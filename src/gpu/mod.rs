@@ -24,6 +24,6 @@ mod stream;
 pub use completion::Done;
 pub use copy::{Endpoint, copy, copy_finish, fill_bytes};
 pub use driver::{context, device_count, driver_problem, memory_info};
-pub use kernels::{Rounding, can_sum, fill, sum};
+pub use kernels::{BinaryOp, Rounding, binary, can_sum, fill, sum};
 pub use memory::{device_memory, pinned_memory};
 pub use stream::{Finish, bind_thread};

@@ -1,10 +1,11 @@
 //! Running an op's [`GpuKernel`] on GPU arrays: as one engine op on the device, like every other
 //! use of the arrays, with the work done by the driver on the worker's stream.
 
-use super::op::GpuKernel;
-use crate::engine::{FnProperty, PushArgs};
+use super::op::{GpuBinary, GpuKernel};
+use crate::context::Context;
+use crate::engine::{FnProperty, PushArgs, Var};
 use crate::error::{Error, Result};
-use crate::gpu::{self, Endpoint, Rounding};
+use crate::gpu::{self, BinaryOp, Endpoint, Rounding};
 use crate::ndarray::{NDArray, gpu_op};
 use crate::util::SendPtr;
 
@@ -30,20 +31,24 @@ pub(super) fn run(
                 Rounding::EachAdd,
             )
         }
+        GpuKernel::Binary(op) => {
+            let op = match op {
+                GpuBinary::Sub => BinaryOp::Sub,
+                GpuBinary::Mul => BinaryOp::Mul,
+            };
+            binary_on_gpu(name, op, &inputs[0], &inputs[1], &outputs[0])
+        }
     }
 }
 
-/// Pushes `out = inputs[0] + inputs[1] + ...` as an engine op on `out`'s GPU; every array must be
-/// on that GPU. `name` names the operator in errors (the KVStore's device reduction uses it too).
-pub(crate) fn sum_on_gpu(
+/// Checks that every array is on `out`'s GPU, has a kernel for its dtype and does not partly
+/// overlap the output; returns the GPU, the inputs' addresses and the variables to read.
+fn gpu_operands(
     name: &str,
     inputs: &[&NDArray],
     out: &NDArray,
-    priority: i32,
-    prop: FnProperty,
-    rounding: Rounding,
-) -> Result<()> {
-    let (Some(ctx), Some(out_var)) = (out.ctx(), out.var()) else {
+) -> Result<(Context, Vec<u64>, Vec<Var>)> {
+    let Some(ctx) = out.ctx() else {
         return Err(Error::invalid(format!(
             "operator {name}: the output is a none array"
         )));
@@ -66,7 +71,7 @@ pub(crate) fn sum_on_gpu(
     }
     let out_ptr = out.data_ptr()?;
     let mut addrs = Vec::with_capacity(inputs.len());
-    let mut reads = Vec::with_capacity(inputs.len());
+    let mut reads: Vec<Var> = Vec::with_capacity(inputs.len());
     for (i, a) in inputs.iter().enumerate() {
         let p = a.data_ptr()?;
         if a.shares_memory_with(out) && p != out_ptr {
@@ -78,11 +83,46 @@ pub(crate) fn sum_on_gpu(
         let var = a
             .var()
             .expect("inputs have a context, so they are not none");
-        if !a.shares_memory_with(out) && !reads.iter().any(|v: &crate::engine::Var| v.same_as(var))
-        {
+        if !a.shares_memory_with(out) && !reads.iter().any(|v| v.same_as(var)) {
             reads.push(var.clone());
         }
     }
+    Ok((ctx, addrs, reads))
+}
+
+/// Pushes `out = a op b` as an engine op on `out`'s GPU.
+fn binary_on_gpu(name: &str, op: BinaryOp, a: &NDArray, b: &NDArray, out: &NDArray) -> Result<()> {
+    let (ctx, addrs, reads) = gpu_operands(name, &[a, b], out)?;
+    let writes = [out.var().expect("checked by gpu_operands").clone()];
+    let (dtype, n, dev) = (out.dtype(), out.size(), ctx.dev_id);
+    let out_addr = out.data_ptr()? as usize as u64;
+    let keep = [a.clone(), b.clone(), out.clone()];
+    let args = PushArgs::new(ctx)
+        .reads(&reads)
+        .writes(&writes)
+        .name("elementwise");
+    gpu_op::push(args, move |finish| {
+        let _ = &keep;
+        // SAFETY: the three addresses are `n` elements of `dtype` in arrays `keep` holds until the
+        // op completes; the op reads the inputs and has exclusive access to the output until then.
+        unsafe { gpu::binary(dev, op, dtype, out_addr, addrs[0], addrs[1], n, finish) }
+    })
+}
+
+/// Pushes `out = inputs[0] + inputs[1] + ...` as an engine op on `out`'s GPU; every array must be
+/// on that GPU. `name` names the operator in errors (the KVStore's device reduction uses it too).
+pub(crate) fn sum_on_gpu(
+    name: &str,
+    inputs: &[&NDArray],
+    out: &NDArray,
+    priority: i32,
+    prop: FnProperty,
+    rounding: Rounding,
+) -> Result<()> {
+    let (ctx, addrs, reads) = gpu_operands(name, inputs, out)?;
+    let out_var = out.var().expect("checked by gpu_operands");
+    let dtype = out.dtype();
+    let out_ptr = out.data_ptr()?;
     let n = out.size();
     let keep: Vec<NDArray> = inputs.iter().copied().chain([out]).cloned().collect();
     let writes = [out_var.clone()];

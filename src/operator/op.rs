@@ -95,6 +95,15 @@ pub enum GpuKernel {
     Copy,
     /// The output is the sum of the inputs (same shape and dtype, all on the output's GPU).
     Sum,
+    /// The output is `input 0 op input 1` elementwise (same shape and dtype, on one GPU).
+    Binary(GpuBinary),
+}
+
+/// The two-operand elementwise kernels (besides addition, which is [`GpuKernel::Sum`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuBinary {
+    Sub,
+    Mul,
 }
 
 impl Plan {

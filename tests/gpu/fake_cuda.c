@@ -453,19 +453,24 @@ struct KernelTwin {
 };
 
 #define ARG(T, i) (*(T *)args[i])
-#define TWIN_ADD(NAME, T)                                                                      \
-  static void twin_add_##NAME(void **args) {                                                   \
-    mxrt_add_##NAME(ARG(T *, 0), ARG(const T *, 1), ARG(const T *, 2), ARG(mxrt_u64, 3));     \
+#define TWIN_BIN(OPNAME, NAME, T)                                                          \
+  static void twin_##OPNAME##_##NAME(void **args) {                                        \
+    mxrt_##OPNAME##_##NAME(ARG(T *, 0), ARG(const T *, 1), ARG(const T *, 2),              \
+                           ARG(mxrt_u64, 3));                                               \
   }
+#define TWIN_BIN_ALL(OPNAME)                                                               \
+  TWIN_BIN(OPNAME, f32, float)                                                             \
+  TWIN_BIN(OPNAME, f64, double)                                                            \
+  TWIN_BIN(OPNAME, i32, int)                                                               \
+  TWIN_BIN(OPNAME, i64, long long)                                                         \
+  TWIN_BIN(OPNAME, i8, signed char)                                                        \
+  TWIN_BIN(OPNAME, u8, unsigned char)                                                      \
+  TWIN_BIN(OPNAME, f16, unsigned short)
 #define TWIN_FILL(BITS, T) \
   static void twin_fill_b##BITS(void **args) { mxrt_fill_b##BITS(ARG(T *, 0), ARG(T, 1), ARG(mxrt_u64, 2)); }
-TWIN_ADD(f32, float)
-TWIN_ADD(f64, double)
-TWIN_ADD(i32, int)
-TWIN_ADD(i64, long long)
-TWIN_ADD(i8, signed char)
-TWIN_ADD(u8, unsigned char)
-TWIN_ADD(f16, unsigned short)
+TWIN_BIN_ALL(add)
+TWIN_BIN_ALL(sub)
+TWIN_BIN_ALL(mul)
 static void twin_widen_f16(void **args) {
   mxrt_widen_f16(ARG(float *, 0), ARG(const unsigned short *, 1), ARG(mxrt_u64, 2));
 }
@@ -480,16 +485,19 @@ TWIN_FILL(16, unsigned short)
 TWIN_FILL(32, unsigned int)
 TWIN_FILL(64, unsigned long long)
 
-#define ADD_ENTRY(NAME, SIZE)                                                                  \
-  {"mxrt_add_" #NAME, 4, {P_PTR, P_PTR, P_PTR, P_VAL}, {8, 8, 8, 8}, {SIZE, SIZE, SIZE, 0}, 3, \
-   twin_add_##NAME}
+#define BIN_ENTRY(OPNAME, NAME, SIZE)                                                      \
+  {"mxrt_" #OPNAME "_" #NAME, 4, {P_PTR, P_PTR, P_PTR, P_VAL}, {8, 8, 8, 8},                \
+   {SIZE, SIZE, SIZE, 0}, 3, twin_##OPNAME##_##NAME}
+#define BIN_ENTRIES(OPNAME)                                                                \
+  BIN_ENTRY(OPNAME, f32, 4), BIN_ENTRY(OPNAME, f64, 8), BIN_ENTRY(OPNAME, i32, 4),          \
+      BIN_ENTRY(OPNAME, i64, 8), BIN_ENTRY(OPNAME, i8, 1), BIN_ENTRY(OPNAME, u8, 1),        \
+      BIN_ENTRY(OPNAME, f16, 2)
 #define FILL_ENTRY(BITS)                                                                     \
   {"mxrt_fill_b" #BITS, 3, {P_PTR, P_VAL, P_VAL}, {8, BITS / 8, 8}, {BITS / 8, 0, 0}, 2,     \
    twin_fill_b##BITS}
 static const struct KernelTwin twins[] = {
-    ADD_ENTRY(f32, 4), ADD_ENTRY(f64, 8), ADD_ENTRY(i32, 4), ADD_ENTRY(i64, 8), ADD_ENTRY(i8, 1),
-    ADD_ENTRY(u8, 1),  ADD_ENTRY(f16, 2), FILL_ENTRY(8),     FILL_ENTRY(16),    FILL_ENTRY(32),
-    FILL_ENTRY(64),
+    BIN_ENTRIES(add), BIN_ENTRIES(sub), BIN_ENTRIES(mul),
+    FILL_ENTRY(8),    FILL_ENTRY(16),   FILL_ENTRY(32), FILL_ENTRY(64),
     {"mxrt_widen_f16", 3, {P_PTR, P_PTR, P_VAL}, {8, 8, 8}, {4, 2, 0}, 2, twin_widen_f16},
     {"mxrt_acc_f16", 3, {P_PTR, P_PTR, P_VAL}, {8, 8, 8}, {4, 2, 0}, 2, twin_acc_f16},
     {"mxrt_narrow_f16", 3, {P_PTR, P_PTR, P_VAL}, {8, 8, 8}, {2, 4, 0}, 2, twin_narrow_f16},

@@ -5,8 +5,8 @@
  *     host without waiting in between, then overwrite the first GPU array at once: each copy must
  *     see the finished result of the one before and none may see the overwrite;
  *   - every dtype, sliced views, fills (_zeros/_ones/_full), _copyto into given outputs;
- *   - sums on a GPU (elemwise_add, add_n: mxrt's kernels, run by the fake as their host twins)
- *     equal the CPU's bit for bit;
+ *   - sums and products on a GPU (elemwise_add, add_n, elemwise_mul: mxrt's kernels, run by the
+ *     fake as their host twins) equal the CPU's bit for bit;
  *   - KVStores ('local': reduced in page-locked host memory, 'device': on a GPU) with values
  *     on both GPUs and the host, 4 threads pushing and pulling their own keys: the pulled sums
  *     equal a CPU-only store's bit for bit;
@@ -35,7 +35,7 @@ enum { kThreads = 4, kRounds = 25 };
 enum { kF32 = 0, kF64 = 1, kF16 = 2, kU8 = 3, kI32 = 4, kI8 = 5, kI64 = 6 };
 static const size_t kElemSize[] = {4, 8, 2, 1, 4, 1, 8};
 
-static OpHandle op_copyto, op_full, op_zeros, op_ones, op_plus_scalar, op_add, op_add_n;
+static OpHandle op_copyto, op_full, op_zeros, op_ones, op_plus_scalar, op_add, op_add_n, op_mul;
 
 static NDArrayHandle make(int dev_type, int dev_id, uint32_t rows, uint32_t cols, int dtype) {
   uint32_t shape[2] = {rows, cols};
@@ -206,12 +206,17 @@ static void *chain(void *arg) {
     gin[1] = gsum;
     cin[1] = csum;
     NDArrayHandle gsum3 = invoke(op_add_n, 3, gin), csum3 = invoke(op_add_n, 3, cin);
+    NDArrayHandle gprod = invoke(op_mul, 2, gin), cprod = invoke(op_mul, 2, cin);
     expect_bytes(back, data, bytes, "host->gpu->gpu->gpu->pinned->host");
     char what[96];
     snprintf(what, sizeof what, "elemwise_add on a GPU (dtype %d, %ux%u)", dtype, rows, cols);
     expect_same(gsum, csum, bytes, what);
     snprintf(what, sizeof what, "add_n on a GPU (dtype %d, %ux%u)", dtype, rows, cols);
     expect_same(gsum3, csum3, bytes, what);
+    snprintf(what, sizeof what, "elemwise_mul on a GPU (dtype %d, %ux%u)", dtype, rows, cols);
+    expect_same(gprod, cprod, bytes, what);
+    CHECK_OK(MXNDArrayFree(gprod));
+    CHECK_OK(MXNDArrayFree(cprod));
     for (NDArrayHandle *h = (NDArrayHandle[]){gsum, csum, gsum3, csum3}, *e = h + 4; h < e; h++)
       CHECK_OK(MXNDArrayFree(*h));
     unsigned char *zeros = calloc(bytes, 1);
@@ -419,6 +424,7 @@ int main(int argc, char **argv) {
   CHECK_OK(NNGetOpHandle("_plus_scalar", &op_plus_scalar));
   CHECK_OK(NNGetOpHandle("elemwise_add", &op_add));
   CHECK_OK(NNGetOpHandle("add_n", &op_add_n));
+  CHECK_OK(NNGetOpHandle("elemwise_mul", &op_mul));
 
   pthread_t threads[kThreads];
   struct Worker workers[kThreads];

@@ -32,7 +32,8 @@ for dtype in ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"
                                   np.full((2, 2), 7, dtype))
     np.testing.assert_array_equal(mx.nd.zeros_like(b).asnumpy(), np.zeros_like(x))
 
-# sums on a GPU (mxrt's kernels; the fake runs their host twins) equal the CPU's bit for bit
+# sums, differences and products on a GPU (mxrt's kernels; the fake runs their host twins)
+# equal the CPU's bit for bit
 specials = np.array([0.0, -0.0, 65504, np.inf, -np.inf, np.nan, 6e-8, 1e-5, -3.5, 2049], "float16")
 for dtype in ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"]:
     xs = [(rng.standard_normal((7, 33)) * 100).astype(dtype) for _ in range(3)]
@@ -43,7 +44,10 @@ for dtype in ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"
     gpu = [x.as_in_context(mx.gpu(1)) for x in cpu]
     for name, f in [("a + b", lambda v: v[0] + v[1]),
                     ("elemwise_add", lambda v: mx.nd.elemwise_add(v[0], v[1])),
-                    ("add_n", lambda v: mx.nd.add_n(*v)), ("add_n of one", lambda v: mx.nd.add_n(v[2]))]:
+                    ("add_n", lambda v: mx.nd.add_n(*v)), ("add_n of one", lambda v: mx.nd.add_n(v[2])),
+                    ("a - b", lambda v: v[0] - v[1]), ("a * b", lambda v: v[0] * v[1]),
+                    ("elemwise_sub", lambda v: mx.nd.elemwise_sub(v[2], v[0])),
+                    ("elemwise_mul", lambda v: mx.nd.elemwise_mul(v[1], v[2]))]:
         got = f(gpu)
         assert got.context == mx.gpu(1), name
         assert got.asnumpy().tobytes() == f(cpu).asnumpy().tobytes(), (dtype, name)

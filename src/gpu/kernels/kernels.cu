@@ -83,32 +83,37 @@ MXRT_DEVICE unsigned short mxrt_float_to_half(float f) {
   return (unsigned short)h;
 }
 
-/* ---- out = a + b (out may be a or b) ---- */
+/* ---- out = a OP b for OP in + - * (out may be a or b) ---- */
 
-#define MXRT_ADD_FLOAT(NAME, T)                                                          \
-  MXRT_KERNEL void mxrt_add_##NAME(T *out, const T *a, const T *b, mxrt_u64 n) {         \
-    for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE) out[i] = a[i] + b[i];        \
+#define MXRT_BINARY_FLOAT(OPNAME, OP, NAME, T)                                              \
+  MXRT_KERNEL void mxrt_##OPNAME##_##NAME(T *out, const T *a, const T *b, mxrt_u64 n) {     \
+    for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE) out[i] = a[i] OP b[i];          \
   }
 /* integers wrap, computed in the unsigned type of the same width */
-#define MXRT_ADD_INT(NAME, T, U)                                                         \
-  MXRT_KERNEL void mxrt_add_##NAME(T *out, const T *a, const T *b, mxrt_u64 n) {         \
-    for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE)                               \
-      out[i] = (T)(U)((U)a[i] + (U)b[i]);                                                \
+#define MXRT_BINARY_INT(OPNAME, OP, NAME, T, U)                                             \
+  MXRT_KERNEL void mxrt_##OPNAME##_##NAME(T *out, const T *a, const T *b, mxrt_u64 n) {     \
+    for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE)                                  \
+      out[i] = (T)(U)((U)a[i] OP (U)b[i]);                                                  \
   }
+/* float16: each result computed in float32 and rounded once */
+#define MXRT_BINARY_HALF(OPNAME, OP)                                                        \
+  MXRT_KERNEL void mxrt_##OPNAME##_f16(unsigned short *out, const unsigned short *a,        \
+                                       const unsigned short *b, mxrt_u64 n) {               \
+    for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE)                                  \
+      out[i] = mxrt_float_to_half(mxrt_half_to_float(a[i]) OP mxrt_half_to_float(b[i]));   \
+  }
+#define MXRT_BINARY_ALL(OPNAME, OP)                                                         \
+  MXRT_BINARY_FLOAT(OPNAME, OP, f32, float)                                                 \
+  MXRT_BINARY_FLOAT(OPNAME, OP, f64, double)                                                \
+  MXRT_BINARY_INT(OPNAME, OP, i32, int, unsigned int)                                       \
+  MXRT_BINARY_INT(OPNAME, OP, i64, long long, unsigned long long)                           \
+  MXRT_BINARY_INT(OPNAME, OP, i8, signed char, unsigned char)                               \
+  MXRT_BINARY_INT(OPNAME, OP, u8, unsigned char, unsigned char)                             \
+  MXRT_BINARY_HALF(OPNAME, OP)
 
-MXRT_ADD_FLOAT(f32, float)
-MXRT_ADD_FLOAT(f64, double)
-MXRT_ADD_INT(i32, int, unsigned int)
-MXRT_ADD_INT(i64, long long, unsigned long long)
-MXRT_ADD_INT(i8, signed char, unsigned char)
-MXRT_ADD_INT(u8, unsigned char, unsigned char)
-
-/* float16: each sum computed in float32 and rounded once */
-MXRT_KERNEL void mxrt_add_f16(unsigned short *out, const unsigned short *a,
-                              const unsigned short *b, mxrt_u64 n) {
-  for (mxrt_u64 i = MXRT_INDEX; i < n; i += MXRT_STRIDE)
-    out[i] = mxrt_float_to_half(mxrt_half_to_float(a[i]) + mxrt_half_to_float(b[i]));
-}
+MXRT_BINARY_ALL(add, +)
+MXRT_BINARY_ALL(sub, -)
+MXRT_BINARY_ALL(mul, *)
 
 /* float16 sums rounded once: accumulate in float32, round at the end (the KVStore's reduce) */
 MXRT_KERNEL void mxrt_widen_f16(float *acc, const unsigned short *x, mxrt_u64 n) {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::map::{map1, map2};
 use crate::operator::kernel::strided::{broadcast_shape, broadcast_strides, zip2};
 use crate::operator::kernel::{Element, Real};
-use crate::operator::op::{Call, GpuKernel, Operator, Plan, TensorDesc};
+use crate::operator::op::{Call, GpuBinary, GpuKernel, Operator, Plan, TensorDesc};
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
 use half::f16;
@@ -23,8 +23,8 @@ pub trait Binary: Sync + 'static {
     fn int(a: f64, b: f64) -> f64 {
         Self::f(a, b)
     }
-    /// The same-shape form also runs on GPU arrays (the device kernels add).
-    const ON_GPU: bool = false;
+    /// What the same-shape form does on GPU arrays, if it runs there.
+    const GPU: Option<GpuKernel> = None;
     /// Whether integers use [`wrapping`](Self::wrapping) (exact in the integer type, wrapping on
     /// overflow, as C++ integer arithmetic does) instead of the f64 form.
     const WRAPPING: bool = false;
@@ -299,16 +299,21 @@ impl<B: Binary, const KIND: u8> Form<B, KIND> {
 impl<B: Binary, const KIND: u8> Operator for Form<B, KIND> {
     fn plan(&self, call: &Call<'_>) -> Result<Plan> {
         match KIND {
-            SAME if B::ON_GPU => Ok(plan_same::<B>(call)?.with_gpu(GpuKernel::Sum)),
-            SAME => plan_same::<B>(call),
+            SAME => {
+                let plan = plan_same::<B>(call)?;
+                Ok(match B::GPU {
+                    Some(k) => plan.with_gpu(k),
+                    None => plan,
+                })
+            }
             // operands of one shape need no broadcasting: the same-shape GPU kernel applies
             BROADCAST
-                if B::ON_GPU
+                if B::GPU.is_some()
                     && call.inputs.len() == 2
                     && call.inputs[0].shape == call.inputs[1].shape
                     && call.inputs[0].dtype == call.inputs[1].dtype =>
             {
-                Ok(plan_broadcast::<B>(call)?.with_gpu(GpuKernel::Sum))
+                Ok(plan_broadcast::<B>(call)?.with_gpu(B::GPU.expect("checked")))
             }
             BROADCAST => plan_broadcast::<B>(call),
             _ => plan_scalar::<B>(call, KIND == RSCALAR),
@@ -317,14 +322,14 @@ impl<B: Binary, const KIND: u8> Operator for Form<B, KIND> {
 }
 
 macro_rules! binary_ops {
-    ($($ty:ident $cost:literal $($gpu:ident)? [$($same:literal)?] [$($bcast:literal)?] [$($sc:literal)?] [$($rsc:literal)?]
+    ($($ty:ident $cost:literal $(gpu($gpu:expr))? [$($same:literal)?] [$($bcast:literal)?] [$($sc:literal)?] [$($rsc:literal)?]
        |$a:ident, $b:ident| $e:expr $(, int |$ia:ident, $ib:ident| $ie:expr)?
        $(, wrapping |$wa:ident, $wb:ident| $we:expr)?;)*) => {
         $(
             pub struct $ty;
             impl Binary for $ty {
                 const COST: usize = $cost;
-                $(const ON_GPU: bool = { let _ = stringify!($gpu); true };)?
+                $(const GPU: Option<GpuKernel> = Some($gpu);)?
                 #[inline(always)]
                 fn f<R: Real>($a: R, $b: R) -> R { $e }
                 $(#[inline(always)] fn int($ia: f64, $ib: f64) -> f64 { $ie })?
@@ -350,9 +355,9 @@ fn int_div(a: f64, b: f64) -> f64 {
 }
 
 binary_ops! {
-    Add 1 gpu ["elemwise_add"] ["broadcast_add"] ["_plus_scalar"] [] |a, b| a + b, wrapping |a, b| a.wrapping_add(b);
-    Sub 1 ["elemwise_sub"] ["broadcast_sub"] ["_minus_scalar"] ["_rminus_scalar"] |a, b| a - b, wrapping |a, b| a.wrapping_sub(b);
-    Mul 1 ["elemwise_mul"] ["broadcast_mul"] ["_mul_scalar"] [] |a, b| a * b, wrapping |a, b| a.wrapping_mul(b);
+    Add 1 gpu(GpuKernel::Sum) ["elemwise_add"] ["broadcast_add"] ["_plus_scalar"] [] |a, b| a + b, wrapping |a, b| a.wrapping_add(b);
+    Sub 1 gpu(GpuKernel::Binary(GpuBinary::Sub)) ["elemwise_sub"] ["broadcast_sub"] ["_minus_scalar"] ["_rminus_scalar"] |a, b| a - b, wrapping |a, b| a.wrapping_sub(b);
+    Mul 1 gpu(GpuKernel::Binary(GpuBinary::Mul)) ["elemwise_mul"] ["broadcast_mul"] ["_mul_scalar"] [] |a, b| a * b, wrapping |a, b| a.wrapping_mul(b);
     Div 2 ["elemwise_div"] ["broadcast_div"] ["_div_scalar"] ["_rdiv_scalar"] |a, b| a / b, int |a, b| int_div(a, b);
     Mod 4 ["_mod"] ["broadcast_mod"] ["_mod_scalar"] ["_rmod_scalar"] |a, b| modulo(a, b);
     Power 8 ["_power"] ["broadcast_power"] ["_power_scalar"] ["_rpower_scalar"] |a, b| a.powf(b);
