@@ -66,6 +66,7 @@ unsafe fn route(dst: Endpoint, src: Endpoint, n: usize) -> Result<Option<Routed>
             )
         }
         (Endpoint::Device { dev: dd, addr: da }, Endpoint::Device { dev: sd, addr: sa }) => {
+            super::driver::enable_peer_access(dd, sd);
             let (dst_ctx, src_ctx) = (
                 super::context(i64::from(dd))?,
                 super::context(i64::from(sd))?,

@@ -123,3 +123,37 @@ pub(crate) fn cuda_error(dev: i32, what: &str, e: cudarc::driver::DriverError) -
     };
     Error::internal(format!("gpu({dev}): {what} failed: {detail}"))
 }
+
+/// Lets gpu(`dev`) read gpu(`peer`)'s memory directly when the hardware allows it and
+/// `MXNET_ENABLE_GPU_P2P` (default 1) is not 0, as MXNet's device KVStore does; done once per
+/// pair. Without peer access a peer copy still works: the driver stages it through host memory.
+pub(crate) fn enable_peer_access(dev: i32, peer: i32) {
+    static DONE: parking_lot::Mutex<Vec<(i32, i32)>> = parking_lot::Mutex::new(Vec::new());
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    let allowed = *ALLOWED
+        .get_or_init(|| std::env::var("MXNET_ENABLE_GPU_P2P").map_or(true, |v| v.trim() != "0"));
+    if !allowed || dev == peer {
+        return;
+    }
+    let mut done = DONE.lock();
+    if done.contains(&(dev, peer)) {
+        return;
+    }
+    done.push((dev, peer));
+    let (Ok(ctx), Ok(peer_ctx)) = (context(i64::from(dev)), context(i64::from(peer))) else {
+        return;
+    };
+    if ctx.bind_to_thread().is_err() {
+        return;
+    }
+    let mut can = 0;
+    // SAFETY: a query of two valid devices into a local.
+    let r = unsafe {
+        cudarc::driver::sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), peer_ctx.cu_device())
+    };
+    if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS && can == 1 {
+        // SAFETY: enables access from the bound context to the peer's live context; "already
+        // enabled" is harmless.
+        let _ = unsafe { cudarc::driver::sys::cuCtxEnablePeerAccess(peer_ctx.cu_ctx(), 0) };
+    }
+}

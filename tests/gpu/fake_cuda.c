@@ -60,6 +60,7 @@ enum {
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+  CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
   CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
 };
 
@@ -179,6 +180,24 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+static int peer_enabled[MAX_DEVICES][MAX_DEVICES];
+static int current_device(void);
+
+/* peer access from the current context's device to `peer`'s memory; copies work without it (the
+ * driver stages them), so the fake only keeps the state and its errors */
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  int d = current_device();
+  if (d < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!peer || peer < contexts || peer >= contexts + ndevices || flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (peer->device == d || env_int("FAKECUDA_NO_PEER", 0)) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+  pthread_mutex_lock(&lock);
+  CUresult r = peer_enabled[d][peer->device] ? CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED : CUDA_SUCCESS;
+  peer_enabled[d][peer->device] = 1;
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
 CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
   if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
   if (!valid_device(dev) || !valid_device(peer)) return CUDA_ERROR_INVALID_DEVICE;
@@ -203,6 +222,8 @@ static const char *error_text(CUresult e) {
     case CUDA_ERROR_ILLEGAL_ADDRESS: return "an illegal memory access was encountered";
     case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
       return "peer access is already enabled";
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+      return "peer access is not supported between these two devices";
     default: return NULL;
   }
 }
@@ -230,6 +251,9 @@ CUresult cuGetErrorName(CUresult e, const char **text) {
     case CUDA_ERROR_ILLEGAL_ADDRESS: *text = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
     case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
       *text = "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED";
+      break;
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+      *text = "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED";
       break;
     default: return CUDA_ERROR_INVALID_VALUE;
   }

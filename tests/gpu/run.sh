@@ -55,6 +55,8 @@ check "... with a 200 us delay per stream op" "${fake2[@]}" FAKECUDA_DELAY_US=20
 check "... waiting on the worker (MXRT_GPU_COMPLETION=sync)" "${fake2[@]}" FAKECUDA_DELAY_US=200 MXRT_GPU_COMPLETION=sync -- gpu_arrays 64
 check "... on the ThreadedEngine"             "${fake2[@]}" FAKECUDA_DELAY_US=100 MXNET_ENGINE_TYPE=ThreadedEngine -- gpu_arrays 64
 check "... on the NaiveEngine"                "${fake2[@]}" FAKECUDA_DELAY_US=100 MXNET_ENGINE_TYPE=NaiveEngine -- gpu_arrays 64
+check "... devices without peer access"       "${fake2[@]}" FAKECUDA_NO_PEER=1 -- gpu_arrays 64
+check "... devices with memory pools"         "${fake2[@]}" FAKECUDA_MEMPOOLS=1 MXNET_ENABLE_GPU_P2P=0 -- gpu_arrays 64
 check "a sticky device error is -1, gpu(1) still works" "${fake2[@]}" -- gpu_arrays sticky
 check "GPU work in a forked child is -1"      "${fake2[@]}" -- gpu_arrays fork
 if [ -n "${PYTHON:-}" ]; then
