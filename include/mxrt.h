@@ -740,10 +740,11 @@ int MXImperativeInvokeEx(AtomicSymbolCreator creator,
 
 /**
  * Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",
- * "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("device" reduces where
- * the values live; without GPUs it is the same as "local"). "dist_sync", "dist_async",
- * "dist_sync_device", ... create a distributed store for this process's role (`DMLC_ROLE`; MPI
- * starts here; builds with the `dist` feature). "nccl" fails: mxrt has no GPUs.
+ * "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("local" sums GPU
+ * values in page-locked host memory, "device" on a GPU; with host values both are the same).
+ * "dist_sync", "dist_async", "dist_sync_device", ... create a distributed store for this
+ * process's role (`DMLC_ROLE`; MPI starts here; builds with the `dist` feature). "nccl" fails:
+ * mxrt does not use NCCL.
  */
 int MXKVStoreCreate(const char *type_, KVStoreHandle *out);
 

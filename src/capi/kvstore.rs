@@ -249,10 +249,11 @@ unsafe fn row_sparse<K: KeyArray>(handle: KVStoreHandle, num: u32, keys: K) -> R
 }
 
 /// Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",
-/// "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("device" reduces where
-/// the values live; without GPUs it is the same as "local"). "dist_sync", "dist_async",
-/// "dist_sync_device", ... create a distributed store for this process's role (`DMLC_ROLE`; MPI
-/// starts here; builds with the `dist` feature). "nccl" fails: mxrt has no GPUs.
+/// "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("local" sums GPU
+/// values in page-locked host memory, "device" on a GPU; with host values both are the same).
+/// "dist_sync", "dist_async", "dist_sync_device", ... create a distributed store for this
+/// process's role (`DMLC_ROLE`; MPI starts here; builds with the `dist` feature). "nccl" fails:
+/// mxrt does not use NCCL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStoreHandle) -> c_int {
     api_call("MXKVStoreCreate", || {

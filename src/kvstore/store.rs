@@ -43,8 +43,8 @@ impl StoreKind {
         }
         if t.contains("nccl") {
             return Err(Error::not_supported(format!(
-                "kvstore type '{type_name}' needs NCCL (KVStoreNCCL) and GPUs, which this build \
-                 of mxrt does not have: use 'local' or 'device'"
+                "kvstore type '{type_name}' needs NCCL (KVStoreNCCL), which mxrt does not use: \
+                 use 'local' or 'device' (both take values on GPUs)"
             )));
         }
         if LOCAL.contains(&t.as_str()) {
