@@ -138,7 +138,7 @@ pub unsafe fn binary(
     let n64 = n as u64;
     // SAFETY: `mxrt_<op>_*` takes (out, a, b, n); the arrays are the caller's, live until the
     // kernel has finished.
-    let work = move |st| unsafe { launch3(dev, st, name, out, a, b, n64) };
+    let work = move |st| unsafe { launch_on(dev, st, name, &[out, a, b], n64) };
     stream::run_finish(dev, "an elementwise kernel", work, finish)
 }
 
@@ -199,7 +199,7 @@ pub unsafe fn sum(
             }
             // SAFETY: `mxrt_add_*` takes (out, a, b, n); the arrays are the caller's, live until
             // `run` returns after the stream is done.
-            unsafe { launch3(dev, st, name, out, acc, x, n64) }?;
+            unsafe { launch_on(dev, st, name, &[out, acc, x], n64) }?;
             acc = out;
         }
         Ok(())
@@ -207,39 +207,24 @@ pub unsafe fn sum(
     stream::run_finish(dev, "adding arrays", work, finish)
 }
 
-/// Queues a kernel taking (pointer, pointer, pointer, count) or, with `c == 0` left out,
-/// (pointer, pointer, count).
+/// Queues a kernel whose parameters are device pointers followed by the element count (at most
+/// three pointers: `(out, a, b, n)` or `(out, in, n)`).
 ///
 /// # Safety
 /// As [`launch`]: the pointers are live device memory of the kernel's extent.
-unsafe fn launch3(
+unsafe fn launch_on(
     dev: i32,
     st: sys::CUstream,
     name: &'static str,
-    a: u64,
-    b: u64,
-    c: u64,
+    pointers: &[u64],
     n: u64,
 ) -> std::result::Result<(), DriverError> {
-    let (mut a, mut b, mut c, mut len) = (a, b, c, n);
-    let mut params = [
-        (&mut a as *mut u64).cast::<c_void>(),
-        (&mut b as *mut u64).cast(),
-        (&mut c as *mut u64).cast(),
-        (&mut len as *mut u64).cast(),
-    ];
-    // (out, a, b, n) for the two-operand kernels, (out, in, n) for the others
-    let three_pointers = ["mxrt_add_", "mxrt_sub_", "mxrt_mul_"]
-        .iter()
-        .any(|p| name.starts_with(p));
-    let params: &mut [*mut c_void] = if three_pointers {
-        &mut params
-    } else {
-        params[2] = (&mut len as *mut u64).cast();
-        &mut params[..3]
-    };
+    let mut values = [0u64; 4];
+    values[..pointers.len()].copy_from_slice(pointers);
+    values[pointers.len()] = n;
+    let mut params: [*mut c_void; 4] = std::array::from_fn(|i| (&mut values[i] as *mut u64).cast());
     // SAFETY: the caller's contract; the values live until the launch has copied them.
-    unsafe { launch(dev, st, name, n, params) }
+    unsafe { launch(dev, st, name, n, &mut params[..=pointers.len()]) }
 }
 
 /// A float16 sum accumulated in float32 scratch memory on the device and rounded once.
@@ -276,13 +261,13 @@ unsafe fn sum_f16_rounded_once(
         // SAFETY (all launches): `acc` is `n` floats of scratch memory held until `run` returns;
         // the inputs and `out` are `n` halves on `dev` (the caller's contract).
         unsafe {
-            launch3(dev, st, "mxrt_widen_f16", acc, inputs[first], 0, n64)?;
+            launch_on(dev, st, "mxrt_widen_f16", &[acc, inputs[first]], n64)?;
             for (i, &x) in inputs.iter().enumerate() {
                 if i != first {
-                    launch3(dev, st, "mxrt_acc_f16", acc, x, 0, n64)?;
+                    launch_on(dev, st, "mxrt_acc_f16", &[acc, x], n64)?;
                 }
             }
-            launch3(dev, st, "mxrt_narrow_f16", out, acc, 0, n64)
+            launch_on(dev, st, "mxrt_narrow_f16", &[out, acc], n64)
         }
     };
     stream::run_finish(dev, "adding float16 arrays", work, finish)
