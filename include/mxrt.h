@@ -971,7 +971,11 @@ int MXKVStoreRunServer(KVStoreHandle handle,
 int MXKVStoreSendCommmandToServers(KVStoreHandle handle, int cmd_id, const char *cmd_body);
 
 /**
- * 0 for a local store.
+ * How many of the processes `node_id` names did not answer within `timeout_sec` seconds
+ * (ps-lite's ids: 1 scheduler, 2 servers, 4 workers, their sums, `8 + 2r` server r, `9 + 2r`
+ * worker r). Distributed stores ask each process's communication thread; a local store has no
+ * dead nodes. A `timeout_sec` of 0 counts none, as in MXNet; a negative one or an unknown id
+ * is -1.
  */
 int MXKVStoreGetNumDeadNode(KVStoreHandle handle, int node_id, int *number, int timeout_sec);
 

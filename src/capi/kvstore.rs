@@ -755,7 +755,11 @@ pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(
     })
 }
 
-/// 0 for a local store.
+/// How many of the processes `node_id` names did not answer within `timeout_sec` seconds
+/// (ps-lite's ids: 1 scheduler, 2 servers, 4 workers, their sums, `8 + 2r` server r, `9 + 2r`
+/// worker r). Distributed stores ask each process's communication thread; a local store has no
+/// dead nodes. A `timeout_sec` of 0 counts none, as in MXNet; a negative one or an unknown id
+/// is -1.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(
     handle: KVStoreHandle,
@@ -766,7 +770,7 @@ pub unsafe extern "C" fn MXKVStoreGetNumDeadNode(
     api_call("MXKVStoreGetNumDeadNode", || {
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(number, "number")? };
-        *out = kv(handle)?.store.num_dead_nodes(node_id, timeout_sec);
+        *out = kv(handle)?.store.num_dead_nodes(node_id, timeout_sec)?;
         Ok(())
     })
 }

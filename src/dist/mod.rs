@@ -44,6 +44,7 @@ mod store {
     use crate::ndarray::NDArray;
     use parking_lot::Mutex;
     use std::sync::{Arc, Weak};
+    use std::time::Duration;
 
     enum Part {
         Worker(Arc<Worker>),
@@ -56,6 +57,8 @@ mod store {
     pub struct DistStore {
         type_name: String,
         part: Part,
+        /// The process's MPI connection (none for the scheduler, which never starts MPI).
+        transport: Option<&'static Transport>,
     }
 
     /// Workers whose store was never freed: at exit they still tell the servers they are done,
@@ -77,16 +80,24 @@ mod store {
         let sync = !t.contains("_async");
         let role = Role::from_env()?;
         let cfg = DistConfig::from_env()?;
-        let part = match role {
-            Role::Scheduler => Part::Scheduler,
-            Role::Server => Part::Server(Server::new(Transport::get(role, &cfg)?, cfg)?),
-            Role::Worker => {
-                let w = Arc::new(Worker::new(Transport::get(role, &cfg)?, cfg, &t, sync)?);
+        let transport = match role {
+            Role::Scheduler => None,
+            _ => Some(Transport::get(role, &cfg)?),
+        };
+        let part = match (role, transport) {
+            (Role::Server, Some(tr)) => Part::Server(Server::new(tr, cfg)?),
+            (Role::Worker, Some(tr)) => {
+                let w = Arc::new(Worker::new(tr, cfg, &t, sync)?);
                 LIVE_WORKERS.lock().push(Arc::downgrade(&w));
                 Part::Worker(w)
             }
+            _ => Part::Scheduler,
         };
-        Ok(Box::new(DistStore { type_name: t, part }))
+        Ok(Box::new(DistStore {
+            type_name: t,
+            part,
+            transport,
+        }))
     }
 
     impl DistStore {
@@ -173,6 +184,29 @@ mod store {
                     .and_then(|c| c.num_worker)
                     .unwrap_or(0) as i32,
             }
+        }
+        fn num_dead_nodes(&self, node_id: i32, timeout_sec: i32) -> Result<i32> {
+            if timeout_sec < 0 {
+                return Err(Error::invalid(format!(
+                    "timeout_sec is {timeout_sec}: it must be 0 or more seconds"
+                )));
+            }
+            let Some(t) = self.transport else {
+                return Ok(0); // the scheduler knows of no process
+            };
+            let ranks = t.topo.node_group(node_id).ok_or_else(|| {
+                Error::invalid(format!(
+                    "node_id {node_id} names no process of this job (1 scheduler, 2 servers, \
+                     4 workers or their sums; 8+2r server r of {}, 9+2r worker r of {})",
+                    t.topo.servers.len(),
+                    t.topo.workers.len()
+                ))
+            })?;
+            if timeout_sec == 0 {
+                return Ok(0); // as MXNet: no time to wait, no process counted dead
+            }
+            let silent = t.unresponsive(&ranks, Duration::from_secs(timeout_sec as u64))?;
+            Ok(silent.len() as i32)
         }
         fn barrier(&self) -> Result<()> {
             self.worker("barrier")?.barrier()

@@ -164,7 +164,8 @@ impl Server {
                 self.reply(src, &h, Kind::Ack)?;
                 return Ok(if all { Next::Stop } else { Next::Serve });
             }
-            Kind::Ack | Kind::Data | Kind::Fail => Ok(false),
+            // answers, and pings (the communication thread answers those itself)
+            Kind::Ack | Kind::Data | Kind::Fail | Kind::Ping | Kind::Pong => Ok(false),
         };
         match result {
             Ok(true) => self.reply(src, &h, Kind::Ack)?,

@@ -17,7 +17,7 @@
 //! uses rsmpi's safe API.
 
 use super::role::{DistConfig, Role};
-use super::wire::{Header, Msg};
+use super::wire::{Header, Kind, Msg};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use mpi::ffi;
@@ -55,6 +55,30 @@ impl Topology {
     /// The worker rank of a world rank, if it is a worker.
     pub fn worker_rank_of(&self, world_rank: usize) -> Option<usize> {
         self.workers.iter().position(|&r| r == world_rank)
+    }
+
+    /// The world ranks a ps-lite node id names: the groups 1 (scheduler: none in an MPI job),
+    /// 2 (servers) and 4 (workers) and their sums, or one process, `8 + 2r` for server r and
+    /// `9 + 2r` for worker r. `None` for an id that names nothing of this job.
+    pub fn node_group(&self, node_id: i32) -> Option<Vec<usize>> {
+        match node_id {
+            1..=7 => {
+                let mut ranks = Vec::new();
+                if node_id & 2 != 0 {
+                    ranks.extend(&self.servers);
+                }
+                if node_id & 4 != 0 {
+                    ranks.extend(&self.workers);
+                }
+                Some(ranks)
+            }
+            8.. => {
+                let r = ((node_id - 8) / 2) as usize;
+                let group = if node_id % 2 == 0 { &self.servers } else { &self.workers };
+                group.get(r).map(|&w| vec![w])
+            }
+            _ => None,
+        }
     }
 }
 
@@ -215,7 +239,7 @@ impl Transport {
     pub fn wait(&self, p: Pending, what: &dyn Fn() -> String) -> Result<Msg> {
         let deadline = self.worker_deadline();
         match p.rx.recv_timeout(deadline) {
-            Ok(m) if m.header.kind == super::wire::Kind::Fail => Err(Error::distributed(m.text())),
+            Ok(m) if m.header.kind == Kind::Fail => Err(Error::distributed(m.text())),
             Ok(m) => Ok(m),
             Err(_) => {
                 self.waiters.lock().remove(&p.id);
@@ -289,6 +313,26 @@ impl Transport {
                 self.worker_deadline().as_secs_f64()
             ))
         })
+    }
+
+    /// The processes among `ranks` (world ranks) whose communication thread did not answer a
+    /// ping within `within`. This process always counts as alive.
+    pub fn unresponsive(&self, ranks: &[usize], within: Duration) -> Result<Vec<usize>> {
+        let ping = Header::new(Kind::Ping);
+        let mut pending = Vec::new();
+        for &r in ranks.iter().filter(|&&r| r != self.topo.world_rank) {
+            pending.push(self.request(r, ping.message(0))?);
+        }
+        let until = Instant::now() + within;
+        let mut silent = Vec::new();
+        for p in pending {
+            let left = until.saturating_duration_since(Instant::now());
+            if p.rx.recv_timeout(left).is_err() {
+                self.waiters.lock().remove(&p.id);
+                silent.push(p.dest);
+            }
+        }
+        Ok(silent)
     }
 
     /// Waits until every worker has called it.
@@ -422,6 +466,33 @@ unsafe fn start_allreduce(
     }
 }
 
+/// Starts sending `buf` to the world rank `dest`; the returned entry owns the buffer until the
+/// send completes.
+fn start_send(world: &SimpleCommunicator, dest: usize, buf: Vec<u8>) -> InFlight {
+    let buf = buf.into_boxed_slice();
+    let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+    // SAFETY: `buf` is an owned heap buffer that the returned entry keeps (its address does not
+    // move) until MPI_Test reports the send complete; `dest` is a rank of `world`.
+    unsafe {
+        ffi::MPI_Isend(
+            buf.as_ptr() as *const _,
+            buf.len() as i32,
+            ffi::RSMPI_UINT8_T,
+            dest as i32,
+            0,
+            world.as_raw(),
+            req.as_mut_ptr(),
+        )
+    };
+    // SAFETY: MPI_Isend wrote the request handle.
+    let req = unsafe { req.assume_init() };
+    InFlight {
+        req,
+        _send: buf,
+        done: Done::Send,
+    }
+}
+
 fn comm_thread(
     role: Role,
     cmds: mpsc::Receiver<Cmd>,
@@ -481,28 +552,7 @@ fn comm_thread(
         match next {
             Ok(Cmd::Send { dest, buf }) => {
                 busy = true;
-                let buf = buf.into_boxed_slice();
-                let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
-                // SAFETY: `buf` is an owned heap buffer kept in `inflight` (its address does not
-                // move) until MPI_Test reports the send complete; `dest` is a rank of `world`.
-                unsafe {
-                    ffi::MPI_Isend(
-                        buf.as_ptr() as *const _,
-                        buf.len() as i32,
-                        ffi::RSMPI_UINT8_T,
-                        dest as i32,
-                        0,
-                        world.as_raw(),
-                        req.as_mut_ptr(),
-                    )
-                };
-                // SAFETY: MPI_Isend wrote the request handle.
-                let req = unsafe { req.assume_init() };
-                inflight.push(InFlight {
-                    req,
-                    _send: buf,
-                    done: Done::Send,
-                });
+                inflight.push(start_send(&world, dest, buf));
             }
             Ok(Cmd::Allreduce { buf, dtype, reply }) => {
                 busy = true;
@@ -581,6 +631,12 @@ fn comm_thread(
             let (buf, status) = probed.matched_receive_vec::<u8>();
             let src = status.source_rank() as usize;
             match Msg::decode(buf) {
+                Ok(msg) if msg.header.kind == Kind::Ping => {
+                    // answered here, so a process whose other threads are busy still counts
+                    // as alive; only one that stopped or hangs as a whole does not
+                    let pong = Header::reply(Kind::Pong, &msg.header).message(0);
+                    inflight.push(start_send(&world, src, pong));
+                }
                 Ok(msg) if msg.header.kind.is_reply() => {
                     if let Some(tx) = waiters.lock().remove(&msg.header.id) {
                         let _ = tx.send(msg);

@@ -25,12 +25,16 @@ pub enum Kind {
     Command = 4,
     /// Worker -> server: this worker has freed its store; it sends nothing more.
     Done = 5,
+    /// Any process -> any process: are you there? Answered by the communication thread itself.
+    Ping = 6,
     /// Server -> worker: the request `id` is complete.
     Ack = 16,
     /// Server -> worker: the value asked for by `id`.
     Data = 17,
     /// Server -> worker: the request `id` failed; the payload is the message.
     Fail = 18,
+    /// The answer to a [`Kind::Ping`].
+    Pong = 19,
 }
 
 impl Kind {
@@ -41,16 +45,18 @@ impl Kind {
             3 => Kind::Pull,
             4 => Kind::Command,
             5 => Kind::Done,
+            6 => Kind::Ping,
             16 => Kind::Ack,
             17 => Kind::Data,
             18 => Kind::Fail,
+            19 => Kind::Pong,
             _ => return None,
         })
     }
 
-    /// True for the server's answers, which go back to the request that waits for them.
+    /// True for answers (the server's, and pongs), which go back to the request that waits for them.
     pub fn is_reply(self) -> bool {
-        matches!(self, Kind::Ack | Kind::Data | Kind::Fail)
+        matches!(self, Kind::Ack | Kind::Data | Kind::Fail | Kind::Pong)
     }
 }
 

@@ -109,9 +109,12 @@ pub trait KeyValueStore: Send + Sync {
     fn rank(&self) -> i32;
     /// The number of workers (1 for a local store).
     fn group_size(&self) -> i32;
-    fn num_dead_nodes(&self, node_id: i32, timeout_sec: i32) -> i32 {
+    /// How many of the processes `node_id` names (ps-lite's ids: 1 the scheduler, 2 the
+    /// servers, 4 the workers, their sums, or one process: `8 + 2r` server r, `9 + 2r` worker r)
+    /// gave no sign of life within `timeout_sec` seconds. A local store has none.
+    fn num_dead_nodes(&self, node_id: i32, timeout_sec: i32) -> Result<i32> {
         let _ = (node_id, timeout_sec);
-        0
+        Ok(0)
     }
     /// Waits until every worker has reached the barrier.
     fn barrier(&self) -> Result<()>;

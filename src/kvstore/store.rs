@@ -213,10 +213,6 @@ impl KVStore {
     pub fn group_size(&self) -> i32 {
         1
     }
-    /// Dead nodes: none in a local store.
-    pub fn num_dead_nodes(&self, _node_id: i32, _timeout_sec: i32) -> i32 {
-        0
-    }
     /// A barrier across workers: a local store has one worker, so it returns at once.
     pub fn barrier(&self) {}
     /// Whether a barrier runs before exit (only meaningful for distributed stores).

@@ -336,6 +336,55 @@ static void scenario_server_kill(KVStoreHandle kv) {
   }
 }
 
+static int dead_nodes(KVStoreHandle kv, int node_id, int timeout_sec) {
+  int n = -1;
+  CHECK_OK(MXKVStoreGetNumDeadNode(kv, node_id, &n, timeout_sec));
+  return n;
+}
+
+/* MXKVStoreGetNumDeadNode counts the processes that do not answer: none while all run, the
+ * server worker 0 stops with SIGSTOP (its pid comes from DIST_PID_DIR) until it continues. */
+static void scenario_dead_nodes(KVStoreHandle kv) {
+  EXPECT(nservers_ == 2, "the job has 2 servers (%d)", nservers_);
+  int ids[] = {1, 2, 4, 6, 7, 8, 10, 9, 9 + 2 * (size_ - 1)};
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+    EXPECT(dead_nodes(kv, ids[i], 2) == 0, "node id %d: dead nodes while every process runs",
+           ids[i]);
+  EXPECT(dead_nodes(kv, 6, 0) == 0, "a zero timeout counts none");
+  int n = 0;
+  EXPECT_ERROR(MXKVStoreGetNumDeadNode(kv, 0, &n, 1), "node_id 0 names no process");
+  EXPECT_ERROR(MXKVStoreGetNumDeadNode(kv, 12, &n, 1), "node_id 12 names no process");
+  EXPECT_ERROR(MXKVStoreGetNumDeadNode(kv, 2, &n, -1), "timeout_sec is -1");
+  EXPECT_ERROR(MXKVStoreGetNumDeadNode(kv, 2, NULL, 1), "number");
+  CHECK_OK(MXKVStoreBarrier(kv));
+  if (rank_ == 0) {
+    const char *dir = getenv("DIST_PID_DIR");
+    EXPECT(dir != NULL, "DIST_PID_DIR is set");
+    char path[512];
+    snprintf(path, sizeof path, "%s/server0.pid", dir);
+    int pid = 0;
+    for (int tries = 0; tries < 100 && pid <= 0; tries++) { /* the server writes it at start */
+      FILE *f = fopen(path, "r");
+      if (f) {
+        if (fscanf(f, "%d", &pid) != 1) pid = 0;
+        fclose(f);
+      }
+      if (pid <= 0) nanosleep(&(struct timespec){.tv_nsec = 50000000}, NULL);
+    }
+    EXPECT(pid > 0, "a pid in %s", path);
+    EXPECT(kill(pid, SIGSTOP) == 0, "SIGSTOP to server 0 (pid %d)", pid);
+    int servers = dead_nodes(kv, 2, 1), server0 = dead_nodes(kv, 8, 1),
+        server1 = dead_nodes(kv, 10, 1), all = dead_nodes(kv, 7, 1), workers = dead_nodes(kv, 4, 1);
+    EXPECT(kill(pid, SIGCONT) == 0, "SIGCONT to server 0");
+    EXPECT(servers == 1 && server0 == 1 && server1 == 0 && all == 1 && workers == 0,
+           "with server 0 stopped: servers %d, server 0 %d, server 1 %d, all %d, workers %d",
+           servers, server0, server1, all, workers);
+    EXPECT(dead_nodes(kv, 2, 5) == 0, "server 0 answers again once continued");
+    printf("dead nodes: 1 of 2 servers while stopped, 0 after\n");
+  }
+  CHECK_OK(MXKVStoreBarrier(kv));
+}
+
 /* Without servers: commands fail, the rest runs as an allreduce. */
 static void scenario_serverless(KVStoreHandle kv) {
   EXPECT_ERROR(MXKVStoreSendCommmandToServers(kv, 0, "add"), "needs server processes");
@@ -357,6 +406,17 @@ int main(int argc, char **argv) {
     int is_scheduler = 0;
     CHECK_OK(MXKVStoreIsSchedulerNode(&is_scheduler));
     EXPECT(is_server != is_scheduler, "server %d scheduler %d", is_server, is_scheduler);
+    const char *pid_dir = getenv("DIST_PID_DIR");
+    if (is_server && pid_dir) { /* for the dead_nodes scenario */
+      int srank = -1;
+      CHECK_OK(MXKVStoreGetRank(kv, &srank));
+      char path[512];
+      snprintf(path, sizeof path, "%s/server%d.pid", pid_dir, srank);
+      FILE *f = fopen(path, "w");
+      EXPECT(f != NULL, "cannot write %s", path);
+      fprintf(f, "%d\n", (int)getpid());
+      fclose(f);
+    }
     CHECK_OK(MXKVStoreRunServer(kv, controller, kv)); /* a scheduler returns at once */
     CHECK_OK(MXKVStoreFree(kv));
     printf("served as %s\n", is_server ? "server" : "scheduler");
@@ -383,6 +443,7 @@ int main(int argc, char **argv) {
   else if (strcmp(scenario, "kill") == 0) scenario_kill(kv);
   else if (strcmp(scenario, "server_kill") == 0) scenario_server_kill(kv);
   else if (strcmp(scenario, "serverless") == 0) scenario_serverless(kv);
+  else if (strcmp(scenario, "dead_nodes") == 0) scenario_dead_nodes(kv);
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario);
     return 2;

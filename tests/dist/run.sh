@@ -69,6 +69,10 @@ profile_dir=$(mktemp -d)
 DIST_PROFILE_DIR="$profile_dir" \
 run "profiler on the servers (profile_process)"  2 2 0 30 "server trace ok" -- "$job" server_profile
 rm -rf "$profile_dir"
+pid_dir=$(mktemp -d)
+DIST_PID_DIR="$pid_dir" \
+run "dead nodes: a stopped server counts"       2 2 0 30 "ok dead_nodes rank 1" -- "$job" dead_nodes
+rm -rf "$pid_dir"
 run "dist_async with updater"                   2 1 0 30 "ok async rank 1" -- "$job" async dist_async
 run "dist_async without updater: push is -1"    2 1 0 30 "needs an updater on the servers" -- "$job" async_no_updater dist_async
 MXNET_KVSTORE_BIGARRAY_BOUND=16 \
