@@ -724,7 +724,7 @@ int MXImperativeInvoke(AtomicSymbolCreator creator,
  * `float16`, `cpu(0)`). With `*num_outputs == 0` the library allocates the outputs and sets
  * `*outputs` to an array of new handles (valid until this thread's next invoke; the caller frees
  * each array); otherwise the op writes into `(*outputs)[..*num_outputs]`. `*out_stypes`
- * receives the outputs' storage types (0, dense). Shapes and dtypes are checked before the call
+ * receives the outputs' storage types (0 dense, 1 row_sparse, 2 csr). Shapes and dtypes are checked before the call
  * returns; the computation runs in the engine. An operator MXNet lists that mxrt does not
  * implement is an error naming it.
  */
@@ -829,7 +829,9 @@ int MXKVStorePullWithSparseEx(KVStoreHandle handle,
                               bool ignore_sparse);
 
 /**
- * Not supported: mxrt has no row_sparse arrays. Fails with a message.
+ * Pulls the rows `row_ids[i]` (a dense array of row ids) of each key's row_sparse value into
+ * the row_sparse output `vals[i]` (the other rows absent). Dense outputs or a dense stored
+ * value are -1.
  */
 int MXKVStorePullRowSparse(KVStoreHandle handle,
                            uint32_t num,
@@ -1026,38 +1028,6 @@ int MXNDArrayCreateEx64(const int64_t *shape,
                         NDArrayHandle *out);
 
 /**
- * Not supported: sparse storage is not built into this mxrt (always -1).
- */
-int MXNDArrayCreateSparseEx(int storage_type,
-                            const uint32_t *shape,
-                            uint32_t ndim,
-                            int dev_type,
-                            int dev_id,
-                            int delay_alloc,
-                            int dtype,
-                            uint32_t num_aux,
-                            int *aux_type,
-                            uint32_t *aux_ndims,
-                            const uint32_t *aux_shape,
-                            NDArrayHandle *out);
-
-/**
- * Not supported: sparse storage is not built into this mxrt (always -1).
- */
-int MXNDArrayCreateSparseEx64(int storage_type,
-                              const int64_t *shape,
-                              int ndim,
-                              int dev_type,
-                              int dev_id,
-                              int delay_alloc,
-                              int dtype,
-                              uint32_t num_aux,
-                              int *aux_type,
-                              int *aux_ndims,
-                              const int64_t *aux_shape,
-                              NDArrayHandle *out);
-
-/**
  * Frees a handle. The memory is released once no handle, view or pending op uses it. Freeing a
  * handle twice is an error (-1), not a crash.
  */
@@ -1080,17 +1050,6 @@ int MXNDArraySyncCopyFromCPU(NDArrayHandle handle, const void *data, size_t size
  * -1 with the op's message if the array carries an unreported error.
  */
 int MXNDArraySyncCopyToCPU(NDArrayHandle handle, void *data, size_t size);
-
-/**
- * Copies `handle_src` into `handle_dst` and waits (`i` = -1: the data; aux blobs (`i` >= 0)
- * belong to sparse arrays, which are not supported).
- */
-int MXNDArraySyncCopyFromNDArray(NDArrayHandle handle_dst, NDArrayHandle handle_src, int i);
-
-/**
- * Checks a sparse array's structure. Dense arrays are always valid (0).
- */
-int MXNDArraySyncCheckFormat(NDArrayHandle handle, bool full_check);
 
 /**
  * Waits until the writes pushed to the array before have finished; -1 with the op's message if
@@ -1159,11 +1118,6 @@ int MXNDArrayReshape64(NDArrayHandle handle,
                        NDArrayHandle *out);
 
 /**
- * Storage type: 0 (default/dense), or -1 for a none array.
- */
-int MXNDArrayGetStorageType(NDArrayHandle handle, int *out_storage_type);
-
-/**
  * Reports the shape as unsigned 32-bit dims in a thread-local buffer (valid until the next call
  * on this thread); a none array has ndim 0.
  */
@@ -1189,21 +1143,6 @@ int MXNDArrayGetDType(NDArrayHandle handle, int *out_dtype);
  * The device; (0, 0) for a none array.
  */
 int MXNDArrayGetContext(NDArrayHandle handle, int *out_dev_type, int *out_dev_id);
-
-/**
- * Aux arrays belong to sparse storage, which is not supported (always -1).
- */
-int MXNDArrayGetAuxType(NDArrayHandle handle, uint32_t i, int *out_type);
-
-/**
- * Aux arrays belong to sparse storage, which is not supported (always -1).
- */
-int MXNDArrayGetAuxNDArray(NDArrayHandle handle, uint32_t i, NDArrayHandle *out);
-
-/**
- * A new dense array holding a copy of the data (waits for it).
- */
-int MXNDArrayGetDataNDArray(NDArrayHandle handle, NDArrayHandle *out);
 
 /**
  * mxrt has no autograd: no array has a gradient, so `*out` is NULL.
@@ -1293,6 +1232,75 @@ int MXNDArrayCreateFromSharedMemEx(int shared_pid,
  * into a new cpu_shared block, named by `(pid, id)`, which lives until the receiver drops it.
  */
 int MXNDArrayGetSharedMemHandle(NDArrayHandle handle, int *shared_pid, int *shared_id);
+
+/**
+ * Creates a row_sparse (1) or csr (2) array of logical `shape`; aux array i has type
+ * `aux_type[i]` and shape `aux_shape[..]` (`aux_ndims[i]` dims each, concatenated). Sparse
+ * arrays live on CPU contexts.
+ */
+int MXNDArrayCreateSparseEx(int storage_type,
+                            const uint32_t *shape,
+                            uint32_t ndim,
+                            int dev_type,
+                            int dev_id,
+                            int delay_alloc,
+                            int dtype,
+                            uint32_t num_aux,
+                            int *aux_type,
+                            uint32_t *aux_ndims,
+                            const uint32_t *aux_shape,
+                            NDArrayHandle *out);
+
+/**
+ * MXNDArrayCreateSparseEx with 64-bit dimensions.
+ */
+int MXNDArrayCreateSparseEx64(int storage_type,
+                              const int64_t *shape,
+                              int ndim,
+                              int dev_type,
+                              int dev_id,
+                              int delay_alloc,
+                              int dtype,
+                              uint32_t num_aux,
+                              int *aux_type,
+                              int *aux_ndims,
+                              const int64_t *aux_shape,
+                              NDArrayHandle *out);
+
+/**
+ * Storage type: 0 default (dense), 1 row_sparse, 2 csr; -1 for a none array.
+ */
+int MXNDArrayGetStorageType(NDArrayHandle handle, int *out_storage_type);
+
+/**
+ * The dtype of aux array `i` of a sparse array (row_sparse: 0 indices; csr: 0 indptr,
+ * 1 indices).
+ */
+int MXNDArrayGetAuxType(NDArrayHandle handle, uint32_t i, int *out_type);
+
+/**
+ * A new dense array holding a copy of aux array `i` (waits for the writes pushed before).
+ */
+int MXNDArrayGetAuxNDArray(NDArrayHandle handle, uint32_t i, NDArrayHandle *out);
+
+/**
+ * A new dense array holding a copy of the data: a sparse array's stored values, or a dense
+ * array's elements (waits for the writes pushed before).
+ */
+int MXNDArrayGetDataNDArray(NDArrayHandle handle, NDArrayHandle *out);
+
+/**
+ * Copies the dense `handle_src` into `handle_dst` and waits: into a sparse array's values
+ * (`i` = -1) or aux array `i`, which take the source's length; into a dense array (`i` = -1)
+ * as a plain copy.
+ */
+int MXNDArraySyncCopyFromNDArray(NDArrayHandle handle_dst, NDArrayHandle handle_src, int i);
+
+/**
+ * Checks a sparse array's structure (sizes, index ranges and order; with `full_check` also the
+ * order of csr columns within rows); -1 naming what is wrong. Dense arrays pass.
+ */
+int MXNDArraySyncCheckFormat(NDArrayHandle handle, bool full_check);
 
 /**
  * Lists every operator name MXNet 1.9.1 has (aliases included), 1,167 names, in a table that

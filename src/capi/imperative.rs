@@ -55,7 +55,7 @@ pub unsafe extern "C" fn MXImperativeInvoke(
 /// `float16`, `cpu(0)`). With `*num_outputs == 0` the library allocates the outputs and sets
 /// `*outputs` to an array of new handles (valid until this thread's next invoke; the caller frees
 /// each array); otherwise the op writes into `(*outputs)[..*num_outputs]`. `*out_stypes`
-/// receives the outputs' storage types (0, dense). Shapes and dtypes are checked before the call
+/// receives the outputs' storage types (0 dense, 1 row_sparse, 2 csr). Shapes and dtypes are checked before the call
 /// returns; the computation runs in the engine. An operator MXNet lists that mxrt does not
 /// implement is an error naming it.
 #[unsafe(no_mangle)]
@@ -87,9 +87,8 @@ pub unsafe extern "C" fn MXImperativeInvokeEx(
             )?
         };
         *out_stypes = RETURNED.with(|r| {
-            let stypes = &mut r.borrow_mut().1;
-            stypes.clear();
-            stypes.resize(n, 0);
+            let stypes = &r.borrow().1;
+            debug_assert_eq!(stypes.len(), n);
             stypes.as_ptr()
         });
         Ok(())
@@ -162,6 +161,11 @@ unsafe fn invoke(
         outputs: given,
     })?;
     let n = results.len();
+    RETURNED.with(|r| {
+        let stypes = &mut r.borrow_mut().1;
+        stypes.clear();
+        stypes.extend(results.iter().map(|a| a.stype().code()));
+    });
     if allocate {
         RETURNED.with(|r| {
             let handles = &mut r.borrow_mut().0;

@@ -241,11 +241,27 @@ unsafe fn two_phase<K: KeyArray>(
     }
 }
 
-/// The body of the row-sparse pulls: checks the keys, then fails (no row_sparse arrays).
-unsafe fn row_sparse<K: KeyArray>(handle: KVStoreHandle, num: u32, keys: K) -> Result<()> {
-    // SAFETY: forwarded API contract: `num` keys.
-    let k = unsafe { keys.read(num as usize, "keys")? };
-    kv(handle)?.store.pull_row_sparse(k.keys())
+/// The body of the row-sparse pulls: `num` keys, outputs and row-id arrays.
+unsafe fn row_sparse<K: KeyArray>(
+    handle: KVStoreHandle,
+    num: u32,
+    keys: K,
+    vals: *mut NDArrayHandle,
+    row_ids: *const NDArrayHandle,
+    priority: c_int,
+) -> Result<()> {
+    let n = num as usize;
+    // SAFETY: forwarded API contract: `num` keys, outputs and row-id arrays.
+    let (k, v, r) = unsafe {
+        (
+            keys.read(n, "keys")?,
+            arrays(vals, n, "vals")?,
+            arrays(row_ids.cast_mut(), n, "row_ids")?,
+        )
+    };
+    kv(handle)?
+        .store
+        .pull_row_sparse(k.keys(), &refs(&v), &refs(&r), priority)
 }
 
 /// Creates a store. `type` is one of MXNet's type strings (case-insensitive): "local", "device",
@@ -433,7 +449,9 @@ pub unsafe extern "C" fn MXKVStorePullWithSparseEx(
     })
 }
 
-/// Not supported: mxrt has no row_sparse arrays. Fails with a message.
+/// Pulls the rows `row_ids[i]` (a dense array of row ids) of each key's row_sparse value into
+/// the row_sparse output `vals[i]` (the other rows absent). Dense outputs or a dense stored
+/// value are -1.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStorePullRowSparse(
     handle: KVStoreHandle,
@@ -443,10 +461,9 @@ pub unsafe extern "C" fn MXKVStorePullRowSparse(
     row_ids: *const NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    let _ = (vals, row_ids, priority);
     api_call("MXKVStorePullRowSparse", || {
         // SAFETY: forwarded API contract.
-        unsafe { row_sparse(handle, num, keys) }
+        unsafe { row_sparse(handle, num, keys, vals, row_ids, priority) }
     })
 }
 
@@ -460,10 +477,9 @@ pub unsafe extern "C" fn MXKVStorePullRowSparseEx(
     row_ids: *const NDArrayHandle,
     priority: c_int,
 ) -> c_int {
-    let _ = (vals, row_ids, priority);
     api_call("MXKVStorePullRowSparseEx", || {
         // SAFETY: forwarded API contract.
-        unsafe { row_sparse(handle, num, keys) }
+        unsafe { row_sparse(handle, num, keys, vals, row_ids, priority) }
     })
 }
 

@@ -23,6 +23,7 @@ pub mod kvstore;
 pub mod ndarray;
 pub mod ndarray_io;
 pub mod ndarray_shared;
+pub mod ndarray_sparse;
 pub mod operator;
 pub mod profiler;
 pub mod resource;

@@ -30,16 +30,13 @@ use super::error::api_call;
 use super::types::*;
 use crate::context::Context;
 use crate::dtype::DType;
-use crate::engine::{Engine, FnProperty};
+use crate::engine::Engine;
 use crate::error::Error;
-use crate::ndarray::format::StorageType;
 use crate::ndarray::{self as nda, np_shape};
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 
-const SPARSE_UNSUPPORTED: &str =
-    "sparse storage (row_sparse, csr) is not supported by this mxrt build";
 
 thread_local! {
     static SHAPE_U32: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
@@ -156,76 +153,6 @@ pub unsafe extern "C" fn MXNDArrayCreateEx64(
     })
 }
 
-/// Not supported: sparse storage is not built into this mxrt (always -1).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayCreateSparseEx(
-    storage_type: c_int,
-    shape: *const u32,
-    ndim: u32,
-    dev_type: c_int,
-    dev_id: c_int,
-    delay_alloc: c_int,
-    dtype: c_int,
-    num_aux: u32,
-    aux_type: *mut c_int,
-    aux_ndims: *mut u32,
-    aux_shape: *const u32,
-    out: *mut NDArrayHandle,
-) -> c_int {
-    let _ = (
-        storage_type,
-        shape,
-        ndim,
-        dev_type,
-        dev_id,
-        delay_alloc,
-        dtype,
-        num_aux,
-        aux_type,
-        aux_ndims,
-        aux_shape,
-        out,
-    );
-    api_call("MXNDArrayCreateSparseEx", || {
-        Err(Error::not_supported(SPARSE_UNSUPPORTED))
-    })
-}
-
-/// Not supported: sparse storage is not built into this mxrt (always -1).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayCreateSparseEx64(
-    storage_type: c_int,
-    shape: *const i64,
-    ndim: c_int,
-    dev_type: c_int,
-    dev_id: c_int,
-    delay_alloc: c_int,
-    dtype: c_int,
-    num_aux: u32,
-    aux_type: *mut c_int,
-    aux_ndims: *mut c_int,
-    aux_shape: *const i64,
-    out: *mut NDArrayHandle,
-) -> c_int {
-    let _ = (
-        storage_type,
-        shape,
-        ndim,
-        dev_type,
-        dev_id,
-        delay_alloc,
-        dtype,
-        num_aux,
-        aux_type,
-        aux_ndims,
-        aux_shape,
-        out,
-    );
-    api_call("MXNDArrayCreateSparseEx64", || {
-        Err(Error::not_supported(SPARSE_UNSUPPORTED))
-    })
-}
-
 /// Frees a handle. The memory is released once no handle, view or pending op uses it. Freeing a
 /// handle twice is an error (-1), not a crash.
 #[unsafe(no_mangle)]
@@ -298,38 +225,6 @@ pub unsafe extern "C" fn MXNDArraySyncCopyToCPU(
             unsafe { std::slice::from_raw_parts_mut(data as *mut u8, n) }
         };
         a.sync_copy_to_bytes(dst)
-    })
-}
-
-/// Copies `handle_src` into `handle_dst` and waits (`i` = -1: the data; aux blobs (`i` >= 0)
-/// belong to sparse arrays, which are not supported).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySyncCopyFromNDArray(
-    handle_dst: NDArrayHandle,
-    handle_src: NDArrayHandle,
-    i: c_int,
-) -> c_int {
-    api_call("MXNDArraySyncCopyFromNDArray", || {
-        let (dst, src) = (nd(handle_dst, "handle_dst")?, nd(handle_src, "handle_src")?);
-        if i != -1 {
-            return Err(Error::not_supported(format!(
-                "aux blob {i}: {SPARSE_UNSUPPORTED}"
-            )));
-        }
-        dst.copy_from(&src, 0, FnProperty::Normal)?;
-        dst.wait_to_read()
-    })
-}
-
-/// Checks a sparse array's structure. Dense arrays are always valid (0).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySyncCheckFormat(
-    handle: NDArrayHandle,
-    full_check: bool,
-) -> c_int {
-    let _ = full_check;
-    api_call("MXNDArraySyncCheckFormat", || {
-        nd(handle, "handle")?.wait_to_read()
     })
 }
 
@@ -484,24 +379,6 @@ pub unsafe extern "C" fn MXNDArrayReshape64(
     })
 }
 
-/// Storage type: 0 (default/dense), or -1 for a none array.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetStorageType(
-    handle: NDArrayHandle,
-    out_storage_type: *mut c_int,
-) -> c_int {
-    api_call("MXNDArrayGetStorageType", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out_storage_type, "out_storage_type")? };
-        *out = if nd(handle, "handle")?.is_none() {
-            -1
-        } else {
-            StorageType::Default.code()
-        };
-        Ok(())
-    })
-}
-
 /// The body of the GetShape functions: writes the shape of `handle`, each dimension converted by
 /// `dim`, into the calling thread's `buffer` (valid until the next call on this thread) and
 /// reports its length, or -1 for a none array in numpy-shape mode when `np_rules` (MXNet's Ex
@@ -631,59 +508,6 @@ pub unsafe extern "C" fn MXNDArrayGetContext(
             Some(c) => (*t, *i) = (c.dev_type.code(), c.dev_id),
             None => (*t, *i) = (0, 0),
         }
-        Ok(())
-    })
-}
-
-/// Aux arrays belong to sparse storage, which is not supported (always -1).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetAuxType(
-    handle: NDArrayHandle,
-    i: u32,
-    out_type: *mut c_int,
-) -> c_int {
-    let _ = out_type;
-    api_call("MXNDArrayGetAuxType", || {
-        nd(handle, "handle")?;
-        Err(Error::not_supported(format!(
-            "aux array {i}: dense arrays have none; {SPARSE_UNSUPPORTED}"
-        )))
-    })
-}
-
-/// Aux arrays belong to sparse storage, which is not supported (always -1).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetAuxNDArray(
-    handle: NDArrayHandle,
-    i: u32,
-    out: *mut NDArrayHandle,
-) -> c_int {
-    let _ = out;
-    api_call("MXNDArrayGetAuxNDArray", || {
-        nd(handle, "handle")?;
-        Err(Error::not_supported(format!(
-            "aux array {i}: dense arrays have none; {SPARSE_UNSUPPORTED}"
-        )))
-    })
-}
-
-/// A new dense array holding a copy of the data (waits for it).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetDataNDArray(
-    handle: NDArrayHandle,
-    out: *mut NDArrayHandle,
-) -> c_int {
-    api_call("MXNDArrayGetDataNDArray", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        let a = nd(handle, "handle")?;
-        let ctx = a
-            .ctx()
-            .ok_or_else(|| Error::invalid("handle is a none array"))?;
-        let copy = NDArray::new(a.shape(), ctx, a.dtype(), false)?;
-        copy.copy_from(&a, 0, FnProperty::Normal)?;
-        copy.wait_to_read()?;
-        *out = new_handle(copy);
         Ok(())
     })
 }

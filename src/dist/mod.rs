@@ -131,10 +131,16 @@ mod store {
             let _trace = crate::kvstore::Traced::begin("KVStorePull", &keys);
             self.worker("pull")?.pull(keys, outs, priority)
         }
-        fn pull_row_sparse(&self, _keys: Keys<'_>) -> Result<()> {
+        fn pull_row_sparse(
+            &self,
+            _keys: Keys<'_>,
+            _outs: &[&NDArray],
+            _row_ids: &[&NDArray],
+            _priority: i32,
+        ) -> Result<()> {
             Err(Error::not_supported(
-                "PullRowSparse needs row_sparse arrays; mxrt supports dense (default storage) \
-                 arrays only",
+                "row_sparse_pull on a distributed store: the distributed store moves dense \
+                 arrays only (row_sparse values work in the local stores)",
             ))
         }
         fn push_pull(

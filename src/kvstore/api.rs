@@ -77,7 +77,14 @@ pub trait KeyValueStore: Send + Sync {
     fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()>;
     fn pull(&self, keys: Keys<'_>, outs: &[&NDArray], priority: i32, ignore_sparse: bool)
     -> Result<()>;
-    fn pull_row_sparse(&self, keys: Keys<'_>) -> Result<()>;
+    /// Pulls the rows listed in `row_ids[i]` of each key's row_sparse value into `outs[i]`.
+    fn pull_row_sparse(
+        &self,
+        keys: Keys<'_>,
+        outs: &[&NDArray],
+        row_ids: &[&NDArray],
+        priority: i32,
+    ) -> Result<()>;
     /// Push then pull (MXNet's `PushPull`).
     fn push_pull(
         &self,
@@ -169,8 +176,14 @@ impl KeyValueStore for super::KVStore {
     ) -> Result<()> {
         super::KVStore::pull(self, keys, outs, priority, ignore_sparse)
     }
-    fn pull_row_sparse(&self, keys: Keys<'_>) -> Result<()> {
-        super::KVStore::pull_row_sparse(self, keys)
+    fn pull_row_sparse(
+        &self,
+        keys: Keys<'_>,
+        outs: &[&NDArray],
+        row_ids: &[&NDArray],
+        priority: i32,
+    ) -> Result<()> {
+        super::KVStore::pull_row_sparse(self, keys, outs, row_ids, priority)
     }
     fn set_updater(&self, updater: Option<IntUpdater>) {
         super::KVStore::set_updater(self, updater)

@@ -244,8 +244,15 @@ impl KVStore {
         }
         let mut made = Vec::with_capacity(ids.len());
         for v in values {
-            let stored = NDArray::new(v.shape(), STORE_CTX, v.dtype(), false)?;
-            stored.copy_from(v, 0, crate::engine::FnProperty::CpuPrioritized)?;
+            let stored = if v.is_sparse() {
+                let s = NDArray::new_sparse(v.stype(), v.shape(), STORE_CTX, v.dtype(), &aux_types(v)?)?;
+                s.copy_storage_from(v, 0)?;
+                s
+            } else {
+                let s = NDArray::new(v.shape(), STORE_CTX, v.dtype(), false)?;
+                s.copy_from(v, 0, crate::engine::FnProperty::CpuPrioritized)?;
+                s
+            };
             made.push(stored);
         }
         st.keys.commit_names(&keys);
@@ -294,6 +301,21 @@ impl KVStore {
             for (id, pos) in keys::group(&ids) {
                 let entry = entries.get_mut(&id).expect("looked up");
                 let inputs: Vec<&NDArray> = pos.iter().map(|&i| values[i]).collect();
+                if entry.stored.is_sparse() || inputs.iter().any(|a| a.is_sparse()) {
+                    // sparse values are summed by the add_n operator (MXNet's ElementwiseSum),
+                    // which keeps row_sparse storage when every value has it
+                    let merged = if inputs.len() == 1 {
+                        inputs[0].clone()
+                    } else {
+                        sum_values(&inputs)?
+                    };
+                    if use_updater {
+                        calls.push((id, table.name(id).map(str::to_owned), merged, entry.stored.clone()));
+                    } else {
+                        entry.stored.copy_storage_from(&merged, priority)?;
+                    }
+                    continue;
+                }
                 let aliased = inputs.iter().any(|a| a.shares_memory_with(&entry.stored));
                 // the device store sums GPU values on a GPU, then stores the sum
                 let on_gpu = self.comm == CommKind::Device
@@ -353,8 +375,9 @@ impl KVStore {
     }
 
     /// Copies each key's stored value into every output given for it (engine ops; a following
-    /// wait on an output sees the value). Outputs must have the key's shape and dtype. All arrays
-    /// here are dense, so `ignore_sparse` changes nothing.
+    /// wait on an output sees the value). Outputs must have the key's shape and dtype. With
+    /// `ignore_sparse` (what `MXKVStorePull` passes) sparse outputs are left as they are, as in
+    /// MXNet; otherwise they receive the value in their storage.
     pub fn pull(
         &self,
         keys: Keys<'_>,
@@ -362,24 +385,68 @@ impl KVStore {
         priority: i32,
         ignore_sparse: bool,
     ) -> Result<()> {
-        let _ = ignore_sparse;
         let _trace = super::trace::Traced::begin("KVStorePull", &keys);
         check_len(&keys, outs.len(), "outputs")?;
         let mut st = self.state.lock();
         let ids = st.look_up_like(&keys, outs, "output", "pulled from")?;
         for (id, pos) in keys::group(&ids) {
-            let outputs: Vec<&NDArray> = pos.iter().map(|&i| outs[i]).collect();
-            comm::broadcast(&st.entries[&id].stored, &outputs, &self.cfg, priority)?;
+            let stored = &st.entries[&id].stored;
+            let outputs: Vec<&NDArray> = pos
+                .iter()
+                .map(|&i| outs[i])
+                .filter(|o| !(ignore_sparse && o.is_sparse()))
+                .collect();
+            if stored.is_sparse() || outputs.iter().any(|o| o.is_sparse()) {
+                for o in outputs {
+                    o.copy_storage_from(stored, priority)?;
+                }
+            } else {
+                comm::broadcast(stored, &outputs, &self.cfg, priority)?;
+            }
         }
         Ok(())
     }
 
-    /// Row-sparse pull: needs row_sparse arrays, which mxrt does not have.
-    pub fn pull_row_sparse(&self, keys: Keys<'_>) -> Result<()> {
-        self.state.lock().keys.check_kind(&keys)?;
-        Err(Error::not_supported(
-            "PullRowSparse needs row_sparse arrays; mxrt supports dense (default storage) arrays only",
-        ))
+    /// Copies the rows `row_ids[i]` lists of each key's row_sparse value into the row_sparse
+    /// output `outs[i]` (MXNet's `row_sparse_pull`; the other rows are absent from the output).
+    pub fn pull_row_sparse(
+        &self,
+        keys: Keys<'_>,
+        outs: &[&NDArray],
+        row_ids: &[&NDArray],
+        priority: i32,
+    ) -> Result<()> {
+        let _trace = super::trace::Traced::begin("KVStorePullRowSparse", &keys);
+        check_len(&keys, outs.len(), "outputs")?;
+        check_len(&keys, row_ids.len(), "row id arrays")?;
+        let mut st = self.state.lock();
+        let ids = st.look_up_like(&keys, outs, "output", "pulled from")?;
+        for (i, o) in outs.iter().enumerate() {
+            if o.stype() != crate::ndarray::format::StorageType::RowSparse {
+                return Err(Error::invalid(format!(
+                    "row_sparse_pull: output {i} for key {} has {} storage; it must be row_sparse",
+                    keys.display(i),
+                    o.stype().name()
+                )));
+            }
+            let stored = &st.entries[&ids[i]].stored;
+            if stored.stype() != crate::ndarray::format::StorageType::RowSparse {
+                return Err(Error::invalid(format!(
+                    "row_sparse_pull: key {} holds a {} value; PullRowSparse expects row_sparse \
+                     src NDArray",
+                    keys.display(i),
+                    stored.stype().name()
+                )));
+            }
+            check_value(row_ids[i], &|| format!("row ids {i}"))?;
+            if row_ids[i].is_sparse() {
+                return Err(Error::invalid(format!("row_sparse_pull: row ids {i} must be dense")));
+            }
+        }
+        for (i, o) in outs.iter().enumerate() {
+            o.retain_rows_from(&st.entries[&ids[i]].stored, row_ids[i], priority)?;
+        }
+        Ok(())
     }
 
     /// A local store does not compress (distributed stores with servers do).
@@ -391,4 +458,24 @@ impl KVStore {
             self.type_name
         )))
     }
+}
+
+/// The aux dtypes of a sparse array (for a stored copy of it).
+fn aux_types(v: &NDArray) -> Result<Vec<DType>> {
+    (0..v.stype().num_aux()).map(|i| v.aux_type(i)).collect()
+}
+
+/// The sum of several values of one key, any of them sparse: MXNet's ElementwiseSum (`add_n`),
+/// whose result is row_sparse when every value is.
+fn sum_values(values: &[&NDArray]) -> Result<NDArray> {
+    let inputs: Vec<NDArray> = values.iter().map(|&a| a.clone()).collect();
+    let n = inputs.len().to_string();
+    let out = crate::operator::imperative::invoke(crate::operator::imperative::Invoke {
+        op: "add_n",
+        called_as: "add_n",
+        inputs: &inputs,
+        params: vec![("num_args", n.as_str())],
+        outputs: None,
+    })?;
+    Ok(out.into_iter().next().expect("add_n has one output"))
 }

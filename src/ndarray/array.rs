@@ -4,6 +4,7 @@
 use super::chunk::{Chunk, Memory};
 use super::format::{self, NpShape, RecordRef, SavedContext, StorageType};
 use super::shape::{self, Shape};
+use super::sparse::SparseCell;
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::engine::{Engine, FnProperty, PushArgs, Var};
@@ -14,11 +15,14 @@ use std::sync::Arc;
 /// A dense n-dimensional array, or a "none" array (no shape, no data) as MXNet has.
 #[derive(Clone)]
 pub struct NDArray {
-    chunk: Option<Arc<Chunk>>,
-    shape: Shape,
-    dtype: DType,
+    pub(super) chunk: Option<Arc<Chunk>>,
+    pub(super) shape: Shape,
+    pub(super) dtype: DType,
     /// Byte offset of this view into its chunk.
-    offset: usize,
+    pub(super) offset: usize,
+    /// The value of a row_sparse or csr array (its chunk then holds no data, only the
+    /// variable); `None` for dense arrays.
+    pub(super) sparse: Option<Arc<SparseCell>>,
 }
 
 fn engine() -> Result<&'static Engine> {
@@ -35,6 +39,7 @@ impl NDArray {
             shape: Shape::new(),
             dtype: DType::F32,
             offset: 0,
+            sparse: None,
         }
     }
 
@@ -49,6 +54,7 @@ impl NDArray {
             shape: Shape::from_slice(shape),
             dtype,
             offset: 0,
+            sparse: None,
         })
     }
 
@@ -69,6 +75,7 @@ impl NDArray {
             shape: Shape::from_slice(shape),
             dtype,
             offset: 0,
+            sparse: None,
         })
     }
 
@@ -98,6 +105,7 @@ impl NDArray {
             shape: Shape::from_slice(shape),
             dtype,
             offset: 0,
+            sparse: None,
         })
     }
 
@@ -138,7 +146,20 @@ impl NDArray {
         }
     }
 
-    fn chunk(&self, what: &str) -> Result<&Arc<Chunk>> {
+    /// The chunk of a dense array: a none or sparse array is an error naming `what`.
+    pub(super) fn chunk(&self, what: &str) -> Result<&Arc<Chunk>> {
+        if let Some(cell) = &self.sparse {
+            return Err(Error::invalid(format!(
+                "{what}: the array is {}, which holds no dense data: cast it to default storage \
+                 first (tostype('default'), cast_storage)",
+                cell.stype.name()
+            )));
+        }
+        self.any_chunk(what)
+    }
+
+    /// The chunk of a dense or sparse array (sparse arrays' chunks carry only the variable).
+    pub(super) fn any_chunk(&self, what: &str) -> Result<&Arc<Chunk>> {
         self.chunk.as_ref().ok_or_else(|| {
             Error::invalid(format!(
                 "{what}: the array is a none array (no shape, no data)"
@@ -333,6 +354,7 @@ impl NDArray {
             shape,
             dtype: self.dtype,
             offset: self.offset + begin as usize * row_bytes,
+            sparse: None,
         })
     }
 
@@ -368,6 +390,7 @@ impl NDArray {
             shape: Shape::from_slice(shape),
             dtype: self.dtype,
             offset: self.offset,
+            sparse: None,
         })
     }
 
@@ -387,14 +410,33 @@ impl NDArray {
         chunk.with_allocation(|a| a.share())
     }
 
-    /// The array as a file record borrowing its data.
+    /// The array as a file record borrowing its data (or the staged copy of it).
     ///
     /// # Safety
     /// The caller must hold a read lease on the array's variable while the record is used.
-    unsafe fn record_ref<'a>(&'a self, staged: Option<&'a [u8]>) -> Result<RecordRef<'a>> {
-        let chunk = self.chunk("Save")?;
+    unsafe fn record_ref<'a>(&'a self, staged: &'a Staged) -> Result<RecordRef<'a>> {
+        let chunk = self.any_chunk("Save")?;
+        if let Some(sp) = &staged.sparse {
+            return Ok(RecordRef {
+                stype: sp.value.stype,
+                shape: Some(&self.shape),
+                ctx: SavedContext::from(chunk.ctx),
+                dtype: self.dtype,
+                data: &sp.value.data,
+                storage_shape: Some(&sp.value.data_shape),
+                aux: sp
+                    .aux
+                    .iter()
+                    .map(|(dtype, shape, data)| format::AuxRef {
+                        dtype: *dtype,
+                        shape,
+                        data,
+                    })
+                    .collect(),
+            });
+        }
         let n = self.nbytes();
-        let data: &[u8] = match staged {
+        let data: &[u8] = match &staged.bytes {
             Some(bytes) => bytes,
             None if n == 0 => &[],
             // SAFETY: the view's `n` bytes are allocated host memory (GPU arrays come staged);
@@ -412,36 +454,42 @@ impl NDArray {
         })
     }
 
-    /// A host copy of a GPU array's bytes for saving (`None` for host arrays, which are written
-    /// from their own memory).
+    /// What saving needs copied first: a GPU array's bytes (host arrays are written from their
+    /// own memory) or a sparse array's parts.
     ///
     /// # Safety
     /// The caller holds a read lease on the array's chunk.
-    unsafe fn staged_for_save(&self) -> Result<Option<Vec<u8>>> {
+    unsafe fn staged_for_save(&self) -> Result<Staged> {
+        if self.sparse.is_some() {
+            return Ok(Staged {
+                bytes: None,
+                sparse: Some(self.sparse_for_save()?),
+            });
+        }
         let chunk = self.chunk("Save")?;
         if chunk.ctx.is_host() {
-            return Ok(None);
+            return Ok(Staged::default());
         }
         let mut bytes = vec![0u8; self.nbytes()];
         let src = Endpoint::of(chunk.ctx, self.data_ptr()?);
         // SAFETY: `src` has `nbytes` bytes on the GPU and the caller's read lease keeps writers
         // out; `bytes` is a fresh buffer of that size.
         unsafe { gpu::copy(Endpoint::Host(bytes.as_mut_ptr()), src, bytes.len())? };
-        Ok(Some(bytes))
+        Ok(Staged {
+            bytes: Some(bytes),
+            sparse: None,
+        })
     }
 
-    /// An array made from a file record: dense only. A GPU array loads onto its GPU when the
+    /// An array made from a file record. A GPU array loads onto its GPU when the
     /// machine has that GPU and onto the CPU otherwise, as in MXNet.
     pub fn from_record(rec: &format::Record) -> Result<NDArray> {
-        if rec.stype != StorageType::Default {
-            return Err(Error::not_supported(format!(
-                "{} arrays are not supported yet (sparse storage is not built)",
-                rec.stype.name()
-            )));
-        }
         let Some(shape) = &rec.shape else {
             return Ok(NDArray::none());
         };
+        if rec.stype != StorageType::Default {
+            return NDArray::sparse_from_record(rec, shape);
+        }
         let ctx = match rec.ctx.to_context() {
             Ok(c) if !c.is_host() && (c.dev_id as usize) < gpu::device_count() => c,
             _ => Context::cpu(0),
@@ -450,6 +498,13 @@ impl NDArray {
         a.sync_copy_from_bytes(&rec.data)?;
         Ok(a)
     }
+}
+
+/// Copies made before writing a record (see [`NDArray::staged_for_save`]).
+#[derive(Default)]
+struct Staged {
+    bytes: Option<Vec<u8>>,
+    sparse: Option<super::sparse_array::SparseSave>,
 }
 
 /// Read leases on the distinct chunks of `arrays` (each chunk once: leasing a chunk twice could
@@ -489,7 +544,7 @@ pub fn save_list<W: std::io::Write>(
     let records = arrays
         .iter()
         .zip(&staged)
-        .map(|(a, s)| unsafe { a.record_ref(s.as_deref()) })
+        .map(|(a, s)| unsafe { a.record_ref(s) })
         .collect::<Result<Vec<_>>>()?;
     format::write_list(w, &records, names, np)
 }
@@ -499,7 +554,7 @@ pub fn save_record(array: &NDArray, np: NpShape) -> Result<Vec<u8>> {
     let _leases = read_leases(&[array])?;
     // SAFETY (both): the read lease is held until the record is written.
     let staged = unsafe { array.staged_for_save()? };
-    let rec = unsafe { array.record_ref(staged.as_deref())? };
+    let rec = unsafe { array.record_ref(&staged)? };
     let mut out = Vec::with_capacity(format::record_len(&rec, np)?);
     format::write_record(&mut out, &rec, np)?;
     Ok(out)

@@ -6,6 +6,8 @@
 
 mod array;
 mod chunk;
+pub mod sparse;
+mod sparse_array;
 pub(crate) mod gpu_op;
 pub mod format;
 pub mod np_shape;

@@ -10,8 +10,11 @@
 use super::op::{Aliasing, Call, KernelArgs, Plan, TensorDesc};
 use super::param::Params;
 use super::table;
+use super::stype;
 use super::tensor::Tensor;
 use crate::context::Context;
+use crate::dtype::DType;
+use crate::ndarray::format::StorageType;
 use crate::engine::{Engine, PushArgs, Var};
 use crate::error::{Error, Result};
 use crate::ndarray::NDArray;
@@ -30,8 +33,12 @@ pub struct Invoke<'a> {
     pub outputs: Option<Vec<NDArray>>,
 }
 
-/// Byte range of an array's data, for overlap checks.
+/// Byte range of an array's data, for overlap checks (none for a sparse array: its kernel
+/// tensors are private dense copies).
 fn range(a: &NDArray) -> Result<(usize, usize)> {
+    if a.is_sparse() {
+        return Ok((0, 0));
+    }
     let p = a.data_ptr()? as usize;
     Ok((p, p + a.nbytes()))
 }
@@ -67,6 +74,9 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
             .map(|o| TensorDesc::new(o.shape(), o.dtype()))
             .collect()
     });
+    let sparse_in = call.inputs.iter().any(NDArray::is_sparse);
+    // storage decisions read the raw parameters (only ops that meet sparse storage need them)
+    let raw_params = (sparse_in || call.op == "cast_storage").then(|| call.params.clone());
     let params = Params::new(name, call.params)?;
     let plan = op.plan(&Call {
         name,
@@ -92,23 +102,181 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
         })?),
         None => None,
     };
+    let in_stypes: SmallVec<[StorageType; 4]> = call.inputs.iter().map(NDArray::stype).collect();
     let outputs = match call.outputs {
         Some(outs) => {
             check_given(name, &plan, &outs)?;
             outs
         }
-        None => plan
-            .outputs
-            .iter()
-            .map(|d| NDArray::new(&d.shape, ctx, d.dtype, false))
-            .collect::<Result<Vec<_>>>()?,
+        None => {
+            let stypes = match &raw_params {
+                Some(p) => stype::output_stypes(call.op, p, &in_stypes, plan.outputs.len()),
+                None => vec![StorageType::Default; plan.outputs.len()],
+            };
+            plan.outputs
+                .iter()
+                .zip(stypes)
+                .map(|(d, st)| match st {
+                    StorageType::Default => NDArray::new(&d.shape, ctx, d.dtype, false),
+                    st => NDArray::new_sparse(st, &d.shape, ctx, d.dtype, &vec![DType::I64; st.num_aux()]),
+                })
+                .collect::<Result<Vec<_>>>()?
+        }
     };
+    let sparse = call.inputs.iter().chain(&outputs).any(NDArray::is_sparse);
+    if sparse && gpu_kernel.is_some() {
+        return Err(Error::not_supported(format!(
+            "operator {name}: sparse arrays live on CPU contexts and cannot meet GPU arrays"
+        )));
+    }
+    let lazy_rows = raw_params
+        .as_ref()
+        .is_some_and(|p| stype::lazy_update_rows(call.op, p, &in_stypes));
     if let Some(kernel) = gpu_kernel {
         super::device::run(name, kernel, call.inputs, &outputs)?;
         return Ok(outputs);
     }
-    run(name, call.inputs, &outputs, plan, ctx)?;
+    if sparse {
+        run_with_sparse(name, call.inputs, &outputs, plan, ctx, lazy_rows)?;
+    } else {
+        run(name, call.inputs, &outputs, plan, ctx)?;
+    }
     Ok(outputs)
+}
+
+/// Runs an op some of whose arrays are sparse: its kernel gets dense copies of them (made in
+/// the engine op, so after the writes pushed before), and sparse outputs and mutated inputs take
+/// the dense results back in their storage. With `lazy_rows` (a lazy optimizer update with a
+/// row_sparse gradient, input 1) only the gradient's stored rows of the written arrays change.
+fn run_with_sparse(
+    name: &'static str,
+    inputs: &[NDArray],
+    outputs: &[NDArray],
+    plan: Plan,
+    ctx: Context,
+    lazy_rows: bool,
+) -> Result<()> {
+    let dense_copy = |a: &NDArray| -> Result<NDArray> {
+        if a.is_sparse() {
+            NDArray::new(a.shape(), Context::cpu(0), a.dtype(), false)
+        } else {
+            Ok(a.clone())
+        }
+    };
+    let d_in = inputs.iter().map(dense_copy).collect::<Result<Vec<_>>>()?;
+    let d_out = outputs.iter().map(dense_copy).collect::<Result<Vec<_>>>()?;
+    // the arrays whose engine variables order the op: the real ones
+    let mut reads: SmallVec<[Var; 8]> = SmallVec::new();
+    let mut writes: SmallVec<[Var; 8]> = SmallVec::new();
+    for (i, a) in inputs.iter().enumerate() {
+        let v = a.var().expect("inputs were checked not to be none").clone();
+        if plan.mutates.contains(&i) { writes.push(v) } else { reads.push(v) }
+    }
+    for o in outputs {
+        writes.push(o.var().expect("outputs are not none").clone());
+    }
+    let mutates = plan.mutates.clone();
+    let (real_in, real_out) = (inputs.to_vec(), outputs.to_vec());
+    let (dense_in, dense_out) = (d_in.clone(), d_out.clone());
+    // the kernel runs as the dense op's would, on the dense arrays, inside this op
+    let job = prepare(name, &d_in, &d_out, plan, ctx)?;
+    if let Some(r) = &job.resource {
+        writes.push(r.var().clone());
+    }
+    let job = Mutex::new(Some(job));
+    let args = PushArgs::new(ctx).reads(&reads).writes(&writes).name(name);
+    Engine::global()?.push_fn(args, move |_| {
+        let Some(job) = job.lock().take() else {
+            return Err(format!("operator {name} ran twice"));
+        };
+        let run = || -> Result<()> {
+            // SAFETY (all `*_in_op` calls): this op reads every input's variable and writes every
+            // output's and mutated input's; the dense copies are private to it.
+            for (a, d) in real_in.iter().zip(&dense_in) {
+                if a.is_sparse() {
+                    // SAFETY: this op holds the arrays' variables (see the comment above the loop).
+                    unsafe { d.write_dense_in_op(&a.read_dense_in_op()?)? };
+                }
+            }
+            // lazy updates: the written arrays' current contents, to restore the other rows
+            let keep_rows = if lazy_rows {
+                let grad = real_in[1].sparse_cell().expect("a row_sparse gradient");
+                let rows = grad.value.lock().aux[0].clone();
+                let mut before = Vec::new();
+                for (j, o) in real_out.iter().enumerate() {
+                    // SAFETY: this op holds the arrays' variables (see the comment above the loop).
+                    before.push((Target::Output(j), unsafe { o.read_dense_in_op()? }));
+                }
+                for &m in &mutates {
+                    // SAFETY: this op holds the arrays' variables (see the comment above the loop).
+                    before.push((Target::Input(m), unsafe { real_in[m].read_dense_in_op()? }));
+                }
+                Some((rows, before))
+            } else {
+                None
+            };
+            execute(job, name)?;
+            if let Some((rows, before)) = keep_rows {
+                for (t, old) in before {
+                    let d = match t {
+                        Target::Output(j) => &dense_out[j],
+                        Target::Input(m) => &dense_in[m],
+                    };
+                    // SAFETY: this op holds the arrays' variables (see the comment above the loop).
+                    unsafe { restore_rows_except(d, &old, &rows)? };
+                }
+            }
+            for (a, d) in real_out.iter().zip(&dense_out) {
+                if a.is_sparse() {
+                    // SAFETY: this op holds the arrays' variables (see the comment above the loop).
+                    unsafe { a.write_dense_in_op(&d.read_dense_in_op()?)? };
+                }
+            }
+            for &m in &mutates {
+                if real_in[m].is_sparse() {
+                    // SAFETY: this op holds the arrays' variables (see the comment above the loop).
+                    unsafe { real_in[m].write_dense_in_op(&dense_in[m].read_dense_in_op()?)? };
+                }
+            }
+            Ok(())
+        };
+        run().map_err(|e| format!("operator {name}: {e}"))
+    })
+}
+
+/// An array a lazy update writes.
+#[derive(Clone, Copy)]
+enum Target {
+    Output(usize),
+    Input(usize),
+}
+
+/// Puts back every row of `d` (a dense host array) that `rows` does not list, from `old` (its
+/// contents before the kernel).
+///
+/// # Safety
+/// The caller holds write access to `d`.
+unsafe fn restore_rows_except(d: &NDArray, old: &[u8], rows: &[i64]) -> Result<()> {
+    let n = d.shape().first().copied().unwrap_or(0).max(0) as usize;
+    if n == 0 || old.is_empty() {
+        return Ok(());
+    }
+    let width = old.len() / n;
+    // SAFETY: per the contract; a host array of `old.len()` bytes.
+    let mut now = unsafe { d.read_dense_in_op()? };
+    let mut keep = vec![false; n];
+    for &r in rows {
+        if let Some(k) = keep.get_mut(r as usize) {
+            *k = true;
+        }
+    }
+    for (r, &k) in keep.iter().enumerate() {
+        if !k {
+            now[r * width..(r + 1) * width].copy_from_slice(&old[r * width..(r + 1) * width]);
+        }
+    }
+    // SAFETY: per the contract.
+    unsafe { d.write_dense_in_op(&now) }
 }
 
 /// Given outputs must have the planned shapes and dtypes.
@@ -168,6 +336,43 @@ fn run(
     plan: Plan,
     ctx: Context,
 ) -> Result<()> {
+    let mut reads: SmallVec<[Var; 8]> = SmallVec::new();
+    let mut writes: SmallVec<[Var; 8]> = SmallVec::new();
+    for (i, a) in inputs.iter().enumerate() {
+        let v = a.var().expect("inputs were checked not to be none").clone();
+        if plan.mutates.contains(&i) {
+            writes.push(v);
+        } else {
+            reads.push(v);
+        }
+    }
+    for o in outputs {
+        writes.push(o.var().expect("outputs are not none").clone());
+    }
+    let job = prepare(name, inputs, outputs, plan, ctx)?;
+    if let Some(r) = &job.resource {
+        writes.push(r.var().clone());
+    }
+    let job = Mutex::new(Some(job));
+    let op_name = name;
+    let args = PushArgs::new(ctx).reads(&reads).writes(&writes).name(name);
+    Engine::global()?.push_fn(args, move |_| {
+        let Some(job) = job.lock().take() else {
+            return Err(format!("operator {op_name} ran twice"));
+        };
+        execute(job, op_name).map_err(|e| format!("operator {op_name}: {e}"))
+    })
+}
+
+/// Everything an op's kernel needs, ready to run: tensors over the arrays (or scratch copies of
+/// outputs that overlap inputs) and the resource.
+fn prepare(
+    name: &'static str,
+    inputs: &[NDArray],
+    outputs: &[NDArray],
+    plan: Plan,
+    ctx: Context,
+) -> Result<Job> {
     let in_ranges = inputs.iter().map(range).collect::<Result<Vec<_>>>()?;
     let out_ranges = outputs.iter().map(range).collect::<Result<Vec<_>>>()?;
     for (j, &o) in out_ranges.iter().enumerate() {
@@ -227,40 +432,17 @@ fn run(
         Some(req) => Some(ResourceManager::global()?.request(ctx, req)?),
         None => None,
     };
-    let mut reads: SmallVec<[Var; 8]> = SmallVec::new();
-    let mut writes: SmallVec<[Var; 8]> = SmallVec::new();
-    for (i, a) in inputs.iter().enumerate() {
-        let v = a.var().expect("inputs were checked not to be none").clone();
-        if plan.mutates.contains(&i) {
-            writes.push(v);
-        } else {
-            reads.push(v);
-        }
-    }
-    for o in outputs {
-        writes.push(o.var().expect("outputs are not none").clone());
-    }
-    if let Some(r) = &resource {
-        writes.push(r.var().clone());
-    }
+    let _ = name;
     let mut keep: Vec<NDArray> = Vec::with_capacity(inputs.len() + outputs.len());
     keep.extend(inputs.iter().cloned());
     keep.extend(outputs.iter().cloned());
-    let job = Mutex::new(Some(Job {
+    Ok(Job {
         kernel: plan.kernel,
         inputs: in_tensors,
         outputs: out_tensors,
         staged,
         resource,
         _keep: keep,
-    }));
-    let op_name = name;
-    let args = PushArgs::new(ctx).reads(&reads).writes(&writes).name(name);
-    Engine::global()?.push_fn(args, move |_| {
-        let Some(job) = job.lock().take() else {
-            return Err(format!("operator {op_name} ran twice"));
-        };
-        execute(job, op_name).map_err(|e| format!("operator {op_name}: {e}"))
     })
 }
 

@@ -16,5 +16,6 @@ pub mod ops;
 pub mod parallel;
 pub mod param;
 pub mod registry;
+pub mod stype;
 pub mod table;
 pub mod tensor;

@@ -485,12 +485,108 @@ def kvstore_sgd():
 
 case("kvstore_sgd")(kvstore_sgd)
 
+# sparse storage (row_sparse, csr): to_json also compares each result's storage and parts
+SP = lambda: arr([[0.0, 0.0, 0.0], [5.0, 0.0, -1.0], [0.0, 0.0, 0.0], [0.0, 7.0, 0.0]])
+case("sparse_cast_rsp")(lambda: SP().tostype("row_sparse"))
+case("sparse_cast_csr")(lambda: SP().tostype("csr"))
+case("sparse_cast_back")(lambda: [SP().tostype("row_sparse").tostype("default"),
+                                  SP().tostype("csr").tostype("default")])
+case("sparse_cast_csr_to_rsp")(lambda: SP().tostype("csr").tostype("row_sparse"))
+case("sparse_cast_csr_3d")(lambda: nd.zeros((2, 2, 2)).tostype("csr"))
+case("sparse_zeros")(lambda: [nd.sparse.zeros("row_sparse", (3, 2)), nd.sparse.zeros("csr", (2, 4), dtype="float64")])
+case("sparse_csr_matrix")(lambda: nd.sparse.csr_matrix(([1.0, 2.0, 3.0], [0, 2, 1], [0, 2, 2, 3]), shape=(3, 3)))
+case("sparse_row_sparse_array")(lambda: nd.sparse.row_sparse_array(([[1.0, 2.0], [3.0, 4.0]], [0, 2]), shape=(4, 2)))
+case("sparse_scalar_keeps_rsp")(lambda: [SP().tostype("row_sparse") * 2, SP().tostype("csr") / 4])
+case("sparse_elemwise")(lambda: [nd.elemwise_add(SP().tostype("row_sparse"), SP().tostype("row_sparse")),
+                                 nd.elemwise_mul(SP().tostype("csr"), SP().tostype("csr")),
+                                 SP() + SP().tostype("row_sparse")])
+case("sparse_unary")(lambda: [nd.sqrt(nd.abs(SP().tostype("row_sparse"))), nd.square(SP().tostype("csr"))])
+case("sparse_retain")(lambda: nd.sparse.retain(SP().tostype("row_sparse"), arr([3, 0, 1], "int64")))
+case("sparse_dot")(lambda: [nd.sparse.dot(SP().tostype("csr"), arr([[1.0], [2.0], [3.0]])),
+                            nd.sparse.dot(SP().tostype("csr"), arr([[1.0, 2.0]] * 4), transpose_a=True)])
+case("sparse_reductions")(lambda: [nd.sum(SP().tostype("csr")), nd.norm(SP().tostype("row_sparse"))])
+case("sparse_copyto")(lambda: SP().tostype("row_sparse").copyto(mx.cpu(1)))
+
+
+def sparse_sgd(lazy, mom):
+    w = arr([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    g = nd.sparse.row_sparse_array(([[0.5, -0.5]], [1]), shape=(3, 2))
+    kw = dict(lr=0.1, wd=0.01, lazy_update=lazy, out=w)
+    if mom:
+        m = arr([[0.1, 0.1]] * 3)
+        nd.sgd_mom_update(w, g, m, momentum=0.9, **kw)
+        return [w, m]
+    nd.sgd_update(w, g, **kw)
+    return w
+
+
+case("sparse_sgd_lazy")(lambda: sparse_sgd(True, False))
+case("sparse_sgd_std")(lambda: sparse_sgd(False, False))
+case("sparse_sgd_mom_lazy")(lambda: sparse_sgd(True, True))
+
+
+def sparse_optimizers():
+    out = []
+    for opt in [mx.optimizer.Adam(learning_rate=0.1, wd=0.01), mx.optimizer.AdaGrad(learning_rate=0.1),
+                mx.optimizer.Ftrl(learning_rate=0.1), mx.optimizer.SGD(learning_rate=0.1, momentum=0.9)]:
+        # MXNet's sparse updates take dense weights or row_sparse ones storing every row
+        for w in [arr([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]),
+                  arr([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]).tostype("row_sparse")]:
+            st = opt.create_state(0, w)
+            for step in range(3):
+                g = nd.sparse.row_sparse_array(([[0.5, -1.0]], [step]), shape=(4, 2))
+                opt.update(0, w, g, st)
+            out.append(w.tostype("default"))
+    return out
+
+
+case("sparse_optimizers")(sparse_optimizers)
+case("sparse_adagrad_wd")(lambda: nd.sparse.adagrad_update(arr([[1.0]]), nd.sparse.zeros("row_sparse", (1, 1)),
+                                                            arr([[0.0]]), lr=0.1, wd=0.1))
+
+
+def sparse_save_load():
+    path = "/tmp/mxrt-op-case-sparse-%d.params" % __import__("os").getpid()
+    nd.save(path, {"r": SP().tostype("row_sparse"), "c": SP().tostype("csr"), "d": SP()})
+    got = nd.load(path)
+    __import__("os").remove(path)
+    return [got["r"], got["c"], got["d"]]
+
+
+case("sparse_save_load")(sparse_save_load)
+
+
+def sparse_kvstore():
+    kv = mx.kv.create("local")
+    kv.init("w", SP().tostype("row_sparse"))
+    kv.init("d", nd.zeros((4, 3)))
+    kv.push("w", [SP().tostype("row_sparse"), (SP() * 2).tostype("row_sparse")])
+    kv.push("d", SP().tostype("row_sparse"))
+    rows = nd.sparse.zeros("row_sparse", (4, 3))
+    kv.row_sparse_pull("w", out=rows, row_ids=arr([3, 3, 2]))
+    ignored = nd.sparse.zeros("row_sparse", (4, 3))
+    kv.pull("w", out=ignored)
+    full = nd.sparse.zeros("row_sparse", (4, 3))
+    kv.pull("w", out=full, ignore_sparse=False)
+    dense = nd.zeros((4, 3))
+    kv.pull("d", out=dense)
+    return [rows, ignored, full, dense]
+
+
+case("sparse_kvstore")(sparse_kvstore)
+case("sparse_kvstore_rsp_pull_dense")(lambda: (lambda kv: (kv.init(1, nd.zeros((2, 2)).tostype("row_sparse")),
+                                                          kv.row_sparse_pull(1, out=nd.zeros((2, 2)), row_ids=arr([0]))))(mx.kv.create("local")))
+
 # errors every library reports
 case("unknown_param")(lambda: nd.sum(A(), axiss=1))
 case("missing_param")(lambda: nd.clip(A(), a_min=0.0))
 
 
 def to_json(value):
+    if isinstance(value, mx.nd.NDArray) and value.stype != "default":
+        parts = {"row_sparse": ["indices"], "csr": ["indptr", "indices"]}[value.stype]
+        return {"stype": value.stype, "dense": to_json(value.tostype("default")), "data": to_json(value.data),
+                **{p: to_json(getattr(value, p)) for p in parts}}
     if isinstance(value, mx.nd.NDArray):
         a = value.asnumpy()
         if a.dtype.kind in "iu":  # integers exactly (a float64 would round those above 2**53)

@@ -162,6 +162,12 @@ rule!(Ftrl, 2, |h, w, g, s| {
     };
     (sign(s[0]) * h.lamda1 - s[0]) / ((h.beta + s[1].sqrt()) / h.lr + h.wd) * keep
 });
+// `_sparse_adagrad_update`: the rows of a row_sparse gradient (lazily; MXNet has no dense form)
+rule!(Adagrad, 1, |h, w, g, s| {
+    let grad = clip(g * h.rescale, h.clip);
+    s[0] = s[0] + grad * grad;
+    w - h.lr * (grad / (s[0] + h.epsilon).sqrt())
+});
 rule!(Ftml, 3, |h, w, g, s| {
     // states: d, v, z
     let grad = clip(h.rescale * g + h.wd * w, h.clip);
@@ -681,6 +687,27 @@ pub(crate) fn register(t: &mut Entries) {
                 ("lr", REQUIRED),
                 ("lamda1", 0.01),
                 ("beta", 1.0),
+                ("wd", 0.0),
+                ("rescale_grad", 1.0),
+                ("clip_gradient", -1.0),
+            ],
+        )
+    }));
+    t.push(("_sparse_adagrad_update", &|c: &Call<'_>| {
+        let wd = c.params.or("wd", param::float, "a number", 0.0)?;
+        if wd != 0.0 {
+            return Err(Error::invalid(format!(
+                "operator {}: wd is {wd}; sparse adagrad_update does not support weight decay \
+                 (wd must be 0)",
+                c.name
+            )));
+        }
+        single::<Adagrad>(
+            c,
+            false,
+            &[
+                ("lr", REQUIRED),
+                ("epsilon", 1e-7),
                 ("wd", 0.0),
                 ("rescale_grad", 1.0),
                 ("clip_gradient", -1.0),
