@@ -453,6 +453,27 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Sets this thread's training mode (`is_training` != 0) and writes the previous one to `*prev`.
+ */
+int MXAutogradSetIsTraining(int is_training, int *prev);
+
+/**
+ * Whether this thread runs operators in training mode.
+ */
+int MXAutogradIsTraining(bool *curr);
+
+/**
+ * Turns recording off (`is_recording` == 0), writing the previous state to `*prev`; turning it
+ * on is -1: the tape and backward are not built yet.
+ */
+int MXAutogradSetIsRecording(int is_recording, int *prev);
+
+/**
+ * Whether this thread records operators (never, until recording is built).
+ */
+int MXAutogradIsRecording(bool *curr);
+
+/**
  * Exports the array as a DLPack v0.2 `DLManagedTensor` that keeps the array's memory alive until
  * its `deleter` is called (or MXNDArrayCallDLPackDeleter). Does not wait for pending writes
  * (call MXNDArrayWaitToRead first). `strides` is NULL (compact row-major).

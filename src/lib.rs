@@ -5,6 +5,7 @@
 //! thin C layer: it validates arguments, converts handles and calls the core; every export goes
 //! through one guard (`capi::error`).
 
+pub mod autograd;
 pub mod clock;
 pub mod context;
 pub mod dtype;

@@ -10,6 +10,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub(crate) mod args;
+pub mod autograd;
 pub mod completion;
 pub mod constants;
 pub mod dlpack;

@@ -46,6 +46,8 @@ pub struct Call<'a> {
     pub given_outputs: Option<&'a [TensorDesc]>,
     /// The device of the first input, if any.
     pub input_ctx: Option<Context>,
+    /// Training mode of the invoking thread (`Dropout` drops, `BatchNorm` uses batch statistics).
+    pub training: bool,
 }
 
 /// How a kernel may touch outputs that share memory with inputs.

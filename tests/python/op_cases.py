@@ -438,6 +438,27 @@ def batch_norm():
             nd.BatchNorm(x, g, b, mm, mv), g,
             nd.BatchNorm(x, g, b, mm, mv, output_mean_var=True)]
 case("batch_norm")(batch_norm)
+
+
+def training_mode():
+    x = nd.array(np.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2) * 0.5 - 3)
+    g, b = arr([1.5, -0.5, 2.0]), arr([0.1, 0.2, -0.3])
+    mm, mv = arr([0.5, -1.0, 2.0]), arr([1.0, 4.0, 0.25])
+    flags = [mx.autograd.is_training()]
+    with mx.autograd.train_mode():
+        flags.append(mx.autograd.is_training())
+        # batch statistics; the moving ones stay as they are in the forward pass
+        out = [nd.BatchNorm(x, g, b, mm, mv, fix_gamma=False, output_mean_var=True),
+               nd.BatchNorm(x.transpose((0, 2, 3, 1)), g, b, mm, mv, axis=-1, fix_gamma=False, eps=1e-5),
+               nd.BatchNorm(x, g, b, mm, mv, fix_gamma=False, use_global_stats=True), mm, mv,
+               nd.Dropout(A(), p=0.0)]
+    flags.append(mx.autograd.is_training())
+    with mx.autograd.predict_mode():
+        flags.append(mx.autograd.is_training())
+    return out + [nd.Dropout(A(), p=0.9), flags, mx.autograd.is_recording()]
+
+
+case("training_mode")(training_mode)
 case("batch_norm_bad_dtype")(lambda: nd.BatchNorm(nd.ones((2, 3), dtype="float64"), *[nd.ones(3)] * 4))
 case("depth_to_space_bad")(lambda: nd.depth_to_space(nd.ones((1, 3, 2, 2)), block_size=2))
 case("erfinv")(lambda: [nd.erfinv(arr([-0.999, -0.5, 0.0, 1e-4, 0.3, 0.9, 0.999999])),

@@ -53,4 +53,15 @@ counts = np.bincount(m[0], minlength=3) / (N // 4)
 assert np.allclose(counts, [0.1, 0.6, 0.3], atol=0.01), counts
 like = nd.random.uniform_like(nd.zeros((3, 4)))
 assert like.shape == (3, 4)
+# Dropout in training mode: zeros with probability p, the rest scaled by 1 / (1 - p); with axes
+# one draw is shared along them; outside training (and at p = 0) an identity
+with mx.autograd.train_mode():
+    d = nd.Dropout(nd.ones((N,)), p=0.3).asnumpy()
+    assert np.isclose(d, 0).sum() + np.isclose(d, 1 / 0.7).sum() == N, np.unique(d)
+    assert abs((d == 0).mean() - 0.3) < 0.01 and abs(d.mean() - 1.0) < 0.02
+    v = nd.Dropout(nd.ones((2000, 6)), p=0.5, axes=(1,)).asnumpy()
+    assert (v == v[:, :1]).all() and abs((v[:, 0] == 0).mean() - 0.5) < 0.05
+assert (nd.Dropout(nd.ones((100,)), p=0.5).asnumpy() == 1).all()
+a = nd.Dropout(nd.ones((N,)), p=0.25, mode="always").asnumpy()
+assert abs((a == 0).mean() - 0.25) < 0.01
 print("all random checks passed")

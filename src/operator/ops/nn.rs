@@ -1,5 +1,6 @@
 //! Neural-network elementwise and normalisation ops: `Activation`, `LeakyReLU`, `softmax`,
-//! `log_softmax`, `softmin`, `clip`, `add_n`, and `Dropout` outside training (an identity).
+//! `log_softmax`, `softmin`, `clip`, `add_n`, `Dropout` and `BatchNorm` (both following the
+//! invoking thread's training mode).
 
 use super::binary::{Add, apply_same};
 use super::unary::{Math, apply, c};
@@ -12,6 +13,7 @@ use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, GpuKernel, Plan, TensorDesc};
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
+use crate::resource::ResourceRequest;
 
 struct SoftRelu;
 impl Math for SoftRelu {
@@ -369,36 +371,83 @@ fn add_n(call: &Call<'_>) -> Result<Plan> {
     .with_gpu(GpuKernel::Sum))
 }
 
+/// `Dropout`: in training mode (or with `mode='always'`) each element is kept with probability
+/// `1 - p` and scaled by `1 / (1 - p)`, else zeroed; with `axes` one draw is shared along those
+/// axes. Outside training, an identity.
 fn dropout(call: &Call<'_>) -> Result<Plan> {
     let x = inputs(call, 1)?[0].clone();
-    let p = call.params;
-    p.or("p", param::float, "a number", 0.5)?;
-    let mode = p.or(
-        "mode",
-        param::choice,
-        "training or always",
-        "training".into(),
-    )?;
-    p.or("axes", param::shape, "a tuple of axes", vec![])?;
-    p.optional("cudnn_off", param::boolean, "a boolean")?;
-    if mode == "always" {
-        return Err(Error::not_supported(format!(
-            "operator {}: mode='always' (dropout outside training) is not supported yet",
+    let params = call.params;
+    let p = params.or("p", param::float, "a number", 0.5)?;
+    let mode = params.or("mode", param::choice, "training or always", "training".into())?;
+    let axes = params.or("axes", param::shape, "a tuple of axes", vec![])?;
+    params.optional("cudnn_off", param::boolean, "a boolean")?;
+    if mode != "training" && mode != "always" {
+        return Err(Error::invalid(format!(
+            "operator {}: mode must be 'training' or 'always', got '{mode}'",
             call.name
         )));
     }
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::invalid(format!(
+            "operator {}: p is {p}, a probability in [0, 1]",
+            call.name
+        )));
+    }
+    let nd = x.shape.len();
+    let mut shared = vec![false; nd];
+    for &a in &axes {
+        shared[norm_axis(call, a, nd)?] = true;
+    }
+    let drop = (call.training || mode == "always") && p > 0.0;
+    if !drop {
+        return Ok(Plan::new(vec![x], move |k| {
+            crate::operator::ops::creation::convert(&k.inputs[0], &k.outputs[0]);
+            Ok(())
+        })
+        .elementwise());
+    }
+    float_only(call, x.dtype)?;
+    // the mask's shape: 1 along the shared axes; element i of the output reads mask[m(i)]
+    let shape: Vec<usize> = x.shape.iter().map(|&d| d.max(0) as usize).collect();
+    let mask_shape: Vec<usize> = shape.iter().zip(&shared).map(|(&d, &s)| if s { 1 } else { d }).collect();
     let dtype = x.dtype;
+    let keep = 1.0 - p;
     Ok(Plan::new(vec![x], move |k| {
-        crate::operator::ops::creation::convert(&k.inputs[0], &k.outputs[0]);
-        let _ = dtype;
+        let res = k.resource.ok_or_else(|| Error::invalid("Dropout without its generator"))?;
+        let mut g = res.random()?;
+        let n_mask: usize = mask_shape.iter().product();
+        let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
+        let mask: Vec<f64> = (0..n_mask)
+            .map(|_| if g.next_unit() < keep { scale } else { 0.0 })
+            .collect();
+        let index = |mut i: usize| -> usize {
+            // the mask index of output element i (row-major, shared axes collapsed)
+            let (mut m, mut stride) = (0, 1);
+            for d in (0..shape.len()).rev() {
+                let c = i % shape[d].max(1);
+                i /= shape[d].max(1);
+                if mask_shape[d] > 1 {
+                    m += c * stride;
+                }
+                stride *= mask_shape[d];
+            }
+            m
+        };
+        crate::with_element!(dtype, T => {
+            let (src, dst) = (k.inputs[0].slice::<T>(), k.outputs[0].slice_mut::<T>());
+            for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
+                *o = T::from_f64(v.to_f64() * mask[index(i)]);
+            }
+        });
         Ok(())
     })
-    .elementwise())
+    .with_resource(ResourceRequest::Random))
 }
 
-/// BatchNorm outside training (mxrt has no training mode yet, so always): normalises with the
-/// moving statistics, `out = (x - moving_mean) / sqrt(moving_var + eps) * gamma + beta` per
-/// channel of `axis`. With fix_gamma (the default) gamma is taken as 1 and, as in MXNet, the gamma
+/// BatchNorm: `out = (x - mean) / sqrt(var + eps) * gamma + beta` per channel of `axis`, with
+/// the moving statistics outside training (or with `use_global_stats`) and the batch's own
+/// (biased variance) in training mode. As in MXNet's forward pass, the moving statistics are not
+/// changed (MXNet folds the batch statistics into them in the backward pass). With fix_gamma (the default) gamma is taken as 1 and, as in MXNet, the gamma
 /// array is set to 1. With output_mean_var the mean and the inverse standard deviation used are
 /// outputs 2 and 3, as MXNet's CPU kernel gives them.
 fn batch_norm(call: &Call<'_>) -> Result<Plan> {
@@ -409,7 +458,8 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
     let eps = p.or("eps", param::float, "a number", 1e-3)?;
     p.or("momentum", param::float, "a number", 0.9)?;
     let fix_gamma = p.or("fix_gamma", param::boolean, "a boolean", true)?;
-    p.or("use_global_stats", param::boolean, "a boolean", false)?;
+    let global = p.or("use_global_stats", param::boolean, "a boolean", false)?;
+    let batch_stats = call.training && !global;
     let mean_var = p.or("output_mean_var", param::boolean, "a boolean", false)?;
     p.or("cudnn_off", param::boolean, "a boolean", false)?;
     p.optional("min_calib_range", param::float, "a number")?;
@@ -460,8 +510,37 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
                 (0..t.len()).map(|j| unsafe { p.add(j).read() }.to_f64()).collect()
             })
         };
-        let (gamma, beta, mean, var) = (param(1), param(2), param(3), param(4));
-        let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+        let (gamma, beta) = (param(1), param(2));
+        let (mean, invstd): (Vec<f64>, Vec<f64>) = if batch_stats {
+            crate::with_element!(dtype, T => {
+                let src = k.inputs[0].slice::<T>();
+                let (mut sum, mut count) = (vec![0.0f64; c], vec![0usize; c]);
+                for (i, v) in src.iter().enumerate() {
+                    let j = if inner == 0 { 0 } else { (i / inner) % c };
+                    sum[j] += v.to_f64();
+                    count[j] += 1;
+                }
+                let mean: Vec<f64> = (0..c).map(|j| sum[j] / count[j].max(1) as f64).collect();
+                let mut sq = vec![0.0f64; c];
+                for (i, v) in src.iter().enumerate() {
+                    let j = if inner == 0 { 0 } else { (i / inner) % c };
+                    sq[j] += (v.to_f64() - mean[j]).powi(2);
+                }
+                let invstd = (0..c)
+                    .map(|j| {
+                        if sq[j] == 0.0 && eps == 0.0 {
+                            0.0
+                        } else {
+                            1.0 / (sq[j] / count[j].max(1) as f64 + eps).sqrt()
+                        }
+                    })
+                    .collect();
+                (mean, invstd)
+            })
+        } else {
+            let var = param(4);
+            (param(3), var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect())
+        };
         let scale: Vec<f64> = (0..c)
             .map(|j| if fix_gamma { 1.0 } else { gamma[j] } * invstd[j])
             .collect();
