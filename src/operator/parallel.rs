@@ -57,7 +57,9 @@ pub fn for_ranges(n: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
     }
     let parts = threads.min(n.div_ceil(1024).max(1));
     let step = n.div_ceil(parts);
-    pool().scope(|s| {
+    // the calling (engine worker) thread computes the first range itself instead of waiting
+    // for a pool thread to pick the whole scope up
+    pool().in_place_scope(|s| {
         for p in 1..parts {
             let (start, end) = (p * step, ((p + 1) * step).min(n));
             if start < end {

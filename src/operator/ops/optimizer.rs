@@ -269,10 +269,11 @@ fn buffers<U: Rule, T: Element, S: Element, R: Real>(
     const BLOCK: usize = 64;
     for_ranges(n, 8, |start, end| {
         let mut at = start;
+        // made once per range: zeroing them per block cost as much as the update itself
+        let (mut wv, mut gv) = ([R::ZERO; BLOCK], [R::ZERO; BLOCK]);
+        let mut sv = [[R::ZERO; BLOCK]; 5];
         while at < end {
             let len = BLOCK.min(end - at);
-            let (mut wv, mut gv) = ([R::ZERO; BLOCK], [R::ZERO; BLOCK]);
-            let mut sv = [[R::ZERO; BLOCK]; 5];
             // SAFETY: every buffer holds `n` elements of its planned dtype (checked when
             // planning) and `at + len <= n`; the engine op owns the output and the mutated
             // states; each block is touched by one thread, and a block of every input is read
@@ -294,9 +295,13 @@ fn buffers<U: Rule, T: Element, S: Element, R: Real>(
                 }
             }
             for k in 0..BLOCK {
-                let mut s = [sv[0][k], sv[1][k], sv[2][k], sv[3][k], sv[4][k]];
+                // only the rule's states (a constant per rule, so these loops unroll)
+                let mut s = [R::ZERO; 5];
+                for j in 0..U::STATES {
+                    s[j] = sv[j][k];
+                }
                 wv[k] = U::f(&h, wv[k], gv[k], &mut s);
-                for j in 0..5 {
+                for j in 0..U::STATES {
                     sv[j][k] = s[j];
                 }
             }
