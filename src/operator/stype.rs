@@ -86,6 +86,13 @@ pub fn output_stypes(
         {
             StorageType::RowSparse
         }
+        // rows of a csr array are a csr array (without steps), as in MXNet
+        "slice" | "crop"
+            if first == StorageType::Csr
+                && param("step").is_none_or(|v| matches!(v.trim(), "()" | "[]" | "(1,)" | "(None,)")) =>
+        {
+            StorageType::Csr
+        }
         _ if ZERO_PRESERVING.contains(&op) && inputs.len() == 1 => first,
         _ if SAME_STORAGE.contains(&op)
             && !inputs.is_empty()
@@ -148,6 +155,9 @@ mod tests {
             [RowSparse]
         );
         assert_eq!(output_stypes("dot", &[], &[Csr, Default], 1), [Default]);
+        let rows = [("begin", "(1,)"), ("end", "(3,)")];
+        assert_eq!(output_stypes("slice", &rows, &[Csr], 1), [Csr]);
+        assert_eq!(output_stypes("slice", &rows, &[RowSparse], 1), [Default]);
     }
 
     #[test]

@@ -526,6 +526,7 @@ case("sparse_retain")(lambda: nd.sparse.retain(SP().tostype("row_sparse"), arr([
 case("sparse_dot")(lambda: [nd.sparse.dot(SP().tostype("csr"), arr([[1.0], [2.0], [3.0]])),
                             nd.sparse.dot(SP().tostype("csr"), arr([[1.0, 2.0]] * 4), transpose_a=True)])
 case("sparse_reductions")(lambda: [nd.sum(SP().tostype("csr")), nd.norm(SP().tostype("row_sparse"))])
+case("sparse_csr_rows")(lambda: [SP().tostype("csr")[1:3], SP().tostype("csr")[3], SP().tostype("row_sparse")[:]])
 case("sparse_copyto")(lambda: SP().tostype("row_sparse").copyto(mx.cpu(1)))
 
 
