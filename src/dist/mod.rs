@@ -100,6 +100,18 @@ mod store {
         }))
     }
 
+    /// Sparse arrays are refused by name: the distributed store moves dense arrays only.
+    fn dense_only(what: &str, arrays: &[&NDArray]) -> Result<()> {
+        match arrays.iter().position(|a| a.is_sparse()) {
+            Some(i) => Err(Error::not_supported(format!(
+                "{what}: array {i} has {} storage; the distributed store moves dense arrays only \
+                 (the local stores take row_sparse and csr arrays)",
+                arrays[i].stype().name()
+            ))),
+            None => Ok(()),
+        }
+    }
+
     impl DistStore {
         fn worker(&self, what: &str) -> Result<&Worker> {
             match &self.part {
@@ -121,14 +133,17 @@ mod store {
             &self.type_name
         }
         fn init(&self, keys: Keys<'_>, values: &[&NDArray]) -> Result<()> {
+            dense_only("init", values)?;
             self.worker("init")?.init(keys, values)
         }
         fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
             let _trace = crate::kvstore::Traced::begin("KVStorePush", &keys);
+            dense_only("push", values)?;
             self.worker("push")?.push(keys, values, priority)
         }
         fn pull(&self, keys: Keys<'_>, outs: &[&NDArray], priority: i32, _ignore_sparse: bool) -> Result<()> {
             let _trace = crate::kvstore::Traced::begin("KVStorePull", &keys);
+            dense_only("pull", outs)?;
             self.worker("pull")?.pull(keys, outs, priority)
         }
         fn pull_row_sparse(
@@ -151,6 +166,8 @@ mod store {
             outs: &[&NDArray],
             priority: i32,
         ) -> Result<()> {
+            dense_only("pushpull", values)?;
+            dense_only("pushpull", outs)?;
             self.worker("pushpull")?.push_pull(vkeys, okeys, values, outs, priority)
         }
         fn set_updater(&self, updater: Option<IntUpdater>) {

@@ -117,6 +117,13 @@ static void scenario_sync(KVStoreHandle kv) {
   if (nservers_ > 0)
     EXPECT_ERROR(MXKVStoreSendCommmandToServers(kv, 9, ""), "unknown command head 9");
   CHECK_OK(MXNDArrayFree(wrong));
+  NDArrayHandle sparse;
+  uint32_t sparse_shape[1] = {4}, aux_ndims[1] = {1}, aux_shape[1] = {0};
+  int aux_type[1] = {6};
+  CHECK_OK(MXNDArrayCreateSparseEx(1, sparse_shape, 1, 1, 0, 1, 0, 1, aux_type, aux_ndims, aux_shape,
+                                   &sparse));
+  EXPECT_ERROR(MXKVStorePush(kv, 1, &key, &sparse, 0), "moves dense arrays only");
+  CHECK_OK(MXNDArrayFree(sparse));
   CHECK_OK(MXNDArrayFree(w));
 }
 
