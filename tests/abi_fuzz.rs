@@ -18,6 +18,7 @@ use mxrt::capi::engine_push::*;
 use mxrt::capi::global::*;
 use mxrt::capi::kvstore::*;
 use mxrt::capi::ndarray::*;
+use mxrt::capi::ndarray_sparse::*;
 use mxrt::capi::ndarray_io::*;
 use mxrt::capi::ndarray_shared::*;
 use mxrt::capi::profiler::*;
@@ -1269,7 +1270,7 @@ fn bad_sizes_counts_indices_and_codes_change_nothing() {
             &mut out
         ),
         "MXNDArrayCreateSparseEx",
-        "not supported"
+        "num_aux is 0, a row_sparse array has 1"
     );
     assert_eq!(out, sentinel, "a failed create wrote its out-parameter");
 

@@ -16,6 +16,7 @@ use mxrt::capi::completion::CallbackOnComplete;
 use mxrt::capi::engine::*;
 use mxrt::capi::engine_push::*;
 use mxrt::capi::ndarray::*;
+use mxrt::capi::ndarray_sparse::*;
 use mxrt::capi::types::*;
 use mxrt::engine::{Completion, Engine, EngineConfig, EngineKind, PushArgs, Var};
 use rand::rngs::StdRng;

@@ -5,6 +5,7 @@ use half::{bf16, f16};
 use mxrt::engine::{Engine, FnProperty, PushArgs};
 use mxrt::kvstore::{KVStore, KeyKind, KeyValueStore, Keys, ReduceConfig, StoreKind, reduce};
 use mxrt::ndarray::NDArray;
+use mxrt::ndarray::format::StorageType;
 use mxrt::{Context, DType, ErrorKind};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -503,9 +504,13 @@ fn errors_name_what_is_wrong() {
     assert!(e.contains("none array"), "{e}");
     let e = msg(kv.push(Keys::Int(&[7, 7]), &[&a], 0));
     assert!(e.contains("2 keys but 1 values"), "{e}");
-    let e = kv.pull_row_sparse(Keys::Int(&[7])).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::NotSupported);
-    assert!(e.message().contains("row_sparse"), "{e}");
+    // row_sparse_pull needs a row_sparse output and a row_sparse value: key 7 is dense
+    let rows = NDArray::new(&[1], Context::cpu(0), DType::I64, false).unwrap();
+    let e = msg(kv.pull_row_sparse(Keys::Int(&[7]), &[&a], &[&rows], 0));
+    assert!(e.contains("output 0 for key 7 has default storage; it must be row_sparse"), "{e}");
+    let rsp = NDArray::new_sparse(StorageType::RowSparse, a.shape(), Context::cpu(0), DType::F32, &[DType::I64]).unwrap();
+    let e = msg(kv.pull_row_sparse(Keys::Int(&[7]), &[&rsp], &[&rows], 0));
+    assert!(e.contains("PullRowSparse expects row_sparse src NDArray"), "{e}");
     let e = kv
         .set_gradient_compression(&[("type", "2bit")])
         .unwrap_err();

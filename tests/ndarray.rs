@@ -7,6 +7,7 @@ use mxrt::capi::engine::*;
 use mxrt::capi::engine_push::*;
 use mxrt::capi::global::MXSetIsNumpyShape;
 use mxrt::capi::ndarray::*;
+use mxrt::capi::ndarray_sparse::*;
 use mxrt::capi::ndarray_io::*;
 use mxrt::capi::storage::*;
 use mxrt::capi::types::*;
@@ -150,13 +151,36 @@ fn check_against_manifest(file: &str, loaded: &Loaded) {
             a["dtype"].as_i64().unwrap(),
             "{file}[{i}] dtype"
         );
-        let b = bytes_of(h);
+        let stype = a["stype"].as_i64().unwrap_or(0);
+        let mut got_stype = -1;
+        ok!(MXNDArrayGetStorageType(h, &mut got_stype));
+        assert_eq!(i64::from(got_stype), stype, "{file}[{i}] storage type");
+        // a sparse array's data blob is its stored values; its aux blobs are checked too
+        let data = if stype == 0 {
+            h
+        } else {
+            let mut d = null_mut();
+            ok!(MXNDArrayGetDataNDArray(h, &mut d));
+            d
+        };
+        let b = bytes_of(data);
         assert_eq!(
             b.len() as u64,
             a["nbytes"].as_u64().unwrap(),
             "{file}[{i}] nbytes"
         );
         assert_eq!(sha(&b), a["sha256"].as_str().unwrap(), "{file}[{i}] data");
+        if stype != 0 {
+            for (j, aux) in a["aux"].as_array().unwrap().iter().enumerate() {
+                let mut x = null_mut();
+                ok!(MXNDArrayGetAuxNDArray(h, j as u32, &mut x));
+                let want: Vec<i64> = aux["shape"].as_array().unwrap().iter().map(|d| d.as_i64().unwrap()).collect();
+                assert_eq!(shape_of(x), want, "{file}[{i}] aux {j} shape");
+                assert_eq!(sha(&bytes_of(x)), aux["sha256"].as_str().unwrap(), "{file}[{i}] aux {j}");
+                ok!(MXNDArrayFree(x));
+            }
+            ok!(MXNDArrayFree(data));
+        }
     }
 }
 
@@ -181,14 +205,14 @@ fn mxnet_fixtures_load_with_names_shapes_dtypes_and_bytes() {
     drop(l);
     ok!(MXSetIsNumpyShape(0, &mut prev));
     assert_eq!(prev, 1);
-    // sparse arrays are a clear "not supported"
-    let e = load(&fixtures().join("sparse.params")).err().unwrap();
-    assert!(e.contains("row_sparse arrays are not supported"), "{e}");
+    // sparse arrays: storage type, stored values and aux arrays as MXNet wrote them
+    let l = load(&fixtures().join("sparse.params")).unwrap();
+    check_against_manifest("sparse.params", &l);
 }
 
 #[test]
 fn resaving_mxnet_files_is_byte_identical() {
-    for file in ["named_dtypes.params", "unnamed_list.params"] {
+    for file in ["named_dtypes.params", "unnamed_list.params", "sparse.params"] {
         let path = fixtures().join(file);
         let original = std::fs::read(&path).unwrap();
         let l = load(&path).unwrap();
@@ -497,7 +521,7 @@ fn copies_are_ordered_with_engine_ops_and_errors_are_reported_once() {
     ok!(MXNDArrayGetDataNDArray(b, &mut d));
     put_f32(b, &[7.0; 4]);
     assert_eq!(get_f32(d), vec![5.0; 4]);
-    fails!(MXNDArraySyncCopyFromNDArray(b, a, 0), "sparse storage");
+    fails!(MXNDArraySyncCopyFromNDArray(b, a, 0), "has default (dense) storage");
     for h in [a, b, d] {
         ok!(MXNDArrayFree(h));
     }

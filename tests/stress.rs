@@ -14,6 +14,7 @@
 use mxrt::Context;
 use mxrt::capi::kvstore::*;
 use mxrt::capi::ndarray::*;
+use mxrt::capi::ndarray_sparse::*;
 use mxrt::capi::storage::*;
 use mxrt::capi::types::*;
 use mxrt::engine::{Completion, Engine, EngineConfig, EngineKind, PushArgs, Var};

@@ -42,6 +42,7 @@ mod store {
         Controller, IntUpdater, KeyValueStore, Keys, ServerProfilerCommand, StrUpdater,
     };
     use crate::ndarray::NDArray;
+    use crate::ndarray::format::StorageType;
     use parking_lot::Mutex;
     use std::sync::{Arc, Weak};
     use std::time::Duration;
@@ -100,16 +101,39 @@ mod store {
         }))
     }
 
-    /// Sparse arrays are refused by name: the distributed store moves dense arrays only.
-    fn dense_only(what: &str, arrays: &[&NDArray]) -> Result<()> {
-        match arrays.iter().position(|a| a.is_sparse()) {
-            Some(i) => Err(Error::not_supported(format!(
-                "{what}: array {i} has {} storage; the distributed store moves dense arrays only \
-                 (the local stores take row_sparse and csr arrays)",
-                arrays[i].stype().name()
-            ))),
-            None => Ok(()),
+    /// Dense copies of `arrays` when any is sparse (the wire carries dense values), and whether
+    /// one was: row_sparse pushes then tell the servers to hand the updater a row_sparse sum.
+    fn densified(arrays: &[&NDArray]) -> Result<Option<Vec<NDArray>>> {
+        if !arrays.iter().any(|a| a.is_sparse()) {
+            return Ok(None);
         }
+        if let Some(a) = arrays.iter().find(|a| a.stype() == StorageType::Csr) {
+            return Err(Error::not_supported(format!(
+                "a csr array of shape {:?}: the distributed store takes dense and row_sparse \
+                 arrays",
+                a.shape()
+            )));
+        }
+        let mut out = Vec::with_capacity(arrays.len());
+        for a in arrays {
+            let d = NDArray::new(a.shape(), crate::Context::cpu(0), a.dtype(), false)?;
+            d.copy_storage_from(a, 0)?;
+            out.push(d);
+        }
+        Ok(Some(out))
+    }
+
+    /// Dense stand-ins for the sparse outputs of a pull (the outputs themselves for dense ones).
+    fn pull_targets(outs: &[&NDArray]) -> Result<Vec<NDArray>> {
+        outs.iter()
+            .map(|o| {
+                if o.is_sparse() {
+                    NDArray::new(o.shape(), crate::Context::cpu(0), o.dtype(), false)
+                } else {
+                    Ok((*o).clone())
+                }
+            })
+            .collect()
     }
 
     impl DistStore {
@@ -133,30 +157,61 @@ mod store {
             &self.type_name
         }
         fn init(&self, keys: Keys<'_>, values: &[&NDArray]) -> Result<()> {
-            dense_only("init", values)?;
-            self.worker("init")?.init(keys, values)
+            let w = self.worker("init")?;
+            match densified(values)? {
+                Some(d) => w.init(keys, &d.iter().collect::<Vec<_>>()),
+                None => w.init(keys, values),
+            }
         }
         fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
             let _trace = crate::kvstore::Traced::begin("KVStorePush", &keys);
-            dense_only("push", values)?;
-            self.worker("push")?.push(keys, values, priority)
+            let w = self.worker("push")?;
+            match densified(values)? {
+                Some(d) => w.push(keys, &d.iter().collect::<Vec<_>>(), priority, true),
+                None => w.push(keys, values, priority, false),
+            }
         }
-        fn pull(&self, keys: Keys<'_>, outs: &[&NDArray], priority: i32, _ignore_sparse: bool) -> Result<()> {
+        fn pull(&self, keys: Keys<'_>, outs: &[&NDArray], priority: i32, ignore_sparse: bool) -> Result<()> {
             let _trace = crate::kvstore::Traced::begin("KVStorePull", &keys);
-            dense_only("pull", outs)?;
-            self.worker("pull")?.pull(keys, outs, priority)
+            let w = self.worker("pull")?;
+            if !outs.iter().any(|o| o.is_sparse()) {
+                return w.pull(keys, outs, priority);
+            }
+            // sparse outputs: skipped with ignore_sparse (as MXNet), else filled from a dense pull
+            let dense = pull_targets(outs)?;
+            w.pull(keys, &dense.iter().collect::<Vec<_>>(), priority)?;
+            for (o, d) in outs.iter().zip(&dense) {
+                if o.is_sparse() && !ignore_sparse {
+                    o.copy_storage_from(d, priority)?;
+                }
+            }
+            Ok(())
         }
         fn pull_row_sparse(
             &self,
-            _keys: Keys<'_>,
-            _outs: &[&NDArray],
-            _row_ids: &[&NDArray],
-            _priority: i32,
+            keys: Keys<'_>,
+            outs: &[&NDArray],
+            row_ids: &[&NDArray],
+            priority: i32,
         ) -> Result<()> {
-            Err(Error::not_supported(
-                "row_sparse_pull on a distributed store: the distributed store moves dense \
-                 arrays only (row_sparse values work in the local stores)",
-            ))
+            let _trace = crate::kvstore::Traced::begin("KVStorePullRowSparse", &keys);
+            let w = self.worker("row_sparse_pull")?;
+            crate::kvstore::store::check_len(&keys, row_ids.len(), "row id arrays")?;
+            if let Some(i) = outs.iter().position(|o| o.stype() != StorageType::RowSparse) {
+                return Err(Error::invalid(format!(
+                    "row_sparse_pull: output {i} for key {} has {} storage; it must be row_sparse",
+                    keys.display(i),
+                    outs[i].stype().name()
+                )));
+            }
+            let dense = pull_targets(outs)?;
+            w.pull(keys, &dense.iter().collect::<Vec<_>>(), priority)?;
+            for ((o, d), ids) in outs.iter().zip(&dense).zip(row_ids) {
+                let all = NDArray::new_sparse(StorageType::RowSparse, d.shape(), crate::Context::cpu(0), d.dtype(), &[crate::dtype::DType::I64])?;
+                all.copy_storage_from(d, priority)?;
+                o.retain_rows_from(&all, ids, priority)?;
+            }
+            Ok(())
         }
         fn push_pull(
             &self,
@@ -166,8 +221,11 @@ mod store {
             outs: &[&NDArray],
             priority: i32,
         ) -> Result<()> {
-            dense_only("pushpull", values)?;
-            dense_only("pushpull", outs)?;
+            if values.iter().chain(outs).any(|a| a.is_sparse()) {
+                // pushpull pulls with ignore_sparse, as in MXNet
+                self.push(vkeys, values, priority)?;
+                return self.pull(okeys, outs, priority, true);
+            }
             self.worker("pushpull")?.push_pull(vkeys, okeys, values, outs, priority)
         }
         fn set_updater(&self, updater: Option<IntUpdater>) {

@@ -15,7 +15,7 @@
 use super::compress;
 use super::role::DistConfig;
 use super::transport::{Incoming, Transport};
-use super::wire::{FLAG_COMPRESSED, FLAG_SYNC, Header, Kind, Msg};
+use super::wire::{FLAG_COMPRESSED, FLAG_ROW_SPARSE, FLAG_SYNC, Header, Kind, Msg};
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -23,6 +23,8 @@ use crate::kvstore::reduce::{self, ReduceConfig};
 use crate::kvstore::updater::Updaters;
 use crate::kvstore::{IntUpdater, KeyRef, StrUpdater};
 use crate::ndarray::NDArray;
+use crate::ndarray::format::StorageType;
+use crate::ndarray::sparse::SparseValue;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -324,6 +326,7 @@ impl Server {
             let merged = NDArray::new(&[len as i64], Context::cpu(0), dtype, false)?;
             merged.sync_copy_from_bytes(values)?;
             let stored = self.state.lock().shards[&(h.key, h.offset)].stored.clone();
+            let (merged, stored) = for_updater(&h, merged, stored)?;
             updaters.call(KeyRef::Int(h.key as i32), h.key as i32, &merged, &stored);
             return self.reply(src, &h, Kind::Ack);
         }
@@ -398,6 +401,7 @@ impl Server {
         let updaters = self.updaters.read().clone();
         if updaters.applies_to(crate::kvstore::KeyKind::Int) {
             let stored = self.state.lock().shards[&(h.key, h.offset)].stored.clone();
+            let (merged, stored) = for_updater(h, merged, stored)?;
             updaters.call(KeyRef::Int(h.key as i32), h.key as i32, &merged, &stored);
         } else if let Some(shard) = self.state.lock().shards.get_mut(&(h.key, h.offset)) {
             // without an updater the round's sum becomes the value
@@ -470,4 +474,23 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// The gradient and weight the updater gets. For a row_sparse push the summed gradient becomes a
+/// row_sparse array (its rows: those holding a non-zero) and the weight is viewed with the same
+/// shape: rows of the key's `row_width` elements when the shard holds whole rows, else single
+/// elements. A lazy optimizer then updates only the pushed rows, as MXNet's servers do.
+fn for_updater(h: &Header, merged: NDArray, stored: NDArray) -> Result<(NDArray, NDArray)> {
+    if h.flags & FLAG_ROW_SPARSE == 0 {
+        return Ok((merged, stored));
+    }
+    let (len, w) = (h.len as usize, h.row_width as usize);
+    let shape: Vec<i64> = if w > 0 && len % w == 0 && (h.offset as usize) % w == 0 {
+        vec![(len / w) as i64, w as i64]
+    } else {
+        vec![len as i64]
+    };
+    let value = SparseValue::from_dense(StorageType::RowSparse, &shape, merged.dtype(), &merged.to_bytes()?)?;
+    let grad = NDArray::from_sparse_value(&shape, Context::cpu(0), merged.dtype(), &[DType::I64], value)?;
+    Ok((grad, stored.reshape(&shape)?))
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! 0 kind u8 | 1 dtype u8 | 2 flags u8 | 3 0 | 4..8 head i32 | 8..16 id u64 | 16..24 key i64
-//! 24..32 offset u64 | 32..40 len u64 | 40..44 threshold f32 | 44..48 0 | 48.. payload
+//! 24..32 offset u64 | 32..40 len u64 | 40..44 threshold f32 | 44..48 row_width u32 | 48.. payload
 //! ```
 
 use crate::error::{Error, Result};
@@ -64,6 +64,9 @@ impl Kind {
 pub const FLAG_COMPRESSED: u8 = 1;
 /// A push of a synchronous store (`dist_sync`): it joins its key's round.
 pub const FLAG_SYNC: u8 = 2;
+/// A push of row_sparse values (sent dense): the servers' updater gets the sum as a row_sparse
+/// array of rows of `row_width` elements, so a lazy optimizer updates only the pushed rows.
+pub const FLAG_ROW_SPARSE: u8 = 4;
 
 /// A message header.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -83,6 +86,8 @@ pub struct Header {
     pub len: u64,
     /// 2-bit compression threshold of a compressed push.
     pub threshold: f32,
+    /// Elements per row of a [`FLAG_ROW_SPARSE`] push's key (0 otherwise).
+    pub row_width: u32,
 }
 
 impl Header {
@@ -97,6 +102,7 @@ impl Header {
             offset: 0,
             len: 0,
             threshold: 0.0,
+            row_width: 0,
         }
     }
 
@@ -150,7 +156,7 @@ impl Header {
         b[24..32].copy_from_slice(&self.offset.to_le_bytes());
         b[32..40].copy_from_slice(&self.len.to_le_bytes());
         b[40..44].copy_from_slice(&self.threshold.to_le_bytes());
-        b[44..48].fill(0);
+        b[44..48].copy_from_slice(&self.row_width.to_le_bytes());
     }
 
     /// Rewrites the request id of an encoded message.
@@ -179,6 +185,7 @@ impl Header {
             offset: u64_at(24),
             len: u64_at(32),
             threshold: f32::from_le_bytes(b[40..44].try_into().expect("4 bytes")),
+            row_width: u32::from_le_bytes(b[44..48].try_into().expect("4 bytes")),
         })
     }
 }
@@ -222,6 +229,7 @@ mod tests {
             offset: 1 << 40,
             len: 12345,
             threshold: 0.5,
+            row_width: 3,
         };
         let mut m = h.message_with(b"abc");
         assert_eq!(m.len(), HEADER_LEN + 3);

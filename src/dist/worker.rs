@@ -14,13 +14,14 @@ use super::compress;
 use super::role::DistConfig;
 use super::shard::{self, Shard};
 use super::transport::{Pending, Transport};
-use super::wire::{FLAG_COMPRESSED, FLAG_SYNC, HEADER_LEN, Header, Kind};
+use super::wire::{FLAG_COMPRESSED, FLAG_ROW_SPARSE, FLAG_SYNC, HEADER_LEN, Header, Kind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kvstore::keys::{self, KeyTable, Keys};
 use crate::kvstore::store::{check_len, check_like, check_value};
 use crate::kvstore::{IntUpdater, KVStore, StrUpdater};
 use crate::ndarray::NDArray;
+use crate::ndarray::format::StorageType;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -331,7 +332,9 @@ impl Worker {
         Ok(())
     }
 
-    pub fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32) -> Result<()> {
+    /// Pushes dense `values`; with `rows` they stand for row_sparse values (see
+    /// [`FLAG_ROW_SPARSE`]): the updater gets their sum as a row_sparse array.
+    pub fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32, rows: bool) -> Result<()> {
         self.check_open()?;
         check_len(&keys, values.len(), "values")?;
         let ids = self.look_up(&keys, values, "value", "pushed to")?;
@@ -347,20 +350,32 @@ impl Worker {
                     (Keys::Str(_), Some(_)) => Keys::Str(std::slice::from_ref(&name_ref)),
                     _ => Keys::Int(std::slice::from_ref(&id)),
                 };
-                if !matches!(dtype, DType::F16 | DType::BF16) {
+                if !rows && !matches!(dtype, DType::F16 | DType::BF16) {
                     self.allreduce_into_store(local, key, &inputs, &display, priority)?;
                     continue;
                 }
                 let summed = local_sum(&inputs)?;
                 let total = self.allreduce(dtype, summed, &|| format!("push of key {display}"))?;
-                let a = NDArray::new(inputs[0].shape(), crate::Context::cpu(0), dtype, false)?;
+                let mut a = NDArray::new(inputs[0].shape(), crate::Context::cpu(0), dtype, false)?;
                 a.sync_copy_from_bytes(&total)?;
+                if rows {
+                    // the local store's updater gets the sum as row_sparse (lazy updates)
+                    let r = NDArray::new_sparse(StorageType::RowSparse, a.shape(), crate::Context::cpu(0), dtype, &[DType::I64])?;
+                    r.copy_storage_from(&a, priority)?;
+                    a = r;
+                }
                 let name = self.state.lock().keys.name(id).map(str::to_owned);
                 match (&keys, name) {
                     (Keys::Str(_), Some(n)) => local.push(Keys::Str(&[n.as_str()]), &[&a], priority)?,
                     _ => local.push(Keys::Int(&[id]), &[&a], priority)?,
                 }
                 continue;
+            }
+            if threshold.is_some() && rows {
+                return Err(Error::not_supported(format!(
+                    "gradient compression of row_sparse pushes is not supported (as in MXNet); \
+                     key {display}"
+                )));
             }
             if threshold.is_some() && dtype != DType::F32 {
                 return Err(Error::invalid(format!(
@@ -372,9 +387,14 @@ impl Worker {
             self.settle(Some(&[id]))?;
             let shards = self.state.lock().meta[&id].shards.clone();
             let esize = dtype.size();
+            let row_width = {
+                let st = self.state.lock();
+                st.meta[&id].shape.iter().skip(1).product::<i64>().max(0) as u32
+            };
             let header = |s: &Shard| Header {
                 dtype: dtype.code() as u8,
-                flags: if self.sync { FLAG_SYNC } else { 0 },
+                flags: if self.sync { FLAG_SYNC } else { 0 } | if rows { FLAG_ROW_SPARSE } else { 0 },
+                row_width: if rows { row_width } else { 0 },
                 key: id as i64,
                 offset: s.offset as u64,
                 len: s.len as u64,
@@ -486,7 +506,7 @@ impl Worker {
                  and pull",
             ));
         }
-        self.push(vkeys, values, priority)?;
+        self.push(vkeys, values, priority, false)?;
         self.pull(okeys, outs, priority)
     }
 

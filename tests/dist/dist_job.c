@@ -117,13 +117,13 @@ static void scenario_sync(KVStoreHandle kv) {
   if (nservers_ > 0)
     EXPECT_ERROR(MXKVStoreSendCommmandToServers(kv, 9, ""), "unknown command head 9");
   CHECK_OK(MXNDArrayFree(wrong));
-  NDArrayHandle sparse;
-  uint32_t sparse_shape[1] = {4}, aux_ndims[1] = {1}, aux_shape[1] = {0};
-  int aux_type[1] = {6};
-  CHECK_OK(MXNDArrayCreateSparseEx(1, sparse_shape, 1, 1, 0, 1, 0, 1, aux_type, aux_ndims, aux_shape,
-                                   &sparse));
-  EXPECT_ERROR(MXKVStorePush(kv, 1, &key, &sparse, 0), "moves dense arrays only");
-  CHECK_OK(MXNDArrayFree(sparse));
+  NDArrayHandle csr;
+  uint32_t csr_shape[2] = {2, 2}, aux_ndims[2] = {1, 1}, aux_shape[2] = {3, 0};
+  int aux_type[2] = {6, 6};
+  CHECK_OK(MXNDArrayCreateSparseEx(2, csr_shape, 2, 1, 0, 1, 0, 2, aux_type, aux_ndims, aux_shape,
+                                   &csr));
+  EXPECT_ERROR(MXKVStorePush(kv, 1, &key, &csr, 0), "takes dense and row_sparse arrays");
+  CHECK_OK(MXNDArrayFree(csr));
   CHECK_OK(MXNDArrayFree(w));
 }
 
@@ -380,6 +380,18 @@ static void scenario_dead_nodes(KVStoreHandle kv) {
     }
     EXPECT(pid > 0, "a pid in %s", path);
     EXPECT(kill(pid, SIGSTOP) == 0, "SIGSTOP to server 0 (pid %d)", pid);
+    /* the signal stops the process asynchronously: wait until /proc says it has stopped */
+    char stat_path[64], state = 0;
+    snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", pid);
+    for (int tries = 0; tries < 200 && state != 'T'; tries++) {
+      FILE *sf = fopen(stat_path, "r");
+      if (sf) {
+        if (fscanf(sf, "%*d (%*[^)]) %c", &state) != 1) state = 0;
+        fclose(sf);
+      }
+      if (state != 'T') nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+    EXPECT(state == 'T', "server 0 (pid %d) stopped (state %c)", pid, state);
     int servers = dead_nodes(kv, 2, 1), server0 = dead_nodes(kv, 8, 1),
         server1 = dead_nodes(kv, 10, 1), all = dead_nodes(kv, 7, 1), workers = dead_nodes(kv, 4, 1);
     EXPECT(kill(pid, SIGCONT) == 0, "SIGCONT to server 0");

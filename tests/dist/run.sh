@@ -94,6 +94,8 @@ fi
 if [ -n "${PYTHON:-}" ]; then
   MXNET_LIBRARY_PATH="$(cd "$lib_dir" && pwd)/libmxrt.so" \
   run "Python: MXNet's package, optimizer on servers" 2 1 0 90 "ok python rank 1" -- "$PYTHON" tests/dist/dist_job.py
+  MXNET_LIBRARY_PATH="$(cd "$lib_dir" && pwd)/libmxrt.so" \
+  run "Python: row_sparse key, no servers"        2 0 0 90 "ok sparse serverless rank 1" -- "$PYTHON" tests/dist/dist_sparse_serverless.py
 fi
 
 if [ "$failures" != 0 ]; then
