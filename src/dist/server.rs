@@ -485,7 +485,7 @@ fn for_updater(h: &Header, merged: NDArray, stored: NDArray) -> Result<(NDArray,
         return Ok((merged, stored));
     }
     let (len, w) = (h.len as usize, h.row_width as usize);
-    let shape: Vec<i64> = if w > 0 && len % w == 0 && (h.offset as usize) % w == 0 {
+    let shape: Vec<i64> = if w > 0 && len.is_multiple_of(w) && (h.offset as usize).is_multiple_of(w) {
         vec![(len / w) as i64, w as i64]
     } else {
         vec![len as i64]
