@@ -448,6 +448,9 @@ unsafe fn start_allreduce(
 ) -> ffi::MPI_Request {
     // half-precision values are widened by the worker before they get here
     let dt = mpi_datatype(dtype).expect("allreduce of a dtype MPI cannot sum");
+    // booleans sum as the local stores sum them: any true makes true (a byte stays 0 or 1)
+    // SAFETY: reading rsmpi's exported constant handles, which MPI_Init set up.
+    let op = unsafe { if dtype == DType::Bool { ffi::RSMPI_MAX } else { ffi::RSMPI_SUM } };
     let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
     // SAFETY: per the contract; `workers` is a live communicator every worker joins with the same
     // sequence of collectives.
@@ -457,7 +460,7 @@ unsafe fn start_allreduce(
             recv as *mut _,
             count as i32,
             dt,
-            ffi::RSMPI_SUM,
+            op,
             workers.as_raw(),
             req.as_mut_ptr(),
         );

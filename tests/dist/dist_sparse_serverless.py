@@ -7,6 +7,12 @@ import numpy as np
 
 kv = mx.kv.create("dist_sync")
 rank, n = kv.rank, kv.num_workers
+# before any updater: a bool key sums as the local stores sum booleans (any true is true)
+kv.init(9, mx.nd.array([0, 0, 1, 0], dtype="bool"))
+kv.push(9, mx.nd.array([1, rank, 0, 0], dtype="bool"))
+flags = mx.nd.zeros((4,), dtype="bool")
+kv.pull(9, out=flags)
+assert flags.asnumpy().view(np.uint8).tolist() == [1, 1 if n > 1 else 0, 0, 0], flags.asnumpy()
 kv._set_updater(mx.optimizer.get_updater(mx.optimizer.SGD(learning_rate=0.1, wd=0.1)))
 kv.init(7, (mx.nd.ones((4, 2)) * 3).tostype("row_sparse"))
 want = np.ones((4, 2)) * 3
