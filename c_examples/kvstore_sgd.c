@@ -167,7 +167,9 @@ static void errors(void) {
   EXPECT_ERROR(MXKVStoreInitEx(kv, 1, &name, &a), "Mixed key types are not allowed");
   NDArrayHandle null_vals[1] = {NULL};
   EXPECT_ERROR(MXKVStorePush(kv, 1, &key, null_vals, 0), "vals[0] is NULL");
-  EXPECT_ERROR(MXKVStorePullRowSparse(kv, 1, &key, &a, NULL, 0), "row_sparse");
+  EXPECT_ERROR(MXKVStorePullRowSparse(kv, 1, &key, &a, NULL, 0), "row_ids is NULL");
+  EXPECT_ERROR(MXKVStorePullRowSparse(kv, 1, &key, &a, (NDArrayHandle[1]){three}, 0),
+               "it must be row_sparse");
   EXPECT_ERROR(MXKVStoreSetGradientCompression(kv, 0, NULL, NULL), "does not compress");
   EXPECT_ERROR(MXKVStoreRunServer(kv, NULL, NULL), "no servers");
   CHECK_OK(MXKVStoreFree(kv));
