@@ -128,7 +128,9 @@ pub(super) fn stop_timer(c: &mut Core) {
 
 pub(super) extern "C" fn dump_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        if let Some(mut c) = CORE.try_lock()
+        // the dump thread holds the lock for moments (just started, between waits, while it
+        // dumps): wait for it briefly rather than skip the final dump, but never hang the exit
+        if let Some(mut c) = CORE.try_lock_for(std::time::Duration::from_secs(2))
             && c.output
         {
             let _ = dump_locked(&mut c, true);
