@@ -114,28 +114,34 @@ fn invoke(name: &str, inputs: &[H], params: &[(&str, &str)]) -> Result<(H, i32),
     Ok(unsafe { (*outs, *stypes) })
 }
 
+/// `MXNDArrayCreateSparseEx` of a float32 array on cpu(0) with `num_aux` int64 aux arrays of the
+/// 1-D lengths `aux_lens` (two entries, so `num_aux` may be given wrong on purpose).
+fn create(storage: i32, shape: &[u32], num_aux: u32, aux_lens: [u32; 2], out: *mut H) -> i32 {
+    let (mut types, mut ndims) = ([6, 6], [1u32, 1]);
+    // SAFETY: every array holds at least what the counts passed say; `out` is the caller's.
+    unsafe {
+        MXNDArrayCreateSparseEx(
+            storage,
+            shape.as_ptr(),
+            shape.len() as u32,
+            1,
+            0,
+            1,
+            0,
+            num_aux,
+            types.as_mut_ptr(),
+            ndims.as_mut_ptr(),
+            aux_lens.as_ptr(),
+            out,
+        )
+    }
+}
+
 /// The csr array [[1, 0, 2], [0, 0, 0], [0, 3, 0]] built part by part, as MXNet's Python
 /// package builds `csr_matrix`.
 fn csr_3x3() -> H {
-    let shape = [3u32, 3];
-    let mut aux_types = [6, 6];
-    let mut aux_ndims = [1u32, 1];
-    let aux_shapes = [4u32, 3];
     let mut h = null_mut();
-    ok!(MXNDArrayCreateSparseEx(
-        2,
-        shape.as_ptr(),
-        2,
-        1,
-        0,
-        1,
-        0,
-        2,
-        aux_types.as_mut_ptr(),
-        aux_ndims.as_mut_ptr(),
-        aux_shapes.as_ptr(),
-        &mut h
-    ));
+    ok!(create(2, &[3, 3], 2, [4, 3], &mut h));
     let data = dense_f32(&[3], &[1.0, 2.0, 3.0]);
     let (indptr, indices) = (dense_i64(&[0, 2, 2, 3]), dense_i64(&[0, 2, 1]));
     ok!(MXNDArraySyncCopyFromNDArray(h, data, -1));
@@ -229,78 +235,27 @@ fn sparse_arrays_survive_a_file_round_trip() {
 #[test]
 fn misuse_is_refused_with_a_message_and_the_array_kept() {
     let csr = csr_3x3();
-    let shape = [3u32, 3];
-    let mut aux_types = [6, 6];
-    let mut aux_ndims = [1u32, 1];
-    let aux_shapes = [4u32, 0];
     let mut h = null_mut();
     let fails = |rc: i32, needle: &str| {
         assert_eq!(rc, -1, "expected an error naming '{needle}'");
         let e = last_error();
         assert!(e.contains(needle), "'{e}' lacks '{needle}'");
     };
+    fails(
+        create(0, &[3, 3], 2, [4, 0], &mut h),
+        "storage_type 0 is not sparse",
+    );
+    fails(
+        create(2, &[3, 3], 1, [4, 0], &mut h),
+        "num_aux is 1, a csr array has 2",
+    );
+    fails(
+        create(2, &[3], 2, [4, 0], &mut h),
+        "csr array is 2-dimensional",
+    );
+    fails(create(2, &[3, 3], 2, [4, 0], null_mut()), "out");
     // SAFETY (all calls below): valid pointers unless NULL on purpose; the library checks.
     unsafe {
-        let rc = MXNDArrayCreateSparseEx(
-            0,
-            shape.as_ptr(),
-            2,
-            1,
-            0,
-            1,
-            0,
-            2,
-            aux_types.as_mut_ptr(),
-            aux_ndims.as_mut_ptr(),
-            aux_shapes.as_ptr(),
-            &mut h,
-        );
-        fails(rc, "storage_type 0 is not sparse");
-        let rc = MXNDArrayCreateSparseEx(
-            2,
-            shape.as_ptr(),
-            2,
-            1,
-            0,
-            1,
-            0,
-            1,
-            aux_types.as_mut_ptr(),
-            aux_ndims.as_mut_ptr(),
-            aux_shapes.as_ptr(),
-            &mut h,
-        );
-        fails(rc, "num_aux is 1, a csr array has 2");
-        let rc = MXNDArrayCreateSparseEx(
-            2,
-            shape.as_ptr(),
-            1,
-            1,
-            0,
-            1,
-            0,
-            2,
-            aux_types.as_mut_ptr(),
-            aux_ndims.as_mut_ptr(),
-            aux_shapes.as_ptr(),
-            &mut h,
-        );
-        fails(rc, "csr array is 2-dimensional");
-        let rc = MXNDArrayCreateSparseEx(
-            2,
-            shape.as_ptr(),
-            2,
-            1,
-            0,
-            1,
-            0,
-            2,
-            aux_types.as_mut_ptr(),
-            aux_ndims.as_mut_ptr(),
-            aux_shapes.as_ptr(),
-            null_mut(),
-        );
-        fails(rc, "out");
         let mut t = 0;
         fails(
             MXNDArrayGetAuxType(csr, 2, &mut t),
@@ -320,22 +275,7 @@ fn misuse_is_refused_with_a_message_and_the_array_kept() {
         fails(MXNDArrayGetStorageType(null_mut(), &mut s), "handle");
         // a malformed array: the check names the problem, an op on it fails, nothing crashes
         let mut bad = null_mut();
-        let mut aux_shapes = [4u32, 2];
-        aux_shapes[1] = 2;
-        ok!(MXNDArrayCreateSparseEx(
-            2,
-            shape.as_ptr(),
-            2,
-            1,
-            0,
-            1,
-            0,
-            2,
-            aux_types.as_mut_ptr(),
-            aux_ndims.as_mut_ptr(),
-            aux_shapes.as_ptr(),
-            &mut bad
-        ));
+        ok!(create(2, &[3, 3], 2, [4, 2], &mut bad));
         let indptr = dense_i64(&[0, 3, 1, 2]);
         ok!(MXNDArraySyncCopyFromNDArray(bad, indptr, 0));
         fails(MXNDArraySyncCheckFormat(bad, false), "indptr");

@@ -11,7 +11,7 @@ use crate::engine::FnProperty;
 use crate::error::{Error, Result};
 use crate::ndarray::NDArray;
 use crate::ndarray::format::StorageType;
-use crate::ndarray::sparse::SparseValue;
+use crate::ndarray::sparse::{SparseValue, dense_len, zeroed};
 use std::ffi::c_int;
 
 /// Builds the array `MXNDArrayCreateSparseEx(64)` describe: all-zero parts of the given aux
@@ -60,12 +60,44 @@ fn create_sparse(
     };
     let mut value = SparseValue::zeros(stype, shape)?;
     for i in 0..stype.num_aux() {
-        value.aux[i] = vec![0; len(i)?];
+        value.aux[i] = zeroed(len(i)?)?;
     }
     value.data_shape[0] = len(stype.num_aux() - 1)? as i64;
-    let n: i64 = value.data_shape.iter().product();
-    value.data = vec![0; n as usize * dtype.size()];
+    value.data = zeroed(dense_len(&value.data_shape, dtype)?)?;
     NDArray::from_sparse_value(shape, ctx, dtype, &aux_types, value)
+}
+
+/// Reads the aux description of the CreateSparseEx functions: `num_aux` types, `num_aux` dim
+/// counts, and the aux shapes concatenated in `aux_shape`.
+///
+/// # Safety
+/// Per the API contract: `aux_type` and `aux_ndims` hold `num_aux` values, `aux_shape` the sum
+/// of the dim counts (any of them may be NULL when that count is 0).
+unsafe fn aux_description<'a, N: Copy + Into<i64>, D: Copy + Into<i64>>(
+    num_aux: u32,
+    aux_type: *const c_int,
+    aux_ndims: *const N,
+    aux_shape: *const D,
+) -> Result<(&'a [c_int], Vec<Vec<i64>>)> {
+    // SAFETY: per the contract.
+    let types = unsafe { args::slice(aux_type, num_aux as usize, "aux_type")? };
+    // SAFETY: per the contract.
+    let ndims = unsafe { args::slice(aux_ndims, num_aux as usize, "aux_ndims")? };
+    let ndims = ndims
+        .iter()
+        .map(|&n| count(n.into(), "aux_ndims"))
+        .collect::<Result<Vec<_>>>()?;
+    // SAFETY: per the contract.
+    let flat = unsafe { args::slice(aux_shape, ndims.iter().sum(), "aux_shape")? };
+    let mut at = 0;
+    let shapes = ndims
+        .iter()
+        .map(|&n| {
+            at += n;
+            flat[at - n..at].iter().map(|&d| d.into()).collect()
+        })
+        .collect();
+    Ok((types, shapes))
 }
 
 /// Creates a row_sparse (1) or csr (2) array of logical `shape`; aux array i has type
@@ -88,32 +120,23 @@ pub unsafe extern "C" fn MXNDArrayCreateSparseEx(
 ) -> c_int {
     let _ = delay_alloc; // sparse parts are allocated when written
     api_call("MXNDArrayCreateSparseEx", || {
-        // SAFETY: API contract: out-parameter, `ndim` dims, `num_aux` aux types and ndims, and
-        // the sum of the aux ndims in aux_shape.
-        let out = unsafe { args::out(out, "out")? };
-        // SAFETY: API contract (see the function doc): valid for the given count.
-        let dims: Vec<i64> = unsafe { args::slice(shape, ndim as usize, "shape")? }
-            .iter()
-            .map(|&d| d as i64)
-            .collect();
-        // SAFETY: API contract (see the function doc): valid for the given count.
-        let types = unsafe { args::slice(aux_type.cast_const(), num_aux as usize, "aux_type")? };
-        // SAFETY: API contract (see the function doc): valid for the given count.
-        let ndims = unsafe { args::slice(aux_ndims.cast_const(), num_aux as usize, "aux_ndims")? };
-        let total: usize = ndims.iter().map(|&n| n as usize).sum();
-        // SAFETY: API contract (see the function doc): valid for the given count.
-        let flat = unsafe { args::slice(aux_shape, total, "aux_shape")? };
-        let mut shapes = Vec::new();
-        let mut at = 0;
-        for &n in ndims {
-            shapes.push(
-                flat[at..at + n as usize]
-                    .iter()
-                    .map(|&d| d as i64)
-                    .collect(),
-            );
-            at += n as usize;
-        }
+        // SAFETY: API contract: out-parameter, `ndim` dims.
+        let (out, dims) = unsafe {
+            (
+                args::out(out, "out")?,
+                args::slice(shape, ndim as usize, "shape")?,
+            )
+        };
+        let dims: Vec<i64> = dims.iter().map(|&d| d.into()).collect();
+        // SAFETY: API contract: the aux description.
+        let (types, shapes) = unsafe {
+            aux_description(
+                num_aux,
+                aux_type.cast_const(),
+                aux_ndims.cast_const(),
+                aux_shape,
+            )?
+        };
         *out = new_handle(create_sparse(
             storage_type,
             &dims,
@@ -145,26 +168,22 @@ pub unsafe extern "C" fn MXNDArrayCreateSparseEx64(
 ) -> c_int {
     let _ = delay_alloc;
     api_call("MXNDArrayCreateSparseEx64", || {
-        // SAFETY: as MXNDArrayCreateSparseEx.
-        let out = unsafe { args::out(out, "out")? };
-        // SAFETY: API contract (see the function doc): valid for the given count.
-        let dims = unsafe { args::slice(shape, count(ndim.into(), "ndim")?, "shape")? };
-        // SAFETY: API contract (see the function doc): valid for the given count.
-        let types = unsafe { args::slice(aux_type.cast_const(), num_aux as usize, "aux_type")? };
-        // SAFETY: API contract (see the function doc): valid for the given count.
-        let ndims = unsafe { args::slice(aux_ndims.cast_const(), num_aux as usize, "aux_ndims")? };
-        let mut total = 0;
-        for &n in ndims {
-            total += count(n.into(), "aux_ndims")?;
-        }
-        // SAFETY: API contract (see the function doc): valid for the given count.
-        let flat = unsafe { args::slice(aux_shape, total, "aux_shape")? };
-        let mut shapes = Vec::new();
-        let mut at = 0;
-        for &n in ndims {
-            shapes.push(flat[at..at + n as usize].to_vec());
-            at += n as usize;
-        }
+        // SAFETY: API contract: out-parameter, `ndim` dims.
+        let (out, dims) = unsafe {
+            (
+                args::out(out, "out")?,
+                args::slice(shape, count(ndim.into(), "ndim")?, "shape")?,
+            )
+        };
+        // SAFETY: API contract: the aux description.
+        let (types, shapes) = unsafe {
+            aux_description(
+                num_aux,
+                aux_type.cast_const(),
+                aux_ndims.cast_const(),
+                aux_shape,
+            )?
+        };
         *out = new_handle(create_sparse(
             storage_type,
             dims,

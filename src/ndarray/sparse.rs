@@ -38,6 +38,25 @@ pub struct SparseCell {
     pub value: Mutex<SparseValue>,
 }
 
+/// `n` zeros, or an out-of-memory error instead of the abort a failed `vec![0; n]` would be (the
+/// sizes come from callers' shapes).
+pub(crate) fn zeroed<T: Clone + Default>(n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::out_of_memory(format!("cannot allocate {n} elements for a sparse array"))
+    })?;
+    v.resize(n, T::default());
+    Ok(v)
+}
+
+/// Bytes of `shape` elements of `dtype`, or an error when that does not fit in memory's range.
+pub(crate) fn dense_len(shape: &[i64], dtype: DType) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d.max(0) as usize))
+        .ok_or_else(|| Error::out_of_memory(format!("an array of shape {shape:?} is too large")))
+}
+
 /// True if the element's bytes are a zero of `dtype` (`-0.0` included, as `x != 0` in MXNet).
 fn is_zero(dtype: DType, e: &[u8]) -> bool {
     let sign_masked = |hi: usize, mask: u8| {
@@ -81,7 +100,7 @@ impl SparseValue {
                 stype,
                 data: Vec::new(),
                 data_shape: vec![0],
-                aux: vec![vec![0; rows(shape) + 1], Vec::new()],
+                aux: vec![zeroed(rows(shape) + 1)?, Vec::new()],
             },
         })
     }
@@ -129,6 +148,7 @@ impl SparseValue {
     /// Writes the dense form into `out` (`shape` elements of `dtype`, zeroed first). The value
     /// must be well formed for `shape` ([`SparseValue::check`]).
     pub fn to_dense(&self, shape: &[i64], dtype: DType, out: &mut [u8]) -> Result<()> {
+        self.check_data_size(dtype)?;
         self.check(shape, false)?;
         let es = dtype.size();
         let width = row_len(shape) * es;
@@ -157,10 +177,22 @@ impl SparseValue {
 
     /// The dense form as a new buffer.
     pub fn dense_bytes(&self, shape: &[i64], dtype: DType) -> Result<Vec<u8>> {
-        let n: usize = shape.iter().map(|&d| d.max(0) as usize).product();
-        let mut out = vec![0u8; n * dtype.size()];
+        let mut out = zeroed(dense_len(shape, dtype)?)?;
         self.to_dense(shape, dtype, &mut out)?;
         Ok(out)
+    }
+
+    /// The stored values fill exactly their shape of `dtype` elements.
+    pub fn check_data_size(&self, dtype: DType) -> Result<()> {
+        if dense_len(&self.data_shape, dtype).ok() != Some(self.data.len()) {
+            return Err(Error::invalid(format!(
+                "malformed {} array: {} bytes of values for a values shape of {:?}",
+                self.stype.name(),
+                self.data.len(),
+                self.data_shape
+            )));
+        }
+        Ok(())
     }
 
     /// Number of stored rows (row_sparse) or values (csr).
@@ -174,6 +206,8 @@ impl SparseValue {
         if self.stype != StorageType::RowSparse {
             return Err(Error::invalid("retaining rows needs a row_sparse array"));
         }
+        self.check_data_size(dtype)?;
+        self.check(shape, false)?;
         let width = row_len(shape) * dtype.size();
         let mut want: Vec<i64> = keep.to_vec();
         want.sort_unstable();

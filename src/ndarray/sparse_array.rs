@@ -109,13 +109,7 @@ impl NDArray {
         for &t in aux_types {
             aux_to_bytes(&[], t)?;
         }
-        if value.data.len()
-            != value.data_shape.iter().product::<i64>().max(0) as usize * dtype.size()
-        {
-            return Err(Error::invalid(
-                "sparse values of another size than their shape",
-            ));
-        }
+        value.check_data_size(dtype)?;
         Ok(NDArray {
             chunk: Some(Arc::new(Chunk::new(ctx, 0, true)?)),
             shape: Shape::from_slice(shape),
@@ -237,12 +231,7 @@ impl NDArray {
             return self.wait_to_read();
         }
         let v = self.sparse_value()?;
-        let expect = v.data_shape.iter().product::<i64>().max(0) as usize * self.dtype().size();
-        if v.data.len() != expect {
-            return Err(Error::invalid(
-                "malformed sparse array: values of another size than their shape",
-            ));
-        }
+        v.check_data_size(self.dtype())?;
         v.check(self.shape(), full)
     }
 

@@ -76,7 +76,10 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     });
     let sparse_in = call.inputs.iter().any(NDArray::is_sparse);
     // storage decisions read the raw parameters (only ops that meet sparse storage need them)
-    let raw_params = (sparse_in || call.op == "cast_storage").then(|| call.params.clone());
+    let storage = (sparse_in || call.op == "cast_storage").then(|| {
+        let stypes: SmallVec<[StorageType; 4]> = call.inputs.iter().map(NDArray::stype).collect();
+        (call.params.clone(), stypes)
+    });
     let params = Params::new(name, call.params)?;
     let plan = op.plan(&Call {
         name,
@@ -103,15 +106,14 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
         })?),
         None => None,
     };
-    let in_stypes: SmallVec<[StorageType; 4]> = call.inputs.iter().map(NDArray::stype).collect();
     let outputs = match call.outputs {
         Some(outs) => {
             check_given(name, &plan, &outs)?;
             outs
         }
         None => {
-            let stypes = match &raw_params {
-                Some(p) => stype::output_stypes(call.op, p, &in_stypes, plan.outputs.len()),
+            let stypes = match &storage {
+                Some((p, ins)) => stype::output_stypes(call.op, p, ins, plan.outputs.len()),
                 None => vec![StorageType::Default; plan.outputs.len()],
             };
             plan.outputs
@@ -130,9 +132,9 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
             "operator {name}: sparse arrays live on CPU contexts and cannot meet GPU arrays"
         )));
     }
-    let lazy_rows = raw_params
+    let lazy_rows = storage
         .as_ref()
-        .is_some_and(|p| stype::lazy_update_rows(call.op, p, &in_stypes));
+        .is_some_and(|(p, ins)| stype::lazy_update_rows(call.op, p, ins));
     if let Some(kernel) = gpu_kernel {
         super::device::run(name, kernel, call.inputs, &outputs)?;
         return Ok(outputs);
