@@ -8,27 +8,7 @@
 //!   that says so rather than a silently missing gradient.
 
 use crate::error::{Error, Result};
-use std::cell::Cell;
-
-thread_local! {
-    static TRAINING: Cell<bool> = const { Cell::new(false) };
-    static RECORDING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether operators invoked on this thread run in training mode.
-pub fn is_training() -> bool {
-    TRAINING.with(Cell::get)
-}
-
-/// Sets this thread's training mode; returns the previous one.
-pub fn set_training(on: bool) -> bool {
-    TRAINING.with(|t| t.replace(on))
-}
-
-/// Whether this thread records operators for backward (never, until recording is built).
-pub fn is_recording() -> bool {
-    RECORDING.with(Cell::get)
-}
+pub use crate::operator::mode::{is_recording, is_training, set_training};
 
 /// Turns recording off (a no-op) or refuses to turn it on; returns the previous state.
 pub fn set_recording(on: bool) -> Result<bool> {
@@ -38,23 +18,5 @@ pub fn set_recording(on: bool) -> Result<bool> {
              recording gradients; train_mode() sets training mode without recording",
         ));
     }
-    Ok(RECORDING.with(|r| r.replace(false)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn modes_are_per_thread() {
-        assert!(!set_training(true));
-        assert!(is_training());
-        std::thread::spawn(|| assert!(!is_training()))
-            .join()
-            .unwrap();
-        assert!(set_training(false));
-        assert!(set_recording(true).is_err());
-        assert!(!is_recording());
-        assert_eq!(set_recording(false).unwrap(), false);
-    }
+    Ok(crate::operator::mode::set_recording(false))
 }

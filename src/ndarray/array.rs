@@ -23,7 +23,20 @@ pub struct NDArray {
     /// The value of a row_sparse or csr array (its chunk then holds no data, only the
     /// variable); `None` for dense arrays.
     pub(super) sparse: Option<Arc<SparseCell>>,
+    /// The autograd layer's record of this array (see [`AutogradSlot`]); shared by clones of
+    /// this value, not by views or detached copies.
+    pub(super) autograd: AutogradSlot,
 }
+
+/// Where the autograd layer keeps what it knows of an array: its entry in a recorded graph
+/// (a variable marked for gradients, or the output of a recorded op). The array layer only
+/// stores it; its type belongs to the layer above, so it is kept as `Any`.
+///
+/// Clones of an `NDArray` value are the same array to its user (a C handle holds one and the
+/// calls it makes work on clones), so they share the slot: marking a handle's array as a
+/// variable, or recording an op that writes it through `out=`, is seen through every clone.
+#[derive(Clone, Default)]
+pub struct AutogradSlot(Arc<parking_lot::Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>>);
 
 fn engine() -> Result<&'static Engine> {
     Engine::global()
@@ -40,6 +53,7 @@ impl NDArray {
             dtype: DType::F32,
             offset: 0,
             sparse: None,
+            autograd: AutogradSlot::default(),
         }
     }
 
@@ -55,6 +69,7 @@ impl NDArray {
             dtype,
             offset: 0,
             sparse: None,
+            autograd: AutogradSlot::default(),
         })
     }
 
@@ -76,6 +91,7 @@ impl NDArray {
             dtype,
             offset: 0,
             sparse: None,
+            autograd: AutogradSlot::default(),
         })
     }
 
@@ -106,7 +122,27 @@ impl NDArray {
             dtype,
             offset: 0,
             sparse: None,
+            autograd: AutogradSlot::default(),
         })
+    }
+
+    /// The autograd entry of this array, if it has one.
+    pub fn autograd_entry(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        self.autograd.0.lock().clone()
+    }
+
+    /// Sets (or clears) the autograd entry; every clone of this value sees it.
+    pub fn set_autograd_entry(&self, entry: Option<Arc<dyn std::any::Any + Send + Sync>>) {
+        *self.autograd.0.lock() = entry;
+    }
+
+    /// The same array (shape, dtype, memory, engine variable) without autograd entry, as
+    /// `MXNDArrayDetach` gives it.
+    pub fn detach(&self) -> NDArray {
+        NDArray {
+            autograd: AutogradSlot::default(),
+            ..self.clone()
+        }
     }
 
     pub fn is_none(&self) -> bool {
@@ -355,6 +391,7 @@ impl NDArray {
             dtype: self.dtype,
             offset: self.offset + begin as usize * row_bytes,
             sparse: None,
+            autograd: AutogradSlot::default(),
         })
     }
 
@@ -391,6 +428,7 @@ impl NDArray {
             dtype: self.dtype,
             offset: self.offset,
             sparse: None,
+            autograd: AutogradSlot::default(),
         })
     }
 

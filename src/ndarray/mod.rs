@@ -13,5 +13,5 @@ pub mod format;
 pub mod np_shape;
 pub mod shape;
 
-pub use array::{NDArray, load_list, save_list, save_record};
+pub use array::{AutogradSlot, NDArray, load_list, save_list, save_record};
 pub use shape::Shape;

@@ -120,6 +120,7 @@ impl NDArray {
                 aux_types: aux_types.to_vec(),
                 value: Mutex::new(value),
             })),
+            autograd: super::array::AutogradSlot::default(),
         })
     }
 

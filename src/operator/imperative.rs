@@ -87,7 +87,7 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
         params: &params,
         given_outputs: given.as_deref(),
         input_ctx,
-        training: crate::autograd::is_training(),
+        training: super::mode::is_training(),
     })?;
     params.finish()?;
     let ctx = plan.ctx.or(input_ctx).unwrap_or(Context::cpu(0));

@@ -10,6 +10,7 @@
 
 pub(crate) mod device;
 pub mod imperative;
+pub mod mode;
 pub mod kernel;
 pub mod op;
 pub mod ops;
