@@ -463,15 +463,87 @@ int MXAutogradSetIsTraining(int is_training, int *prev);
 int MXAutogradIsTraining(bool *curr);
 
 /**
- * Turns recording off (`is_recording` == 0), writing the previous state to `*prev`; turning it
- * on is -1: the tape and backward are not built yet.
+ * Sets this thread's recording mode (`is_recording` != 0) and writes the previous one to
+ * `*prev`. While recording, operators invoked on marked variables or on outputs of recorded
+ * operators are recorded for a backward pass.
  */
 int MXAutogradSetIsRecording(int is_recording, int *prev);
 
 /**
- * Whether this thread records operators (never, until recording is built).
+ * Whether this thread records operators.
  */
 int MXAutogradIsRecording(bool *curr);
+
+/**
+ * Marks `var_handles[i]` as a variable whose gradient a backward writes (`reqs_array[i]` = 1)
+ * or adds (3) into `grad_handles[i]`, or does not compute (0). An array already in a graph
+ * becomes a new leaf.
+ */
+int MXAutogradMarkVariables(uint32_t num_var,
+                            NDArrayHandle *var_handles,
+                            uint32_t *reqs_array,
+                            NDArrayHandle *grad_handles);
+
+/**
+ * `MXAutogradBackward(n, outs, NULL, 0)`: gradients of the heads into the variables' buffers.
+ */
+int MXAutogradComputeGradient(uint32_t num_output, NDArrayHandle *output_handles);
+
+/**
+ * A backward pass in training mode without creating a graph; see [`MXAutogradBackwardEx`].
+ */
+int MXAutogradBackward(uint32_t num_output,
+                       NDArrayHandle *output_handles,
+                       NDArrayHandle *ograd_handles,
+                       int retain_graph);
+
+/**
+ * A backward pass from the heads `output_handles[0..num_output)`, with head gradients
+ * `ograd_handles` (NULL, or NULL entries: ones). With `num_variables == 0` every reachable
+ * variable's gradient goes into its buffer per its request and its fresh flag is set;
+ * otherwise `*grad_handles` receives new arrays holding the gradients of `var_handles` (and
+ * `*grad_stypes` their storage types; both valid until this thread's next call). Without
+ * `retain_graph` the graph is freed. `create_graph` records the backward itself, so the
+ * gradients can be differentiated again; `is_train` is the training mode the gradient
+ * operators see.
+ */
+int MXAutogradBackwardEx(uint32_t num_output,
+                         NDArrayHandle *output_handles,
+                         NDArrayHandle *ograd_handles,
+                         uint32_t num_variables,
+                         NDArrayHandle *var_handles,
+                         int retain_graph,
+                         int create_graph,
+                         int is_train,
+                         NDArrayHandle **grad_handles,
+                         int **grad_stypes);
+
+/**
+ * The symbol of an array's recorded graph: needs Symbol support, which mxrt does not have yet.
+ */
+int MXAutogradGetSymbol(NDArrayHandle handle, void **out);
+
+/**
+ * `*out` = a new handle sharing the gradient buffer of a marked variable, or NULL when the
+ * array is not one.
+ */
+int MXNDArrayGetGrad(NDArrayHandle handle, NDArrayHandle *out);
+
+/**
+ * `*out` = a new handle to the same data without autograd entry (`x.detach()`).
+ */
+int MXNDArrayDetach(NDArrayHandle handle, NDArrayHandle *out);
+
+/**
+ * Sets a marked variable's fresh-gradient flag (what `Trainer.step` checks and clears); -1 for
+ * an array that is not a marked variable.
+ */
+int MXNDArraySetGradState(NDArrayHandle handle, int state);
+
+/**
+ * A marked variable's fresh-gradient flag (0 for other arrays).
+ */
+int MXNDArrayGetGradState(NDArrayHandle handle, int *out);
 
 /**
  * Exports the array as a DLPack v0.2 `DLManagedTensor` that keeps the array's memory alive until
@@ -1164,27 +1236,6 @@ int MXNDArrayGetDType(NDArrayHandle handle, int *out_dtype);
  * The device; (0, 0) for a none array.
  */
 int MXNDArrayGetContext(NDArrayHandle handle, int *out_dev_type, int *out_dev_id);
-
-/**
- * mxrt has no autograd: no array has a gradient, so `*out` is NULL.
- */
-int MXNDArrayGetGrad(NDArrayHandle handle, NDArrayHandle *out);
-
-/**
- * A new handle to the same data with no autograd history (mxrt has no autograd, so this is a
- * shallow copy).
- */
-int MXNDArrayDetach(NDArrayHandle handle, NDArrayHandle *out);
-
-/**
- * Without autograd no array is an autograd variable: fails as MXNet does for such arrays.
- */
-int MXNDArraySetGradState(NDArrayHandle handle, int state);
-
-/**
- * 0: without autograd no array is an autograd variable.
- */
-int MXNDArrayGetGradState(NDArrayHandle handle, int *out);
 
 /**
  * Saves `num_args` arrays to `fname` in MXNet's format (byte-compatible with MXNet 1.9.1), with

@@ -9,6 +9,7 @@
 //!   engine, no NDArray, no C); [`parallel`]: the intra-op thread pool.
 
 pub(crate) mod device;
+pub mod def;
 pub mod imperative;
 pub mod mode;
 pub mod kernel;
