@@ -125,6 +125,10 @@ fn make_str_updater(f: KVStoreStrUpdaterFn, user: *mut c_void) -> Option<StrUpda
 }
 
 /// `num` string keys (also the parameter strings of gradient compression).
+///
+/// # Safety
+/// A non-NULL `keys` must be valid for reads of `num` pointers, each NULL (refused) or a
+/// NUL-terminated string that lives for `'a`.
 unsafe fn str_keys<'a>(keys: *const *const c_char, num: usize, name: &str) -> Result<Vec<&'a str>> {
     // SAFETY: API contract: `keys` holds `num` C strings.
     let raw = unsafe { args::slice(keys, num, name)? };
@@ -136,6 +140,9 @@ unsafe fn str_keys<'a>(keys: *const *const c_char, num: usize, name: &str) -> Re
 }
 
 /// `num` NDArray handles.
+///
+/// # Safety
+/// A non-NULL `vals` must be valid for reads of `num` handles (each handle is checked).
 unsafe fn arrays(vals: *const NDArrayHandle, num: usize, name: &str) -> Result<Vec<Arc<NDArray>>> {
     // SAFETY: API contract: `vals` holds `num` handles.
     let raw = unsafe { args::slice(vals, num, name)? };
@@ -175,6 +182,8 @@ trait KeyArray: Copy {
 }
 
 impl KeyArray for *const c_int {
+    /// # Safety
+    /// As for [`KeyArray::read`]: NULL, or valid for reads of `num` ints.
     unsafe fn read<'a>(self, num: usize, name: &str) -> Result<CKeys<'a>> {
         // SAFETY: forwarded contract: `self` holds `num` ints.
         Ok(CKeys::Int(unsafe { args::slice(self, num, name)? }))
@@ -182,6 +191,9 @@ impl KeyArray for *const c_int {
 }
 
 impl KeyArray for *mut *const c_char {
+    /// # Safety
+    /// As for [`KeyArray::read`]: NULL, or valid for reads of `num` pointers to NUL-terminated
+    /// strings.
     unsafe fn read<'a>(self, num: usize, name: &str) -> Result<CKeys<'a>> {
         // SAFETY: forwarded contract: `self` holds `num` C strings.
         Ok(CKeys::Str(unsafe { str_keys(self, num, name)? }))
@@ -190,6 +202,9 @@ impl KeyArray for *mut *const c_char {
 
 /// The body of the one-list calls (Init, Push, Pull and their twins): reads `num` keys and
 /// arrays, then runs `call` on the store.
+///
+/// # Safety
+/// `keys` as for [`KeyArray::read`] and `vals` as for [`arrays`], each with `num` elements.
 unsafe fn with_keys<K: KeyArray>(
     handle: KVStoreHandle,
     num: u32,
@@ -211,6 +226,10 @@ enum TwoPhase {
 }
 
 /// The body of Broadcast and PushPull and their twins.
+///
+/// # Safety
+/// `vkeys` and `vals` must be NULL or valid for `vnum` elements, `okeys` and `outs` for `onum`
+/// (keys as for [`KeyArray::read`], arrays as for [`arrays`]).
 #[allow(clippy::too_many_arguments)] // MXNet's parameter list
 unsafe fn two_phase<K: KeyArray>(
     handle: KVStoreHandle,
@@ -242,6 +261,10 @@ unsafe fn two_phase<K: KeyArray>(
 }
 
 /// The body of the row-sparse pulls: `num` keys, outputs and row-id arrays.
+///
+/// # Safety
+/// `keys` as for [`KeyArray::read`], `vals` and `row_ids` as for [`arrays`], each with `num`
+/// elements.
 unsafe fn row_sparse<K: KeyArray>(
     handle: KVStoreHandle,
     num: u32,
@@ -761,10 +784,11 @@ pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(
     cmd_body: *const c_char,
 ) -> c_int {
     api_call("MXKVStoreSendCommmandToServers", || {
-        // SAFETY: API contract: a C string (NULL is an empty body, as MXNet's Python passes '').
+        // NULL is an empty body, as MXNet's Python passes ''
         let body = if cmd_body.is_null() {
             ""
         } else {
+            // SAFETY: API contract: a non-NULL `cmd_body` is a NUL-terminated string.
             unsafe { args::c_str(cmd_body, "cmd_body")? }
         };
         kv(handle)?.store.send_command_to_servers(cmd_id, body)
