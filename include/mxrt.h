@@ -139,7 +139,8 @@ typedef struct MXCallbackList MXCallbackList;
 #define MXRT_DEVICE_CPU 1
 
 /**
- * Not supported by mxrt yet: functions given a GPU context fail.
+ * An NVIDIA GPU, through the CUDA driver found at run time (MXGetGPUCount); without a driver, or
+ * for a GPU the machine does not have, functions given a GPU context fail.
  */
 #define MXRT_DEVICE_GPU 2
 
@@ -680,9 +681,9 @@ int MXNotifyShutdown(void);
 
 /**
  * MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value (>= 1)
- * caps the threads that parallel work started from the calling thread may use (today: the
- * KVStore reductions its pushes start, otherwise MXNET_KVSTORE_REDUCTION_NTHREADS); other threads
- * are not affected. Values < 1 are an error.
+ * caps the threads of the KVStore reductions that the calling thread's pushes start (otherwise
+ * MXNET_KVSTORE_REDUCTION_NTHREADS); operator kernels' intra-op pool (MXNET_OMP_MAX_THREADS) and
+ * other threads are not affected. Values < 1 are an error.
  */
 int MXSetNumOMPThreads(int thread_num);
 
@@ -700,9 +701,11 @@ int MXSetEnv(const char *name, const char *value);
 
 /**
  * The features of this build: a static array of 32 entries in MXNet's order (CUDA, CUDNN, ...,
- * TVM_OP); read them as `const MXRTLibFeature *`. PROFILER and INT64_TENSOR_SIZE are on, the CPU_*
- * flags follow the instruction sets mxrt was compiled for, the rest (CUDA, BLAS, OPENMP, ...) are
- * off.
+ * TVM_OP); read them as `const MXRTLibFeature *`. PROFILER and INT64_TENSOR_SIZE are on,
+ * DIST_KVSTORE follows the `dist` feature, DEBUG is on in debug builds, the CPU_* flags follow
+ * the instruction sets mxrt was compiled for, the rest (CUDA, BLAS, OPENMP, ...) are off: mxrt
+ * is not built against the CUDA toolkit and finds GPUs through the driver at run time
+ * (MXGetGPUCount).
  */
 int MXLibInfoFeatures(const LibFeature **lib_feature, size_t *size);
 
@@ -766,18 +769,25 @@ int MXImperativeInvokeEx(AtomicSymbolCreator creator,
  * "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("local" sums GPU
  * values in page-locked host memory, "device" on a GPU; with host values both are the same).
  * "dist_sync", "dist_async", "dist_sync_device", ... create a distributed store for this
- * process's role (`DMLC_ROLE`; MPI starts here; builds with the `dist` feature). "nccl" fails:
- * mxrt does not use NCCL.
+ * process's role (`DMLC_ROLE`; MPI starts here; a build without the `dist` feature fails naming
+ * it). "nccl" fails: mxrt does not use NCCL. Unknown type strings fail.
  */
 int MXKVStoreCreate(const char *type_, KVStoreHandle *out);
 
 /**
- * Frees a store (NULL is a no-op). Engine ops already pushed keep the arrays they use alive.
+ * Frees a store; NULL or a freed handle is -1. Engine ops already pushed keep the arrays they use
+ * alive. A distributed worker first finishes its pushes and meets the other workers at the exit
+ * barrier (unless MXKVStoreSetBarrierBeforeExit(0)); once every worker has freed its store, the
+ * servers' MXKVStoreRunServer returns.
  */
 int MXKVStoreFree(KVStoreHandle handle);
 
 /**
- * Not supported yet: fails with a message (the arguments are still checked).
+ * Sets gradient compression from `num_params` key/value strings (MXNet's: `type` = `2bit` or
+ * `none`, `threshold`). On the workers of a distributed store with servers, float32 pushes are
+ * then sent 2-bit compressed and each worker keeps its residual. A local store fails with a
+ * message, and so does `2bit` on a distributed store without servers (its allreduce sends full
+ * values); servers and the scheduler only check the parameters.
  */
 int MXKVStoreSetGradientCompression(KVStoreHandle handle,
                                     uint32_t num_params,
@@ -785,18 +795,20 @@ int MXKVStoreSetGradientCompression(KVStoreHandle handle,
                                     const char **vals);
 
 /**
- * Stores a copy of each value under its int key (each key once).
+ * Stores a copy of each value (dense or row_sparse) under its int key (each key once). In a
+ * distributed store only worker 0's values count, as in MXNet.
  */
 int MXKVStoreInit(KVStoreHandle handle, uint32_t num, const int *keys, NDArrayHandle *vals);
 
 /**
- * Stores a copy of each value under its string key (each key once).
+ * [`MXKVStoreInit`] with string keys.
  */
 int MXKVStoreInitEx(KVStoreHandle handle, uint32_t num, const char **keys, NDArrayHandle *vals);
 
 /**
  * Sums the values given for each key and folds the sum into the stored value (through the
- * updater if set). Returns before the sums run.
+ * updater if set); row_sparse values sum to a row_sparse value. Returns before the sums run. In
+ * a distributed store the sum goes to the key's servers (or into an allreduce without servers).
  */
 int MXKVStorePush(KVStoreHandle handle,
                   uint32_t num,
@@ -814,7 +826,8 @@ int MXKVStorePushEx(KVStoreHandle handle,
                     int priority);
 
 /**
- * Copies each key's value into the outputs given for it (engine ops).
+ * Copies each key's value into the outputs given for it (engine ops). Sparse outputs are left as
+ * they are (MXNet's `ignore_sparse`; see MXKVStorePullWithSparse).
  */
 int MXKVStorePull(KVStoreHandle handle,
                   uint32_t num,
@@ -832,7 +845,8 @@ int MXKVStorePullEx(KVStoreHandle handle,
                     int priority);
 
 /**
- * [`MXKVStorePull`]; `ignore_sparse` has no effect (all arrays are dense).
+ * [`MXKVStorePull`] with a choice for sparse outputs: with `ignore_sparse` they are left as they
+ * are; without it they receive the key's value converted to their own storage type.
  */
 int MXKVStorePullWithSparse(KVStoreHandle handle,
                             uint32_t num,
@@ -853,8 +867,9 @@ int MXKVStorePullWithSparseEx(KVStoreHandle handle,
 
 /**
  * Pulls the rows `row_ids[i]` (a dense array of row ids) of each key's row_sparse value into
- * the row_sparse output `vals[i]` (the other rows absent). Dense outputs or a dense stored
- * value are -1.
+ * the row_sparse output `vals[i]` (the other rows absent). Dense outputs are -1; so are sparse
+ * row-id arrays and, on a local store, a dense stored value. A distributed store pulls the whole
+ * value and keeps the requested rows.
  */
 int MXKVStorePullRowSparse(KVStoreHandle handle,
                            uint32_t num,
@@ -942,12 +957,14 @@ int MXKVStoreSetUpdaterEx(KVStoreHandle handle,
 int MXKVStoreGetType(KVStoreHandle handle, const char **type_);
 
 /**
- * 0 for a local store.
+ * This worker's rank among the workers of a distributed store (a server: its rank among the
+ * servers); 0 for a local store and for the scheduler.
  */
 int MXKVStoreGetRank(KVStoreHandle handle, int *ret);
 
 /**
- * 1 for a local store.
+ * The number of workers of a distributed store (as a server or the scheduler sees it too); 1 for
+ * a local store.
  */
 int MXKVStoreGetGroupSize(KVStoreHandle handle, int *ret);
 
@@ -967,12 +984,14 @@ int MXKVStoreIsServerNode(int *ret);
 int MXKVStoreIsSchedulerNode(int *ret);
 
 /**
- * Waits until every worker has reached the barrier (at once for a local store).
+ * Waits until every worker of a distributed store has reached the barrier (returns at once for a
+ * local store); -1 on servers and the scheduler.
  */
 int MXKVStoreBarrier(KVStoreHandle handle);
 
 /**
- * Records the flag (it only matters for distributed stores).
+ * Records whether MXKVStoreFree waits at the exit barrier for the other workers (default 1; it
+ * only matters on the workers of distributed stores).
  */
 int MXKVStoreSetBarrierBeforeExit(KVStoreHandle handle, int barrier_before_exit);
 
@@ -1168,23 +1187,24 @@ int MXNDArrayGetDType(NDArrayHandle handle, int *out_dtype);
 int MXNDArrayGetContext(NDArrayHandle handle, int *out_dev_type, int *out_dev_id);
 
 /**
- * mxrt has no autograd: no array has a gradient, so `*out` is NULL.
+ * Autograd recording is not built, so no array has a gradient: `*out` is NULL.
  */
 int MXNDArrayGetGrad(NDArrayHandle handle, NDArrayHandle *out);
 
 /**
- * A new handle to the same data with no autograd history (mxrt has no autograd, so this is a
- * shallow copy).
+ * A new handle to the same data with no autograd history (autograd recording is not built, so
+ * this is a shallow copy).
  */
 int MXNDArrayDetach(NDArrayHandle handle, NDArrayHandle *out);
 
 /**
- * Without autograd no array is an autograd variable: fails as MXNet does for such arrays.
+ * Autograd recording is not built, so no array is an autograd variable: fails as MXNet does for
+ * such arrays.
  */
 int MXNDArraySetGradState(NDArrayHandle handle, int state);
 
 /**
- * 0: without autograd no array is an autograd variable.
+ * 0: autograd recording is not built, so no array is an autograd variable.
  */
 int MXNDArrayGetGradState(NDArrayHandle handle, int *out);
 
@@ -1417,8 +1437,9 @@ int MXSetProfilerConfig(int num_params, const char *const *keys, const char *con
  * filename="profile.json", continuous_dump=true, dump_period=1.0, aggregate_stats=false,
  * profile_process="worker", and mxrt's own `timeline` (false; true = an HTML timeline next to the
  * trace, or a path ending in .html or .svg). The trace file is deleted at once. An unknown key or
- * a bad value fails naming the key. With profile_process="server" the configuration is meant for
- * a KVStore server: `kvstoreHandle` must not be NULL (nothing else happens in this build).
+ * a bad value fails naming the key. With profile_process="server" the configuration goes to the
+ * servers of the distributed store `kvstoreHandle` (which must not be NULL; for a local store
+ * nothing happens, as in MXNet).
  *
  * # Safety
  * `keys` and `vals` must each point to `num_params` NUL-terminated strings.
@@ -1435,8 +1456,8 @@ int MXSetProfilerState(int state);
 
 /**
  * Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
- * fails. `profile_process` is 0 (worker, this process) or 1 (server: `kvStoreHandle` must not
- * be NULL; nothing else happens in this build).
+ * fails. `profile_process` is 0 (worker, this process) or 1 (the servers of the distributed store
+ * `kvStoreHandle`, which must not be NULL; for a local store nothing happens, as in MXNet).
  */
 int MXSetProcessProfilerState(int state, int profile_process, KVStoreHandle kvStoreHandle);
 
@@ -1448,7 +1469,8 @@ int MXDumpProfile(int finished);
 /**
  * Writes the records collected so far to the trace file, which is complete, valid JSON after
  * every dump. Fails unless the profiler has been run since the last final dump. When `finished`
- * is non-zero, or continuous_dump is off, output is disabled afterwards.
+ * is non-zero, or continuous_dump is off, output is disabled afterwards. `profile_process` as for
+ * [`MXSetProcessProfilerState`] (each server dumps its own trace).
  */
 int MXDumpProcessProfile(int finished, int profile_process, KVStoreHandle kvStoreHandle);
 
@@ -1574,8 +1596,8 @@ int MXRandomSeed(int seed);
 
 /**
  * Seeds the random number resources of one device (MXNet 1.9.1), as MXRandomSeed does for all.
- * Every host device type shares the CPU's generators. A gpu is accepted (0) on this build,
- * which has no GPU resources; the seed is kept for them.
+ * Every host device type shares the CPU's generators. A gpu is accepted (0): mxrt has no GPU
+ * resources, and the seed is kept for the device.
  */
 int MXRandomSeedContext(int seed, int dev_type, int dev_id);
 
@@ -1585,7 +1607,8 @@ int MXRandomSeedContext(int seed, int dev_type, int dev_id);
  * (kTempSpace) and 2 a set of parallel random streams (kParallelRandom); for 1 and 2 successive
  * requests cycle through the device's copies (MXNET_CPU_TEMP_COPY, default 4, and
  * MXNET_CPU_PARALLEL_RAND_COPY, default 1). All host device types share the CPU's resources;
- * gpu fails on this build. `*out` belongs to mxrt and stays valid until the process exits.
+ * a gpu is -1 (mxrt has no GPU random generators or temp space). `*out` belongs to mxrt and
+ * stays valid until the process exits.
  */
 int MXResourceRequest(int dev_type, int dev_id, int kind, void **out);
 

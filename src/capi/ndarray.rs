@@ -518,7 +518,7 @@ pub unsafe extern "C" fn MXNDArrayGetContext(
     })
 }
 
-/// mxrt has no autograd: no array has a gradient, so `*out` is NULL.
+/// Autograd recording is not built, so no array has a gradient: `*out` is NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXNDArrayGetGrad(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
     api_call("MXNDArrayGetGrad", || {
@@ -530,8 +530,8 @@ pub unsafe extern "C" fn MXNDArrayGetGrad(handle: NDArrayHandle, out: *mut NDArr
     })
 }
 
-/// A new handle to the same data with no autograd history (mxrt has no autograd, so this is a
-/// shallow copy).
+/// A new handle to the same data with no autograd history (autograd recording is not built, so
+/// this is a shallow copy).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXNDArrayDetach(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
     api_call("MXNDArrayDetach", || {
@@ -540,7 +540,8 @@ pub unsafe extern "C" fn MXNDArrayDetach(handle: NDArrayHandle, out: *mut NDArra
     })
 }
 
-/// Without autograd no array is an autograd variable: fails as MXNet does for such arrays.
+/// Autograd recording is not built, so no array is an autograd variable: fails as MXNet does for
+/// such arrays.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXNDArraySetGradState(handle: NDArrayHandle, state: c_int) -> c_int {
     api_call("MXNDArraySetGradState", || {
@@ -551,7 +552,7 @@ pub unsafe extern "C" fn MXNDArraySetGradState(handle: NDArrayHandle, state: c_i
     })
 }
 
-/// 0: without autograd no array is an autograd variable.
+/// 0: autograd recording is not built, so no array is an autograd variable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXNDArrayGetGradState(handle: NDArrayHandle, out: *mut c_int) -> c_int {
     api_call("MXNDArrayGetGradState", || {
