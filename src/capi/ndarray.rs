@@ -58,6 +58,9 @@ fn create(
 
 /// Writes a new handle to the array `make` derives from the array behind `handle` (a view or a
 /// shallow copy) into `*out`.
+///
+/// # Safety
+/// A non-NULL `out` must be valid for a write of a handle (`handle` itself is checked).
 unsafe fn derive(
     out: *mut NDArrayHandle,
     handle: NDArrayHandle,
@@ -419,6 +422,9 @@ pub unsafe extern "C" fn MXNDArrayReshape64(
 /// `dim`, into the calling thread's `buffer` (valid until the next call on this thread) and
 /// reports its length, or -1 for a none array in numpy-shape mode when `np_rules` (MXNet's Ex
 /// functions) is set.
+///
+/// # Safety
+/// Non-NULL `out_dim` and `out_pdata` must be valid for a write of their types.
 unsafe fn report_shape<D: Copy + 'static, N: TryFrom<i64>>(
     handle: NDArrayHandle,
     out_dim: *mut N,
