@@ -145,7 +145,9 @@ def run_case(name, with_numeric):
                 out["analytic64"] = run_grad(case, "float64")
                 out["numeric"] = numeric(case)
     except Exception as e:  # noqa: BLE001 - the outcome is what is compared
-        out = {"error": str(e).split("\n")[0][:400]}
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        msg = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else "")
+        out = {"error": msg[:400]}
     return out
 
 
