@@ -272,8 +272,30 @@ fn run_backward(
                     Gradient::Ops(f) => f,
                 };
                 tape.vals.clear();
-                let inputs: Vec<Val> = rec.saved_inputs.iter().map(|a| tape.val(a.clone())).collect();
-                let outputs: Vec<Val> = rec.saved_outputs.iter().map(|a| tape.val(a.clone())).collect();
+                // with create_graph the gradient ops must connect to the recorded graph: the
+                // saved arrays take their entries back (on private copies of the values)
+                let linked = |a: &NDArray, e: Option<Entry>| {
+                    let a = a.detach();
+                    if args.create_graph {
+                        set_entry(&a, e);
+                    }
+                    a
+                };
+                let inputs: Vec<Val> = rec
+                    .saved_inputs
+                    .iter()
+                    .zip(&rec.inputs)
+                    .map(|(a, e)| tape.val(linked(a, e.clone())))
+                    .collect();
+                let outputs: Vec<Val> = rec
+                    .saved_outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        let e = Entry { node: node.clone(), index: i as u32 };
+                        tape.val(linked(a, Some(e)))
+                    })
+                    .collect();
                 let mut ograds = Vec::with_capacity(n_out);
                 for (i, p) in parts.into_iter().enumerate() {
                     let g = match p {
