@@ -257,6 +257,38 @@ fn run_backward(
                 if parts.iter().all(Option::is_none) {
                     continue;
                 }
+                if let Some(custom) = rec.custom.clone() {
+                    let mut ograds = Vec::with_capacity(n_out);
+                    for (i, p) in parts.into_iter().enumerate() {
+                        ograds.push(match p {
+                            Some(p) => sum(tape, p)?,
+                            None => tape.run("zeros_like", &[&rec.saved_outputs[i]], &[])?.remove(0),
+                        });
+                    }
+                    let mut igrads = Vec::with_capacity(rec.saved_inputs.len());
+                    for a in &rec.saved_inputs {
+                        igrads.push(tape.run("zeros_like", &[a], &[])?.remove(0));
+                    }
+                    let reqs = vec![GradReq::Write; igrads.len()];
+                    let in_entries = rec.inputs.clone();
+                    drop(guard);
+                    // the callback issues its own ops; it runs without recording
+                    {
+                        let _off = ModeGuard::set(args.is_train, false);
+                        custom.backward(ograds, igrads.clone(), &reqs, args.is_train)?;
+                    }
+                    for (g, e) in igrads.into_iter().zip(&in_entries) {
+                        if let Some(e) = e
+                            && needs[&(Arc::as_ptr(&e.node) as usize)]
+                        {
+                            grads.entry(e.key()).or_default().push(g);
+                        }
+                    }
+                    if !args.retain_graph {
+                        node.free();
+                    }
+                    continue;
+                }
                 let def = table::lookup(rec.op).ok_or_else(|| {
                     Error::invalid(format!("operator {} has no definition", rec.op))
                 })?;

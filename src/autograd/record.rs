@@ -63,6 +63,7 @@ fn record(
         saved_inputs,
         saved_outputs: outputs.iter().map(NDArray::detach).collect(),
         training: mode::is_training(),
+        custom: None,
     });
     for (i, o) in outputs.iter().enumerate() {
         set_entry(
@@ -73,6 +74,41 @@ fn record(
             }),
         );
     }
+}
+
+/// Records a custom function (`autograd.Function`): `outputs` were computed from `inputs` with
+/// recording paused; a backward reaching them calls `f` instead of a gradient definition.
+/// Recording must be on.
+pub fn record_custom(
+    inputs: &[NDArray],
+    outputs: &[NDArray],
+    f: std::sync::Arc<dyn super::node::CustomBackward>,
+) -> Result<()> {
+    if !mode::is_recording() {
+        return Err(Error::invalid(
+            "a custom function is recorded only while recording (inside autograd.record())",
+        ));
+    }
+    if let Some(i) = outputs.iter().position(|o| entry_of(o).is_some()) {
+        return Err(Error::invalid(format!("output {i}: {ASSIGN_IN_GRAPH}")));
+    }
+    if let Some(i) = inputs.iter().chain(outputs).position(NDArray::is_none) {
+        return Err(Error::invalid(format!("array {i} is a none array")));
+    }
+    let node = Node::op(OpRecord {
+        op: "_CustomFunction",
+        called_as: "_CustomFunction",
+        params: Vec::new(),
+        inputs: inputs.iter().map(entry_of).collect(),
+        saved_inputs: inputs.iter().map(NDArray::detach).collect(),
+        saved_outputs: outputs.iter().map(NDArray::detach).collect(),
+        training: mode::is_training(),
+        custom: Some(f),
+    });
+    for (i, o) in outputs.iter().enumerate() {
+        set_entry(o, Some(Entry { node: node.clone(), index: i as u32 }));
+    }
+    Ok(())
 }
 
 /// Records a view made by the C API while recording (MXNet's `SliceWithRecord`,

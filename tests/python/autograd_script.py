@@ -149,6 +149,43 @@ def backward_outside_a_graph_is_refused():
         return "Cannot differentiate node" in str(e)
 
 
+class StableSigmoid(ag.Function):
+    def forward(self, x):
+        y = 1 / (1 + nd.exp(-x))
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, dy):
+        y, = self.saved_tensors
+        return dy * y * (1 - y)
+
+
+class TwoOut(ag.Function):
+    def forward(self, a, b):
+        return a * b, a + b
+
+    def backward(self, da, db):
+        return da * 2 + db, da * 3 - db
+
+
+@scenario
+def custom_function():
+    x = nd.array([0.5, -1.0, 2.0])
+    x.attach_grad()
+    with ag.record():
+        m = StableSigmoid()(x) * 2
+    m.backward()
+    a, b = nd.array([1.0, 2.0]), nd.array([3.0, 4.0])
+    a.attach_grad()
+    b.attach_grad()
+    with ag.record():
+        p, q = TwoOut()(a, b)
+        loss = p * 2 + q
+    loss.backward()
+    outside = StableSigmoid()(nd.array([0.0]))
+    return [v(x.grad), v(a.grad), v(b.grad), v(outside)]
+
+
 def mlp(seed, in_units=20):
     net = gluon.nn.Sequential()
     net.add(gluon.nn.Dense(32, in_units=in_units, activation="relu"))
