@@ -201,10 +201,22 @@ fn scalar_params(call: &Call<'_>, dist: &Dist) -> Result<(f64, f64)> {
             call.params.or(name, param::float, "a number", default)?
         };
     }
-    if let Some(what) = (dist.check)(v[0], v[1]) {
-        return Err(Error::invalid(format!("operator {}: {what}", call.name)));
-    }
     Ok((v[0], v[1]))
+}
+
+/// A draw from scalar parameters, checked when the kernel runs: MXNet checks the parameters'
+/// values in its sampling kernels, so a bad value (`scale=-1`) reaches the caller at the next
+/// wait on the output, like any engine error, not at the invoke.
+fn fill_checked(
+    k: &mut crate::operator::op::KernelArgs<'_>,
+    name: &str,
+    dist: &'static Dist,
+    pair: (f64, f64),
+) -> Result<()> {
+    if let Some(what) = (dist.check)(pair.0, pair.1) {
+        return Err(Error::invalid(format!("operator {name}: {what}")));
+    }
+    fill(k, dist.draw, &[pair], 1)
 }
 
 /// `_random_<dist>`: a shape, a context and a dtype as parameters.
@@ -226,8 +238,9 @@ fn random(call: &Call<'_>, dist: &'static Dist, int: bool) -> Result<Plan> {
             ))
         })?,
     };
+    let name = call.name.to_owned();
     Ok(Plan::new(vec![TensorDesc::new(&shape, dtype)], move |k| {
-        fill(k, dist.draw, &[pair], 1)
+        fill_checked(k, &name, dist, pair)
     })
     .with_resource(ResourceRequest::Random)
     .on(Some(ctx)))
@@ -237,7 +250,8 @@ fn random(call: &Call<'_>, dist: &'static Dist, int: bool) -> Result<Plan> {
 fn random_like(call: &Call<'_>, dist: &'static Dist) -> Result<Plan> {
     let x = inputs(call, 1)?[0].clone();
     let pair = scalar_params(call, dist)?;
-    Ok(Plan::new(vec![x], move |k| fill(k, dist.draw, &[pair], 1))
+    let name = call.name.to_owned();
+    Ok(Plan::new(vec![x], move |k| fill_checked(k, &name, dist, pair))
         .with_resource(ResourceRequest::Random))
 }
 
