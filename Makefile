@@ -52,7 +52,7 @@ lib: mpi-deps
 
 $(BUILD)/examples/%: c_examples/%.c c_examples/common.h include/mxrt.h | lib
 	@mkdir -p $(dir $@)
-	$(CC) $(EXAMPLE_CFLAGS) -Iinclude $< -o $@ -L$(TARGET) -Wl,-rpath,$(abspath $(TARGET)) -lmxrt
+	$(CC) $(EXAMPLE_CFLAGS) -Iinclude $< -o $@ -L$(TARGET) -Wl,-rpath,$(abspath $(TARGET)) -lmxrt -lm
 
 examples: lib $(EXAMPLES)
 
