@@ -76,6 +76,6 @@ grad("chain_reuse", ["elemwise_mul", "exp"], [rand(3)])(lambda x: nd.exp(x) * x 
 grad("grad_add", ["_grad_add"], [A, B])(lambda a, b: nd._internal._grad_add(a, b) * a)
 zero_grad("zero_like", ["zeros_like", "ones_like"], [A])(
     lambda x: [nd.zeros_like(x) * 2, nd.ones_like(x) + 1])
-grad("view_slice_reshape", [], [rand(4, 3)], numeric=False)(
+grad("view_slice_reshape", ["slice", "Reshape"], [rand(4, 3)], numeric=False)(
     lambda x: (x[1:3] * 2).reshape((3, 2)) * x[0:2].reshape((3, 2)))
 
