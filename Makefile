@@ -115,7 +115,7 @@ check-abi: lib mxnet-venv
 
 # The distributed kvstore's MPI jobs (tests/dist/run.sh): C jobs, MXNet's Python package with the
 # optimizer on the servers, and the failure cases (a killed worker or server, a panic, uneven
-# iterations), each bounded in time
+# iterations, processes leaving through exit() from C and Python), each bounded in time
 dist-test: lib mxnet-venv
 ifneq ($(WITH_DIST),)
 	$(CARGO) build --profile test-fast $(CARGO_FEATURES) --example dist_fault
