@@ -1,0 +1,225 @@
+"""Gradient checks of the neural-network operators that the gradient cases cannot make: random
+draws (Dropout's mask, rrelu's slopes), float16 products MXNet refuses on CPU, BatchNorm's moving
+statistics (which MXNet updates in the backward pass), and large arrays (the parallel kernels).
+
+Prints one JSON object: `moving_stats` (values to compare across libraries) and, with `--checks`,
+`checks` (name -> list of failure messages, empty when the check passed; for the library under
+test alone: MXNet 1.9.1 crashes differentiating rrelu and refuses float16 products on CPU).
+"""
+import json
+import sys
+
+import numpy as np
+import mxnet as mx
+
+nd = mx.nd
+ag = mx.autograd
+checks = {}
+RUN_CHECKS = "--checks" in sys.argv
+
+
+def check(name):
+    def register(fn):
+        if not RUN_CHECKS:
+            return fn
+        failures = []
+        try:
+            fn(failures)
+        except Exception as e:  # noqa: BLE001 - reported as a failure
+            failures.append("raised: " + str(e).strip().splitlines()[-1][:300])
+        checks[name] = failures
+        return fn
+    return register
+
+
+def grad_of(fn, *arrays, train=True, head=None):
+    xs = [nd.array(a, dtype=a.dtype) for a in arrays]
+    for x in xs:
+        x.attach_grad()
+    with ag.record(train_mode=train):
+        out = fn(*xs)
+    out.backward(head, train_mode=train)
+    return out.asnumpy(), [x.grad.asnumpy() for x in xs]
+
+
+@check("dropout_gradient_is_its_mask")
+def _(failures):
+    p = 0.3
+    x = np.random.RandomState(0).uniform(0.5, 1.5, size=(60, 50)).astype(np.float32)
+    y, (dx,) = grad_of(lambda x: nd.Dropout(x, p=p), x)
+    dropped = y == 0
+    if not np.all(dx[dropped] == 0):
+        failures.append("nonzero gradient where the output was dropped")
+    if not np.allclose(dx[~dropped], 1 / (1 - p), rtol=1e-6):
+        failures.append("kept elements' gradient is not 1 / (1 - p)")
+    if not np.allclose(y, x * dx, rtol=1e-6):
+        failures.append("output is not input times the gradient's mask")
+    kept = 1 - dropped.mean()
+    if abs(kept - (1 - p)) > 0.05:
+        failures.append(f"kept fraction {kept}")
+
+
+@check("dropout_mask_of_zero_inputs")
+def _(failures):
+    # the output cannot tell kept zeros from dropped ones: the gradient needs the mask itself
+    p = 0.5
+    x = np.zeros((40, 50), dtype=np.float32)
+    _, (dx,) = grad_of(lambda x: nd.Dropout(x, p=p), x)
+    kept = (dx != 0).mean()
+    if abs(kept - (1 - p)) > 0.06 or not np.allclose(dx[dx != 0], 1 / (1 - p)):
+        failures.append(f"gradient of zeros: kept fraction {kept}, values {np.unique(dx)}")
+
+
+@check("dropout_axes_share_the_draw")
+def _(failures):
+    x = np.random.RandomState(1).uniform(0.5, 1.5, size=(20, 6, 30)).astype(np.float32)
+    y, (dx,) = grad_of(lambda x: nd.Dropout(x, p=0.5, axes=(1,)), x)
+    if not np.all(dx == dx[:, :1, :]):
+        failures.append("the mask differs along a shared axis")
+    if not np.allclose(y, x * dx):
+        failures.append("output is not input times the mask")
+
+
+@check("dropout_float16_and_float64")
+def _(failures):
+    for dtype in ("float16", "float64"):
+        x = np.random.RandomState(2).uniform(0.5, 1.5, size=(30, 30)).astype(dtype)
+        y, (dx,) = grad_of(lambda x: nd.Dropout(x, p=0.25), x)
+        if dx.dtype != np.dtype(dtype) or not np.allclose(y, x * dx, rtol=1e-3):
+            failures.append(f"{dtype}: gradient does not match the output")
+
+
+@check("dropout_predict_is_identity_and_always_drops")
+def _(failures):
+    x = np.random.RandomState(3).uniform(0.5, 1.5, size=(30, 30)).astype(np.float32)
+    _, (dx,) = grad_of(lambda x: nd.Dropout(x, p=0.5), x, train=False)
+    if not np.all(dx == 1):
+        failures.append("predict mode does not pass the gradient through")
+    y, (dx,) = grad_of(lambda x: nd.Dropout(x, p=0.5, mode="always"), x, train=False)
+    if not (np.any(dx == 0) and np.allclose(y, x * dx)):
+        failures.append("mode='always' does not drop in predict mode")
+
+
+@check("dropout_out_argument")
+def _(failures):
+    x = nd.ones((4, 5))
+    o = nd.zeros((4, 5))
+    with ag.train_mode():
+        r = nd.Dropout(x, p=0.5, out=o)
+    if not (isinstance(r, nd.NDArray) and set(np.unique(o.asnumpy())) <= {0.0, 2.0}):
+        failures.append("out= does not receive the output")
+
+
+@check("rrelu_slopes")
+def _(failures):
+    lo, hi = 0.1, 0.4
+    x = np.random.RandomState(4).uniform(-1, 1, size=(40, 30)).astype(np.float32)
+    xs = nd.array(x)
+    xs.attach_grad()
+    with ag.record():
+        y, mask = nd.LeakyReLU(xs, act_type="rrelu", lower_bound=lo, upper_bound=hi)
+    y.backward()
+    y, mask, dx = y.asnumpy(), mask.asnumpy(), xs.grad.asnumpy()
+    if not (mask.min() >= lo and mask.max() < hi and mask.std() > 0.05):
+        failures.append(f"slopes outside [{lo}, {hi}) or not drawn: {mask.min()} {mask.max()}")
+    if not np.allclose(y, np.where(x > 0, x, x * mask)):
+        failures.append("output is not x or x * slope")
+    if not np.allclose(dx, np.where(x > 0, 1.0, mask)):
+        failures.append("gradient is not 1 or the slope")
+    with ag.predict_mode():
+        _, mask = nd.LeakyReLU(xs, act_type="rrelu", lower_bound=lo, upper_bound=hi)
+    if not np.allclose(mask.asnumpy(), (lo + hi) / 2):
+        failures.append("predict mode does not use the bounds' mean")
+
+
+def float16_matches_float32(failures, fn, *arrays):
+    want = grad_of(fn, *[a.astype(np.float32) for a in arrays])[1]
+    got = grad_of(fn, *[a.astype(np.float16) for a in arrays])[1]
+    for i, (w, g) in enumerate(zip(want, got)):
+        if g.dtype != np.float16 or not np.allclose(g.astype(np.float32), w, rtol=2e-2, atol=2e-2):
+            failures.append(f"input {i}: float16 {g} vs float32 {w}")
+
+
+@check("float16_products")
+def _(failures):
+    r = np.random.RandomState(5)
+    a, b, w, bias = r.uniform(-1, 1, (3, 4)), r.uniform(-1, 1, (4, 2)), r.uniform(-1, 1, (5, 4)), r.uniform(-1, 1, 5)
+    float16_matches_float32(failures, lambda a, b: nd.dot(a, b), a, b)
+    float16_matches_float32(failures, lambda a, b: nd.dot(a, b, transpose_a=True), b, b)
+    float16_matches_float32(failures, lambda a, b: nd.batch_dot(a, b, transpose_b=True),
+                            r.uniform(-1, 1, (2, 3, 4)), r.uniform(-1, 1, (2, 5, 4)))
+    float16_matches_float32(failures, lambda x, w, b: nd.FullyConnected(x, w, b, num_hidden=5), a, w, bias)
+
+
+@check("batchnorm_float16")
+def _(failures):
+    r = np.random.RandomState(6)
+    x = r.uniform(-1, 1, (4, 3, 5))
+    g, b = r.uniform(0.5, 1.5, 3).astype(np.float32), r.uniform(-1, 1, 3).astype(np.float32)
+    m, v = np.zeros(3, np.float32), np.ones(3, np.float32)
+    grads = {}
+    for dtype in ("float32", "float16"):
+        xs = nd.array(x, dtype=dtype)
+        gs, bs = nd.array(g), nd.array(b)
+        for a in (xs, gs, bs):
+            a.attach_grad()
+        with ag.record():
+            y = nd.BatchNorm(xs, gs, bs, nd.array(m), nd.array(v), fix_gamma=False)
+            y = y * y
+        y.backward()
+        grads[dtype] = [a.grad.asnumpy().astype(np.float32) for a in (xs, gs, bs)]
+    for i, (w, h) in enumerate(zip(grads["float32"], grads["float16"])):
+        if not np.allclose(w, h, rtol=2e-2, atol=2e-2):
+            failures.append(f"input {i}: float16 {h} vs float32 {w}")
+
+
+@check("softmax_wider_output_dtype")
+def _(failures):
+    x = np.random.RandomState(7).uniform(-1, 1, (3, 4)).astype(np.float32)
+    h = nd.array(np.arange(12).reshape(3, 4), dtype="float64")
+    _, (d32,) = grad_of(lambda x: nd.softmax(x, dtype="float64"), x, head=h)
+    _, (d64,) = grad_of(lambda x: nd.softmax(x), x.astype(np.float64), head=h)
+    if d32.dtype != np.float32 or not np.allclose(d32, d64, rtol=1e-5, atol=1e-6):
+        failures.append(f"{d32.dtype} {d32} vs {d64}")
+
+
+@check("large_arrays")
+def _(failures):
+    # above the parallel threshold: the fused kernels split their range over threads
+    x = np.random.RandomState(8).uniform(-3, 3, (300, 1000)).astype(np.float32)
+    h = np.random.RandomState(9).uniform(0.5, 1.5, x.shape).astype(np.float32)
+    sig = 1 / (1 + np.exp(-x))
+    for act, want in [("relu", (x > 0) * h), ("sigmoid", sig * (1 - sig) * h), ("tanh", (1 - np.tanh(x) ** 2) * h)]:
+        _, (dx,) = grad_of(lambda x: nd.Activation(x, act_type=act), x, head=nd.array(h))
+        if not np.allclose(dx, want, rtol=1e-5, atol=1e-6):
+            failures.append(f"Activation {act}")
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    s = e / e.sum(axis=1, keepdims=True)
+    want = s * (h - (h * s).sum(axis=1, keepdims=True))
+    _, (dx,) = grad_of(lambda x: nd.softmax(x), x, head=nd.array(h))
+    if not np.allclose(dx, want, rtol=1e-4, atol=1e-6):
+        failures.append("softmax")
+    _, (dx,) = grad_of(lambda x: nd.sum(x, axis=0), x, head=nd.array(h[0]))
+    if not np.allclose(dx, np.broadcast_to(h[0], x.shape)):
+        failures.append("sum")
+
+
+def moving_stats():
+    """BatchNorm's moving statistics after a recorded forward and backward, per mode."""
+    r = np.random.RandomState(10)
+    x = r.uniform(-1, 2, (4, 3, 2)).astype(np.float32)
+    out = {}
+    for name, kw, train in [("train", {}, True), ("train_momentum", {"momentum": 0.5}, True),
+                            ("global_stats", {"use_global_stats": True}, True), ("predict", {}, False)]:
+        xs, g, b = nd.array(x), nd.ones(3), nd.zeros(3)
+        m, v = nd.array([0.1, 0.2, 0.3]), nd.array([1.0, 2.0, 0.5])
+        xs.attach_grad()
+        with ag.record(train_mode=train):
+            y = nd.BatchNorm(xs, g, b, m, v, fix_gamma=False, **kw)
+        y.backward(train_mode=train)
+        out[name] = [m.asnumpy().tolist(), v.asnumpy().tolist()]
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps({"checks": checks, "moving_stats": moving_stats()}))

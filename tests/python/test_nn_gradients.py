@@ -1,0 +1,37 @@
+"""Gradients of the neural-network operators beyond the gradient cases (nn_grad_checks.py):
+Dropout's gradient is its mask (the same draw as the forward), rrelu's its drawn slopes,
+float16 products and BatchNorm agree with float32, large arrays take the parallel kernels, and
+BatchNorm's backward updates the moving statistics as MXNet's does."""
+import json
+
+import pytest
+
+from conftest import json_results, libmxrt, run_script
+
+
+@pytest.fixture(scope="module")
+def ours():
+    proc = run_script("nn_grad_checks.py", str(libmxrt()), args=("--checks",))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+def check_names():
+    import ast
+    from pathlib import Path
+    tree = ast.parse((Path(__file__).parent / "nn_grad_checks.py").read_text())
+    return [d.args[0].value for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+            for d in f.decorator_list if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "check"]
+
+
+@pytest.mark.parametrize("name", check_names())
+def test_nn_gradient_check(ours, name):
+    assert ours["checks"][name] == [], ours["checks"][name]
+
+
+def test_batchnorm_backward_updates_moving_statistics_as_mxnet(ours):
+    real = json_results("nn_grad_checks.py", "mxnet")["moving_stats"]
+    for mode, (mean, var) in real.items():
+        got_mean, got_var = ours["moving_stats"][mode]
+        for a, b in zip(got_mean + got_var, mean + var):
+            assert abs(a - b) <= 1e-5 + 1e-5 * abs(b), f"{mode}: {ours['moving_stats'][mode]} vs MXNet's {[mean, var]}"
