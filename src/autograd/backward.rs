@@ -272,8 +272,32 @@ fn run_backward(
                     Gradient::Ops(f) => f,
                 };
                 tape.vals.clear();
-                let inputs: Vec<Val> = rec.saved_inputs.iter().map(|a| tape.val(a.clone())).collect();
-                let outputs: Vec<Val> = rec.saved_outputs.iter().map(|a| tape.val(a.clone())).collect();
+                // With create_graph the gradient's ops are recorded: the forward's values they
+                // read must then stand in the graph where the forward's did (its inputs' entries,
+                // its own outputs), so the recorded gradient depends on them. These are
+                // short-lived copies, so the node never holds an entry of itself.
+                let attach = |a: &NDArray, e: Option<Entry>| {
+                    let a = a.detach();
+                    if args.create_graph {
+                        set_entry(&a, e);
+                    }
+                    a
+                };
+                let inputs: Vec<Val> = rec
+                    .saved_inputs
+                    .iter()
+                    .zip(&rec.inputs)
+                    .map(|(a, e)| tape.val(attach(a, e.clone())))
+                    .collect();
+                let outputs: Vec<Val> = rec
+                    .saved_outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        let e = Entry { node: node.clone(), index: i as u32 };
+                        tape.val(attach(a, Some(e)))
+                    })
+                    .collect();
                 let mut ograds = Vec::with_capacity(n_out);
                 for (i, p) in parts.into_iter().enumerate() {
                     let g = match p {

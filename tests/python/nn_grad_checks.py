@@ -2,7 +2,7 @@
 draws (Dropout's mask, rrelu's slopes), float16 products MXNet refuses on CPU, BatchNorm's moving
 statistics (which MXNet updates in the backward pass), and large arrays (the parallel kernels).
 
-Prints one JSON object: `moving_stats` (values to compare across libraries) and, with `--checks`,
+`--list` prints the checks' names. Otherwise prints one JSON object: `moving_stats` (values to compare across libraries) and, with `--checks`,
 `checks` (name -> list of failure messages, empty when the check passed; for the library under
 test alone: MXNet 1.9.1 crashes differentiating rrelu and refuses float16 products on CPU).
 """
@@ -15,11 +15,13 @@ import mxnet as mx
 nd = mx.nd
 ag = mx.autograd
 checks = {}
+names = []
 RUN_CHECKS = "--checks" in sys.argv
 
 
 def check(name):
     def register(fn):
+        names.append(name)
         if not RUN_CHECKS:
             return fn
         failures = []
@@ -204,6 +206,75 @@ def _(failures):
         failures.append("sum")
 
 
+def second_order(fn, arrays, eps=1e-6):
+    """Failures of fn's second-order gradient: z(x) = Σ_i <grad_i(Σ fn(x)·h), k_i>, z's gradient
+    through the recorded first-order gradient against central differences of z (float64)."""
+    r = np.random.RandomState(11)
+    out_shape = fn(*[nd.array(a, dtype="float64") for a in arrays]).shape
+    h = r.uniform(0.5, 1.5, out_shape)
+    ks = [r.uniform(-1, 1, np.shape(a)) for a in arrays]
+
+    def z_of(values, create):
+        xs = [nd.array(v, dtype="float64") for v in values]
+        for x in xs:
+            x.attach_grad()
+        with ag.record():
+            y = fn(*xs)
+            gs = ag.grad(y, xs, head_grads=nd.array(h, dtype="float64"), create_graph=create,
+                         retain_graph=True)
+            z = sum((g * nd.array(k, dtype="float64")).sum() for g, k in zip(gs, ks))
+        return xs, z
+
+    xs, z = z_of(arrays, True)
+    z.backward()
+    failures = []
+    for i, a in enumerate(arrays):
+        analytic = xs[i].grad.asnumpy()
+        numeric = np.zeros(np.shape(a))
+        for j in range(numeric.size):
+            plus = [np.array(v, dtype=np.float64) for v in arrays]
+            minus = [np.array(v, dtype=np.float64) for v in arrays]
+            plus[i].flat[j] += eps
+            minus[i].flat[j] -= eps
+            numeric.flat[j] = (z_of(plus, False)[1].asscalar() - z_of(minus, False)[1].asscalar()) / (2 * eps)
+        if not np.allclose(analytic, numeric, rtol=1e-4, atol=1e-5):
+            failures.append(f"input {i}: {analytic.ravel()} vs central differences {numeric.ravel()}")
+    return failures
+
+
+SECOND_ORDER_X = np.random.RandomState(12).uniform(-1, 1, (2, 3, 2)) * 1.5
+SECOND_ORDER = {
+    "sigmoid": (lambda x: nd.Activation(x, act_type="sigmoid"), [SECOND_ORDER_X]),
+    "tanh": (lambda x: nd.Activation(x, act_type="tanh"), [SECOND_ORDER_X]),
+    "softrelu": (lambda x: nd.Activation(x, act_type="softrelu"), [SECOND_ORDER_X]),
+    "softsign": (lambda x: nd.Activation(x, act_type="softsign"), [SECOND_ORDER_X]),
+    "elu": (lambda x: nd.LeakyReLU(x, act_type="elu", slope=0.7), [SECOND_ORDER_X]),
+    "selu": (lambda x: nd.LeakyReLU(x, act_type="selu"), [SECOND_ORDER_X]),
+    "gelu": (lambda x: nd.LeakyReLU(x, act_type="gelu"), [SECOND_ORDER_X]),
+    "prelu": (lambda x, g: nd.LeakyReLU(x, g, act_type="prelu") ** 2, [SECOND_ORDER_X, np.array([0.2, -0.5, 0.7])]),
+    "softmax": (lambda x: nd.softmax(x, axis=1, temperature=1.5), [SECOND_ORDER_X]),
+    "log_softmax": (lambda x: nd.log_softmax(x, axis=-1, temperature=0.8), [SECOND_ORDER_X]),
+    "softmin": (lambda x: nd.softmin(x, axis=0), [SECOND_ORDER_X]),
+    "fc": (lambda x, w, b: nd.FullyConnected(x, w, b, num_hidden=2) ** 2,
+           [SECOND_ORDER_X, np.random.RandomState(13).uniform(-1, 1, (2, 6)), np.array([0.1, -0.2])]),
+    "fc_no_flatten": (lambda x, w: nd.FullyConnected(x, w, num_hidden=3, no_bias=True, flatten=False) ** 2,
+                      [SECOND_ORDER_X, np.random.RandomState(14).uniform(-1, 1, (3, 2))]),
+    "dot_transposed": (lambda a, b: nd.dot(a, b, transpose_a=True) ** 2,
+                       [np.random.RandomState(15).uniform(-1, 1, (3, 2)), np.random.RandomState(16).uniform(-1, 1, (3, 4))]),
+    "batch_dot": (lambda a, b: nd.batch_dot(a, b, transpose_b=True) ** 2,
+                  [SECOND_ORDER_X, np.random.RandomState(17).uniform(-1, 1, (2, 4, 2))]),
+    "sum_mean": (lambda x: nd.sum(nd.sum(x, axis=1) ** 2) + nd.sum(nd.mean(x, axis=(0, 2), keepdims=True) ** 3),
+                 [SECOND_ORDER_X]),
+    "prod": (lambda x: nd.prod(x, axis=1), [SECOND_ORDER_X + 2]),
+    "max": (lambda x: nd.max(x, axis=-1) ** 2, [SECOND_ORDER_X]),
+    "norm": (lambda x: nd.norm(x, axis=1), [SECOND_ORDER_X]),
+    "sort": (lambda x: nd.sort(x, axis=1) ** 2, [SECOND_ORDER_X]),
+    "topk": (lambda x: nd.topk(x, axis=0, k=1, ret_typ="value") ** 2, [SECOND_ORDER_X]),
+}
+for _name, (_fn, _arrays) in SECOND_ORDER.items():
+    check("second_order_" + _name)(lambda failures, fn=_fn, arrays=_arrays: failures.extend(second_order(fn, arrays)))
+
+
 def moving_stats():
     """BatchNorm's moving statistics after a recorded forward and backward, per mode."""
     r = np.random.RandomState(10)
@@ -222,4 +293,7 @@ def moving_stats():
 
 
 if __name__ == "__main__":
+    if "--list" in sys.argv:
+        print("\n".join(names))
+        sys.exit(0)
     print(json.dumps({"checks": checks, "moving_stats": moving_stats()}))

@@ -10,7 +10,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::def::{GradCtx, Val};
 use crate::operator::kernel::map::{Ptr, map1, map2};
-use crate::operator::parallel::for_ranges;
+use crate::operator::parallel::{for_chunks_mut, for_ranges};
 use half::f16;
 use crate::operator::kernel::strided::{split_axes, walk};
 use crate::operator::kernel::{Element, Real};
@@ -631,7 +631,7 @@ pub(crate) fn register(t: &mut Entries) {
 
     t.def("_mxrt_activation_grad", &activation_backward).grad(activation_backward_grad);
     t.def("_mxrt_leaky_grad", &leaky_backward).grad(leaky_backward_grad);
-    t.def("_mxrt_prelu_grad", &prelu_backward);
+    t.def("_mxrt_prelu_grad", &prelu_backward).grad(prelu_backward_grad);
     t.def("_mxrt_softmax_grad", &softmax_backward).grad(softmax_backward_grad);
     t.def("_mxrt_clip_grad", &clip_backward).grad(|g| {
         let p = passed(g, &["a_min", "a_max"]);
@@ -1072,6 +1072,40 @@ fn prelu_backward(call: &Call<'_>) -> Result<Plan> {
     }))
 }
 
+/// The gradient of `_mxrt_prelu_grad(dy, x, γ) = (dy·s, Σ dy·min(x, 0))`, s = (x > 0 ? 1 : γ),
+/// with incoming `(gdx, gdγ)`: `gdx·s + gdγ·min(x, 0)` for dy, `gdγ·dy·[x ≤ 0]` for x and
+/// `Σ gdx·dy·[x ≤ 0]` for γ. Products and sums per channel are the op itself read at x = -1
+/// (there `s` is γ and `min(x, 0)` is -1).
+fn prelu_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let (dy, x, gamma, gdx, gdg) = (g.x(0), g.x(1), g.x(2), g.dy(0), g.dy(1));
+    let ones = g.ones_like(x)?;
+    let minus = g.neg(ones)?;
+    let below = g.op("_lesser_equal_scalar", &[x], &[("scalar", "0")])?;
+    // v·γ per channel
+    let per_channel = |g: &mut GradCtx<'_>, v: Val, k: Val| -> Result<Val> {
+        Ok(g.ops("_mxrt_prelu_grad", &[v, minus, k], &[])?[0])
+    };
+    let mut out = vec![None, None, None];
+    if g.needs(0) {
+        let a = g.ops("_mxrt_prelu_grad", &[gdx, x, gamma], &[])?[0];
+        let neg = g.op("_minimum_scalar", &[x], &[("scalar", "0")])?;
+        let b = per_channel(g, neg, gdg)?;
+        out[0] = Some(g.add(a, b)?);
+    }
+    if g.needs(1) {
+        let t = g.mul(dy, below)?;
+        out[1] = Some(per_channel(g, t, gdg)?);
+    }
+    if g.needs(2) {
+        let t = g.mul(gdx, dy)?;
+        let t = g.mul(t, below)?;
+        // Σ t·min(-1, 0) = -Σ t
+        let s = g.ops("_mxrt_prelu_grad", &[t, minus, gamma], &[])?[1];
+        out[2] = Some(g.neg(s)?);
+    }
+    Ok(out)
+}
+
 /// The forward's softmax kind and parameters as the gradient op takes them.
 fn soft_params(g: &GradCtx<'_>) -> Vec<(String, String)> {
     let kind = match g.name {
@@ -1298,6 +1332,88 @@ fn dropout_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
     Ok(vec![Some(dx)])
 }
 
+/// Data laid out as `outer × c × inner` (c channels).
+#[derive(Clone, Copy)]
+struct BnShape {
+    outer: usize,
+    c: usize,
+    inner: usize,
+}
+
+/// What the BatchNorm gradient kernel needs besides the arrays.
+struct BnParams<'a> {
+    batch: bool,
+    eps: f64,
+    fix_gamma: bool,
+    gamma: &'a [f64],
+    mean: &'a [f64],
+    var: &'a [f64],
+}
+
+/// One channel's statistics in the BatchNorm gradient.
+#[derive(Clone, Copy, Default)]
+struct BnStats {
+    mean: f64,
+    /// The biased batch variance (batch statistics only).
+    var: f64,
+    invstd: f64,
+    sum_dy: f64,
+    /// Σ (x - mean)·dy.
+    dotp: f64,
+}
+
+/// BatchNorm's data gradient into `dx`, channels in parallel; returns each channel's statistics.
+/// Training (`batch`): `dx = (dy - mean(dy) - (x - mean)·Σ(x - mean)·dy·invstd²/n)·invstd·γ`;
+/// otherwise `dx = dy·invstd·γ` with the moving statistics.
+fn bn_backward<T: Element>(dy: &[T], x: &[T], dx: Ptr<T>, s: BnShape, p: &BnParams<'_>) -> Vec<BnStats> {
+    let BnShape { outer, c, inner } = s;
+    let n = (outer * inner).max(1) as f64;
+    let mut stats = vec![BnStats::default(); c];
+    for_chunks_mut(&mut stats, outer * inner * 4, |start, chunk| {
+        for (off, st) in chunk.iter_mut().enumerate() {
+            let j = start + off;
+            let each = |f: &mut dyn FnMut(usize)| {
+                for o in 0..outer {
+                    let base = (o * c + j) * inner;
+                    for i in base..base + inner {
+                        f(i);
+                    }
+                }
+            };
+            let (mean, var, invstd) = if p.batch {
+                let mut sum = 0.0;
+                each(&mut |i| sum += x[i].to_f64());
+                let mean = sum / n;
+                let mut sq = 0.0;
+                each(&mut |i| sq += (x[i].to_f64() - mean).powi(2));
+                let var = sq / n;
+                let invstd = if sq == 0.0 && p.eps == 0.0 { 0.0 } else { 1.0 / (var + p.eps).sqrt() };
+                (mean, var, invstd)
+            } else {
+                (p.mean[j], p.var[j], 1.0 / (p.var[j] + p.eps).sqrt())
+            };
+            let (mut sum_dy, mut dotp) = (0.0, 0.0);
+            each(&mut |i| {
+                let d = dy[i].to_f64();
+                sum_dy += d;
+                dotp += (x[i].to_f64() - mean) * d;
+            });
+            let iw = invstd * if p.fix_gamma { 1.0 } else { p.gamma[j] };
+            let kk = dotp * invstd * invstd / n;
+            let batch = p.batch;
+            each(&mut |i| {
+                let d = dy[i].to_f64();
+                let v = if batch { (d - sum_dy / n - (x[i].to_f64() - mean) * kk) * iw } else { d * iw };
+                // SAFETY: `dx` holds the `outer·c·inner` elements of the data; each channel writes
+                // only its own elements, and channels go to one thread each.
+                unsafe { *dx.get().add(i) = T::from_f64(v) };
+            });
+            *st = BnStats { mean, var, invstd, sum_dy, dotp };
+        }
+    });
+    stats
+}
+
 /// BatchNorm's gradient: data, gamma (zero with fix_gamma) and beta from one pass of
 /// `_mxrt_batch_norm_grad`, which also folds the batch statistics into the moving ones when the
 /// forward used them, as MXNet's backward does; the moving statistics get no gradient.
@@ -1361,6 +1477,7 @@ fn batch_norm_backward(call: &Call<'_>) -> Result<Plan> {
         TensorDesc::new(&[ch], pdt),
         TensorDesc::new(&[ch], pdt),
     ];
+    let outer = if inner == 0 || c == 0 { 0 } else { x.size() / (inner * c) };
     let plan = Plan::new(outs, move |k| {
         // inputs 3 and 4 may be written (mutated), so they are read through pointers
         let param = |i: usize| -> Vec<f64> {
@@ -1373,79 +1490,35 @@ fn batch_norm_backward(call: &Call<'_>) -> Result<Plan> {
             })
         };
         let gamma = param(2);
-        let chan = |i: usize| if inner == 0 { 0 } else { (i / inner) % c };
-        let (dy, xs): (Vec<f64>, Vec<f64>) = crate::with_element!(dtype, T => (
-            k.inputs[0].slice::<T>().iter().map(|v| v.to_f64()).collect(),
-            k.inputs[1].slice::<T>().iter().map(|v| v.to_f64()).collect(),
-        ));
-        let mut count = vec![0usize; c];
-        for i in 0..xs.len() {
-            count[chan(i)] += 1;
-        }
-        let (mean, invstd) = if batch {
-            let mut mean = vec![0f64; c];
-            for (i, &v) in xs.iter().enumerate() {
-                mean[chan(i)] += v;
+        let (moving_mean, moving_var) = (param(3), param(4));
+        let shape = BnShape { outer, c, inner };
+        let stats = crate::with_element!(dtype, T => {
+            let (dy, xs) = (k.inputs[0].slice::<T>(), k.inputs[1].slice::<T>());
+            let dx = Ptr(k.outputs[0].slice_mut::<T>().as_mut_ptr());
+            bn_backward::<T>(dy, xs, dx, shape, &BnParams {
+                batch, eps, fix_gamma, gamma: &gamma, mean: &moving_mean, var: &moving_var,
+            })
+        });
+        let rest = &mut k.outputs[1..];
+        crate::with_element!(pdt, P => {
+            let (dg, db) = rest.split_at_mut(1);
+            for (o, s) in dg[0].slice_mut::<P>().iter_mut().zip(&stats) {
+                *o = P::from_f64(if fix_gamma { 0.0 } else { s.dotp * s.invstd });
             }
-            for j in 0..c {
-                mean[j] /= count[j].max(1) as f64;
+            for (o, s) in db[0].slice_mut::<P>().iter_mut().zip(&stats) {
+                *o = P::from_f64(s.sum_dy);
             }
-            let mut sq = vec![0f64; c];
-            for (i, &v) in xs.iter().enumerate() {
-                sq[chan(i)] += (v - mean[chan(i)]).powi(2);
-            }
-            let var: Vec<f64> = (0..c).map(|j| sq[j] / count[j].max(1) as f64).collect();
-            let invstd: Vec<f64> = (0..c)
-                .map(|j| if sq[j] == 0.0 && eps == 0.0 { 0.0 } else { 1.0 / (var[j] + eps).sqrt() })
-                .collect();
-            // the moving statistics take the batch's
-            let (mm, mv) = (param(3), param(4));
-            crate::with_element!(pdt, P => {
+            if batch {
+                // the moving statistics take the batch's
                 let (pm, pv) = (k.inputs[3].ptr::<P>(), k.inputs[4].ptr::<P>());
-                for j in 0..c {
+                for (j, s) in stats.iter().enumerate() {
                     // SAFETY: the plan declares inputs 3 and 4 mutated, so this op holds their
                     // variables for writing; each has `c` elements of `pdt`.
                     unsafe {
-                        pm.add(j).write(P::from_f64(mm[j] * momentum + mean[j] * (1.0 - momentum)));
-                        pv.add(j).write(P::from_f64(mv[j] * momentum + var[j] * (1.0 - momentum)));
+                        pm.add(j).write(P::from_f64(moving_mean[j] * momentum + s.mean * (1.0 - momentum)));
+                        pv.add(j).write(P::from_f64(moving_var[j] * momentum + s.var * (1.0 - momentum)));
                     }
                 }
-            });
-            (mean, invstd)
-        } else {
-            let var = param(4);
-            (param(3), var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect::<Vec<f64>>())
-        };
-        let (mut sum_dy, mut dotp) = (vec![0f64; c], vec![0f64; c]);
-        for (i, (&d, &v)) in dy.iter().zip(&xs).enumerate() {
-            let j = chan(i);
-            sum_dy[j] += d;
-            dotp[j] += (v - mean[j]) * d;
-        }
-        let w: Vec<f64> = (0..c).map(|j| if fix_gamma { 1.0 } else { gamma[j] }).collect();
-        let (first, rest) = k.outputs.split_at_mut(1);
-        crate::with_element!(dtype, T => {
-            let out = first[0].slice_mut::<T>();
-            for (i, o) in out.iter_mut().enumerate() {
-                let j = chan(i);
-                let n = count[j].max(1) as f64;
-                let iw = invstd[j] * w[j];
-                let v = if batch {
-                    let kk = dotp[j] * invstd[j] * invstd[j] / n;
-                    (dy[i] - sum_dy[j] / n - (xs[i] - mean[j]) * kk) * iw
-                } else {
-                    dy[i] * iw
-                };
-                *o = T::from_f64(v);
-            }
-        });
-        crate::with_element!(pdt, P => {
-            let (dg, db) = rest.split_at_mut(1);
-            for (j, o) in dg[0].slice_mut::<P>().iter_mut().enumerate() {
-                *o = P::from_f64(if fix_gamma { 0.0 } else { dotp[j] * invstd[j] });
-            }
-            for (o, &v) in db[0].slice_mut::<P>().iter_mut().zip(&sum_dy) {
-                *o = P::from_f64(v);
             }
         });
         Ok(())
