@@ -1,10 +1,13 @@
 """Gradient checks of the neural-network operators that the gradient cases cannot make: random
-draws (Dropout's mask, rrelu's slopes), float16 products MXNet refuses on CPU, BatchNorm's moving
-statistics (which MXNet updates in the backward pass), and large arrays (the parallel kernels).
+draws (Dropout's mask, rrelu's slopes), float16 products MXNet refuses on CPU, second-order
+gradients, BatchNorm's moving statistics (which MXNet updates in the backward pass), large arrays
+(the parallel kernels) and a few Gluon training steps.
 
-`--list` prints the checks' names. Otherwise prints one JSON object: `moving_stats` (values to compare across libraries) and, with `--checks`,
-`checks` (name -> list of failure messages, empty when the check passed; for the library under
-test alone: MXNet 1.9.1 crashes differentiating rrelu and refuses float16 products on CPU).
+`--list` prints the checks' names. Otherwise prints one JSON object: `moving_stats` and
+`gluon_training` (values to compare across libraries) and, with `--checks`, `checks` (name ->
+list of failure messages, empty when the check passed; for the library under test alone: MXNet
+1.9.1 crashes differentiating rrelu, refuses float16 products on CPU and has second-order
+gradients for few ops).
 """
 import json
 import sys
@@ -292,8 +295,31 @@ def moving_stats():
     return out
 
 
+def gluon_training():
+    """A Gluon network's parameters after three SGD steps (Dense, tanh, BatchNorm with its moving
+    statistics, LeakyReLU, softmax, two losses)."""
+    from mxnet import gluon
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Dense(8, activation="tanh", in_units=4), gluon.nn.BatchNorm(in_channels=8),
+            gluon.nn.Dense(6, in_units=8), gluon.nn.LeakyReLU(0.1), gluon.nn.Dense(3, flatten=False, in_units=6))
+    net.initialize()
+    params = net.collect_params()
+    for i, (name, p) in enumerate(sorted(params.items())):
+        shift = 1.0 if name.endswith(("gamma", "running_var")) else 0.0
+        p.set_data(nd.array(np.random.RandomState(20 + i).uniform(-0.5, 0.5, p.shape) + shift))
+    x = nd.array(np.random.RandomState(21).uniform(-1, 1, (5, 4)))
+    y = nd.array(np.random.RandomState(22).uniform(-1, 1, (5, 3)))
+    trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+    for _ in range(3):
+        with ag.record():
+            losses = [gluon.loss.L2Loss()(net(x), y), nd.softmax(net(x), axis=-1).max()]
+        ag.backward(losses)
+        trainer.step(5)
+    return {name.split("_", 1)[1]: p.data().asnumpy().ravel().tolist() for name, p in sorted(params.items())}
+
+
 if __name__ == "__main__":
     if "--list" in sys.argv:
         print("\n".join(names))
         sys.exit(0)
-    print(json.dumps({"checks": checks, "moving_stats": moving_stats()}))
+    print(json.dumps({"checks": checks, "moving_stats": moving_stats(), "gluon_training": gluon_training()}))

@@ -34,3 +34,11 @@ def test_batchnorm_backward_updates_moving_statistics_as_mxnet(ours):
         got_mean, got_var = ours["moving_stats"][mode]
         for a, b in zip(got_mean + got_var, mean + var):
             assert abs(a - b) <= 1e-5 + 1e-5 * abs(b), f"{mode}: {ours['moving_stats'][mode]} vs MXNet's {[mean, var]}"
+
+
+def test_gluon_training_steps_match_mxnet(ours):
+    real = json_results("nn_grad_checks.py", "mxnet")["gluon_training"]
+    assert sorted(ours["gluon_training"]) == sorted(real)
+    for name, want in real.items():
+        got = ours["gluon_training"][name]
+        assert all(abs(a - b) <= 1e-5 + 1e-4 * abs(b) for a, b in zip(got, want)), f"{name}: {got} vs MXNet's {want}"
