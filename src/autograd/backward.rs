@@ -304,9 +304,11 @@ fn run_backward(
                     Gradient::Ops(f) => f,
                 };
                 tape.vals.clear();
-                // with create_graph the gradient ops must connect to the recorded graph: the
-                // saved arrays take their entries back (on private copies of the values)
-                let linked = |a: &NDArray, e: Option<Entry>| {
+                // With create_graph the gradient's ops are recorded: the forward's values they
+                // read must then stand in the graph where the forward's did (its inputs' entries,
+                // its own outputs), so the recorded gradient depends on them. These are
+                // short-lived copies, so the node never holds an entry of itself.
+                let attach = |a: &NDArray, e: Option<Entry>| {
                     let a = a.detach();
                     if args.create_graph {
                         set_entry(&a, e);
@@ -317,7 +319,7 @@ fn run_backward(
                     .saved_inputs
                     .iter()
                     .zip(&rec.inputs)
-                    .map(|(a, e)| tape.val(linked(a, e.clone())))
+                    .map(|(a, e)| tape.val(attach(a, e.clone())))
                     .collect();
                 let outputs: Vec<Val> = rec
                     .saved_outputs
@@ -325,7 +327,7 @@ fn run_backward(
                     .enumerate()
                     .map(|(i, a)| {
                         let e = Entry { node: node.clone(), index: i as u32 };
-                        tape.val(linked(a, Some(e)))
+                        tape.val(attach(a, Some(e)))
                     })
                     .collect();
                 let mut ograds = Vec::with_capacity(n_out);

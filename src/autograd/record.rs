@@ -40,9 +40,12 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     let inputs: Vec<NDArray> = call.inputs.iter().map(NDArray::detach).collect();
     let resolved = imperative::resolve(&call)?;
     let op = resolved.def.name;
-    let outputs = imperative::allocate(&call, &resolved)?;
+    let mut outputs = imperative::allocate(&call, &resolved)?;
+    let visible = resolved.plan.num_visible();
     imperative::dispatch(crate::engine::Engine::global()?, resolved, call.inputs, &outputs)?;
-    record(op, called_as, params, entries, inputs, &outputs);
+    // the node keeps the hidden outputs too (the gradient reads them); the caller gets the rest
+    record(op, called_as, params, entries, inputs, &outputs, visible);
+    outputs.truncate(visible);
     Ok(outputs)
 }
 
@@ -54,6 +57,7 @@ fn record(
     inputs: Vec<Option<Entry>>,
     saved_inputs: Vec<NDArray>,
     outputs: &[NDArray],
+    visible: usize,
 ) {
     let node = Node::op(OpRecord {
         op,
@@ -65,7 +69,7 @@ fn record(
         training: mode::is_training(),
         custom: None,
     });
-    for (i, o) in outputs.iter().enumerate() {
+    for (i, o) in outputs.iter().enumerate().take(visible) {
         set_entry(
             o,
             Some(Entry {
@@ -135,6 +139,7 @@ pub fn record_view(
         vec![Some(e)],
         vec![input.detach()],
         std::slice::from_ref(view),
+        1,
     );
     Ok(())
 }

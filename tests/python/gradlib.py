@@ -8,7 +8,9 @@ table's sweep (src/operator/table.rs) can tell a differentiable op without a gra
 
 Kinds of case:
 - `grad(name, covers, inputs)(fn)`: fn(*arrays) -> output (or list of outputs); the head
-  gradients are fixed pseudo-random arrays; every input gets a gradient.
+  gradients are fixed pseudo-random arrays; every input gets a gradient. `train_mode=False`
+  records, differentiates and evaluates the forward in predict mode (default: training mode,
+  for the central differences too).
 - `zero_grad(...)`: the same, where the gradient is zero on both libraries.
 - `nondiff(name, covers)(fn)`: fn() -> outputs of a recorded op that MXNet cannot
   differentiate; the backward must fail on both libraries.
@@ -26,19 +28,20 @@ ag = mx.autograd
 cases = {}
 
 
-def grad(name, covers, inputs, numeric=True, rtol=1e-3, atol=1e-4, dtypes=("float32",)):
+def grad(name, covers, inputs, numeric=True, rtol=1e-3, atol=1e-4, dtypes=("float32",),
+         train_mode=True):
     """`inputs`: numpy arrays (float64) or (array, needs_grad) pairs."""
     def register(fn):
         cases[name] = dict(kind="grad", covers=covers, inputs=inputs, fn=fn, numeric=numeric,
-                           rtol=rtol, atol=atol, dtypes=dtypes)
+                           rtol=rtol, atol=atol, dtypes=dtypes, train_mode=train_mode)
         return fn
     return register
 
 
-def zero_grad(name, covers, inputs):
+def zero_grad(name, covers, inputs, train_mode=True):
     def register(fn):
         cases[name] = dict(kind="grad", covers=covers, inputs=inputs, fn=fn, numeric=False,
-                           rtol=0, atol=0, dtypes=("float32",))
+                           rtol=0, atol=0, dtypes=("float32",), train_mode=train_mode)
         return fn
     return register
 
@@ -93,16 +96,18 @@ def run_grad(case, dtype):
     for x, need in zip(xs, needs):
         if need:
             x.attach_grad()
-    with ag.record():
+    train = case.get("train_mode", True)
+    with ag.record(train_mode=train):
         outs = as_list(case["fn"](*xs))
-    ag.backward(outs, head_grads(outs, dtype))
+    ag.backward(outs, head_grads(outs, dtype), train_mode=train)
     return [x.grad.asnumpy().astype(np.float64).ravel().tolist() if need else None
             for x, need in zip(xs, needs)]
 
 
 def forward64(case, vals):
     xs = [nd.array(v, dtype="float64" if v.dtype.kind == "f" else v.dtype) for v in vals]
-    outs = as_list(case["fn"](*xs))
+    with ag.train_mode() if case.get("train_mode", True) else ag.predict_mode():
+        outs = as_list(case["fn"](*xs))
     hs = head_grads(outs, "float64")
     return sum(float((o * h).sum().asscalar()) for o, h in zip(outs, hs))
 

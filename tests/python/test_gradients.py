@@ -12,6 +12,14 @@ BEYOND_MXNET = {
     "grad_add": "Operator _grad_add is non-differentiable",
     # MXNet's _square_sum takes row_sparse arrays only
     "square_sum": "Operator not implemented: operator = _square_sum",
+    "sort": "Invalid Parameter format for axis expect int or None but value=''",
+}
+
+
+# Cases where MXNet 1.9.1's gradient is wrong: libmxrt's is checked against central differences
+# only (case name: why).
+DIFFERS_FROM_MXNET = {
+    "leaky_selu": "MXNet's selu backward gives λ(α + y) below zero; the derivative is y + λα",
 }
 
 
@@ -54,7 +62,10 @@ def test_gradient_matches_mxnet_and_central_differences(grad_case):
     if grad_case not in BEYOND_MXNET and real["ok"] == "differentiated":
         assert ours["ok"] == "differentiated"
         return
-    for dtype, grads in (ours["ok"] if grad_case in BEYOND_MXNET else real["ok"]).items():
+    if grad_case in DIFFERS_FROM_MXNET:
+        assert "numeric" in ours, "a case that differs from MXNet needs central differences"
+    for dtype, grads in (ours["ok"] if grad_case in BEYOND_MXNET | DIFFERS_FROM_MXNET
+                         else real["ok"]).items():
         rtol, atol = TOL[dtype]
         for i, (g, h) in enumerate(zip(ours["ok"][dtype], grads)):
             assert close(g, h, rtol, atol), f"{dtype} gradient of input {i}: {g} vs MXNet's {h}"

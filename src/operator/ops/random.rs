@@ -502,8 +502,59 @@ pub(crate) fn register(t: &mut Entries) {
     t.push(("_sample_generalized_negative_binomial", &|c: &Call<'_>| {
         sample(c, &GEN_NEG_BINOMIAL)
     }));
+    // MXNet: the *_like and _sample_* draws have zero gradient; _shuffle none; multinomial
+    // differentiates its log-likelihood output (get_prob=True)
+    for d in t.0.iter_mut().filter(|d| {
+        (d.name.starts_with("_random_") && d.name.ends_with("_like"))
+            || (d.name.starts_with("_sample_") && d.name != "_sample_unique_zipfian")
+    }) {
+        d.zero_grad();
+    }
     t.push(("_shuffle", &shuffle));
-    t.push(("_sample_multinomial", &multinomial));
+    t.push(("_sample_multinomial", &multinomial)).grad(|g| {
+        if !g.flag("get_prob", false) {
+            return Ok(vec![None]);
+        }
+        let dx = g.op("_mxrt_multinomial_grad", &[g.dy(1), g.x(0), g.y(0)], &[])?;
+        Ok(vec![Some(dx)])
+    });
+    t.def("_mxrt_multinomial_grad", &multinomial_backward);
+}
+
+/// `_mxrt_multinomial_grad(dy, p, idx)`: the gradient of the log-likelihoods
+/// `log p[.., idx[.., j]]` that `_sample_multinomial(get_prob=True)` returns: `dy / p` added at
+/// each drawn class.
+fn multinomial_backward(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 3)?;
+    let (dy, x, idx) = (&ins[0], &ins[1], &ins[2]);
+    let k = x.shape.last().copied().unwrap_or(0).max(0) as usize;
+    let rows = if k == 0 { 0 } else { x.size() / k };
+    if dy.shape != idx.shape || dy.dtype != x.dtype || (rows > 0 && idx.size() % rows != 0) {
+        return Err(Error::invalid(format!(
+            "operator {}: draws of shape {:?} do not fit probabilities of shape {:?}",
+            call.name,
+            &idx.shape[..],
+            &x.shape[..]
+        )));
+    }
+    let per = if rows == 0 { 0 } else { idx.size() / rows };
+    let (dtype, idt) = (x.dtype, idx.dtype);
+    Ok(Plan::new(vec![x.clone()], move |kargs| {
+        let picks: Vec<usize> = crate::with_element!(idt, I => kargs.inputs[2].slice::<I>().iter().map(|v| v.to_f64() as usize).collect());
+        crate::with_element!(dtype, T => {
+            let (dy, p) = (kargs.inputs[0].slice::<T>(), kargs.inputs[1].slice::<T>());
+            let out = kargs.outputs[0].slice_mut::<T>();
+            out.fill(T::zero());
+            for (i, (&j, &d)) in picks.iter().zip(dy).enumerate() {
+                if j >= k {
+                    return Err(Error::invalid(format!("class {j} is out of range for {k} classes")));
+                }
+                let at = (i / per.max(1)) * k + j;
+                out[at] = T::from_f64(out[at].to_f64() + d.to_f64() / p[at].to_f64());
+            }
+        });
+        Ok(())
+    }))
 }
 
 #[cfg(test)]
