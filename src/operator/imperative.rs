@@ -123,7 +123,14 @@ pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
         input_ctx,
         training: super::mode::is_training(),
     })?;
-    params.finish()?;
+    // MXNet parses parameters only for ops that declare some: an op without any ignores
+    // whatever it is given (Gluon passes `axis` to `broadcast_maximum`)
+    let declares_params = super::registry::Registry::global()
+        .lookup(def.name)
+        .is_none_or(|id| super::registry::Registry::global().op(id).parameters().next().is_some());
+    if declares_params {
+        params.finish()?;
+    }
     let ctx = plan.ctx.or(input_ctx).unwrap_or(Context::cpu(0));
     if on_gpu.is_none() && !ctx.is_host() {
         on_gpu = Some(format!("its outputs go to {ctx}"));
