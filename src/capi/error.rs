@@ -32,13 +32,14 @@ pub(crate) fn boundary_message(func: &str, err: &Error) -> String {
 
 /// What the layers below the C API need before its first call: modules that sit below others
 /// and cannot call up get their upper halves registered here (the GPU memory backends with the
-/// storage). Runs once, from [`api_call`], which every export goes through; afterwards one atomic
-/// load.
+/// storage, the distributed store kinds with `kvstore::create`). Runs once, from [`api_call`],
+/// which every export goes through; afterwards one atomic load.
 #[inline]
 fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         crate::gpu::storage();
+        crate::dist::register();
     });
 }
 

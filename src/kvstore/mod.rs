@@ -42,7 +42,10 @@ mod trace;
 pub(crate) use trace::Traced;
 pub mod updater;
 
-pub use api::{Controller, KeyValueStore, ServerProfilerCommand, create};
+pub use api::{
+    Controller, DistributedFactory, KeyValueStore, ServerProfilerCommand, create, is_distributed,
+    register_distributed,
+};
 pub use comm::CommKind;
 pub use keys::{KeyKind, KeyRef, Keys};
 pub use reduce::ReduceConfig;
