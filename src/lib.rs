@@ -1,9 +1,15 @@
 //! mxrt: Apache MXNet 1.9.1's runtime core in Rust, behind MXNet's C ABI.
 //!
 //! Core modules (plain Rust, no C types): [`engine`] (the dependency engine), [`storage`]
-//! (memory managers per device), [`ndarray`], `kvstore`, `profiler`. The [`capi`] module is the
-//! thin C layer: it validates arguments, converts handles and calls the core; every export goes
-//! through one guard (`capi::error`).
+//! (memory managers per device), [`ndarray`] (dense and sparse arrays, MXNet's file format),
+//! [`operator`] (MXNet's operator table, planning, the imperative runner, CPU kernels),
+//! [`autograd`] (above the operators: the per-thread training and recording flags, the tape and
+//! backward), [`kvstore`] (the local stores and the trait every store offers), [`dist`] (the
+//! distributed store over MPI), [`gpu`] (the CUDA driver, loaded at run time), [`resource`]
+//! (random generators and temp space for ops) and [`profiler`], over the shared [`clock`],
+//! [`context`], [`dtype`] and [`error`]. The [`capi`] module is the thin C layer: it validates
+//! arguments, converts handles and calls the core; every export goes through one guard
+//! (`capi::error`).
 
 pub mod autograd;
 pub mod clock;

@@ -1,22 +1,29 @@
-//! Autograd: for now its two modes, which MXNet keeps per thread.
+//! Autograd: MXNet's imperative gradients.
 //!
-//! - *Training* (`MXAutogradSetIsTraining`, `mx.autograd.train_mode()`): operators that behave
-//!   differently while training read it when they are invoked: `Dropout` drops, `BatchNorm`
-//!   normalises with the batch's statistics.
-//! - *Recording* (`mx.autograd.record()`): ops invoked while it is on would be recorded for a
-//!   backward pass. The tape and backward are not built yet, so turning recording on is an error
-//!   that says so rather than a silently missing gradient.
+//! While a thread records (`MXAutogradSetIsRecording`, `mx.autograd.record()`), every operator
+//! it invokes on an array that is a marked variable or the output of a recorded op goes on the
+//! *tape*: a graph node ([`node::Node`]) holding the op's definition name, parameters, the
+//! entries of its inputs and detached copies of its inputs and outputs, and each output array
+//! points back at it through its autograd slot. `backward` walks the graph from the heads in
+//! reverse topological order and applies each op's gradient definition
+//! ([`crate::operator::def::Gradient`]) through [`backward::TapeGraph`], which invokes the
+//! gradient operators like any other op (so they run in the engine, asynchronously), recording
+//! them again when a higher-order gradient is asked for.
+//!
+//! Layering: autograd sits above `operator` (it invokes operators and reads their definitions);
+//! the per-thread modes live in [`crate::operator::mode`] so operators can read training mode
+//! without depending on this module.
 
-use crate::error::{Error, Result};
+pub mod backward;
+pub mod node;
+pub mod record;
+
 pub use crate::operator::mode::{is_recording, is_training, set_training};
+pub use backward::{BackwardArgs, backward};
+pub use node::{GradReq, grad_of, grad_state, set_grad_state};
+pub use record::{invoke, mark_variables, record_view};
 
-/// Turns recording off (a no-op) or refuses to turn it on; returns the previous state.
-pub fn set_recording(on: bool) -> Result<bool> {
-    if on {
-        return Err(Error::not_supported(
-            "autograd recording (the tape and backward) is not built yet: operators run without \
-             recording gradients; train_mode() sets training mode without recording",
-        ));
-    }
-    Ok(crate::operator::mode::set_recording(false))
+/// Sets this thread's recording mode; returns the previous one.
+pub fn set_recording(on: bool) -> bool {
+    crate::operator::mode::set_recording(on)
 }

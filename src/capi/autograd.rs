@@ -1,10 +1,24 @@
-//! Autograd's mode switches in MXNet 1.9.1's C API (per thread, as in MXNet). Recording is not
-//! built yet: `MXAutogradSetIsRecording(1, ..)` is -1 saying so.
+//! Autograd in MXNet 1.9.1's C API: the per-thread recording and training modes, marking
+//! variables, backward passes (into the variables' buffers, or as new arrays for
+//! `autograd.grad`), gradient buffers and their fresh flags, detaching.
 
 use super::args;
 use super::error::api_call;
-use crate::autograd;
-use std::ffi::c_int;
+use super::handle;
+use super::ndarray::{nd, new_handle};
+use super::types::NDArrayHandle;
+use crate::autograd::{self, BackwardArgs, GradReq};
+use crate::error::{Error, Result};
+use crate::ndarray::NDArray;
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void};
+
+thread_local! {
+    /// The gradient handles and storage types the last `MXAutogradBackwardEx` of this thread
+    /// returned (valid until its next call, as in MXNet).
+    static RETURNED: RefCell<(Vec<NDArrayHandle>, Vec<c_int>)> =
+        const { RefCell::new((Vec::new(), Vec::new())) };
+}
 
 /// Sets this thread's training mode (`is_training` != 0) and writes the previous one to `*prev`.
 #[unsafe(no_mangle)]
@@ -27,24 +41,302 @@ pub unsafe extern "C" fn MXAutogradIsTraining(curr: *mut bool) -> c_int {
     })
 }
 
-/// Turns recording off (`is_recording` == 0), writing the previous state to `*prev`; turning it
-/// on is -1: the tape and backward are not built yet.
+/// Sets this thread's recording mode (`is_recording` != 0) and writes the previous one to
+/// `*prev`. While recording, operators invoked on marked variables or on outputs of recorded
+/// operators are recorded for a backward pass.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXAutogradSetIsRecording(is_recording: c_int, prev: *mut c_int) -> c_int {
     api_call("MXAutogradSetIsRecording", || {
         // SAFETY: API contract: out-parameter.
         let prev = unsafe { args::out(prev, "prev")? };
-        *prev = c_int::from(autograd::set_recording(is_recording != 0)?);
+        *prev = c_int::from(autograd::set_recording(is_recording != 0));
         Ok(())
     })
 }
 
-/// Whether this thread records operators (never, until recording is built).
+/// Whether this thread records operators.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXAutogradIsRecording(curr: *mut bool) -> c_int {
     api_call("MXAutogradIsRecording", || {
         // SAFETY: API contract: out-parameter.
         *unsafe { args::out(curr, "curr")? } = autograd::is_recording();
+        Ok(())
+    })
+}
+
+/// The arrays behind `n` handles at `ptr` (`arg` names them in messages).
+///
+/// # Safety
+/// `ptr` is NULL or points to `n` handles.
+unsafe fn arrays(ptr: *const NDArrayHandle, n: usize, arg: &str) -> Result<Vec<NDArray>> {
+    // SAFETY: per the contract.
+    let hs = unsafe { args::slice(ptr, n, arg)? };
+    hs.iter()
+        .enumerate()
+        .map(|(i, &h)| handle::borrow_at::<NDArray>(h, arg, i).map(|a| NDArray::clone(&a)))
+        .collect()
+}
+
+/// Marks `var_handles[i]` as a variable whose gradient a backward writes (`reqs_array[i]` = 1)
+/// or adds (3) into `grad_handles[i]`, or does not compute (0). An array already in a graph
+/// becomes a new leaf.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXAutogradMarkVariables(
+    num_var: u32,
+    var_handles: *mut NDArrayHandle,
+    reqs_array: *mut u32,
+    grad_handles: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXAutogradMarkVariables", || {
+        let n = num_var as usize;
+        // SAFETY: API contract: `num_var` handles and requests each.
+        let (vars, reqs, grads) = unsafe {
+            (
+                arrays(var_handles.cast_const(), n, "var_handles")?,
+                args::slice(reqs_array.cast_const(), n, "reqs_array")?,
+                arrays(grad_handles.cast_const(), n, "grad_handles")?,
+            )
+        };
+        let reqs = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                GradReq::from_code(r).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "reqs_array[{i}] = {r} is not a gradient request (0 null, 1 write, 3 add)"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        autograd::mark_variables(&vars, &reqs, &grads)
+    })
+}
+
+/// `MXAutogradBackward(n, outs, NULL, 0)`: gradients of the heads into the variables' buffers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXAutogradComputeGradient(
+    num_output: u32,
+    output_handles: *mut NDArrayHandle,
+) -> c_int {
+    api_call("MXAutogradComputeGradient", || {
+        // SAFETY: forwarded API contract.
+        unsafe {
+            backward_ex(
+                num_output,
+                output_handles,
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+                0,
+                0,
+                1,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        }
+    })
+}
+
+/// A backward pass in training mode without creating a graph; see [`MXAutogradBackwardEx`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXAutogradBackward(
+    num_output: u32,
+    output_handles: *mut NDArrayHandle,
+    ograd_handles: *mut NDArrayHandle,
+    retain_graph: c_int,
+) -> c_int {
+    api_call("MXAutogradBackward", || {
+        // SAFETY: forwarded API contract.
+        unsafe {
+            backward_ex(
+                num_output,
+                output_handles,
+                ograd_handles,
+                0,
+                std::ptr::null_mut(),
+                retain_graph,
+                0,
+                1,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        }
+    })
+}
+
+/// A backward pass from the heads `output_handles[0..num_output)`, with head gradients
+/// `ograd_handles` (NULL, or NULL entries: ones). With `num_variables == 0` every reachable
+/// variable's gradient goes into its buffer per its request and its fresh flag is set;
+/// otherwise `*grad_handles` receives new arrays holding the gradients of `var_handles` (and
+/// `*grad_stypes` their storage types; both valid until this thread's next call). Without
+/// `retain_graph` the graph is freed. `create_graph` records the backward itself, so the
+/// gradients can be differentiated again; `is_train` is the training mode the gradient
+/// operators see.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXAutogradBackwardEx(
+    num_output: u32,
+    output_handles: *mut NDArrayHandle,
+    ograd_handles: *mut NDArrayHandle,
+    num_variables: u32,
+    var_handles: *mut NDArrayHandle,
+    retain_graph: c_int,
+    create_graph: c_int,
+    is_train: c_int,
+    grad_handles: *mut *mut NDArrayHandle,
+    grad_stypes: *mut *mut c_int,
+) -> c_int {
+    api_call("MXAutogradBackwardEx", || {
+        // SAFETY: forwarded API contract.
+        unsafe {
+            backward_ex(
+                num_output,
+                output_handles,
+                ograd_handles,
+                num_variables,
+                var_handles,
+                retain_graph,
+                create_graph,
+                is_train,
+                grad_handles,
+                grad_stypes,
+            )
+        }
+    })
+}
+
+/// The body of the backward functions.
+///
+/// # Safety
+/// The pointers follow `MXAutogradBackwardEx`'s contract.
+#[allow(clippy::too_many_arguments)] // MXNet's parameter list
+unsafe fn backward_ex(
+    num_output: u32,
+    output_handles: *mut NDArrayHandle,
+    ograd_handles: *mut NDArrayHandle,
+    num_variables: u32,
+    var_handles: *mut NDArrayHandle,
+    retain_graph: c_int,
+    create_graph: c_int,
+    is_train: c_int,
+    grad_handles: *mut *mut NDArrayHandle,
+    grad_stypes: *mut *mut c_int,
+) -> Result<()> {
+    let n = num_output as usize;
+    if n == 0 {
+        return Err(Error::invalid("num_output is 0: no heads to differentiate"));
+    }
+    // SAFETY: API contract: `num_output` head handles.
+    let heads = unsafe { arrays(output_handles.cast_const(), n, "output_handles")? };
+    let head_grads = if ograd_handles.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: API contract: `num_output` head-gradient handles, each may be NULL.
+        let hs = unsafe { args::slice(ograd_handles.cast_const(), n, "ograd_handles")? };
+        hs.iter()
+            .enumerate()
+            .map(|(i, &h)| {
+                if h.is_null() {
+                    Ok(None)
+                } else {
+                    handle::borrow_at::<NDArray>(h, "ograd_handles", i)
+                        .map(|a| Some(NDArray::clone(&a)))
+                }
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    let nv = num_variables as usize;
+    let variables = if nv == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: API contract: `num_variables` handles.
+        unsafe { arrays(var_handles.cast_const(), nv, "var_handles")? }
+    };
+    if nv > 0 && (grad_handles.is_null() || grad_stypes.is_null()) {
+        return Err(Error::invalid(
+            "grad_handles and grad_stypes must not be NULL when num_variables > 0",
+        ));
+    }
+    let grads = autograd::backward(BackwardArgs {
+        heads,
+        head_grads,
+        variables,
+        retain_graph: retain_graph != 0,
+        create_graph: create_graph != 0,
+        is_train: is_train != 0,
+    })?;
+    if nv > 0 {
+        RETURNED.with(|r| {
+            let (handles, stypes) = &mut *r.borrow_mut();
+            stypes.clear();
+            stypes.extend(grads.iter().map(|g| g.stype().code()));
+            handles.clear();
+            handles.extend(grads.into_iter().map(new_handle));
+            // SAFETY: API contract: out-parameters (checked non-NULL above).
+            unsafe {
+                *grad_handles = handles.as_mut_ptr();
+                *grad_stypes = stypes.as_mut_ptr();
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The symbol of an array's recorded graph: needs Symbol support, which mxrt does not have yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXAutogradGetSymbol(handle: NDArrayHandle, out: *mut *mut c_void) -> c_int {
+    api_call("MXAutogradGetSymbol", || {
+        nd(handle, "handle")?;
+        // SAFETY: API contract: out-parameter.
+        unsafe { args::out(out, "out")? };
+        Err(Error::not_supported(
+            "the symbol of a recorded graph needs Symbol support, which mxrt does not implement yet",
+        ))
+    })
+}
+
+/// `*out` = a new handle sharing the gradient buffer of a marked variable, or NULL when the
+/// array is not one.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetGrad(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayGetGrad", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        let a = nd(handle, "handle")?;
+        *out = match autograd::grad_of(&a) {
+            Some(g) => new_handle(g),
+            None => std::ptr::null_mut(),
+        };
+        Ok(())
+    })
+}
+
+/// `*out` = a new handle to the same data without autograd entry (`x.detach()`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayDetach(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
+    api_call("MXNDArrayDetach", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        *out = new_handle(nd(handle, "handle")?.detach());
+        Ok(())
+    })
+}
+
+/// Sets a marked variable's fresh-gradient flag (what `Trainer.step` checks and clears); -1 for
+/// an array that is not a marked variable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArraySetGradState(handle: NDArrayHandle, state: c_int) -> c_int {
+    api_call("MXNDArraySetGradState", || {
+        autograd::set_grad_state(&*nd(handle, "handle")?, state != 0)
+    })
+}
+
+/// A marked variable's fresh-gradient flag (0 for other arrays).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXNDArrayGetGradState(handle: NDArrayHandle, out: *mut c_int) -> c_int {
+    api_call("MXNDArrayGetGradState", || {
+        // SAFETY: API contract: out-parameter.
+        let out = unsafe { args::out(out, "out")? };
+        *out = c_int::from(autograd::grad_state(&*nd(handle, "handle")?));
         Ok(())
     })
 }

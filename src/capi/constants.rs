@@ -50,7 +50,8 @@ pub const MXRT_DTYPE_BFLOAT16: c_int = 12;
 
 /// Device types (`mxnet::Context::DeviceType`: `dev_type` arguments, `MXContext.dev_type`).
 pub const MXRT_DEVICE_CPU: c_int = 1;
-/// Not supported by mxrt yet: functions given a GPU context fail.
+/// An NVIDIA GPU, through the CUDA driver found at run time (MXGetGPUCount); without a driver, or
+/// for a GPU the machine does not have, functions given a GPU context fail.
 pub const MXRT_DEVICE_GPU: c_int = 2;
 pub const MXRT_DEVICE_CPU_PINNED: c_int = 3;
 pub const MXRT_DEVICE_CPU_SHARED: c_int = 5;

@@ -195,6 +195,14 @@ impl SendTensor {
     }
 }
 
+/// Wraps the tensor `dlpack` describes as an array; its deleter runs when the array's memory is
+/// released (with `transient`, on a copy of the struct).
+///
+/// # Safety
+/// A non-NULL `dlpack` must point to a `DLManagedTensor` whose `shape` (and `strides`, when not
+/// NULL) holds `ndim` entries and whose data, from `byte_offset` on, stays valid for the tensor's
+/// bytes until its deleter runs; the deleter must accept being called from any thread. Unless
+/// `transient`, the struct itself must also live until then.
 unsafe fn from_dlpack(dlpack: DLManagedTensorHandle, transient: bool) -> Result<NDArray> {
     // SAFETY: API contract: `dlpack` points to a DLManagedTensor.
     let t = unsafe { args::reference(dlpack as *const DLManagedTensor, "dlpack")? };

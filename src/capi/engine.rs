@@ -30,6 +30,9 @@ pub(crate) fn engine() -> Result<&'static Engine> {
 }
 
 /// Reads a ContextHandle (must not be NULL).
+///
+/// # Safety
+/// A non-NULL `ctx` must be valid for reads of an `MXContext` (MXNet's 8-byte Context).
 pub(crate) unsafe fn context_arg(ctx: ContextHandle, name: &str) -> Result<Context> {
     // SAFETY: a non-NULL ContextHandle points to MXNet's 8-byte Context per the API contract.
     let c = unsafe { args::reference(ctx as *const MXContext, name)? };
@@ -37,6 +40,9 @@ pub(crate) unsafe fn context_arg(ctx: ContextHandle, name: &str) -> Result<Conte
 }
 
 /// Reads an EngineFnPropertyHandle (NULL = kNormal).
+///
+/// # Safety
+/// A non-NULL `prop` must be valid for reads of an `int`.
 pub(crate) unsafe fn prop_arg(prop: EngineFnPropertyHandle) -> Result<FnProperty> {
     if prop.is_null() {
         return Ok(FnProperty::Normal);
@@ -46,6 +52,9 @@ pub(crate) unsafe fn prop_arg(prop: EngineFnPropertyHandle) -> Result<FnProperty
 }
 
 /// Looks up `n` engine variable handles.
+///
+/// # Safety
+/// A non-NULL `vars` must be valid for reads of `n` pointers (each handle is checked).
 unsafe fn vars_arg(vars: EngineVarHandle, n: c_int, what: &str, name: &str) -> Result<VarList> {
     let n = usize::try_from(n).map_err(|_| {
         Error::invalid(format!(
@@ -58,6 +67,9 @@ unsafe fn vars_arg(vars: EngineVarHandle, n: c_int, what: &str, name: &str) -> R
 }
 
 /// Looks up both variable arrays of a push (`const_vars` read, `mutable_vars` written).
+///
+/// # Safety
+/// Each array must be NULL or valid for reads of its count of pointers, as for [`vars_arg`].
 pub(crate) unsafe fn var_lists(
     const_vars: EngineVarHandle,
     num_const: c_int,
@@ -158,6 +170,11 @@ pub(crate) enum CFunc {
 }
 
 /// Shared tail of every push: takes ownership of `param` first, so the deleter runs on failure.
+///
+/// # Safety
+/// `ctx` as for [`context_arg`], `prop` as for [`prop_arg`], and a non-NULL `name` must be a
+/// NUL-terminated string valid for the call. The C function in `func` must be safe to call with
+/// MXNet's arguments on any engine thread, as MXNet's push functions require.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn push_c(
     func: CFunc,

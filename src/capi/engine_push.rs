@@ -98,6 +98,10 @@ pub unsafe extern "C" fn MXEnginePushSync(
 
 /// The shared body of the variable pushes: takes over `func_param`, looks up the variables, then
 /// pushes `func` on them.
+///
+/// # Safety
+/// MXEnginePushAsync's contract: `c` and `m` NULL or valid for reads of `nc` and `nm` handles
+/// (as for [`var_lists`]), and `ctx`, `prop`, `name` and `func` as for [`push_c`].
 #[allow(clippy::too_many_arguments)] // MXNet's parameter list
 unsafe fn push_vars(
     func: CFunc,
@@ -198,6 +202,10 @@ pub unsafe extern "C" fn MXEnginePushSyncND(
 
 /// The shared body of the ND pushes: looks up the arrays (failing before `func_param` is taken
 /// over, as MXNet does), then pushes `func` on their variables.
+///
+/// # Safety
+/// MXEnginePushAsyncND's contract: `c` and `m` NULL or valid for reads of `nc` and `nm` NDArray
+/// handles (as for [`NdVars::look_up`]), and `ctx`, `prop`, `name` and `func` as for [`push_c`].
 #[allow(clippy::too_many_arguments)] // MXNet's parameter list
 unsafe fn push_nd(
     func: CFunc,
@@ -262,6 +270,11 @@ impl NdVars {
 
     /// Looks up the arrays of an ND push in `lookup`: `c` (read) and `m` (written); none may be a
     /// none array. The variables are valid while `lookup` is held (see above).
+    ///
+    /// # Safety
+    /// `c` and `m` must be NULL or valid for reads of `nc` and `nm` handles (each handle is
+    /// checked). The caller must not use the variables stored in `self` after releasing `lookup`,
+    /// except by handing them to the engine with the op being pushed (see [`NdVars`]).
     unsafe fn look_up(
         &mut self,
         lookup: &handle::SharedLookup,

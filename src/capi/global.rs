@@ -31,9 +31,9 @@ pub extern "C" fn MXNotifyShutdown() -> c_int {
 }
 
 /// MXNet sets OpenMP's thread count for the calling thread. mxrt has no OpenMP: the value (>= 1)
-/// caps the threads that parallel work started from the calling thread may use (today: the
-/// KVStore reductions its pushes start, otherwise MXNET_KVSTORE_REDUCTION_NTHREADS); other threads
-/// are not affected. Values < 1 are an error.
+/// caps the threads of the KVStore reductions that the calling thread's pushes start (otherwise
+/// MXNET_KVSTORE_REDUCTION_NTHREADS); operator kernels' intra-op pool (MXNET_OMP_MAX_THREADS) and
+/// other threads are not affected. Values < 1 are an error.
 #[unsafe(no_mangle)]
 pub extern "C" fn MXSetNumOMPThreads(thread_num: c_int) -> c_int {
     api_call("MXSetNumOMPThreads", || {
@@ -163,9 +163,11 @@ static FEATURES: FeatureTable = FeatureTable([
 ]);
 
 /// The features of this build: a static array of 32 entries in MXNet's order (CUDA, CUDNN, ...,
-/// TVM_OP); read them as `const MXRTLibFeature *`. PROFILER and INT64_TENSOR_SIZE are on, the CPU_*
-/// flags follow the instruction sets mxrt was compiled for, the rest (CUDA, BLAS, OPENMP, ...) are
-/// off.
+/// TVM_OP); read them as `const MXRTLibFeature *`. PROFILER and INT64_TENSOR_SIZE are on,
+/// DIST_KVSTORE follows the `dist` feature, DEBUG is on in debug builds, the CPU_* flags follow
+/// the instruction sets mxrt was compiled for, the rest (CUDA, BLAS, OPENMP, ...) are off: mxrt
+/// is not built against the CUDA toolkit and finds GPUs through the driver at run time
+/// (MXGetGPUCount).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXLibInfoFeatures(
     lib_feature: *mut *const LibFeature,

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 const _: () = assert!(
     usize::BITS == 64,
-    "handles pack a 32-bit generation and a 32-bit index into a pointer"
+    "handles pack a tag bit, a 31-bit generation and a 32-bit index into a pointer"
 );
 
 /// What a handle points to.

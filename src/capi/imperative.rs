@@ -8,7 +8,8 @@ use super::operator::{AtomicSymbolCreator, op_arg};
 use super::types::NDArrayHandle;
 use crate::error::Result;
 use crate::ndarray::NDArray;
-use crate::operator::imperative::{self, Invoke};
+use crate::autograd;
+use crate::operator::imperative::Invoke;
 use crate::operator::registry::Registry;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
@@ -153,7 +154,7 @@ unsafe fn invoke(
     };
     let name: &'static str = &Registry::global().op(id).name;
     let allocate = given.is_none();
-    let results = imperative::invoke(Invoke {
+    let results = autograd::invoke(Invoke {
         op: name,
         called_as: name,
         inputs: &arrays,

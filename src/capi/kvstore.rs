@@ -1,16 +1,18 @@
-//! KVStore functions of MXNet 1.9.1's C API (local stores: "local", "device" and their aliases).
+//! KVStore functions of MXNet 1.9.1's C API: local stores ("local", "device" and their aliases)
+//! and, in builds with the `dist` feature, distributed ones.
 //!
 //! A `KVStoreHandle` is an `Arc<CKVStore>` in the handle registry. Updaters are called on the
 //! thread that calls Push/PushPull, once per unique key, with two new NDArray handles (merged
 //! value, stored value) that the callee owns and must free with `MXNDArrayFree`, as in MXNet.
+//! Values may be dense or row_sparse; `MXKVStorePullRowSparse(Ex)` pulls the requested rows of a
+//! row_sparse value.
 //!
-//! Type strings with "dist" create a distributed store (`crate::dist`, in builds with the `dist`
-//! feature): the process's role comes from `DMLC_ROLE`; servers serve in `MXKVStoreRunServer`.
+//! Type strings with "dist" create a distributed store (`crate::dist`): the process's role comes
+//! from `DMLC_ROLE`; servers serve in `MXKVStoreRunServer`.
 //!
 //! Differences from MXNet, on purpose: a push without an updater stores a copy of the sum (MXNet
 //! aliases the pushed array); `RunServer` and `SendCommmandToServers` on a local store fail with a
-//! message (it has no servers), and so do NCCL store types and row-sparse pulls, which mxrt does
-//! not build.
+//! message (it has no servers), and so do the NCCL store types, which mxrt does not build.
 //!
 //! # Safety
 //! Every export has MXNet's C contract: pointer arguments are NULL or valid for the counts given,
@@ -125,6 +127,10 @@ fn make_str_updater(f: KVStoreStrUpdaterFn, user: *mut c_void) -> Option<StrUpda
 }
 
 /// `num` string keys (also the parameter strings of gradient compression).
+///
+/// # Safety
+/// A non-NULL `keys` must be valid for reads of `num` pointers, each NULL (refused) or a
+/// NUL-terminated string that lives for `'a`.
 unsafe fn str_keys<'a>(keys: *const *const c_char, num: usize, name: &str) -> Result<Vec<&'a str>> {
     // SAFETY: API contract: `keys` holds `num` C strings.
     let raw = unsafe { args::slice(keys, num, name)? };
@@ -136,6 +142,9 @@ unsafe fn str_keys<'a>(keys: *const *const c_char, num: usize, name: &str) -> Re
 }
 
 /// `num` NDArray handles.
+///
+/// # Safety
+/// A non-NULL `vals` must be valid for reads of `num` handles (each handle is checked).
 unsafe fn arrays(vals: *const NDArrayHandle, num: usize, name: &str) -> Result<Vec<Arc<NDArray>>> {
     // SAFETY: API contract: `vals` holds `num` handles.
     let raw = unsafe { args::slice(vals, num, name)? };
@@ -175,6 +184,8 @@ trait KeyArray: Copy {
 }
 
 impl KeyArray for *const c_int {
+    /// # Safety
+    /// As for [`KeyArray::read`]: NULL, or valid for reads of `num` ints.
     unsafe fn read<'a>(self, num: usize, name: &str) -> Result<CKeys<'a>> {
         // SAFETY: forwarded contract: `self` holds `num` ints.
         Ok(CKeys::Int(unsafe { args::slice(self, num, name)? }))
@@ -182,6 +193,9 @@ impl KeyArray for *const c_int {
 }
 
 impl KeyArray for *mut *const c_char {
+    /// # Safety
+    /// As for [`KeyArray::read`]: NULL, or valid for reads of `num` pointers to NUL-terminated
+    /// strings.
     unsafe fn read<'a>(self, num: usize, name: &str) -> Result<CKeys<'a>> {
         // SAFETY: forwarded contract: `self` holds `num` C strings.
         Ok(CKeys::Str(unsafe { str_keys(self, num, name)? }))
@@ -190,6 +204,9 @@ impl KeyArray for *mut *const c_char {
 
 /// The body of the one-list calls (Init, Push, Pull and their twins): reads `num` keys and
 /// arrays, then runs `call` on the store.
+///
+/// # Safety
+/// `keys` as for [`KeyArray::read`] and `vals` as for [`arrays`], each with `num` elements.
 unsafe fn with_keys<K: KeyArray>(
     handle: KVStoreHandle,
     num: u32,
@@ -211,6 +228,10 @@ enum TwoPhase {
 }
 
 /// The body of Broadcast and PushPull and their twins.
+///
+/// # Safety
+/// `vkeys` and `vals` must be NULL or valid for `vnum` elements, `okeys` and `outs` for `onum`
+/// (keys as for [`KeyArray::read`], arrays as for [`arrays`]).
 #[allow(clippy::too_many_arguments)] // MXNet's parameter list
 unsafe fn two_phase<K: KeyArray>(
     handle: KVStoreHandle,
@@ -242,6 +263,10 @@ unsafe fn two_phase<K: KeyArray>(
 }
 
 /// The body of the row-sparse pulls: `num` keys, outputs and row-id arrays.
+///
+/// # Safety
+/// `keys` as for [`KeyArray::read`], `vals` and `row_ids` as for [`arrays`], each with `num`
+/// elements.
 unsafe fn row_sparse<K: KeyArray>(
     handle: KVStoreHandle,
     num: u32,
@@ -268,8 +293,8 @@ unsafe fn row_sparse<K: KeyArray>(
 /// "local_update_cpu", "local_allreduce_cpu", "local_allreduce_device", ... ("local" sums GPU
 /// values in page-locked host memory, "device" on a GPU; with host values both are the same).
 /// "dist_sync", "dist_async", "dist_sync_device", ... create a distributed store for this
-/// process's role (`DMLC_ROLE`; MPI starts here; builds with the `dist` feature). "nccl" fails:
-/// mxrt does not use NCCL.
+/// process's role (`DMLC_ROLE`; MPI starts here; a build without the `dist` feature fails naming
+/// it). "nccl" fails: mxrt does not use NCCL. Unknown type strings fail.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStoreHandle) -> c_int {
     api_call("MXKVStoreCreate", || {
@@ -283,7 +308,10 @@ pub unsafe extern "C" fn MXKVStoreCreate(type_: *const c_char, out: *mut KVStore
     })
 }
 
-/// Frees a store (NULL is a no-op). Engine ops already pushed keep the arrays they use alive.
+/// Frees a store; NULL or a freed handle is -1. Engine ops already pushed keep the arrays they use
+/// alive. A distributed worker first finishes its pushes and meets the other workers at the exit
+/// barrier (unless MXKVStoreSetBarrierBeforeExit(0)); once every worker has freed its store, the
+/// servers' MXKVStoreRunServer returns.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     api_call("MXKVStoreFree", || {
@@ -294,7 +322,11 @@ pub unsafe extern "C" fn MXKVStoreFree(handle: KVStoreHandle) -> c_int {
     })
 }
 
-/// Not supported yet: fails with a message (the arguments are still checked).
+/// Sets gradient compression from `num_params` key/value strings (MXNet's: `type` = `2bit` or
+/// `none`, `threshold`). On the workers of a distributed store with servers, float32 pushes are
+/// then sent 2-bit compressed and each worker keeps its residual. A local store fails with a
+/// message, and so does `2bit` on a distributed store without servers (its allreduce sends full
+/// values); servers and the scheduler only check the parameters.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreSetGradientCompression(
     handle: KVStoreHandle,
@@ -312,7 +344,8 @@ pub unsafe extern "C" fn MXKVStoreSetGradientCompression(
     })
 }
 
-/// Stores a copy of each value under its int key (each key once).
+/// Stores a copy of each value (dense or row_sparse) under its int key (each key once). In a
+/// distributed store only worker 0's values count, as in MXNet.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreInit(
     handle: KVStoreHandle,
@@ -326,7 +359,7 @@ pub unsafe extern "C" fn MXKVStoreInit(
     })
 }
 
-/// Stores a copy of each value under its string key (each key once).
+/// [`MXKVStoreInit`] with string keys.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreInitEx(
     handle: KVStoreHandle,
@@ -341,7 +374,8 @@ pub unsafe extern "C" fn MXKVStoreInitEx(
 }
 
 /// Sums the values given for each key and folds the sum into the stored value (through the
-/// updater if set). Returns before the sums run.
+/// updater if set); row_sparse values sum to a row_sparse value. Returns before the sums run. In
+/// a distributed store the sum goes to the key's servers (or into an allreduce without servers).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStorePush(
     handle: KVStoreHandle,
@@ -371,7 +405,8 @@ pub unsafe extern "C" fn MXKVStorePushEx(
     })
 }
 
-/// Copies each key's value into the outputs given for it (engine ops).
+/// Copies each key's value into the outputs given for it (engine ops). Sparse outputs are left as
+/// they are (MXNet's `ignore_sparse`; see MXKVStorePullWithSparse).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStorePull(
     handle: KVStoreHandle,
@@ -409,7 +444,8 @@ pub unsafe extern "C" fn MXKVStorePullEx(
     })
 }
 
-/// [`MXKVStorePull`]; `ignore_sparse` has no effect (all arrays are dense).
+/// [`MXKVStorePull`] with a choice for sparse outputs: with `ignore_sparse` they are left as they
+/// are; without it they receive the key's value converted to their own storage type.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStorePullWithSparse(
     handle: KVStoreHandle,
@@ -450,8 +486,9 @@ pub unsafe extern "C" fn MXKVStorePullWithSparseEx(
 }
 
 /// Pulls the rows `row_ids[i]` (a dense array of row ids) of each key's row_sparse value into
-/// the row_sparse output `vals[i]` (the other rows absent). Dense outputs or a dense stored
-/// value are -1.
+/// the row_sparse output `vals[i]` (the other rows absent). Dense outputs are -1; so are sparse
+/// row-id arrays and, on a local store, a dense stored value. A distributed store pulls the whole
+/// value and keeps the requested rows.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStorePullRowSparse(
     handle: KVStoreHandle,
@@ -654,7 +691,8 @@ pub unsafe extern "C" fn MXKVStoreGetType(
     })
 }
 
-/// 0 for a local store.
+/// This worker's rank among the workers of a distributed store (a server: its rank among the
+/// servers); 0 for a local store and for the scheduler.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     api_call("MXKVStoreGetRank", || {
@@ -665,7 +703,8 @@ pub unsafe extern "C" fn MXKVStoreGetRank(handle: KVStoreHandle, ret: *mut c_int
     })
 }
 
-/// 1 for a local store.
+/// The number of workers of a distributed store (as a server or the scheduler sees it too); 1 for
+/// a local store.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreGetGroupSize(handle: KVStoreHandle, ret: *mut c_int) -> c_int {
     api_call("MXKVStoreGetGroupSize", || {
@@ -704,13 +743,15 @@ pub unsafe extern "C" fn MXKVStoreIsSchedulerNode(ret: *mut c_int) -> c_int {
     role_is(ret, Role::Scheduler, "MXKVStoreIsSchedulerNode")
 }
 
-/// Waits until every worker has reached the barrier (at once for a local store).
+/// Waits until every worker of a distributed store has reached the barrier (returns at once for a
+/// local store); -1 on servers and the scheduler.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreBarrier(handle: KVStoreHandle) -> c_int {
     api_call("MXKVStoreBarrier", || kv(handle)?.store.barrier())
 }
 
-/// Records the flag (it only matters for distributed stores).
+/// Records whether MXKVStoreFree waits at the exit barrier for the other workers (default 1; it
+/// only matters on the workers of distributed stores).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXKVStoreSetBarrierBeforeExit(
     handle: KVStoreHandle,
@@ -761,10 +802,11 @@ pub unsafe extern "C" fn MXKVStoreSendCommmandToServers(
     cmd_body: *const c_char,
 ) -> c_int {
     api_call("MXKVStoreSendCommmandToServers", || {
-        // SAFETY: API contract: a C string (NULL is an empty body, as MXNet's Python passes '').
+        // NULL is an empty body, as MXNet's Python passes ''
         let body = if cmd_body.is_null() {
             ""
         } else {
+            // SAFETY: API contract: a non-NULL `cmd_body` is a NUL-terminated string.
             unsafe { args::c_str(cmd_body, "cmd_body")? }
         };
         kv(handle)?.store.send_command_to_servers(cmd_id, body)

@@ -58,6 +58,9 @@ fn create(
 
 /// Writes a new handle to the array `make` derives from the array behind `handle` (a view or a
 /// shallow copy) into `*out`.
+///
+/// # Safety
+/// A non-NULL `out` must be valid for a write of a handle (`handle` itself is checked).
 unsafe fn derive(
     out: *mut NDArrayHandle,
     handle: NDArrayHandle,
@@ -284,10 +287,46 @@ pub unsafe extern "C" fn MXNDArraySlice(
         // SAFETY: forwarded API contract.
         unsafe {
             derive(out, handle, "handle", |a| {
-                a.slice(slice_begin.into(), slice_end.into())
+                sliced(a, slice_begin.into(), slice_end.into())
             })
         }
     })
+}
+
+/// Rows `[begin, end)` as a view, recorded as MXNet's `slice` while recording.
+fn sliced(a: &NDArray, begin: i64, end: i64) -> Result<NDArray> {
+    let v = a.slice(begin, end)?;
+    crate::autograd::record_view(
+        "slice",
+        &[("begin", format!("({begin},)")), ("end", format!("({end},)"))],
+        a,
+        &v,
+    )?;
+    Ok(v)
+}
+
+/// A reshaped view, recorded as MXNet's `Reshape` while recording.
+fn reshaped(a: &NDArray, shape: &[i64]) -> Result<NDArray> {
+    let v = a.reshape(shape)?;
+    let dims: Vec<String> = shape.iter().map(i64::to_string).collect();
+    crate::autograd::record_view("Reshape", &[("shape", format!("({})", dims.join(",")))], a, &v)?;
+    Ok(v)
+}
+
+/// Row `idx` as a view: a slice and a reshape, each recorded while recording (as MXNet does).
+fn row(a: &NDArray, idx: i64) -> Result<NDArray> {
+    let rows = a.shape().first().copied().unwrap_or(0);
+    if idx < 0 || idx >= rows {
+        return Err(Error::invalid(format!(
+            "index {idx} out of range for axis 0 of size {rows}"
+        )));
+    }
+    let s = sliced(a, idx, idx + 1)?;
+    let v = a.at(idx)?;
+    if v.shape() == s.shape() {
+        return Ok(s);
+    }
+    reshaped(&s, v.shape())
 }
 
 /// MXNDArraySlice with 64-bit bounds.
@@ -300,7 +339,7 @@ pub unsafe extern "C" fn MXNDArraySlice64(
 ) -> c_int {
     api_call("MXNDArraySlice64", || {
         // SAFETY: forwarded API contract.
-        unsafe { derive(out, handle, "handle", |a| a.slice(slice_begin, slice_end)) }
+        unsafe { derive(out, handle, "handle", |a| sliced(a, slice_begin, slice_end)) }
     })
 }
 
@@ -314,7 +353,7 @@ pub unsafe extern "C" fn MXNDArrayAt(
 ) -> c_int {
     api_call("MXNDArrayAt", || {
         // SAFETY: forwarded API contract.
-        unsafe { derive(out, handle, "handle", |a| a.at(idx.into())) }
+        unsafe { derive(out, handle, "handle", |a| row(a, idx.into())) }
     })
 }
 
@@ -327,7 +366,7 @@ pub unsafe extern "C" fn MXNDArrayAt64(
 ) -> c_int {
     api_call("MXNDArrayAt64", || {
         // SAFETY: forwarded API contract.
-        unsafe { derive(out, handle, "handle", |a| a.at(idx)) }
+        unsafe { derive(out, handle, "handle", |a| row(a, idx)) }
     })
 }
 
@@ -351,7 +390,7 @@ pub unsafe extern "C" fn MXNDArrayReshape(
             .collect();
         let a = nd(handle, "handle")?;
         let shape = nda::shape::reshape_simple(a.shape(), &dims)?;
-        *out = new_handle(a.reshape(&shape)?);
+        *out = new_handle(reshaped(&a, &shape)?);
         Ok(())
     })
 }
@@ -374,7 +413,7 @@ pub unsafe extern "C" fn MXNDArrayReshape64(
         let dims = unsafe { args::slice(dims as *const dim_t, n, "dims")? };
         let a = nd(handle, "handle")?;
         let shape = nda::shape::reshape_codes(a.shape(), dims, reverse)?;
-        *out = new_handle(a.reshape(&shape)?);
+        *out = new_handle(reshaped(&a, &shape)?);
         Ok(())
     })
 }
@@ -383,6 +422,9 @@ pub unsafe extern "C" fn MXNDArrayReshape64(
 /// `dim`, into the calling thread's `buffer` (valid until the next call on this thread) and
 /// reports its length, or -1 for a none array in numpy-shape mode when `np_rules` (MXNet's Ex
 /// functions) is set.
+///
+/// # Safety
+/// Non-NULL `out_dim` and `out_pdata` must be valid for a write of their types.
 unsafe fn report_shape<D: Copy + 'static, N: TryFrom<i64>>(
     handle: NDArrayHandle,
     out_dim: *mut N,
@@ -512,47 +554,3 @@ pub unsafe extern "C" fn MXNDArrayGetContext(
     })
 }
 
-/// mxrt has no autograd: no array has a gradient, so `*out` is NULL.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetGrad(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
-    api_call("MXNDArrayGetGrad", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        nd(handle, "handle")?;
-        *out = std::ptr::null_mut();
-        Ok(())
-    })
-}
-
-/// A new handle to the same data with no autograd history (mxrt has no autograd, so this is a
-/// shallow copy).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayDetach(handle: NDArrayHandle, out: *mut NDArrayHandle) -> c_int {
-    api_call("MXNDArrayDetach", || {
-        // SAFETY: forwarded API contract.
-        unsafe { derive(out, handle, "handle", |a| Ok(a.clone())) }
-    })
-}
-
-/// Without autograd no array is an autograd variable: fails as MXNet does for such arrays.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArraySetGradState(handle: NDArrayHandle, state: c_int) -> c_int {
-    api_call("MXNDArraySetGradState", || {
-        nd(handle, "handle")?;
-        Err(Error::invalid(format!(
-            "cannot set grad state {state}: the array is not an autograd variable (mxrt has no autograd)"
-        )))
-    })
-}
-
-/// 0: without autograd no array is an autograd variable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXNDArrayGetGradState(handle: NDArrayHandle, out: *mut c_int) -> c_int {
-    api_call("MXNDArrayGetGradState", || {
-        // SAFETY: API contract: out-parameter.
-        let out = unsafe { args::out(out, "out")? };
-        nd(handle, "handle")?;
-        *out = 0;
-        Ok(())
-    })
-}

@@ -20,6 +20,10 @@ thread_local! {
     static RAW_BYTES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Looks up `n` NDArray handles.
+///
+/// # Safety
+/// A non-NULL `ptr` must be valid for reads of `n` handles (each handle is checked).
 unsafe fn handles_arg(ptr: *mut NDArrayHandle, n: usize, name: &str) -> Result<Vec<Arc<NDArray>>> {
     // SAFETY: API contract: `n` handles.
     let hs = unsafe { args::slice(ptr as *const NDArrayHandle, n, name)? };
@@ -62,6 +66,10 @@ pub unsafe extern "C" fn MXNDArraySave(
     })
 }
 
+/// Hands loaded arrays and their names to C through the thread-local buffers.
+///
+/// # Safety
+/// Each non-NULL out-parameter must be valid for a write of its type.
 unsafe fn publish_loaded(
     arrays: Vec<NDArray>,
     names: Vec<String>,

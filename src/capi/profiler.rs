@@ -113,8 +113,9 @@ pub unsafe extern "C" fn MXSetProfilerConfig(
 /// filename="profile.json", continuous_dump=true, dump_period=1.0, aggregate_stats=false,
 /// profile_process="worker", and mxrt's own `timeline` (false; true = an HTML timeline next to the
 /// trace, or a path ending in .html or .svg). The trace file is deleted at once. An unknown key or
-/// a bad value fails naming the key. With profile_process="server" the configuration is meant for
-/// a KVStore server: `kvstoreHandle` must not be NULL (nothing else happens in this build).
+/// a bad value fails naming the key. With profile_process="server" the configuration goes to the
+/// servers of the distributed store `kvstoreHandle` (which must not be NULL; for a local store
+/// nothing happens, as in MXNet).
 ///
 /// # Safety
 /// `keys` and `vals` must each point to `num_params` NUL-terminated strings.
@@ -169,8 +170,8 @@ pub extern "C" fn MXSetProfilerState(state: c_int) -> c_int {
 }
 
 /// Sets the profiler state: 1 runs (enables output, unpauses), 0 stops (pauses); any other value
-/// fails. `profile_process` is 0 (worker, this process) or 1 (server: `kvStoreHandle` must not
-/// be NULL; nothing else happens in this build).
+/// fails. `profile_process` is 0 (worker, this process) or 1 (the servers of the distributed store
+/// `kvStoreHandle`, which must not be NULL; for a local store nothing happens, as in MXNet).
 #[unsafe(no_mangle)]
 pub extern "C" fn MXSetProcessProfilerState(
     state: c_int,
@@ -207,7 +208,8 @@ pub extern "C" fn MXDumpProfile(finished: c_int) -> c_int {
 
 /// Writes the records collected so far to the trace file, which is complete, valid JSON after
 /// every dump. Fails unless the profiler has been run since the last final dump. When `finished`
-/// is non-zero, or continuous_dump is off, output is disabled afterwards.
+/// is non-zero, or continuous_dump is off, output is disabled afterwards. `profile_process` as for
+/// [`MXSetProcessProfilerState`] (each server dumps its own trace).
 #[unsafe(no_mangle)]
 pub extern "C" fn MXDumpProcessProfile(
     finished: c_int,

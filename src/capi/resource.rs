@@ -62,8 +62,8 @@ pub extern "C" fn MXRandomSeed(seed: c_int) -> c_int {
 }
 
 /// Seeds the random number resources of one device (MXNet 1.9.1), as MXRandomSeed does for all.
-/// Every host device type shares the CPU's generators. A gpu is accepted (0) on this build,
-/// which has no GPU resources; the seed is kept for them.
+/// Every host device type shares the CPU's generators. A gpu is accepted (0): mxrt has no GPU
+/// resources, and the seed is kept for the device.
 #[unsafe(no_mangle)]
 pub extern "C" fn MXRandomSeedContext(seed: c_int, dev_type: c_int, dev_id: c_int) -> c_int {
     api_call("MXRandomSeedContext", || {
@@ -77,7 +77,8 @@ pub extern "C" fn MXRandomSeedContext(seed: c_int, dev_type: c_int, dev_id: c_in
 /// (kTempSpace) and 2 a set of parallel random streams (kParallelRandom); for 1 and 2 successive
 /// requests cycle through the device's copies (MXNET_CPU_TEMP_COPY, default 4, and
 /// MXNET_CPU_PARALLEL_RAND_COPY, default 1). All host device types share the CPU's resources;
-/// gpu fails on this build. `*out` belongs to mxrt and stays valid until the process exits.
+/// a gpu is -1 (mxrt has no GPU random generators or temp space). `*out` belongs to mxrt and
+/// stays valid until the process exits.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXResourceRequest(
     dev_type: c_int,

@@ -52,7 +52,8 @@ pub struct EngineConfig {
     /// Threads of ThreadedEngine's shared pool: `MXNET_CPU_WORKER_NTHREADS` when set, else
     /// MXNet's 16.
     pub pooled_workers: usize,
-    /// Threads per GPU pool (`MXNET_GPU_WORKER_NTHREADS`, default 2); used once GPUs are supported.
+    /// Threads per GPU worker pool and per GPU priority pool (`MXNET_GPU_WORKER_NTHREADS`,
+    /// default 2).
     pub gpu_workers: usize,
     /// Threads per GPU copy pool (`MXNET_GPU_COPY_NTHREADS`, default 2).
     pub gpu_copy_workers: usize,

@@ -7,7 +7,9 @@
 //! the operator, so traces and aggregate statistics show it; a kernel's error fails the op like
 //! any engine op and reaches whoever waits on its outputs.
 
+use super::def::OpDef;
 use super::op::{Aliasing, Call, KernelArgs, Plan, TensorDesc};
+use super::stype::StorageRule;
 use super::param::Params;
 use super::table;
 use super::stype;
@@ -49,8 +51,33 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
 
 /// Runs the op; returns its outputs (the given ones, or new arrays).
 pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
+    let engine = Engine::global()?;
+    let resolved = resolve(&call)?;
+    let outputs = allocate(&call, &resolved)?;
+    dispatch(engine, resolved, call.inputs, &outputs)?;
+    Ok(outputs)
+}
+
+/// An invoke decided on the calling thread: the op's definition, its plan (output shapes and
+/// dtypes, kernel), where it runs and how its storage is handled. Nothing has run yet.
+pub struct Resolved {
+    pub def: &'static OpDef,
+    /// The name the op was called by (for messages and the engine op's name).
+    pub name: &'static str,
+    pub plan: Plan,
+    /// The device the op runs on (its outputs' when the library allocates them).
+    pub ctx: Context,
+    /// The GPU kernel when an array is on a GPU.
+    gpu_kernel: Option<super::op::GpuKernel>,
+    /// The raw parameters and inputs' storage types, when storage decisions need them.
+    storage: Option<(Vec<(String, String)>, SmallVec<[StorageType; 4]>)>,
+}
+
+/// Step 1: finds the op's definition and plans the call (parameters, shape and dtype inference,
+/// the device, the GPU kernel if an array is on a GPU).
+pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
     let name = call.called_as;
-    let op = table::lookup(call.op).ok_or_else(|| {
+    let def = table::lookup(call.op).ok_or_else(|| {
         Error::not_supported(format!("operator {name} is not implemented by mxrt"))
     })?;
     let mut input_ctx = None;
@@ -76,12 +103,17 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     });
     let sparse_in = call.inputs.iter().any(NDArray::is_sparse);
     // storage decisions read the raw parameters (only ops that meet sparse storage need them)
-    let storage = (sparse_in || call.op == "cast_storage").then(|| {
+    let storage = (sparse_in || matches!(def.stype, StorageRule::Custom(_))).then(|| {
         let stypes: SmallVec<[StorageType; 4]> = call.inputs.iter().map(NDArray::stype).collect();
-        (call.params.clone(), stypes)
+        let params = call
+            .params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        (params, stypes)
     });
-    let params = Params::new(name, call.params)?;
-    let plan = op.plan(&Call {
+    let params = Params::new(name, call.params.clone())?;
+    let plan = def.forward.plan(&Call {
         name,
         inputs: &descs,
         params: &params,
@@ -106,45 +138,82 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
         })?),
         None => None,
     };
-    let outputs = match call.outputs {
+    Ok(Resolved {
+        def,
+        name,
+        plan,
+        ctx,
+        gpu_kernel,
+        storage,
+    })
+}
+
+/// Step 2: the outputs: the caller's, checked against the plan, or new arrays of the planned
+/// shapes, dtypes and storage types.
+pub fn allocate(call: &Invoke<'_>, r: &Resolved) -> Result<Vec<NDArray>> {
+    let outputs = match &call.outputs {
         Some(outs) => {
-            check_given(name, &plan, &outs)?;
-            outs
+            check_given(r.name, &r.plan, outs)?;
+            outs.clone()
         }
         None => {
-            let stypes = match &storage {
-                Some((p, ins)) => stype::output_stypes(call.op, p, ins, plan.outputs.len()),
-                None => vec![StorageType::Default; plan.outputs.len()],
+            let stypes = match &r.storage {
+                Some((p, ins)) => {
+                    let p: Vec<(&str, &str)> =
+                        p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    stype::output_stypes(r.def.stype, &p, ins, r.plan.outputs.len())
+                }
+                None => vec![StorageType::Default; r.plan.outputs.len()],
             };
-            plan.outputs
+            r.plan
+                .outputs
                 .iter()
                 .zip(stypes)
                 .map(|(d, st)| match st {
-                    StorageType::Default => NDArray::new(&d.shape, ctx, d.dtype, false),
-                    st => NDArray::new_sparse(st, &d.shape, ctx, d.dtype, &vec![DType::I64; st.num_aux()]),
+                    StorageType::Default => NDArray::new(&d.shape, r.ctx, d.dtype, false),
+                    st => NDArray::new_sparse(
+                        st,
+                        &d.shape,
+                        r.ctx,
+                        d.dtype,
+                        &vec![DType::I64; st.num_aux()],
+                    ),
                 })
                 .collect::<Result<Vec<_>>>()?
         }
     };
     let sparse = call.inputs.iter().chain(&outputs).any(NDArray::is_sparse);
-    if sparse && gpu_kernel.is_some() {
+    if sparse && r.gpu_kernel.is_some() {
         return Err(Error::not_supported(format!(
-            "operator {name}: sparse arrays live on CPU contexts and cannot meet GPU arrays"
+            "operator {}: sparse arrays live on CPU contexts and cannot meet GPU arrays",
+            r.name
         )));
     }
-    let lazy_rows = storage
-        .as_ref()
-        .is_some_and(|(p, ins)| stype::lazy_update_rows(call.op, p, ins));
-    if let Some(kernel) = gpu_kernel {
-        super::device::run(name, kernel, call.inputs, &outputs)?;
-        return Ok(outputs);
-    }
-    if sparse {
-        run_with_sparse(name, call.inputs, &outputs, plan, ctx, lazy_rows)?;
-    } else {
-        run(name, call.inputs, &outputs, plan, ctx)?;
-    }
     Ok(outputs)
+}
+
+/// Step 3: pushes the planned kernel to `engine` as one op reading the inputs and writing the
+/// outputs (and mutated inputs): the core the imperative runner, the autograd tape and a graph
+/// executor share.
+pub fn dispatch(
+    engine: &Engine,
+    r: Resolved,
+    inputs: &[NDArray],
+    outputs: &[NDArray],
+) -> Result<()> {
+    let lazy_rows = r.storage.as_ref().is_some_and(|(p, ins)| {
+        let p: Vec<(&str, &str)> = p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        stype::lazy_update_rows(r.def.stype, &p, ins)
+    });
+    if let Some(kernel) = r.gpu_kernel {
+        return super::device::run(r.name, kernel, inputs, outputs);
+    }
+    let sparse = inputs.iter().chain(outputs).any(NDArray::is_sparse);
+    if sparse {
+        run_with_sparse(engine, r.name, inputs, outputs, r.plan, r.ctx, lazy_rows)
+    } else {
+        run(engine, r.name, inputs, outputs, r.plan, r.ctx)
+    }
 }
 
 /// Runs an op some of whose arrays are sparse: its kernel gets dense copies of them (made in
@@ -152,6 +221,7 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
 /// the dense results back in their storage. With `lazy_rows` (a lazy optimizer update with a
 /// row_sparse gradient, input 1) only the gradient's stored rows of the written arrays change.
 fn run_with_sparse(
+    engine: &Engine,
     name: &'static str,
     inputs: &[NDArray],
     outputs: &[NDArray],
@@ -188,7 +258,7 @@ fn run_with_sparse(
     }
     let job = Mutex::new(Some(job));
     let args = PushArgs::new(ctx).reads(&reads).writes(&writes).name(name);
-    Engine::global()?.push_fn(args, move |_| {
+    engine.push_fn(args, move |_| {
         let Some(job) = job.lock().take() else {
             return Err(format!("operator {name} ran twice"));
         };
@@ -333,6 +403,7 @@ struct Job {
 }
 
 fn run(
+    engine: &Engine,
     name: &'static str,
     inputs: &[NDArray],
     outputs: &[NDArray],
@@ -359,7 +430,7 @@ fn run(
     let job = Mutex::new(Some(job));
     let op_name = name;
     let args = PushArgs::new(ctx).reads(&reads).writes(&writes).name(name);
-    Engine::global()?.push_fn(args, move |_| {
+    engine.push_fn(args, move |_| {
         let Some(job) = job.lock().take() else {
             return Err(format!("operator {op_name} ran twice"));
         };

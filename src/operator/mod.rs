@@ -9,6 +9,7 @@
 //!   engine, no NDArray, no C); they split big loops over [`crate::parallel`]'s thread pool.
 
 pub(crate) mod device;
+pub mod def;
 pub mod imperative;
 pub mod mode;
 pub mod kernel;

@@ -9,95 +9,45 @@
 
 use crate::ndarray::format::StorageType;
 
-/// Unary ops that map zero to zero, so a sparse input gives an output of the same storage.
-const ZERO_PRESERVING: &[&str] = &[
-    "abs",
-    "sign",
-    "round",
-    "rint",
-    "ceil",
-    "floor",
-    "trunc",
-    "fix",
-    "square",
-    "sqrt",
-    "sin",
-    "tan",
-    "arcsin",
-    "arctan",
-    "sinh",
-    "tanh",
-    "arcsinh",
-    "arctanh",
-    "expm1",
-    "log1p",
-    "relu",
-    "negative",
-    "radians",
-    "degrees",
-    "_copy",
-    "copy",
-    "identity",
-    "zeros_like",
-    "_mul_scalar",
-    "_div_scalar",
-    "clip",
-    "_copyto",
-    "Cast",
-    "cast",
-];
+/// How an operator's library-allocated outputs get their storage type when sparse arrays are
+/// involved: part of the operator's definition ([`crate::operator::def::OpDef::stype`]).
+#[derive(Clone, Copy)]
+pub enum StorageRule {
+    /// Outputs are dense (MXNet's storage fallback).
+    Dense,
+    /// A unary op that maps zero to zero: the output has its input's storage.
+    ZeroPreserving,
+    /// Sums and products: inputs that share one storage give an output of that storage.
+    SameStorage,
+    /// Decided from the parameters and the inputs' storage types.
+    Custom(fn(&[(&str, &str)], &[StorageType]) -> StorageType),
+    /// An optimizer update (dense outputs) that, given a row_sparse gradient (input 1), updates
+    /// only its stored rows when this says so.
+    LazyUpdate(fn(&[(&str, &str)], &[StorageType]) -> bool),
+}
 
-/// Ops whose output keeps the storage its inputs share (sums and products of sparse arrays).
-const SAME_STORAGE: &[&str] = &[
-    "elemwise_add",
-    "_plus",
-    "_add",
-    "elemwise_sub",
-    "_minus",
-    "_sub",
-    "elemwise_mul",
-    "_mul",
-    "_grad_add",
-    "add_n",
-    "ElementWiseSum",
-    "_internal._plus",
-];
+/// A parameter's value as given.
+pub fn param<'a>(params: &[(&str, &'a str)], key: &str) -> Option<&'a str> {
+    params.iter().find(|(name, _)| *name == key).map(|(_, v)| *v)
+}
 
-/// The storage of each of `n` outputs the library allocates for `op` given its inputs'.
+/// Whether a boolean parameter is given as true.
+pub fn truthy(v: Option<&str>) -> bool {
+    v.is_some_and(|v| matches!(v, "True" | "true" | "1"))
+}
+
+/// The storage of each of `n` outputs the library allocates under `rule` given the inputs'.
 pub fn output_stypes(
-    op: &str,
+    rule: StorageRule,
     params: &[(&str, &str)],
     inputs: &[StorageType],
     n: usize,
 ) -> Vec<StorageType> {
-    let param = |k: &str| params.iter().find(|(name, _)| *name == k).map(|(_, v)| *v);
     let first = inputs.first().copied().unwrap_or(StorageType::Default);
-    let stype = match op {
-        "cast_storage" => match param("stype").map(|s| s.trim_matches('\'')) {
-            Some("row_sparse") => StorageType::RowSparse,
-            Some("csr") => StorageType::Csr,
-            _ => StorageType::Default,
-        },
-        "_sparse_retain" | "sparse_retain" | "_contrib_sparse_retain" => StorageType::RowSparse,
-        "dot"
-            if first == StorageType::Csr
-                && param("transpose_a").is_some_and(|v| matches!(v, "True" | "true" | "1"))
-                && inputs.get(1) == Some(&StorageType::Default) =>
-        {
-            StorageType::RowSparse
-        }
-        // rows of a csr array are a csr array (without steps), as in MXNet
-        "slice" | "crop"
-            if first == StorageType::Csr
-                && param("step").is_none_or(|v| matches!(v.trim(), "()" | "[]" | "(1,)" | "(None,)")) =>
-        {
-            StorageType::Csr
-        }
-        _ if ZERO_PRESERVING.contains(&op) && inputs.len() == 1 => first,
-        _ if SAME_STORAGE.contains(&op)
-            && !inputs.is_empty()
-            && inputs.iter().all(|&s| s == first) =>
-        {
+    let stype = match rule {
+        StorageRule::Custom(f) => f(params, inputs),
+        StorageRule::ZeroPreserving if inputs.len() == 1 => first,
+        StorageRule::SameStorage if !inputs.is_empty() && inputs.iter().all(|&s| s == first) => {
             first
         }
         _ => StorageType::Default,
@@ -105,25 +55,27 @@ pub fn output_stypes(
     vec![stype; n]
 }
 
-/// Optimizer updates that, given a row_sparse gradient (input 1), update only its stored rows
-/// when `lazy_update` is true (its default); the sparse forms of `ftrl_update` (row_sparse
-/// weights) and `_sparse_adagrad_update` always are.
-pub fn lazy_update_rows(op: &str, params: &[(&str, &str)], inputs: &[StorageType]) -> bool {
-    if inputs.get(1) != Some(&StorageType::RowSparse) {
-        return false;
-    }
-    let lazy = params
-        .iter()
-        .find(|(k, _)| *k == "lazy_update")
-        .is_none_or(|(_, v)| matches!(*v, "True" | "true" | "1"));
-    match op {
-        "sgd_update" | "sgd_mom_update" | "adam_update" => lazy,
-        // MXNet's sparse FTRL kernel takes row_sparse weights; a dense weight falls back to
-        // the dense update of every row
-        "ftrl_update" => inputs[0] == StorageType::RowSparse,
-        "_sparse_adagrad_update" => true,
+/// Whether an invoke under `rule` is a lazy update: only the rows of the row_sparse gradient
+/// (input 1) change.
+pub fn lazy_update_rows(
+    rule: StorageRule,
+    params: &[(&str, &str)],
+    inputs: &[StorageType],
+) -> bool {
+    match rule {
+        StorageRule::LazyUpdate(f) => inputs.get(1) == Some(&StorageType::RowSparse) && f(params, inputs),
         _ => false,
     }
+}
+
+/// `lazy_update` (default true) of `sgd_update`, `sgd_mom_update`, `adam_update`.
+pub fn lazy_if_asked(params: &[(&str, &str)], _inputs: &[StorageType]) -> bool {
+    param(params, "lazy_update").is_none_or(|v| truthy(Some(v)))
+}
+
+/// Always lazy (`_sparse_adagrad_update`).
+pub fn always_lazy(_params: &[(&str, &str)], _inputs: &[StorageType]) -> bool {
+    true
 }
 
 #[cfg(test)]
@@ -132,48 +84,19 @@ mod tests {
     use StorageType::*;
 
     #[test]
-    fn outputs_keep_sparsity_where_mxnet_does() {
-        assert_eq!(
-            output_stypes("cast_storage", &[("stype", "csr")], &[Default], 1),
-            [Csr]
-        );
-        assert_eq!(
-            output_stypes("_mul_scalar", &[("scalar", "2")], &[RowSparse], 1),
-            [RowSparse]
-        );
-        assert_eq!(
-            output_stypes("_plus_scalar", &[("scalar", "2")], &[RowSparse], 1),
-            [Default]
-        );
-        assert_eq!(output_stypes("elemwise_add", &[], &[Csr, Csr], 1), [Csr]);
-        assert_eq!(
-            output_stypes("elemwise_add", &[], &[Csr, Default], 1),
-            [Default]
-        );
-        assert_eq!(
-            output_stypes("dot", &[("transpose_a", "True")], &[Csr, Default], 1),
-            [RowSparse]
-        );
-        assert_eq!(output_stypes("dot", &[], &[Csr, Default], 1), [Default]);
-        let rows = [("begin", "(1,)"), ("end", "(3,)")];
-        assert_eq!(output_stypes("slice", &rows, &[Csr], 1), [Csr]);
-        assert_eq!(output_stypes("slice", &rows, &[RowSparse], 1), [Default]);
+    fn rules_give_mxnet_storage() {
+        assert_eq!(output_stypes(StorageRule::ZeroPreserving, &[], &[RowSparse], 1), [RowSparse]);
+        assert_eq!(output_stypes(StorageRule::Dense, &[], &[RowSparse], 1), [Default]);
+        assert_eq!(output_stypes(StorageRule::SameStorage, &[], &[Csr, Csr], 1), [Csr]);
+        assert_eq!(output_stypes(StorageRule::SameStorage, &[], &[Csr, Default], 1), [Default]);
     }
 
     #[test]
     fn lazy_updates_need_a_row_sparse_gradient() {
-        assert!(lazy_update_rows("sgd_update", &[], &[Default, RowSparse]));
-        assert!(!lazy_update_rows(
-            "sgd_update",
-            &[("lazy_update", "False")],
-            &[Default, RowSparse]
-        ));
-        assert!(!lazy_update_rows("sgd_update", &[], &[Default, Default]));
-        assert!(lazy_update_rows(
-            "ftrl_update",
-            &[("lazy_update", "False")],
-            &[RowSparse, RowSparse]
-        ));
-        assert!(!lazy_update_rows("ftrl_update", &[], &[Default, RowSparse]));
+        let lazy = StorageRule::LazyUpdate(lazy_if_asked);
+        assert!(lazy_update_rows(lazy, &[], &[Default, RowSparse]));
+        assert!(!lazy_update_rows(lazy, &[("lazy_update", "False")], &[Default, RowSparse]));
+        assert!(!lazy_update_rows(lazy, &[], &[Default, Default]));
+        assert!(!lazy_update_rows(StorageRule::Dense, &[], &[Default, RowSparse]));
     }
 }

@@ -38,8 +38,8 @@ struct ManagerState {
 /// pushed before it.
 ///
 /// All host device types (cpu, cpu_pinned, cpu_shared, any id) share the CPU's resources, as in
-/// MXNet. GPU resources need GPU support, which this build lacks: requesting them is an error
-/// (seeding a GPU is accepted and remembered).
+/// MXNet. mxrt has no GPU random generators or temp space: requesting them is an error (seeding a
+/// GPU is accepted and remembered).
 pub struct ResourceManager<'e> {
     engine: &'e Engine,
     storage: &'static Storage,
@@ -216,8 +216,8 @@ impl<'e> ResourceManager<'e> {
     }
 
     /// Reseeds the generators of `ctx`'s device only (`MXRandomSeedContext`), as
-    /// [`seed`](Self::seed) does. For a device without resources yet (any GPU on this build)
-    /// the seed is remembered for when they are created.
+    /// [`seed`](Self::seed) does. For a device without resources yet (any GPU, which has
+    /// none) the seed is remembered for when they are created.
     pub fn seed_context(&self, seed: u32, ctx: Context) -> Result<()> {
         let key = device_key(ctx)?;
         let mut st = self.state.lock();

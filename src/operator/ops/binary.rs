@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::map::{map1, map2};
 use crate::operator::kernel::strided::{broadcast_shape, broadcast_strides, zip2};
 use crate::operator::kernel::{Element, Real};
+use crate::operator::def::{GradCtx, OpDef, Val};
 use crate::operator::op::{Call, GpuBinary, GpuKernel, Operator, Plan, TensorDesc};
+use crate::operator::stype::StorageRule;
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
 use half::f16;
@@ -18,6 +20,8 @@ use half::f16;
 /// A binary formula.
 pub trait Binary: Sync + 'static {
     const COST: usize;
+    /// The gradient of each form.
+    const GRAD: &'static BinaryGrad;
     fn f<R: Real>(a: R, b: R) -> R;
     /// The integer form, on integers held in f64 (differs only for division and modulo).
     fn int(a: f64, b: f64) -> f64 {
@@ -324,11 +328,12 @@ impl<B: Binary, const KIND: u8> Operator for Form<B, KIND> {
 macro_rules! binary_ops {
     ($($ty:ident $cost:literal $(gpu($gpu:expr))? [$($same:literal)?] [$($bcast:literal)?] [$($sc:literal)?] [$($rsc:literal)?]
        |$a:ident, $b:ident| $e:expr $(, int |$ia:ident, $ib:ident| $ie:expr)?
-       $(, wrapping |$wa:ident, $wb:ident| $we:expr)?;)*) => {
+       $(, wrapping |$wa:ident, $wb:ident| $we:expr)? => $grad:ident;)*) => {
         $(
             pub struct $ty;
             impl Binary for $ty {
                 const COST: usize = $cost;
+                const GRAD: &'static BinaryGrad = &$grad;
                 $(const GPU: Option<GpuKernel> = Some($gpu);)?
                 #[inline(always)]
                 fn f<R: Real>($a: R, $b: R) -> R { $e }
@@ -341,11 +346,17 @@ macro_rules! binary_ops {
         )*
         pub(crate) fn register(t: &mut Entries) {
             $(
-                $( t.push(($same, Form::<$ty, SAME>::OP)); )?
-                $( t.push(($bcast, Form::<$ty, BROADCAST>::OP)); )?
-                $( t.push(($sc, Form::<$ty, SCALAR>::OP)); )?
-                $( t.push(($rsc, Form::<$ty, RSCALAR>::OP)); )?
+                $( define::<$ty>(t.def($same, Form::<$ty, SAME>::OP), SAME); )?
+                $( define::<$ty>(t.def($bcast, Form::<$ty, BROADCAST>::OP), BROADCAST); )?
+                $( define::<$ty>(t.def($sc, Form::<$ty, SCALAR>::OP), SCALAR); )?
+                $( define::<$ty>(t.def($rsc, Form::<$ty, RSCALAR>::OP), RSCALAR); )?
             )*
+            for name in ["elemwise_add", "elemwise_sub", "elemwise_mul"] {
+                t.0.iter_mut().filter(|d| d.name == name).for_each(|d| { d.stype(StorageRule::SameStorage); });
+            }
+            for name in ["_mul_scalar", "_div_scalar"] {
+                t.0.iter_mut().filter(|d| d.name == name).for_each(|d| { d.stype(StorageRule::ZeroPreserving); });
+            }
         }
     };
 }
@@ -355,30 +366,285 @@ fn int_div(a: f64, b: f64) -> f64 {
 }
 
 binary_ops! {
-    Add 1 gpu(GpuKernel::Sum) ["elemwise_add"] ["broadcast_add"] ["_plus_scalar"] [] |a, b| a + b, wrapping |a, b| a.wrapping_add(b);
-    Sub 1 gpu(GpuKernel::Binary(GpuBinary::Sub)) ["elemwise_sub"] ["broadcast_sub"] ["_minus_scalar"] ["_rminus_scalar"] |a, b| a - b, wrapping |a, b| a.wrapping_sub(b);
-    Mul 1 gpu(GpuKernel::Binary(GpuBinary::Mul)) ["elemwise_mul"] ["broadcast_mul"] ["_mul_scalar"] [] |a, b| a * b, wrapping |a, b| a.wrapping_mul(b);
-    Div 2 ["elemwise_div"] ["broadcast_div"] ["_div_scalar"] ["_rdiv_scalar"] |a, b| a / b, int |a, b| int_div(a, b);
-    Mod 4 ["_mod"] ["broadcast_mod"] ["_mod_scalar"] ["_rmod_scalar"] |a, b| modulo(a, b);
-    Power 8 ["_power"] ["broadcast_power"] ["_power_scalar"] ["_rpower_scalar"] |a, b| a.powf(b);
-    Maximum 1 ["_maximum"] ["broadcast_maximum"] ["_maximum_scalar"] [] |a, b| if a > b || a.is_nan() { a } else { b };
-    Minimum 1 ["_minimum"] ["broadcast_minimum"] ["_minimum_scalar"] [] |a, b| if a < b || a.is_nan() { a } else { b };
-    Hypot 4 ["_hypot"] ["broadcast_hypot"] ["_hypot_scalar"] [] |a, b| a.hypot(b);
-    Equal 1 ["_equal"] ["broadcast_equal"] ["_equal_scalar"] [] |a, b| truth(a == b);
-    NotEqual 1 ["_not_equal"] ["broadcast_not_equal"] ["_not_equal_scalar"] [] |a, b| truth(a != b);
-    Greater 1 ["_greater"] ["broadcast_greater"] ["_greater_scalar"] [] |a, b| truth(a > b);
-    GreaterEqual 1 ["_greater_equal"] ["broadcast_greater_equal"] ["_greater_equal_scalar"] [] |a, b| truth(a >= b);
-    Lesser 1 ["_lesser"] ["broadcast_lesser"] ["_lesser_scalar"] [] |a, b| truth(a < b);
-    LesserEqual 1 ["_lesser_equal"] ["broadcast_lesser_equal"] ["_lesser_equal_scalar"] [] |a, b| truth(a <= b);
-    LogicalAnd 1 ["_logical_and"] ["broadcast_logical_and"] ["_logical_and_scalar"] [] |a, b| truth(a != R::ZERO && b != R::ZERO);
-    LogicalOr 1 ["_logical_or"] ["broadcast_logical_or"] ["_logical_or_scalar"] [] |a, b| truth(a != R::ZERO || b != R::ZERO);
-    LogicalXor 1 ["_logical_xor"] ["broadcast_logical_xor"] ["_logical_xor_scalar"] [] |a, b| truth((a != R::ZERO) != (b != R::ZERO));
+    Add 1 gpu(GpuKernel::Sum) ["elemwise_add"] ["broadcast_add"] ["_plus_scalar"] [] |a, b| a + b, wrapping |a, b| a.wrapping_add(b) => ADD;
+    Sub 1 gpu(GpuKernel::Binary(GpuBinary::Sub)) ["elemwise_sub"] ["broadcast_sub"] ["_minus_scalar"] ["_rminus_scalar"] |a, b| a - b, wrapping |a, b| a.wrapping_sub(b) => SUB;
+    Mul 1 gpu(GpuKernel::Binary(GpuBinary::Mul)) ["elemwise_mul"] ["broadcast_mul"] ["_mul_scalar"] [] |a, b| a * b, wrapping |a, b| a.wrapping_mul(b) => MUL;
+    Div 2 ["elemwise_div"] ["broadcast_div"] ["_div_scalar"] ["_rdiv_scalar"] |a, b| a / b, int |a, b| int_div(a, b) => DIV;
+    Mod 4 ["_mod"] ["broadcast_mod"] ["_mod_scalar"] ["_rmod_scalar"] |a, b| modulo(a, b) => MOD;
+    Power 8 ["_power"] ["broadcast_power"] ["_power_scalar"] ["_rpower_scalar"] |a, b| a.powf(b) => POWER;
+    Maximum 1 ["_maximum"] ["broadcast_maximum"] ["_maximum_scalar"] [] |a, b| if a > b || a.is_nan() { a } else { b } => MAXIMUM;
+    Minimum 1 ["_minimum"] ["broadcast_minimum"] ["_minimum_scalar"] [] |a, b| if a < b || a.is_nan() { a } else { b } => MINIMUM;
+    Hypot 4 ["_hypot"] ["broadcast_hypot"] ["_hypot_scalar"] [] |a, b| a.hypot(b) => HYPOT;
+    Equal 1 ["_equal"] ["broadcast_equal"] ["_equal_scalar"] [] |a, b| truth(a == b) => ZERO;
+    NotEqual 1 ["_not_equal"] ["broadcast_not_equal"] ["_not_equal_scalar"] [] |a, b| truth(a != b) => ZERO;
+    Greater 1 ["_greater"] ["broadcast_greater"] ["_greater_scalar"] [] |a, b| truth(a > b) => ZERO;
+    GreaterEqual 1 ["_greater_equal"] ["broadcast_greater_equal"] ["_greater_equal_scalar"] [] |a, b| truth(a >= b) => ZERO;
+    Lesser 1 ["_lesser"] ["broadcast_lesser"] ["_lesser_scalar"] [] |a, b| truth(a < b) => ZERO;
+    LesserEqual 1 ["_lesser_equal"] ["broadcast_lesser_equal"] ["_lesser_equal_scalar"] [] |a, b| truth(a <= b) => ZERO;
+    LogicalAnd 1 ["_logical_and"] ["broadcast_logical_and"] ["_logical_and_scalar"] [] |a, b| truth(a != R::ZERO && b != R::ZERO) => ZERO;
+    LogicalOr 1 ["_logical_or"] ["broadcast_logical_or"] ["_logical_or_scalar"] [] |a, b| truth(a != R::ZERO || b != R::ZERO) => ZERO;
+    LogicalXor 1 ["_logical_xor"] ["broadcast_logical_xor"] ["_logical_xor_scalar"] [] |a, b| truth((a != R::ZERO) != (b != R::ZERO)) => ZERO;
 }
 
 /// `_grad_add`: gradient accumulation, an add.
 pub(crate) fn register_extra(t: &mut Entries) {
-    t.push(("_grad_add", Form::<Add, SAME>::OP));
+    define::<Add>(t.def("_grad_add", Form::<Add, SAME>::OP), SAME);
+    t.0.last_mut().expect("just defined").stype(StorageRule::SameStorage);
 }
+
+/// The gradient part of a binary formula's definition, for each of its forms. `two` gives
+/// both operands' gradients of the tensor forms (`bc`: the broadcasting form, whose operand
+/// gradients are summed back to the operands' shapes); `scalar` the tensor operand's gradient
+/// of the scalar forms (`rev`: the scalar is the left operand).
+pub struct BinaryGrad {
+    zero: bool,
+    two: fn(&mut GradCtx<'_>, bool) -> Result<[Option<Val>; 2]>,
+    scalar: fn(&mut GradCtx<'_>, f64, bool) -> Result<Option<Val>>,
+}
+
+/// Sets the gradient of one form of `B` on its definition.
+fn define<B: Binary>(d: &mut OpDef, kind: u8) {
+    if B::GRAD.zero {
+        d.zero_grad();
+        return;
+    }
+    d.grad(match kind {
+        SAME => grad_same::<B>,
+        BROADCAST => grad_broadcast::<B>,
+        _ => grad_scalar_form::<B>,
+    });
+}
+
+fn grad_same<B: Binary>(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    grad_two(g, false, B::GRAD)
+}
+
+fn grad_broadcast<B: Binary>(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    grad_two(g, true, B::GRAD)
+}
+
+fn grad_scalar_form<B: Binary>(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    grad_scalar(g, B::GRAD)
+}
+
+fn grad_two(g: &mut GradCtx<'_>, bc: bool, f: &BinaryGrad) -> Result<Vec<Option<Val>>> {
+    let [da, db] = (f.two)(g, bc)?;
+    let mut out = Vec::with_capacity(2);
+    for (i, d) in [da, db].into_iter().enumerate() {
+        out.push(match d {
+            Some(d) if g.needs(i) && bc => Some(g.sum_to(d, g.x(i))?),
+            Some(d) if g.needs(i) => Some(d),
+            _ => None,
+        });
+    }
+    Ok(out)
+}
+
+fn grad_scalar(g: &mut GradCtx<'_>, f: &BinaryGrad) -> Result<Vec<Option<Val>>> {
+    let s = g.float("scalar", 1.0)?;
+    let rev = g.name.starts_with("_r");
+    Ok(vec![(f.scalar)(g, s, rev)?])
+}
+
+/// `a op b` with the form's op: same-shape or broadcasting.
+fn bin(g: &mut GradCtx<'_>, bc: bool, op: &str, a: Val, b: Val) -> Result<Val> {
+    let name: &'static str = match (bc, op) {
+        (false, "mul") => "elemwise_mul",
+        (true, "mul") => "broadcast_mul",
+        (false, "div") => "elemwise_div",
+        (true, "div") => "broadcast_div",
+        (false, "ge") => "_greater_equal",
+        (true, "ge") => "broadcast_greater_equal",
+        (false, "le") => "_lesser_equal",
+        (true, "le") => "broadcast_lesser_equal",
+        (false, "gt") => "_greater",
+        (true, "gt") => "broadcast_greater",
+        (false, "lt") => "_lesser",
+        (true, "lt") => "broadcast_lesser",
+        (false, "pow") => "_power",
+        (true, "pow") => "broadcast_power",
+        _ => return Err(Error::invalid(format!("no binary op {op}"))),
+    };
+    g.op(name, &[a, b], &[])
+}
+
+fn scalar_op(g: &mut GradCtx<'_>, op: &'static str, x: Val, s: f64) -> Result<Val> {
+    let s = s.to_string();
+    g.op(op, &[x], &[("scalar", &s)])
+}
+
+fn no_scalar(_: &mut GradCtx<'_>, _: f64, _: bool) -> Result<Option<Val>> {
+    Ok(None)
+}
+
+fn no_two(_: &mut GradCtx<'_>, _: bool) -> Result<[Option<Val>; 2]> {
+    Ok([None, None])
+}
+
+const ZERO: BinaryGrad = BinaryGrad { zero: true, two: no_two, scalar: no_scalar };
+
+const ADD: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, _| Ok([Some(g.dy(0)), Some(g.dy(0))]),
+    scalar: |g, _, _| Ok(Some(g.dy(0))),
+};
+
+const SUB: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, _| {
+        let db = if g.needs(1) { Some(g.neg(g.dy(0))?) } else { None };
+        Ok([Some(g.dy(0)), db])
+    },
+    scalar: |g, _, rev| Ok(Some(if rev { g.neg(g.dy(0))? } else { g.dy(0) })),
+};
+
+const MUL: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, bc| {
+        let (a, b, dy) = (g.x(0), g.x(1), g.dy(0));
+        let da = if g.needs(0) { Some(bin(g, bc, "mul", dy, b)?) } else { None };
+        let db = if g.needs(1) { Some(bin(g, bc, "mul", dy, a)?) } else { None };
+        Ok([da, db])
+    },
+    scalar: |g, s, _| Ok(Some(g.scale(g.dy(0), s)?)),
+};
+
+const DIV: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, bc| {
+        let (b, y, dy) = (g.x(1), g.y(0), g.dy(0));
+        let da = if g.needs(0) { Some(bin(g, bc, "div", dy, b)?) } else { None };
+        let db = if g.needs(1) {
+            let t = g.mul(dy, y)?;
+            let t = bin(g, bc, "div", t, b)?;
+            Some(g.neg(t)?)
+        } else {
+            None
+        };
+        Ok([da, db])
+    },
+    // x / s: dy / s; s / x: -dy * y / x
+    scalar: |g, s, rev| {
+        Ok(Some(if rev {
+            let t = g.mul(g.dy(0), g.y(0))?;
+            let t = g.div(t, g.x(0))?;
+            g.neg(t)?
+        } else {
+            g.scale(g.dy(0), 1.0 / s)?
+        }))
+    },
+};
+
+const MOD: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, bc| {
+        let (a, b, dy) = (g.x(0), g.x(1), g.dy(0));
+        let db = if g.needs(1) {
+            let q = bin(g, bc, "div", a, b)?;
+            let q = g.op("floor", &[q], &[])?;
+            let t = g.mul(dy, q)?;
+            Some(g.neg(t)?)
+        } else {
+            None
+        };
+        Ok([Some(dy), db])
+    },
+    // x mod s: dy; s mod x: -dy * floor(s / x)
+    scalar: |g, s, rev| {
+        Ok(Some(if rev {
+            let q = scalar_op(g, "_rdiv_scalar", g.x(0), s)?;
+            let q = g.op("floor", &[q], &[])?;
+            let t = g.mul(g.dy(0), q)?;
+            g.neg(t)?
+        } else {
+            g.dy(0)
+        }))
+    },
+};
+
+const POWER: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, bc| {
+        let (a, b, y, dy) = (g.x(0), g.x(1), g.y(0), g.dy(0));
+        // d/da = b * a^(b-1); d/db = a^b * ln a
+        let da = if g.needs(0) {
+            let bm1 = g.shift(b, -1.0)?;
+            let p = bin(g, bc, "pow", a, bm1)?;
+            let p = bin(g, bc, "mul", p, b)?;
+            Some(g.mul(dy, p)?)
+        } else {
+            None
+        };
+        let db = if g.needs(1) {
+            let la = g.op("log", &[a], &[])?;
+            let t = g.mul(dy, y)?;
+            Some(bin(g, bc, "mul", t, la)?)
+        } else {
+            None
+        };
+        Ok([da, db])
+    },
+    // x^s: dy * s * x^(s-1); s^x: dy * y * ln s
+    scalar: |g, s, rev| {
+        Ok(Some(if rev {
+            let t = g.mul(g.dy(0), g.y(0))?;
+            g.scale(t, s.ln())?
+        } else {
+            let p = scalar_op(g, "_power_scalar", g.x(0), s - 1.0)?;
+            let p = g.scale(p, s)?;
+            g.mul(g.dy(0), p)?
+        }))
+    },
+};
+
+fn select(g: &mut GradCtx<'_>, bc: bool, ops: [&str; 2]) -> Result<[Option<Val>; 2]> {
+    let (a, b, dy) = (g.x(0), g.x(1), g.dy(0));
+    let mut out = [None, None];
+    for (i, op) in ops.into_iter().enumerate() {
+        if g.needs(i) {
+            let m = bin(g, bc, op, a, b)?;
+            out[i] = Some(g.mul(dy, m)?);
+        }
+    }
+    Ok(out)
+}
+
+const MAXIMUM: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, bc| select(g, bc, ["ge", "lt"]),
+    scalar: |g, s, _| {
+        let m = scalar_op(g, "_greater_equal_scalar", g.x(0), s)?;
+        Ok(Some(g.mul(g.dy(0), m)?))
+    },
+};
+
+const MINIMUM: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, bc| select(g, bc, ["le", "gt"]),
+    scalar: |g, s, _| {
+        let m = scalar_op(g, "_lesser_equal_scalar", g.x(0), s)?;
+        Ok(Some(g.mul(g.dy(0), m)?))
+    },
+};
+
+const HYPOT: BinaryGrad = BinaryGrad {
+    zero: false,
+    two: |g, bc| {
+        let (y, dy) = (g.y(0), g.dy(0));
+        let r = g.div(dy, y)?;
+        let mut out = [None, None];
+        for (i, slot) in out.iter_mut().enumerate() {
+            if g.needs(i) {
+                *slot = Some(bin(g, bc, "mul", r, g.x(i))?);
+            }
+        }
+        Ok(out)
+    },
+    scalar: |g, _, _| {
+        let r = g.div(g.dy(0), g.y(0))?;
+        Ok(Some(g.mul(r, g.x(0))?))
+    },
+};
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! Creation and conversion: `_zeros`, `_ones`, `_full`, `_arange`, `_linspace`, `_eye`,
 //! `zeros_like`, `ones_like`, `_copyto`, `Cast`/`amp_cast`, `shape_array`, `size_array`.
 
+use crate::operator::stype::StorageRule;
 use super::{Entries, inputs};
 use crate::context::Context;
 use crate::dtype::DType;
@@ -284,14 +285,16 @@ pub(crate) fn register(t: &mut Entries) {
     }));
     t.push(("_ones", &|c: &Call<'_>| constant(c, Some(1.0))));
     t.push(("_full", &|c: &Call<'_>| constant(c, None)));
-    t.push(("zeros_like", &|c: &Call<'_>| like(c, 0.0)));
-    t.push(("ones_like", &|c: &Call<'_>| like(c, 1.0)));
+    t.push(("zeros_like", &|c: &Call<'_>| like(c, 0.0)))
+        .stype(StorageRule::ZeroPreserving)
+        .zero_grad();
+    t.push(("ones_like", &|c: &Call<'_>| like(c, 1.0))).zero_grad();
     t.push(("_arange", &arange));
     t.push(("_linspace", &linspace));
     t.push(("_eye", &eye));
-    t.push(("Cast", &cast));
+    t.push(("Cast", &cast)).stype(StorageRule::ZeroPreserving);
     t.push(("amp_cast", &cast));
-    t.push(("_copyto", &copyto));
+    t.push(("_copyto", &copyto)).stype(StorageRule::ZeroPreserving);
     t.push(("shape_array", &shape_array));
     t.push(("size_array", &size_array));
 }

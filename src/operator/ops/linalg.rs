@@ -1,5 +1,7 @@
 //! Matrix products: `dot`, `batch_dot` and `FullyConnected`, on the GEMM kernel.
 
+use crate::ndarray::format::StorageType;
+use crate::operator::stype::{self, StorageRule};
 use super::{Entries, inputs, same_dtype};
 use crate::error::{Error, Result};
 use crate::operator::kernel::gemm::{Operand, matmul};
@@ -197,7 +199,17 @@ fn fully_connected(call: &Call<'_>) -> Result<Plan> {
 }
 
 pub(crate) fn register(t: &mut Entries) {
-    t.push(("dot", &dot));
+    // dot(csr.T, dense) is row_sparse, as in MXNet
+    t.push(("dot", &dot)).stype(StorageRule::Custom(|p, ins| {
+        if ins.first() == Some(&StorageType::Csr)
+            && stype::truthy(stype::param(p, "transpose_a"))
+            && ins.get(1) == Some(&StorageType::Default)
+        {
+            StorageType::RowSparse
+        } else {
+            StorageType::Default
+        }
+    }));
     t.push(("batch_dot", &batch_dot));
     t.push(("FullyConnected", &fully_connected));
 }

@@ -3,6 +3,7 @@
 
 pub mod binary;
 pub mod creation;
+pub mod grad;
 pub mod index;
 pub mod lamb;
 pub mod lars;
@@ -35,13 +36,12 @@ pub fn register_all(t: &mut Entries) {
     lamb::register(t);
     lars::register(t);
     random::register(t);
+    grad::register(t);
 }
 
-use super::op::{Call, Operator, TensorDesc};
+pub use super::def::Entries;
+use super::op::{Call, TensorDesc};
 use crate::error::{Error, Result};
-
-/// The table's entries: op name and operator.
-pub type Entries = Vec<(&'static str, &'static dyn Operator)>;
 
 /// Checks the input count and returns the inputs.
 pub fn inputs<'a>(call: &Call<'a>, n: usize) -> Result<&'a [TensorDesc]> {

@@ -2,6 +2,7 @@
 //! `log_softmax`, `softmin`, `clip`, `add_n`, `Dropout` and `BatchNorm` (both following the
 //! invoking thread's training mode).
 
+use crate::operator::stype::StorageRule;
 use super::binary::{Add, apply_same};
 use super::unary::{Math, apply, c};
 use super::{Entries, axis as norm_axis, dims, inputs, same_dtype};
@@ -586,7 +587,7 @@ pub(crate) fn register(t: &mut Entries) {
     t.push(("softmax", &|c: &Call<'_>| softmax(c, Soft::Max)));
     t.push(("log_softmax", &|c: &Call<'_>| softmax(c, Soft::LogMax)));
     t.push(("softmin", &|c: &Call<'_>| softmax(c, Soft::Min)));
-    t.push(("clip", &clip));
-    t.push(("add_n", &add_n));
+    t.push(("clip", &clip)).stype(StorageRule::ZeroPreserving);
+    t.push(("add_n", &add_n)).stype(StorageRule::SameStorage);
     t.push(("Dropout", &dropout));
 }

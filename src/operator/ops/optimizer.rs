@@ -7,6 +7,8 @@
 //! engine op writes their variables. float32 and float16 weights compute in f32, float64 in f64;
 //! in the `mp_*` forms the states and a float32 master copy of the weight are float32.
 
+use crate::ndarray::format::StorageType;
+use crate::operator::stype::{self, StorageRule};
 use super::unary::c;
 use super::{Entries, inputs};
 use crate::dtype::DType;
@@ -605,10 +607,12 @@ const MULTI_MOM_ARGS: &[(&str, f64)] = &[
 pub(crate) fn register(t: &mut Entries) {
     t.push(("sgd_update", &|c: &Call<'_>| {
         single::<Sgd>(c, false, SGD_ARGS)
-    }));
+    }))
+    .stype(StorageRule::LazyUpdate(stype::lazy_if_asked));
     t.push(("sgd_mom_update", &|c: &Call<'_>| {
         single::<SgdMom>(c, false, MOM_ARGS)
-    }));
+    }))
+    .stype(StorageRule::LazyUpdate(stype::lazy_if_asked));
     t.push(("mp_sgd_update", &|c: &Call<'_>| {
         single::<Sgd>(c, true, SGD_ARGS)
     }));
@@ -652,7 +656,8 @@ pub(crate) fn register(t: &mut Entries) {
                 ("clip_gradient", -1.0),
             ],
         )
-    }));
+    }))
+    .stype(StorageRule::LazyUpdate(stype::lazy_if_asked));
     t.push(("rmsprop_update", &|c: &Call<'_>| {
         single::<RmsProp>(
             c,
@@ -697,7 +702,8 @@ pub(crate) fn register(t: &mut Entries) {
                 ("clip_gradient", -1.0),
             ],
         )
-    }));
+    }))
+    .stype(StorageRule::LazyUpdate(|_, ins| ins[0] == StorageType::RowSparse));
     t.push(("_sparse_adagrad_update", &|c: &Call<'_>| {
         let wd = c.params.or("wd", param::float, "a number", 0.0)?;
         if wd != 0.0 {
@@ -718,7 +724,8 @@ pub(crate) fn register(t: &mut Entries) {
                 ("clip_gradient", -1.0),
             ],
         )
-    }));
+    }))
+    .stype(StorageRule::LazyUpdate(stype::always_lazy));
     t.push(("ftml_update", &|c: &Call<'_>| {
         single::<Ftml>(
             c,

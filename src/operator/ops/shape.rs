@@ -2,6 +2,8 @@
 //! flip, slicing with steps, broadcast_to, tile, repeat); reshapes are copies under a new shape;
 //! concat, stack and split copy blocks.
 
+use crate::ndarray::format::StorageType;
+use crate::operator::stype::{self, StorageRule};
 use super::{Entries, axis as norm_axis, dims, inputs};
 use crate::error::{Error, Result};
 use crate::ndarray::shape::reshape_codes;
@@ -890,7 +892,16 @@ pub(crate) fn register(t: &mut Entries) {
     t.push(("transpose", &transpose));
     t.push(("SwapAxis", &swapaxes));
     t.push(("reverse", &flip));
-    t.push(("slice", &slice));
+    // rows of a csr array are a csr array (without steps), as in MXNet
+    t.push(("slice", &slice)).stype(StorageRule::Custom(|p, ins| {
+        let unit_step = stype::param(p, "step")
+            .is_none_or(|v| matches!(v.trim(), "()" | "[]" | "(1,)" | "(None,)"));
+        if ins.first() == Some(&StorageType::Csr) && unit_step {
+            StorageType::Csr
+        } else {
+            StorageType::Default
+        }
+    }));
     t.push(("slice_axis", &slice_axis));
     t.push(("slice_like", &slice_like));
     t.push(("broadcast_to", &broadcast_to));

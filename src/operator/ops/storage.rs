@@ -3,6 +3,8 @@
 //! in the outputs' storage (see `operator::stype`), so a cast is a copy whose output has the
 //! requested storage.
 
+use crate::ndarray::format::StorageType;
+use crate::operator::stype::{self, StorageRule};
 use super::{Entries, inputs};
 use crate::error::{Error, Result};
 use crate::operator::op::{Call, Plan};
@@ -76,6 +78,13 @@ fn sparse_retain(call: &Call<'_>) -> Result<Plan> {
 }
 
 pub(crate) fn register(t: &mut Entries) {
-    t.push(("cast_storage", &cast_storage));
-    t.push(("_sparse_retain", &sparse_retain));
+    t.push(("cast_storage", &cast_storage)).stype(StorageRule::Custom(|p, _| {
+        match stype::param(p, "stype").map(|s| s.trim_matches('\'')) {
+            Some("row_sparse") => StorageType::RowSparse,
+            Some("csr") => StorageType::Csr,
+            _ => StorageType::Default,
+        }
+    }));
+    t.push(("_sparse_retain", &sparse_retain))
+        .stype(StorageRule::Custom(|_, _| StorageType::RowSparse));
 }

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::operator::kernel::map::map1;
 use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, Operator, Plan};
+use crate::operator::stype::StorageRule;
 use crate::operator::tensor::Tensor;
 use half::f16;
 
@@ -61,7 +62,7 @@ fn via_f64(x: &Tensor, y: &Tensor, dtype: DType, f: &(dyn Fn(f64) -> f64 + Sync)
 }
 
 macro_rules! unary_ops {
-    ($($ty:ident $name:literal $cost:literal |$x:ident| $e:expr;)*) => {
+    ($($ty:ident $name:literal $cost:literal $($zp:ident)? |$x:ident| $e:expr; grad $g:tt;)*) => {
         $(
             struct $ty;
             impl Math for $ty {
@@ -74,9 +75,63 @@ macro_rules! unary_ops {
             }
         )*
         pub(crate) fn register(t: &mut Entries) {
-            $( t.push(($name, &$ty)); )*
+            $(
+                let d = t.def($name, &$ty);
+                $( let _ = stringify!($zp); d.stype(StorageRule::ZeroPreserving); )?
+                unary_grad!(t, d, $name, $cost, $g);
+            )*
         }
     };
+}
+
+/// The gradient part of a unary op's definition:
+/// - `zero`: every gradient is zero; `same`: the gradient passes through (`dy`);
+///   `neg`: `-dy`; `ones`: `ones_like(x)` whatever arrives (`make_loss`);
+/// - `(|x| f', |x| f'')`: `dy * f'(x)`, where `f'` is the internal op `_mxrt_d_<name>` (one
+///   elementwise pass), itself differentiable through `f''` (`_mxrt_dd_<name>`), so second-order
+///   gradients work for every such op.
+macro_rules! unary_grad {
+    ($t:ident, $d:ident, $name:literal, $cost:literal, zero) => { $d.zero_grad(); };
+    ($t:ident, $d:ident, $name:literal, $cost:literal, same) => {
+        $d.grad(|g| Ok(vec![Some(g.dy(0))]));
+    };
+    ($t:ident, $d:ident, $name:literal, $cost:literal, neg) => {
+        $d.grad(|g| Ok(vec![Some(g.neg(g.dy(0))?)]));
+    };
+    ($t:ident, $d:ident, $name:literal, $cost:literal, ones) => {
+        $d.grad(|g| Ok(vec![Some(g.ones_like(g.x(0))?)]));
+    };
+    ($t:ident, $d:ident, $name:literal, $cost:literal, (|$x:ident| $d1:expr, |$x2:ident| $d2:expr)) => {{
+        struct D1;
+        impl Math for D1 {
+            const COST: usize = $cost;
+            #[inline(always)]
+            fn f<R: Real>($x: R) -> R { $d1 }
+        }
+        impl Operator for D1 {
+            fn plan(&self, call: &Call<'_>) -> Result<Plan> { plan::<D1>(call) }
+        }
+        struct D2;
+        impl Math for D2 {
+            const COST: usize = $cost;
+            #[inline(always)]
+            fn f<R: Real>($x2: R) -> R { $d2 }
+        }
+        impl Operator for D2 {
+            fn plan(&self, call: &Call<'_>) -> Result<Plan> { plan::<D2>(call) }
+        }
+        const D1_NAME: &str = concat!("_mxrt_d_", $name);
+        const D2_NAME: &str = concat!("_mxrt_dd_", $name);
+        $d.grad(|g| {
+            let d = g.op(D1_NAME, &[g.x(0)], &[])?;
+            Ok(vec![Some(g.mul(g.dy(0), d)?)])
+        });
+        $t.def(D1_NAME, &D1).grad(|g| {
+            let d = g.op(D2_NAME, &[g.x(0)], &[])?;
+            Ok(vec![Some(g.mul(g.dy(0), d)?)])
+        });
+        $t.def(D2_NAME, &D2);
+    }};
 }
 
 /// MXNet's `rint`: the nearer integer, halves down (`rint(1.5) = 1`, `rint(-1.5) = -2`).
@@ -85,53 +140,116 @@ fn rint<R: Real>(x: R) -> R {
     if x - f <= c(0.5) { f } else { x.ceil() }
 }
 
+fn sign<R: Real>(x: R) -> R {
+    if x > R::ZERO {
+        R::ONE
+    } else if x < R::ZERO {
+        -R::ONE
+    } else {
+        x
+    }
+}
+
+/// The digamma function ψ (the derivative of `ln Γ`): the recurrence ψ(x) = ψ(x+1) - 1/x up to
+/// x ≥ 6, then the asymptotic series; the reflection formula for negative arguments.
+pub fn digamma<R: Real>(x: R) -> R {
+    let mut x: f64 = Element::to_f64(x);
+    let mut acc = 0.0;
+    if x <= 0.0 && x == x.floor() {
+        return c(f64::NAN);
+    }
+    if x < 0.0 {
+        // ψ(1 - x) - ψ(x) = π cot(πx)
+        let pi = std::f64::consts::PI;
+        acc -= pi / (pi * x).tan();
+        x = 1.0 - x;
+    }
+    while x < 6.0 {
+        acc -= 1.0 / x;
+        x += 1.0;
+    }
+    let f = 1.0 / (x * x);
+    let series = f * (1.0 / 12.0 - f * (1.0 / 120.0 - f * (1.0 / 252.0 - f * (1.0 / 240.0 - f / 132.0))));
+    c(acc + x.ln() - 0.5 / x - series)
+}
+
+/// The trigamma function ψ' (the derivative of ψ), for x > 0 by recurrence and series, and by
+/// reflection below.
+pub fn trigamma<R: Real>(x: R) -> R {
+    let mut x: f64 = Element::to_f64(x);
+    if x <= 0.0 && x == x.floor() {
+        return c(f64::NAN);
+    }
+    let mut acc = 0.0;
+    if x < 0.0 {
+        // ψ'(1 - x) + ψ'(x) = π² / sin²(πx)
+        let pi = std::f64::consts::PI;
+        let s = (pi * x).sin();
+        return c(pi * pi / (s * s) - trigamma::<f64>(1.0 - x));
+    }
+    while x < 6.0 {
+        acc += 1.0 / (x * x);
+        x += 1.0;
+    }
+    let f = 1.0 / (x * x);
+    let series = 1.0 / x + f / 2.0 + f / x * (1.0 / 6.0 - f * (1.0 / 30.0 - f * (1.0 / 42.0 - f / 30.0)));
+    c(acc + series)
+}
+
+const PI: f64 = std::f64::consts::PI;
+
 unary_ops! {
-    Copy "_copy" 1 |x| x;
-    BlockGrad "BlockGrad" 1 |x| x;
-    MakeLoss "make_loss" 1 |x| x;
-    Negative "negative" 1 |x| -x;
-    Abs "abs" 1 |x| x.abs();
-    Sign "sign" 1 |x| if x > R::ZERO { R::ONE } else if x < R::ZERO { -R::ONE } else { x };
-    Round "round" 1 |x| x.round();
-    Rint "rint" 1 |x| rint(x);
-    Ceil "ceil" 1 |x| x.ceil();
-    Floor "floor" 1 |x| x.floor();
-    Trunc "trunc" 1 |x| x.trunc();
-    Fix "fix" 1 |x| x.trunc();
-    Square "square" 1 |x| x * x;
-    Sqrt "sqrt" 4 |x| x.sqrt();
-    Rsqrt "rsqrt" 4 |x| R::ONE / x.sqrt();
-    Cbrt "cbrt" 8 |x| x.cbrt();
-    Rcbrt "rcbrt" 8 |x| R::ONE / x.cbrt();
-    Exp "exp" 8 |x| x.exp();
-    Log "log" 8 |x| x.ln();
-    Log10 "log10" 8 |x| x.log10();
-    Log2 "log2" 8 |x| x.log2();
-    Log1p "log1p" 8 |x| x.ln_1p();
-    Expm1 "expm1" 8 |x| x.exp_m1();
-    Reciprocal "reciprocal" 2 |x| R::ONE / x;
-    Sin "sin" 8 |x| x.sin();
-    Cos "cos" 8 |x| x.cos();
-    Tan "tan" 8 |x| x.tan();
-    Arcsin "arcsin" 8 |x| x.asin();
-    Arccos "arccos" 8 |x| x.acos();
-    Arctan "arctan" 8 |x| x.atan();
-    Sinh "sinh" 8 |x| x.sinh();
-    Cosh "cosh" 8 |x| x.cosh();
-    Tanh "tanh" 8 |x| x.tanh();
-    Arcsinh "arcsinh" 8 |x| x.asinh();
-    Arccosh "arccosh" 8 |x| x.acosh();
-    Arctanh "arctanh" 8 |x| x.atanh();
-    Degrees "degrees" 1 |x| x.to_degrees();
-    Radians "radians" 1 |x| x.to_radians();
-    Relu "relu" 1 |x| if x > R::ZERO { x } else if x.is_nan() { x } else { R::ZERO };
-    Sigmoid "sigmoid" 8 |x| R::ONE / (R::ONE + (-x).exp());
-    Softsign "softsign" 2 |x| x / (R::ONE + x.abs());
-    Erf "erf" 8 |x| x.erf();
-    Erfinv "erfinv" 16 |x| x.erfinv();
-    Gamma "gamma" 16 |x| x.tgamma();
-    Gammaln "gammaln" 16 |x| x.lgamma();
-    LogicalNot "logical_not" 1 |x| if x == R::ZERO { R::ONE } else { R::ZERO };
+    Copy "_copy" 1 zp |x| x; grad same;
+    BlockGrad "BlockGrad" 1 |x| x; grad zero;
+    MakeLoss "make_loss" 1 |x| x; grad ones;
+    Negative "negative" 1 zp |x| -x; grad neg;
+    Abs "abs" 1 zp |x| x.abs(); grad (|x| sign(x), |x| x * R::ZERO);
+    Sign "sign" 1 zp |x| sign(x); grad zero;
+    Round "round" 1 zp |x| x.round(); grad zero;
+    Rint "rint" 1 zp |x| rint(x); grad zero;
+    Ceil "ceil" 1 zp |x| x.ceil(); grad zero;
+    Floor "floor" 1 zp |x| x.floor(); grad zero;
+    Trunc "trunc" 1 zp |x| x.trunc(); grad zero;
+    Fix "fix" 1 zp |x| x.trunc(); grad zero;
+    Square "square" 1 zp |x| x * x; grad (|x| x + x, |x| x * R::ZERO + c(2.0));
+    Sqrt "sqrt" 4 zp |x| x.sqrt(); grad (|x| c::<R>(0.5) / x.sqrt(), |x| c::<R>(-0.25) / (x * x.sqrt()));
+    Rsqrt "rsqrt" 4 |x| R::ONE / x.sqrt(); grad (|x| c::<R>(-0.5) / (x * x.sqrt()), |x| c::<R>(0.75) / (x * x * x.sqrt()));
+    Cbrt "cbrt" 8 |x| x.cbrt(); grad (|x| R::ONE / (c::<R>(3.0) * x.cbrt() * x.cbrt()), |x| c::<R>(-2.0 / 9.0) / (x * x.cbrt() * x.cbrt()));
+    Rcbrt "rcbrt" 8 |x| R::ONE / x.cbrt(); grad (|x| c::<R>(-1.0 / 3.0) / (x * x.cbrt()), |x| c::<R>(4.0 / 9.0) / (x * x * x.cbrt()));
+    Exp "exp" 8 |x| x.exp(); grad (|x| x.exp(), |x| x.exp());
+    Log "log" 8 |x| x.ln(); grad (|x| R::ONE / x, |x| -R::ONE / (x * x));
+    Log10 "log10" 8 |x| x.log10(); grad (|x| c::<R>(1.0 / std::f64::consts::LN_10) / x, |x| c::<R>(-1.0 / std::f64::consts::LN_10) / (x * x));
+    Log2 "log2" 8 |x| x.log2(); grad (|x| c::<R>(1.0 / std::f64::consts::LN_2) / x, |x| c::<R>(-1.0 / std::f64::consts::LN_2) / (x * x));
+    Log1p "log1p" 8 zp |x| x.ln_1p(); grad (|x| R::ONE / (R::ONE + x), |x| -R::ONE / ((R::ONE + x) * (R::ONE + x)));
+    Expm1 "expm1" 8 zp |x| x.exp_m1(); grad (|x| x.exp(), |x| x.exp());
+    Reciprocal "reciprocal" 2 |x| R::ONE / x; grad (|x| -R::ONE / (x * x), |x| c::<R>(2.0) / (x * x * x));
+    Sin "sin" 8 zp |x| x.sin(); grad (|x| x.cos(), |x| -x.sin());
+    Cos "cos" 8 |x| x.cos(); grad (|x| -x.sin(), |x| -x.cos());
+    Tan "tan" 8 zp |x| x.tan(); grad (|x| R::ONE + x.tan() * x.tan(), |x| c::<R>(2.0) * x.tan() * (R::ONE + x.tan() * x.tan()));
+    Arcsin "arcsin" 8 zp |x| x.asin(); grad (|x| R::ONE / (R::ONE - x * x).sqrt(), |x| x / ((R::ONE - x * x) * (R::ONE - x * x).sqrt()));
+    Arccos "arccos" 8 |x| x.acos(); grad (|x| -R::ONE / (R::ONE - x * x).sqrt(), |x| -x / ((R::ONE - x * x) * (R::ONE - x * x).sqrt()));
+    Arctan "arctan" 8 zp |x| x.atan(); grad (|x| R::ONE / (R::ONE + x * x), |x| c::<R>(-2.0) * x / ((R::ONE + x * x) * (R::ONE + x * x)));
+    Sinh "sinh" 8 zp |x| x.sinh(); grad (|x| x.cosh(), |x| x.sinh());
+    Cosh "cosh" 8 |x| x.cosh(); grad (|x| x.sinh(), |x| x.cosh());
+    Tanh "tanh" 8 zp |x| x.tanh(); grad (|x| R::ONE - x.tanh() * x.tanh(), |x| c::<R>(-2.0) * x.tanh() * (R::ONE - x.tanh() * x.tanh()));
+    Arcsinh "arcsinh" 8 zp |x| x.asinh(); grad (|x| R::ONE / (x * x + R::ONE).sqrt(), |x| -x / ((x * x + R::ONE) * (x * x + R::ONE).sqrt()));
+    Arccosh "arccosh" 8 |x| x.acosh(); grad (|x| R::ONE / (x * x - R::ONE).sqrt(), |x| -x / ((x * x - R::ONE) * (x * x - R::ONE).sqrt()));
+    Arctanh "arctanh" 8 zp |x| x.atanh(); grad (|x| R::ONE / (R::ONE - x * x), |x| c::<R>(2.0) * x / ((R::ONE - x * x) * (R::ONE - x * x)));
+    Degrees "degrees" 1 zp |x| x.to_degrees(); grad (|x| x * R::ZERO + c(180.0 / PI), |x| x * R::ZERO);
+    Radians "radians" 1 zp |x| x.to_radians(); grad (|x| x * R::ZERO + c(PI / 180.0), |x| x * R::ZERO);
+    Relu "relu" 1 zp |x| if x > R::ZERO { x } else if x.is_nan() { x } else { R::ZERO }; grad (|x| if x > R::ZERO { R::ONE } else { R::ZERO }, |x| x * R::ZERO);
+    Sigmoid "sigmoid" 8 |x| R::ONE / (R::ONE + (-x).exp()); grad (|x| sigmoid_d(x), |x| { let s = Sigmoid::f(x); sigmoid_d(x) * (R::ONE - s - s) });
+    Softsign "softsign" 2 |x| x / (R::ONE + x.abs()); grad (|x| R::ONE / ((R::ONE + x.abs()) * (R::ONE + x.abs())), |x| c::<R>(-2.0) * sign(x) / ((R::ONE + x.abs()) * (R::ONE + x.abs()) * (R::ONE + x.abs())));
+    Erf "erf" 8 |x| x.erf(); grad (|x| c::<R>(2.0 / PI.sqrt()) * (-x * x).exp(), |x| c::<R>(-4.0 / PI.sqrt()) * x * (-x * x).exp());
+    Erfinv "erfinv" 16 |x| x.erfinv(); grad (|x| c::<R>(PI.sqrt() / 2.0) * (x.erfinv() * x.erfinv()).exp(), |x| { let y = x.erfinv(); let d = c::<R>(PI.sqrt() / 2.0) * (y * y).exp(); c::<R>(2.0) * y * d * d });
+    Gamma "gamma" 16 |x| x.tgamma(); grad (|x| x.tgamma() * digamma(x), |x| x.tgamma() * (digamma(x) * digamma(x) + trigamma(x)));
+    Gammaln "gammaln" 16 |x| x.lgamma(); grad (|x| digamma(x), |x| trigamma(x));
+    LogicalNot "logical_not" 1 |x| if x == R::ZERO { R::ONE } else { R::ZERO }; grad zero;
+}
+
+fn sigmoid_d<R: Real>(x: R) -> R {
+    let s = Sigmoid::f(x);
+    s * (R::ONE - s)
 }
 
 #[cfg(test)]
@@ -144,9 +262,16 @@ mod tests {
         assert_eq!(rint(-1.5f32), -2.0);
         assert_eq!(rint(1.6f64), 2.0);
         assert_eq!(Round::f(-2.5f32), -3.0);
-        assert_eq!(Sign::f(-0.0f32), 0.0);
+        assert_eq!(sign(-0.0f32), 0.0);
         assert_eq!(Relu::f(-3.0f64), 0.0);
         assert!((Sigmoid::f(0.0f32) - 0.5).abs() < 1e-7);
         assert!((Gammaln::f(5.0f64) - 24f64.ln()).abs() < 1e-12);
+        // ψ(1) = -γ, ψ(0.5) = -γ - 2 ln 2, ψ'(1) = π²/6, ψ(-0.5) = ψ(1.5) + 2
+        let euler = 0.577_215_664_901_532_9;
+        assert!((digamma(1.0f64) + euler).abs() < 1e-12);
+        assert!((digamma(0.5f64) + euler + 2.0 * 2f64.ln()).abs() < 1e-12);
+        assert!((trigamma(1.0f64) - PI * PI / 6.0).abs() < 1e-12);
+        assert!((digamma(-0.5f64) - digamma(1.5f64) - 2.0).abs() < 1e-10);
+        assert!((trigamma(-0.5f64) - (PI * PI - trigamma(1.5f64))).abs() < 1e-10);
     }
 }

@@ -1,0 +1,378 @@
+//! Backward: gradients of recorded heads with respect to the graph's variables.
+
+use super::node::{Entry, GradReq, Node, NodeKind, entry_of, raw_entry_of, set_entry};
+use super::record;
+use crate::error::{Error, Result};
+use crate::ndarray::NDArray;
+use crate::operator::def::{GradCtx, GradGraph, Gradient, Val};
+use crate::operator::imperative::Invoke;
+use crate::operator::mode::ModeGuard;
+use crate::operator::table;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// MXNet's message for a head that is in no graph.
+pub const NOT_IN_GRAPH: &str = "Cannot differentiate node because it is not in a computational \
+graph. You need to set is_recording to true or use autograd.record() to save computational \
+graphs for backward. If you want to differentiate the same graph twice, you need to pass \
+retain_graph=True to backward.";
+
+/// What a backward computes.
+pub struct BackwardArgs {
+    pub heads: Vec<NDArray>,
+    /// One per head, `None` for ones (or empty: ones for every head).
+    pub head_grads: Vec<Option<NDArray>>,
+    /// Empty: write every reachable variable's gradient into its buffer (`.backward()`).
+    /// Otherwise: return the gradients of these variables as new arrays (`autograd.grad`).
+    pub variables: Vec<NDArray>,
+    pub retain_graph: bool,
+    pub create_graph: bool,
+    pub is_train: bool,
+}
+
+/// The gradient graph on the tape: values are NDArrays, operators are invoked (and recorded
+/// when a higher-order gradient is asked for: recording is then on).
+pub struct TapeGraph {
+    pub vals: Vec<NDArray>,
+}
+
+impl TapeGraph {
+    fn val(&mut self, a: NDArray) -> Val {
+        self.vals.push(a);
+        Val(self.vals.len() as u32 - 1)
+    }
+    fn get(&self, v: Val) -> &NDArray {
+        &self.vals[v.0 as usize]
+    }
+    fn run(&mut self, op: &'static str, inputs: &[&NDArray], params: &[(&str, &str)]) -> Result<Vec<NDArray>> {
+        let inputs: Vec<NDArray> = inputs.iter().map(|a| (*a).clone()).collect();
+        record::invoke(Invoke {
+            op,
+            called_as: op,
+            inputs: &inputs,
+            params: params.to_vec(),
+            outputs: None,
+        })
+    }
+}
+
+impl GradGraph for TapeGraph {
+    fn apply(&mut self, op: &'static str, inputs: &[Val], params: &[(&str, &str)]) -> Result<Vec<Val>> {
+        let ins: Vec<NDArray> = inputs.iter().map(|&v| self.get(v).clone()).collect();
+        let refs: Vec<&NDArray> = ins.iter().collect();
+        let outs = self.run(op, &refs, params)?;
+        Ok(outs.into_iter().map(|a| self.val(a)).collect())
+    }
+}
+
+/// The nodes reachable from `heads`, inputs before the ops that read them.
+fn topo_order(heads: &[Entry]) -> Result<Vec<Arc<Node>>> {
+    let mut seen: HashMap<usize, ()> = HashMap::new();
+    let mut order = Vec::new();
+    // (node, whether its inputs were pushed)
+    let mut stack: Vec<(Arc<Node>, bool)> = heads.iter().rev().map(|e| (e.node.clone(), false)).collect();
+    while let Some((node, expanded)) = stack.pop() {
+        let key = Arc::as_ptr(&node) as usize;
+        if expanded {
+            order.push(node);
+            continue;
+        }
+        if seen.insert(key, ()).is_some() {
+            continue;
+        }
+        stack.push((node.clone(), true));
+        if let NodeKind::Op(rec) = &node.kind {
+            let rec = rec.lock();
+            let Some(rec) = rec.as_ref() else {
+                return Err(Error::invalid(
+                    "Cannot differentiate through a graph that an earlier backward freed (it \
+                     shares nodes with a graph that was differentiated without \
+                     retain_graph=True): pass retain_graph=True to the first backward",
+                ));
+            };
+            for e in rec.inputs.iter().rev().flatten() {
+                if !seen.contains_key(&(Arc::as_ptr(&e.node) as usize)) {
+                    stack.push((e.node.clone(), false));
+                }
+            }
+        }
+    }
+    Ok(order)
+}
+
+/// Runs a backward pass; in the variables form returns the variables' gradients.
+pub fn backward(args: BackwardArgs) -> Result<Vec<NDArray>> {
+    // the heads' entries
+    let mut heads = Vec::with_capacity(args.heads.len());
+    for h in &args.heads {
+        match entry_of(h) {
+            Some(e) => heads.push(e),
+            None => {
+                return Err(Error::invalid(
+                    if raw_entry_of(h).is_some() {
+                        format!(
+                            "{NOT_IN_GRAPH} (this array's graph was freed by an earlier backward)"
+                        )
+                    } else {
+                        NOT_IN_GRAPH.to_string()
+                    },
+                ));
+            }
+        }
+    }
+    if !args.head_grads.is_empty() && args.head_grads.len() != heads.len() {
+        return Err(Error::invalid(format!(
+            "{} head gradients given for {} heads",
+            args.head_grads.len(),
+            heads.len()
+        )));
+    }
+    for (i, (h, g)) in args.heads.iter().zip(&args.head_grads).enumerate() {
+        if let Some(g) = g
+            && g.shape() != h.shape()
+        {
+            return Err(Error::invalid(format!(
+                "head gradient {i} has shape {:?}, its head {:?}",
+                g.shape(),
+                h.shape()
+            )));
+        }
+    }
+    let grad_mode = !args.variables.is_empty();
+    let mut targets: Vec<Entry> = Vec::new();
+    for (i, v) in args.variables.iter().enumerate() {
+        match entry_of(v) {
+            Some(e) if e.node.as_variable().is_some_and(|v| v.req != GradReq::Null) => {
+                targets.push(e)
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "Cannot differentiate with respect to the {}-th variable because it does \
+                     not require gradient.",
+                    i + 1
+                )));
+            }
+        }
+    }
+    let order = topo_order(&heads)?;
+    let target_keys: HashMap<usize, usize> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (Arc::as_ptr(&e.node) as usize, i))
+        .collect();
+    // which nodes lead to a variable that gets a gradient
+    let mut needs: HashMap<usize, bool> = HashMap::new();
+    for node in &order {
+        let key = Arc::as_ptr(node) as usize;
+        let need = match &node.kind {
+            NodeKind::Variable(v) => {
+                if grad_mode {
+                    target_keys.contains_key(&key)
+                } else {
+                    v.req != GradReq::Null
+                }
+            }
+            NodeKind::Op(rec) => rec.lock().as_ref().is_some_and(|r| {
+                r.inputs
+                    .iter()
+                    .flatten()
+                    .any(|e| needs.get(&(Arc::as_ptr(&e.node) as usize)) == Some(&true))
+            }),
+        };
+        needs.insert(key, need);
+    }
+    if grad_mode {
+        for (i, t) in targets.iter().enumerate() {
+            if !needs.contains_key(&(Arc::as_ptr(&t.node) as usize)) {
+                return Err(Error::invalid(format!(
+                    "Cannot differentiate with respect to the {}-th variable because it is \
+                     unreachable from the outputs.",
+                    i + 1
+                )));
+            }
+        }
+    } else if !order
+        .iter()
+        .any(|n| n.as_variable().is_some() && needs[&(Arc::as_ptr(n) as usize)])
+    {
+        return Err(Error::invalid(
+            "There are no inputs in computation graph that require gradients.",
+        ));
+    }
+
+    let _modes = ModeGuard::set(args.is_train, args.create_graph);
+    let mut tape = TapeGraph { vals: Vec::new() };
+    // gradient contributions per (node, output)
+    let mut grads: HashMap<(usize, u32), Vec<NDArray>> = HashMap::new();
+    for (i, (e, h)) in heads.iter().zip(&args.heads).enumerate() {
+        let g = match args.head_grads.get(i).cloned().flatten() {
+            Some(g) => g,
+            None => tape.run("ones_like", &[h], &[])?.remove(0),
+        };
+        grads.entry(e.key()).or_default().push(g);
+    }
+    let result = run_backward(&args, &order, &needs, &mut tape, &mut grads, &targets, grad_mode);
+    if !args.retain_graph {
+        for node in &order {
+            node.free();
+        }
+    }
+    result
+}
+
+/// Sums gradient contributions (one array: itself).
+fn sum(tape: &mut TapeGraph, mut parts: Vec<NDArray>) -> Result<NDArray> {
+    if parts.len() == 1 {
+        return Ok(parts.remove(0));
+    }
+    let n = parts.len().to_string();
+    let refs: Vec<&NDArray> = parts.iter().collect();
+    Ok(tape.run("add_n", &refs, &[("num_args", &n)])?.remove(0))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_backward(
+    args: &BackwardArgs,
+    order: &[Arc<Node>],
+    needs: &HashMap<usize, bool>,
+    tape: &mut TapeGraph,
+    grads: &mut HashMap<(usize, u32), Vec<NDArray>>,
+    targets: &[Entry],
+    grad_mode: bool,
+) -> Result<Vec<NDArray>> {
+    let mut results: Vec<Option<NDArray>> = vec![None; targets.len()];
+    for node in order.iter().rev() {
+        let key = Arc::as_ptr(node) as usize;
+        if !needs[&key] {
+            continue;
+        }
+        match &node.kind {
+            NodeKind::Op(rec) => {
+                let guard = rec.lock();
+                let rec = guard.as_ref().expect("a walked node is live until the walk ends");
+                let n_out = rec.saved_outputs.len();
+                let parts: Vec<Option<Vec<NDArray>>> =
+                    (0..n_out).map(|i| grads.remove(&(key, i as u32))).collect();
+                if parts.iter().all(Option::is_none) {
+                    continue;
+                }
+                let def = table::lookup(rec.op).ok_or_else(|| {
+                    Error::invalid(format!("operator {} has no definition", rec.op))
+                })?;
+                let f = match def.grad {
+                    Gradient::Zero => continue,
+                    Gradient::None => {
+                        return Err(Error::invalid(format!(
+                            "Operator {} is non-differentiable because it didn't register \
+                             FGradient attribute.",
+                            rec.called_as
+                        )));
+                    }
+                    Gradient::Ops(f) => f,
+                };
+                tape.vals.clear();
+                let inputs: Vec<Val> = rec.saved_inputs.iter().map(|a| tape.val(a.clone())).collect();
+                let outputs: Vec<Val> = rec.saved_outputs.iter().map(|a| tape.val(a.clone())).collect();
+                let mut ograds = Vec::with_capacity(n_out);
+                for (i, p) in parts.into_iter().enumerate() {
+                    let g = match p {
+                        Some(p) => sum(tape, p)?,
+                        None => tape.run("zeros_like", &[&rec.saved_outputs[i]], &[])?.remove(0),
+                    };
+                    ograds.push(tape.val(g));
+                }
+                let need: Vec<bool> = rec
+                    .inputs
+                    .iter()
+                    .map(|e| e.as_ref().is_some_and(|e| needs[&(Arc::as_ptr(&e.node) as usize)]))
+                    .collect();
+                let params = rec.params.clone();
+                let training = rec.training;
+                let in_entries = rec.inputs.clone();
+                let (called_as, op) = (rec.called_as, rec.op);
+                drop(guard);
+                let dx = {
+                    let mut ctx = GradCtx {
+                        graph: tape,
+                        inputs: &inputs,
+                        outputs: &outputs,
+                        ograds: &ograds,
+                        params: &params,
+                        needs: &need,
+                        name: op,
+                        training,
+                    };
+                    f(&mut ctx).map_err(|e| {
+                        Error::invalid(format!("gradient of operator {called_as}: {}", e.message()))
+                    })?
+                };
+                if dx.len() != in_entries.len() {
+                    return Err(Error::invalid(format!(
+                        "gradient of operator {called_as}: {} input gradients for {} inputs",
+                        dx.len(),
+                        in_entries.len()
+                    )));
+                }
+                for ((d, e), &n) in dx.into_iter().zip(&in_entries).zip(&need) {
+                    if let (Some(d), Some(e), true) = (d, e, n) {
+                        let a = tape.get(d).clone();
+                        grads.entry(e.key()).or_default().push(a);
+                    }
+                }
+                if !args.retain_graph {
+                    node.free();
+                }
+            }
+            NodeKind::Variable(var) => {
+                let g = match grads.remove(&(key, 0)) {
+                    Some(p) => sum(tape, p)?,
+                    None => tape.run("zeros_like", &[&var.grad], &[])?.remove(0),
+                };
+                if grad_mode {
+                    if let Some(i) = targets.iter().position(|t| Arc::as_ptr(&t.node) as usize == key) {
+                        // a new array, never one the caller gave as a head gradient
+                        results[i] = Some(tape.run("_copy", &[&g], &[])?.remove(0));
+                    }
+                    continue;
+                }
+                write_grad(tape, var, g, args.create_graph)?;
+                var.fresh.store(true, Ordering::Release);
+            }
+        }
+    }
+    Ok(results.into_iter().map(|r| r.expect("every target was reached")).collect())
+}
+
+/// Writes a variable's gradient into its buffer per its request.
+fn write_grad(tape: &mut TapeGraph, var: &super::node::Variable, g: NDArray, create_graph: bool) -> Result<()> {
+    match var.req {
+        GradReq::Null => Ok(()),
+        GradReq::Write => {
+            if create_graph {
+                // the buffer takes the gradient's place in the graph
+                set_entry(&var.grad, None);
+            }
+            record::invoke(Invoke {
+                op: "_copyto",
+                called_as: "_copyto",
+                inputs: std::slice::from_ref(&g),
+                params: vec![],
+                outputs: Some(vec![var.grad.clone()]),
+            })?;
+            Ok(())
+        }
+        GradReq::Add => {
+            let _off = ModeGuard::set(crate::operator::mode::is_training(), false);
+            let _ = tape;
+            crate::operator::imperative::invoke(Invoke {
+                op: "elemwise_add",
+                called_as: "elemwise_add",
+                inputs: &[var.grad.clone(), g],
+                params: vec![],
+                outputs: Some(vec![var.grad.clone()]),
+            })?;
+            Ok(())
+        }
+    }
+}

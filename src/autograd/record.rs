@@ -1,0 +1,140 @@
+//! Recording: invokes that go on the tape, variables, and views made while recording.
+
+use super::node::{Entry, GradReq, Node, OpRecord, Variable, entry_of, set_entry};
+use crate::error::{Error, Result};
+use crate::ndarray::NDArray;
+use crate::operator::imperative::{self, Invoke};
+use crate::operator::mode;
+use std::sync::atomic::AtomicBool;
+
+/// MXNet's message for an op whose output is already in a graph.
+pub const ASSIGN_IN_GRAPH: &str = "Assigning to NDArrays that are already in a computational \
+graph will cause undefined behavior when evaluating gradients. Please call backward first to \
+clear the graph or do this out side of a record section. Also note that you cannot use inplace \
+operations like +=, *=, relu(x, out=x), y[idx]=x, etc inside a record section.";
+
+/// Runs an operator, recording it when this thread records and an input is in a graph.
+pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
+    if !mode::is_recording() {
+        return imperative::invoke(call);
+    }
+    let entries: Vec<Option<Entry>> = call.inputs.iter().map(entry_of).collect();
+    if entries.iter().all(Option::is_none) {
+        return imperative::invoke(call);
+    }
+    // checked before the op runs, so a refused call changes nothing
+    if let Some(outs) = &call.outputs
+        && let Some(i) = outs.iter().position(|o| entry_of(o).is_some())
+    {
+        return Err(Error::invalid(format!(
+            "operator {}: output {i}: {ASSIGN_IN_GRAPH}",
+            call.called_as
+        )));
+    }
+    let called_as = call.called_as;
+    let params: Vec<(String, String)> = call
+        .params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let inputs: Vec<NDArray> = call.inputs.iter().map(NDArray::detach).collect();
+    let resolved = imperative::resolve(&call)?;
+    let op = resolved.def.name;
+    let outputs = imperative::allocate(&call, &resolved)?;
+    imperative::dispatch(crate::engine::Engine::global()?, resolved, call.inputs, &outputs)?;
+    record(op, called_as, params, entries, inputs, &outputs);
+    Ok(outputs)
+}
+
+/// Puts an op that has run on the tape and points its outputs at it.
+fn record(
+    op: &'static str,
+    called_as: &'static str,
+    params: Vec<(String, String)>,
+    inputs: Vec<Option<Entry>>,
+    saved_inputs: Vec<NDArray>,
+    outputs: &[NDArray],
+) {
+    let node = Node::op(OpRecord {
+        op,
+        called_as,
+        params,
+        inputs,
+        saved_inputs,
+        saved_outputs: outputs.iter().map(NDArray::detach).collect(),
+        training: mode::is_training(),
+    });
+    for (i, o) in outputs.iter().enumerate() {
+        set_entry(
+            o,
+            Some(Entry {
+                node: node.clone(),
+                index: i as u32,
+            }),
+        );
+    }
+}
+
+/// Records a view made by the C API while recording (MXNet's `SliceWithRecord`,
+/// `ReshapeWithRecord`): `view` is `op(input)` with `params`.
+pub fn record_view(
+    op: &'static str,
+    params: &[(&str, String)],
+    input: &NDArray,
+    view: &NDArray,
+) -> Result<()> {
+    if !mode::is_recording() {
+        return Ok(());
+    }
+    let Some(e) = entry_of(input) else {
+        return Ok(());
+    };
+    record(
+        op,
+        op,
+        params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        vec![Some(e)],
+        vec![input.detach()],
+        std::slice::from_ref(view),
+    );
+    Ok(())
+}
+
+/// Marks `vars[i]` as a variable whose gradient goes to `grads[i]` with `reqs[i]`
+/// (`MXAutogradMarkVariables`). An array already in a graph becomes a new leaf.
+pub fn mark_variables(vars: &[NDArray], reqs: &[GradReq], grads: &[NDArray]) -> Result<()> {
+    if vars.len() != reqs.len() || vars.len() != grads.len() {
+        return Err(Error::invalid(format!(
+            "{} variables, {} requests and {} gradients given",
+            vars.len(),
+            reqs.len(),
+            grads.len()
+        )));
+    }
+    for (i, (v, g)) in vars.iter().zip(grads).enumerate() {
+        if v.is_none() || g.is_none() {
+            return Err(Error::invalid(format!(
+                "variable {i} or its gradient is a none array"
+            )));
+        }
+        if v.shape() != g.shape() {
+            return Err(Error::invalid(format!(
+                "variable {i} has shape {:?}, its gradient {:?}",
+                v.shape(),
+                g.shape()
+            )));
+        }
+    }
+    for ((v, &req), g) in vars.iter().zip(reqs).zip(grads) {
+        let node = Node::variable(Variable {
+            grad: g.detach(),
+            req,
+            fresh: AtomicBool::new(false),
+        });
+        set_entry(v, Some(Entry { node, index: 0 }));
+    }
+    Ok(())
+}

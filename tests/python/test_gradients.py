@@ -1,0 +1,57 @@
+"""Every case of grad_cases.py: libmxrt's float32 gradients equal libmxnet.so's, libmxrt's
+float64 gradients equal central differences of the forward, and a backward MXNet refuses is
+refused on libmxrt too."""
+import math
+
+import pytest
+
+from conftest import json_results, libmxrt, run_script
+
+# Cases where libmxrt differentiates what MXNet 1.9.1 cannot (case name: MXNet's refusal).
+BEYOND_MXNET = {}
+
+
+def close(ours, theirs, rtol, atol):
+    if ours is None or theirs is None:
+        return ours is theirs
+    if len(ours) != len(theirs):
+        return False
+    for x, y in zip(ours, theirs):
+        if math.isnan(x) and math.isnan(y):
+            continue
+        if not abs(x - y) <= atol + rtol * abs(y):
+            return False
+    return True
+
+
+def grad_case_names():
+    proc = run_script("grad_cases.py", "mxnet", args=("--list",))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.split()
+
+
+def pytest_generate_tests(metafunc):
+    if "grad_case" in metafunc.fixturenames:
+        metafunc.parametrize("grad_case", grad_case_names())
+
+
+TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-10), "float16": (2e-2, 2e-3)}
+
+
+def test_gradient_matches_mxnet_and_central_differences(grad_case):
+    real = json_results("grad_cases.py", "mxnet")[grad_case]
+    ours = json_results("grad_cases.py", str(libmxrt()), (("MXRT_GRAD_NUMERIC", "1"),))[grad_case]
+    if "error" in real and grad_case not in BEYOND_MXNET:
+        assert "error" in ours, f"MXNet fails ({real['error']}), mxrt gives {ours}"
+        return
+    assert "ok" in ours, f"MXNet gives {real}, mxrt fails: {ours.get('error')}"
+    if real["ok"] == "differentiated":
+        assert ours["ok"] == "differentiated"
+        return
+    for dtype, grads in real["ok"].items():
+        rtol, atol = TOL[dtype]
+        for i, (g, h) in enumerate(zip(ours["ok"][dtype], grads)):
+            assert close(g, h, rtol, atol), f"{dtype} gradient of input {i}: {g} vs MXNet's {h}"
+    if "numeric" in ours:
+        for i, (g, h) in enumerate(zip(ours["analytic64"], ours["numeric"])):
+            assert close(g, h, 1e-4, 1e-5), f"input {i}: float64 gradient {g} vs central differences {h}"
