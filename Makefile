@@ -1,7 +1,8 @@
 # mxrt: build, run the C examples, test, install.
 #   make run      build the library and header, compile the C examples, run them
 #   make test     Rust tests, Python tests (pytest, both libraries), header check, C examples
-#                 (-Werror), install + pkg-config check
+#                 (-Werror), install + pkg-config check, the layering check
+#   make check-layers  arrows between src/ modules against docs/architecture.md's allowed list
 #   make install PREFIX=/usr/local DESTDIR=   library with SONAME links, header, mxrt.pc
 #   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet; the
 #                 distributed KVStore against its ps-lite store and a bare MPI allreduce) and,
@@ -38,7 +39,7 @@ WITH_DIST := $(findstring dist,$(FEATURES))
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: check-layers mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -73,6 +74,11 @@ python-demo: lib mxnet-venv
 	@MXNET_LIBRARY_PATH=$(abspath $(TARGET))/libmxrt.so $(MXNET_VENV)/bin/python examples/python_demo.py
 
 run: run-examples python-demo
+
+# Every `crate::` path between src/ modules against the allowed arrows in docs/architecture.md
+# (Layers), and no cycle (scripts/check-layers.py, python3 only; --self-test checks the checker)
+check-layers:
+	@python3 scripts/check-layers.py --self-test
 
 check-header: lib
 	@git diff --exit-code --stat -- include/mxrt.h || \
@@ -140,7 +146,7 @@ ptx:
 check-ptx:
 	@bash scripts/ptx.sh check
 
-test: rust-test python-test dist-test gpu-test loom check-header check-ptx run-examples $(BUILD)/engine_floor test-install check-abi sanitize
+test: check-layers rust-test python-test dist-test gpu-test loom check-header check-ptx run-examples $(BUILD)/engine_floor test-install check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib

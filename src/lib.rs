@@ -16,6 +16,7 @@ pub mod clock;
 pub mod context;
 pub mod dtype;
 pub mod error;
+pub mod parallel;
 
 pub mod dist;
 pub mod engine;

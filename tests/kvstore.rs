@@ -609,3 +609,57 @@ fn kernel_timing() {
         );
     }
 }
+
+/// The distributed store sits above kvstore and registers its kinds with `kvstore::create`
+/// itself. In a fresh process (a child of this test; DMLC_ROLE=scheduler, which starts no MPI):
+/// Rust code gets a distributed store from `mxrt::dist::create` as its first call, and
+/// `kvstore::create` makes them from then on; through the C API, `MXKVStoreCreate` as the
+/// process's first call makes one.
+#[cfg(feature = "dist")]
+#[test]
+fn distributed_stores_as_a_first_call() {
+    for mode in ["rust", "c"] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "distributed_store_first_call_child", "--ignored", "--nocapture"])
+            .env("MXRT_DIST_FIRST_CALL_CHILD", mode)
+            .env("DMLC_ROLE", "scheduler")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{mode}:\n{stdout}\n{stderr}"
+        );
+    }
+}
+
+#[cfg(feature = "dist")]
+#[test]
+#[ignore = "run by distributed_stores_as_a_first_call"]
+fn distributed_store_first_call_child() {
+    match std::env::var("MXRT_DIST_FIRST_CALL_CHILD").as_deref() {
+        Ok("rust") => {
+            let kv = mxrt::dist::create("dist_sync").unwrap();
+            assert_eq!(kv.type_name(), "dist_sync");
+            let kv = mxrt::kvstore::create("Dist_Async").unwrap();
+            assert_eq!(kv.type_name(), "dist_async");
+            // local type strings still make local stores
+            assert_eq!(mxrt::dist::create("local").unwrap().type_name(), "local");
+        }
+        Ok("c") => {
+            use mxrt::capi::kvstore::{MXKVStoreCreate, MXKVStoreFree, MXKVStoreGetType};
+            let mut h = std::ptr::null_mut();
+            // SAFETY: a C string and an out-parameter, as the C API asks.
+            assert_eq!(unsafe { MXKVStoreCreate(c"dist_sync".as_ptr(), &mut h) }, 0);
+            let mut t = std::ptr::null();
+            // SAFETY: a live store handle and an out-parameter.
+            assert_eq!(unsafe { MXKVStoreGetType(h, &mut t) }, 0);
+            // SAFETY: the store's type string, valid while the store lives.
+            assert_eq!(unsafe { std::ffi::CStr::from_ptr(t) }.to_str(), Ok("dist_sync"));
+            // SAFETY: the handle made above, freed once.
+            assert_eq!(unsafe { MXKVStoreFree(h) }, 0);
+        }
+        _ => {}
+    }
+}

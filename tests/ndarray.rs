@@ -755,3 +755,81 @@ fn stale_frees_after_reuse_are_refused_and_destroy_nothing() {
         assert_eq!(unsafe { MXNDArrayFree(h) }, -1, "double free of array {i}");
     }
 }
+
+/// Runs `child` (an ignored test of this binary) in a fresh process with `envs` and checks that it
+/// passed: what a process does before its first call cannot leak in from other tests.
+fn run_child_test(child: &str, envs: &[(&str, &str)]) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child, "--ignored", "--nocapture"])
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{child} {envs:?}:\n{stdout}\n{stderr}"
+    );
+}
+
+/// Storage sits below the GPU module and does not know it: the GPU module registers its memory
+/// backends, and a gpu array made through the Rust API as a process's first call must still
+/// reach them. Without a driver the error is the driver's (gpu(0) does not exist), not storage's
+/// "no GPU backend"; with the fake driver (tests/gpu/fake_cuda.c, built here) the array works.
+#[test]
+fn gpu_arrays_reach_the_gpu_backends_as_a_first_call() {
+    run_child_test("gpu_array_first_call_child", &[("MXRT_GPU_FIRST_CALL_CHILD", "none")]);
+    let fake = std::env::temp_dir().join(format!("mxrt-fakecuda-{}", std::process::id()));
+    std::fs::create_dir_all(&fake).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = std::process::Command::new(cc)
+        .args(["-std=c11", "-O2", "-fPIC", "-shared", "-Wl,-soname,libcuda.so.1"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/fake_cuda.c"))
+        .arg("-o")
+        .arg(fake.join("libcuda.so.1"))
+        .arg("-lpthread")
+        .status();
+    match built {
+        Ok(s) if s.success() => {
+            std::os::unix::fs::symlink("libcuda.so.1", fake.join("libcuda.so")).ok();
+            run_child_test(
+                "gpu_array_first_call_child",
+                &[
+                    ("MXRT_GPU_FIRST_CALL_CHILD", "fake"),
+                    ("LD_LIBRARY_PATH", fake.to_str().unwrap()),
+                    ("FAKECUDA_DEVICES", "1"),
+                    ("FAKECUDA_MEM_MB", "64"),
+                ],
+            );
+        }
+        other => eprintln!("no C compiler for the fake CUDA driver ({other:?}): that half is skipped"),
+    }
+    std::fs::remove_dir_all(&fake).ok();
+}
+
+#[test]
+#[ignore = "run by gpu_arrays_reach_the_gpu_backends_as_a_first_call"]
+fn gpu_array_first_call_child() {
+    use mxrt::ndarray::NDArray;
+    use mxrt::{Context, DType};
+    let Ok(mode) = std::env::var("MXRT_GPU_FIRST_CALL_CHILD") else {
+        return;
+    };
+    let bytes: Vec<u8> = (0..16).collect();
+    match NDArray::new(&[4], Context::gpu(0), DType::F32, false) {
+        Ok(a) => {
+            assert_eq!(mode, "fake", "a gpu array without a driver");
+            a.sync_copy_from_bytes(&bytes).unwrap();
+            assert_eq!(a.to_bytes().unwrap(), bytes);
+        }
+        Err(e) => {
+            assert_eq!(mode, "none", "{e}");
+            assert!(!e.message().contains("USE_CUDA"), "storage had no GPU backend: {e}");
+            assert!(e.message().contains("gpu(0) does not exist"), "{e}");
+        }
+    }
+    // cpu_pinned: page-locked memory with a GPU, host memory without
+    let p = NDArray::new(&[4], Context::cpu_pinned(0), DType::F32, false).unwrap();
+    p.sync_copy_from_bytes(&bytes).unwrap();
+    assert_eq!(p.to_bytes().unwrap(), bytes);
+}

@@ -9,6 +9,7 @@ use crate::error::{Error, ErrorKind};
 use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Once;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -29,12 +30,26 @@ pub(crate) fn boundary_message(func: &str, err: &Error) -> String {
     }
 }
 
+/// What the layers below the C API need before its first call: modules that sit below others
+/// and cannot call up get their upper halves registered here (the GPU memory backends with the
+/// storage, the distributed store kinds with `kvstore::create`). Runs once, from [`api_call`],
+/// which every export goes through; afterwards one atomic load.
+#[inline]
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        crate::gpu::storage();
+        crate::dist::register();
+    });
+}
+
 /// Runs an export's body: 0 on `Ok`, -1 plus the last-error message on `Err` or panic.
 #[inline]
 pub(crate) fn api_call<F>(func: &'static str, body: F) -> c_int
 where
     F: FnOnce() -> crate::Result<()>,
 {
+    init();
     // records the call when the profiler traces API calls (one atomic load otherwise)
     let _scope = crate::profiler::ApiScope::begin(func);
     match catch_unwind(AssertUnwindSafe(body)) {

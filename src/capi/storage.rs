@@ -3,7 +3,6 @@
 use super::args;
 use super::error::api_call;
 use crate::context::Context;
-use crate::storage::Storage;
 use std::ffi::c_int;
 
 /// Pool statistics of one device's storage manager (MXStorageGetStats). Byte counts are after the
@@ -31,7 +30,7 @@ pub struct MXStorageStats {
 #[unsafe(no_mangle)]
 pub extern "C" fn MXStorageEmptyCache(dev_type: c_int, dev_id: c_int) -> c_int {
     api_call("MXStorageEmptyCache", || {
-        Storage::global().empty_cache(Context::from_codes(dev_type, dev_id)?)
+        crate::gpu::storage().empty_cache(Context::from_codes(dev_type, dev_id)?)
     })
 }
 
@@ -47,7 +46,7 @@ pub unsafe extern "C" fn MXStorageGetStats(
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out, "out")? };
         let ctx = Context::from_codes(dev_type, dev_id)?;
-        *out = Storage::global()
+        *out = crate::gpu::storage()
             .stats(ctx)
             .map_or_else(MXStorageStats::default, |s| MXStorageStats {
                 bytes_in_use: s.bytes_in_use as u64,

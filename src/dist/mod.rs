@@ -130,7 +130,7 @@ mod store {
     }
 
     /// Creates the store of this process's role for an MXNet type string containing "dist".
-    pub fn create(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
+    pub(super) fn create_store(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
         let t = type_name.to_lowercase();
         let sync = !t.contains("_async");
         let role = Role::from_env()?;
@@ -410,7 +410,25 @@ mod store {
 }
 
 #[cfg(feature = "dist")]
-pub use store::{DistStore, create};
+pub use store::DistStore;
+
+/// Registers the distributed store kinds with [`crate::kvstore::create`], which sits below this
+/// module and does not know it (a build without the `dist` feature registers nothing, and
+/// `kvstore::create` then says the build lacks them). Cheap after the first call; the C API runs
+/// it before its first call, [`create`] on every call.
+pub fn register() {
+    #[cfg(feature = "dist")]
+    crate::kvstore::register_distributed(store::create_store);
+}
+
+/// Creates a store from an MXNet type string as [`crate::kvstore::create`] does, with the
+/// distributed kinds registered first: "dist_sync", "dist_async", "dist_sync_device", ... give
+/// the store of this process's role (`DMLC_ROLE`: worker, server or scheduler), other type
+/// strings a local store. The way in for Rust code that wants a distributed store.
+pub fn create(type_name: &str) -> crate::error::Result<Box<dyn crate::kvstore::KeyValueStore>> {
+    register();
+    crate::kvstore::create(type_name)
+}
 
 /// Runs at a normal exit before MPI is finalised: the workers whose store is still alive leave
 /// the job in order. An error says why the process cannot (the job is then aborted).

@@ -239,8 +239,7 @@ unsafe fn sum_f16_rounded_once(
     n: usize,
     finish: Finish,
 ) -> Result<()> {
-    let scratch = match crate::storage::Storage::global()
-        .alloc(crate::context::Context::gpu(dev), n * 4)
+    let scratch = match super::storage().alloc(crate::context::Context::gpu(dev), n * 4)
     {
         Ok(s) => s,
         Err(e) => return finish_now(Err(e.context("scratch memory for a float16 sum")), finish),

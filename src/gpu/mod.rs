@@ -26,4 +26,24 @@ pub use copy::{Endpoint, copy, copy_finish, fill_bytes};
 pub use driver::{context, device_count, driver_problem, memory_info};
 pub use kernels::{BinaryOp, Rounding, binary, can_sum, fill, sum};
 pub use memory::{device_memory, pinned_memory};
+
+use crate::storage::Storage;
+use std::sync::{Arc, Once};
+
+/// The process-wide [`Storage`] with this module's memory backends registered: gpu managers use
+/// device memory (`cuMemAlloc`) and cpu_pinned page-locked memory when the machine has a GPU.
+///
+/// Storage sits below this module and does not know it, so this is the way in to the process's
+/// storage for everything above both: NDArray creation, the resource manager, the C API and
+/// this module's own scratch memory. The registration runs once, before the storage is first
+/// handed out; later calls cost one atomic load.
+pub fn storage() -> &'static Storage {
+    static REGISTERED: Once = Once::new();
+    let storage = Storage::global();
+    REGISTERED.call_once(|| {
+        storage.set_gpu_backend(Some(Arc::new(device_memory)));
+        storage.set_pinned_backend(Some(Arc::new(pinned_memory)));
+    });
+    storage
+}
 pub use stream::{Finish, bind_thread};

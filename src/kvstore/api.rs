@@ -1,11 +1,15 @@
 //! What every kind of store offers: the local store ([`KVStore`](super::KVStore)) and the
 //! distributed ones (`crate::dist`). The C API holds a `Box<dyn KeyValueStore>` and calls these;
 //! calls that only a distributed store has default to an error saying so.
+//!
+//! The distributed store sits above this module: it registers its factory here
+//! ([`register_distributed`]) and [`create`] calls it for "dist" type strings.
 
 use super::keys::Keys;
 use super::updater::{IntUpdater, StrUpdater};
 use crate::error::{Error, Result};
 use crate::ndarray::NDArray;
+use std::sync::OnceLock;
 
 /// A server's controller: called with a command head and body (MXNet's
 /// `MXKVStoreServerController`).
@@ -209,31 +213,44 @@ impl KeyValueStore for super::KVStore {
     }
 }
 
-/// Creates a store from an MXNet type string: a local store, or with "dist" in the name a
-/// distributed one (in builds with the `dist` feature).
-pub fn create(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
+/// Creates a distributed store from its MXNet type string (one containing "dist").
+pub type DistributedFactory = fn(&str) -> Result<Box<dyn KeyValueStore>>;
+
+static DISTRIBUTED: OnceLock<DistributedFactory> = OnceLock::new();
+
+/// Registers the factory [`create`] uses for "dist" type strings. The distributed store
+/// (`crate::dist`, above this module) registers itself: `mxrt::dist::create` does, and so does
+/// the C API before its first call. The first registration stays.
+pub fn register_distributed(factory: DistributedFactory) {
+    let _ = DISTRIBUTED.set(factory);
+}
+
+/// True if `type_name` names a distributed store: "dist" in it, except the NCCL, Horovod and
+/// BytePS backends (the local parser names those in its error).
+pub fn is_distributed(type_name: &str) -> bool {
     let t = type_name.to_lowercase();
-    // NCCL, Horovod and BytePS stores are other backends even when "dist" is in the name; the
-    // local parser names them in its error
     let other_backend = ["nccl", "horovod", "byteps"].iter().any(|b| t.contains(b));
-    if t.contains("dist") && !other_backend {
-        return create_dist(type_name);
+    t.contains("dist") && !other_backend
+}
+
+/// Creates a store from an MXNet type string: a local store, or with "dist" in the name a
+/// distributed one (through the registered factory, see [`register_distributed`]).
+pub fn create(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
+    if !is_distributed(type_name) {
+        return Ok(Box::new(super::KVStore::create(type_name)?));
     }
-    Ok(Box::new(super::KVStore::create(type_name)?))
-}
-
-#[cfg(feature = "dist")]
-fn create_dist(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
-    crate::dist::create(type_name)
-}
-
-#[cfg(not(feature = "dist"))]
-fn create_dist(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
-    Err(Error::not_supported(format!(
-        "kvstore type '{type_name}' is a distributed store, which this build of mxrt does not \
-         have: rebuild with the cargo feature `dist` (cargo build --release --features dist; \
-         needs an MPI library such as OpenMPI)"
-    )))
+    match DISTRIBUTED.get() {
+        Some(factory) => factory(type_name),
+        None if cfg!(feature = "dist") => Err(Error::invalid(format!(
+            "kvstore type '{type_name}' is a distributed store and none is registered: create \
+             it with mxrt::dist::create (which registers the distributed kinds here)"
+        ))),
+        None => Err(Error::not_supported(format!(
+            "kvstore type '{type_name}' is a distributed store, which this build of mxrt does \
+             not have: rebuild with the cargo feature `dist` (cargo build --release --features \
+             dist; needs an MPI library such as OpenMPI)"
+        ))),
+    }
 }
 
 #[cfg(test)]

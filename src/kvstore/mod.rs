@@ -7,8 +7,8 @@
 //! engine op, so calls return before the data moves and ops on different keys overlap.
 //!
 //! Layout: `store` (the store and its calls), `keys` (int/string keys and grouping), `comm` (the
-//! reduce and broadcast engine ops), `reduce` (the summing kernels), `pool` (threads for big
-//! arrays), `updater` (the callbacks).
+//! reduce and broadcast engine ops), `reduce` (the summing kernels, split over
+//! [`crate::parallel`]'s pool for big arrays), `updater` (the callbacks).
 //!
 //! ```
 //! use mxrt::kvstore::{KVStore, Keys};
@@ -35,7 +35,6 @@
 pub mod api;
 pub mod comm;
 pub mod keys;
-mod pool;
 pub mod reduce;
 pub mod store;
 mod trace;
@@ -43,7 +42,10 @@ mod trace;
 pub(crate) use trace::Traced;
 pub mod updater;
 
-pub use api::{Controller, KeyValueStore, ServerProfilerCommand, create};
+pub use api::{
+    Controller, DistributedFactory, KeyValueStore, ServerProfilerCommand, create, is_distributed,
+    register_distributed,
+};
 pub use comm::CommKind;
 pub use keys::{KeyKind, KeyRef, Keys};
 pub use reduce::ReduceConfig;

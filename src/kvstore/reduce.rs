@@ -4,10 +4,9 @@
 //! [`BLOCK`] elements, each block summed in a small accumulator that stays in L1 (the inputs are
 //! added in order, so float results equal a serial `out = in0; out += in1; ...`). float16 and
 //! bfloat16 are accumulated in float32 and rounded once; integers wrap; bool is a logical or.
-//! Arrays of at least `bigarray_bound` elements are split into tasks run on a [`Pool`] of
-//! `nthreads` threads.
+//! Arrays of at least `bigarray_bound` elements are split into tasks run on `nthreads` threads
+//! ([`crate::parallel::for_tasks`]: the calling engine worker and threads of mxrt's pool).
 
-use super::pool::Pool;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use half::{bf16, f16};
@@ -221,10 +220,10 @@ fn reduce_typed<T: Elem>(out: *mut u8, ins: &[*const u8], len: usize, cfg: &Redu
         sum_into(o, &i);
     };
     if cfg.is_parallel(len) {
-        let pool = Pool::global(cfg.nthreads);
         let ntasks = len.div_ceil(TASK);
-        let ok = pool.run(ntasks, &|t| run(t * TASK, ((t + 1) * TASK).min(len)));
-        assert!(ok, "a KVStoreReduce task panicked");
+        crate::parallel::for_tasks(ntasks, cfg.nthreads, |t| {
+            run(t * TASK, ((t + 1) * TASK).min(len))
+        });
     } else {
         run(0, len);
     }
@@ -294,11 +293,9 @@ pub unsafe fn broadcast(
         // tasks of about TASK elements' bytes, at least 64 KiB
         let task_bytes = (bytes / len.max(1) * TASK).max(64 << 10);
         let ntasks = bytes.div_ceil(task_bytes);
-        let pool = Pool::global(cfg.nthreads);
-        let ok = pool.run(ntasks, &|t| {
+        crate::parallel::for_tasks(ntasks, cfg.nthreads, |t| {
             copy(t * task_bytes, ((t + 1) * task_bytes).min(bytes))
         });
-        assert!(ok, "a KVStoreBroadcast task panicked");
     } else {
         copy(0, bytes);
     }

@@ -61,7 +61,7 @@ impl NDArray {
     pub fn new(shape: &[i64], ctx: Context, dtype: DType, delay_alloc: bool) -> Result<NDArray> {
         let bytes = shape::num_bytes(shape, dtype.size())?;
         // creates the device's manager: an unusable device (no GPU, bad pool settings) fails now
-        crate::storage::Storage::global().alloc(ctx, 0)?;
+        gpu::storage().alloc(ctx, 0)?;
         let chunk = Chunk::new(ctx, bytes, delay_alloc)?;
         Ok(NDArray {
             chunk: Some(Arc::new(chunk)),
@@ -81,8 +81,7 @@ impl NDArray {
         dtype: DType,
     ) -> Result<NDArray> {
         let bytes = shape::num_bytes(shape, dtype.size())?;
-        let alloc =
-            crate::storage::Storage::global().attach_shared(shared_pid, shared_id, bytes)?;
+        let alloc = gpu::storage().attach_shared(shared_pid, shared_id, bytes)?;
         let (ctx, len) = (alloc.ctx(), alloc.len());
         let chunk = Chunk::from_memory(Memory::Storage(alloc), ctx, len);
         Ok(NDArray {

@@ -5,7 +5,7 @@
 use crate::context::Context;
 use crate::engine::{Engine, Var};
 use crate::error::Result;
-use crate::storage::{Allocation, Storage};
+use crate::storage::Allocation;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -88,7 +88,7 @@ impl Chunk {
         }
         let mut slot = self.storage.lock();
         if slot.is_none() {
-            let alloc = Storage::global().alloc(self.ctx, self.size)?;
+            let alloc = crate::gpu::storage().alloc(self.ctx, self.size)?;
             self.ptr.store(alloc.as_ptr(), Ordering::Release);
             *slot = Some(Memory::Storage(alloc));
         }

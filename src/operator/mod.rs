@@ -6,7 +6,7 @@
 //! - [`imperative`]: running one on NDArrays as an engine op.
 //! - [`param`]: operator parameters in the string syntax front ends send.
 //! - [`tensor`]: the arrays as a kernel sees them; [`kernel`]: dense CPU kernels (plain Rust: no
-//!   engine, no NDArray, no C); [`parallel`]: the intra-op thread pool.
+//!   engine, no NDArray, no C); they split big loops over [`crate::parallel`]'s thread pool.
 
 pub(crate) mod device;
 pub mod def;
@@ -15,7 +15,6 @@ pub mod mode;
 pub mod kernel;
 pub mod op;
 pub mod ops;
-pub mod parallel;
 pub mod param;
 pub mod registry;
 pub mod stype;

@@ -70,12 +70,12 @@ fn stream_id(seed: u32, ctx: Context, req: ResourceRequest, copy: usize) -> Stre
 }
 
 impl<'e> ResourceManager<'e> {
-    /// A manager whose ops run on `engine`, with temp space from the global storage and copy
-    /// counts from the environment.
+    /// A manager whose ops run on `engine`, with temp space from the process's storage (with
+    /// its GPU backends, [`crate::gpu::storage`]) and copy counts from the environment.
     pub fn new(engine: &'e Engine) -> Result<Self> {
         Ok(Self::with_config(
             engine,
-            Storage::global(),
+            crate::gpu::storage(),
             ResourceConfig::from_env()?,
         ))
     }

@@ -2,8 +2,8 @@
 //! workers.
 //!
 //! The fill functions cut the output into one contiguous chunk per stream (chunk `i` always comes
-//! from stream `i`) and hand chunks to threads, so the numbers are the same whatever the thread
-//! count.
+//! from stream `i`) and hand chunks to threads of mxrt's pool ([`crate::parallel`]), so the numbers
+//! are the same whatever the thread count.
 
 use super::random::{RandomGenerator, RandomReal, StreamId, check_normal, check_uniform};
 use crate::error::Result;
@@ -46,7 +46,8 @@ impl ParallelRandom {
         &mut self.streams
     }
 
-    /// Applies `f` to each (stream, chunk) pair on up to `threads` threads.
+    /// Applies `f` to each (stream, chunk) pair on up to `threads` threads (the caller's and the
+    /// pool's).
     fn partitioned<T, F>(&mut self, out: &mut [T], threads: usize, f: F)
     where
         T: Send,
@@ -62,23 +63,7 @@ impl ParallelRandom {
             .min(work.len())
             .min(work.len() * chunk / MIN_PER_THREAD)
             .max(1);
-        if threads == 1 {
-            for (g, c) in work {
-                f(g, c);
-            }
-            return;
-        }
-        let per_thread = work.len().div_ceil(threads);
-        let f = &f;
-        std::thread::scope(|s| {
-            for group in work.chunks_mut(per_thread) {
-                s.spawn(move || {
-                    for (g, c) in group {
-                        f(g, c);
-                    }
-                });
-            }
-        });
+        crate::parallel::for_each_mut(&mut work, threads, |_, (g, c)| f(g, c));
     }
 
     /// Raw 32-bit words.

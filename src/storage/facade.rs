@@ -105,17 +105,18 @@ impl Storage {
         }
     }
 
-    /// The process-wide storage (reads the process environment). Its gpu managers use the CUDA
-    /// driver's device memory and cpu_pinned uses page-locked memory when there is a GPU
-    /// ([`crate::gpu`]).
+    /// The process-wide storage (reads the process environment). Storage knows no device
+    /// driver: its gpu managers use the backend registered with [`set_gpu_backend`] and
+    /// cpu_pinned the one registered with [`set_pinned_backend`]. The GPU module registers the
+    /// CUDA driver's (`crate::gpu::storage()`, which the modules above both use instead of this
+    /// function: NDArray creation, the resource manager, the C API); a caller that only uses host
+    /// memory may call this directly.
+    ///
+    /// [`set_gpu_backend`]: Self::set_gpu_backend
+    /// [`set_pinned_backend`]: Self::set_pinned_backend
     pub fn global() -> &'static Storage {
         static GLOBAL: OnceLock<Storage> = OnceLock::new();
-        GLOBAL.get_or_init(|| {
-            let storage = Storage::new();
-            storage.set_gpu_backend(Some(Arc::new(crate::gpu::device_memory)));
-            storage.set_pinned_backend(Some(Arc::new(crate::gpu::pinned_memory)));
-            storage
-        })
+        GLOBAL.get_or_init(Storage::new)
     }
 
     /// Registers the backend used for gpu managers created from now on.

@@ -3,7 +3,7 @@
 //! round, while the others wait for its next push. The job must end at once (the panic aborts
 //! it), not hang.
 
-use mxrt::kvstore::{self, Keys};
+use mxrt::kvstore::Keys;
 use mxrt::ndarray::NDArray;
 use mxrt::{Context, DType};
 
@@ -16,7 +16,7 @@ fn array(v: f32) -> NDArray {
 
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
-    let kv = kvstore::create("dist_sync").expect("create");
+    let kv = mxrt::dist::create("dist_sync").expect("create");
     if mxrt::dist::Role::from_env().unwrap() != mxrt::dist::Role::Worker {
         kv.run_server(&mut |_, _| {}).expect("serve");
         return;

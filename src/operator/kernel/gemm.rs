@@ -7,7 +7,7 @@
 
 use super::element::Element;
 use super::map::Ptr;
-use crate::operator::parallel;
+use crate::parallel;
 use half::f16;
 
 /// Below this many multiply-adds a product runs on the calling thread.

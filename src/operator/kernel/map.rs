@@ -5,7 +5,7 @@
 //! aliasing is well defined, and no `&mut` ever coexists with a `&` to the same memory.
 
 use super::element::Element;
-use crate::operator::parallel::for_ranges;
+use crate::parallel::for_ranges;
 
 /// A raw pointer that may cross into the pool's threads; each thread touches a disjoint range.
 #[derive(Clone, Copy)]

@@ -5,7 +5,7 @@
 //! (each a choice of strides), and the reductions (which walk the reduced axes of each output).
 //! Indexing goes through slices, so a wrong stride is a panic, never a stray read.
 
-use crate::operator::parallel::for_chunks_mut;
+use crate::parallel::for_chunks_mut;
 
 /// Row-major strides (in elements) of a contiguous array of `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {

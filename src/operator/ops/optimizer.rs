@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::map::Ptr;
 use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, KernelArgs, Plan, TensorDesc};
-use crate::operator::parallel::for_ranges;
+use crate::parallel::for_ranges;
 use crate::operator::param::{self, Params};
 
 /// Hyper-parameters, in the compute type.
