@@ -10,7 +10,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::def::{GradCtx, Val};
 use crate::operator::kernel::map::{Ptr, map1, map2};
-use crate::operator::parallel::{for_chunks_mut, for_ranges};
+use crate::parallel::{for_chunks_mut, for_ranges};
 use half::f16;
 use crate::operator::kernel::strided::{split_axes, walk};
 use crate::operator::kernel::{Element, Real};

@@ -10,7 +10,7 @@ use crate::operator::kernel::strided::{reduce, split_axes, walk};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::def::{GradCtx, Val};
 use crate::operator::param;
-use crate::operator::parallel::for_chunks_mut;
+use crate::parallel::for_chunks_mut;
 use super::nn::{as_refs, passed};
 
 /// Which axes a reduction folds, from `axis` (an int, a tuple or None = all) and `exclude`.
