@@ -288,32 +288,23 @@ fn softmax(call: &Call<'_>, kind: Soft) -> Result<Plan> {
         vec![TensorDesc::new(&x.shape, out_dtype)],
         move |k| {
             let (ks, kst, _, rst) = split_axes(&shape, &mask);
-            let n = shape[axis];
-            let st = rst[0];
             let lines: usize = ks.iter().product();
-            let src: Vec<f64> = crate::with_element!(dtype, T => k.inputs[0].slice::<T>().iter().map(|v| v.to_f64()).collect());
-            let mut res = vec![0f64; src.len()];
-            let mut buf = vec![0f64; n];
-            walk(&ks, [&kst], [0], 0, lines, |_, [b]| {
-                let at = |i: usize| (b + i as isize * st) as usize;
-                for (i, v) in buf.iter_mut().enumerate() {
-                    let x = src[at(i)] / temp;
-                    *v = if kind == Soft::Min { -x } else { x };
-                }
-                let m = buf.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let sum: f64 = buf.iter().map(|&v| (v - m).exp()).sum();
-                for (i, &v) in buf.iter().enumerate() {
-                    res[at(i)] = match kind {
-                        Soft::LogMax => v - m - sum.ln(),
-                        _ => (v - m).exp() / sum,
-                    };
-                }
-            });
-            crate::with_element!(out_dtype, O => {
-                for (o, &v) in k.outputs[0].slice_mut::<O>().iter_mut().zip(&res) {
-                    *o = O::from_f64(v);
-                }
-            });
+            let mut bases = Vec::with_capacity(lines);
+            walk(&ks, [&kst], [0], 0, lines, |_, [b]| bases.push(b));
+            let lines = Lines { bases: &bases, n: shape[axis], stride: rst[0], kind, temp };
+            if out_dtype == dtype {
+                crate::with_element!(dtype, T => lines.forward::<T>(k.inputs[0].ptr::<T>(), k.outputs[0].ptr::<T>()));
+            } else {
+                // a wider output dtype: through f64
+                let src: Vec<f64> = crate::with_element!(dtype, T => k.inputs[0].slice::<T>().iter().map(|v| v.to_f64()).collect());
+                let mut res = vec![0f64; src.len()];
+                lines.forward::<f64>(src.as_ptr().cast_mut(), res.as_mut_ptr());
+                crate::with_element!(out_dtype, O => {
+                    for (o, &v) in k.outputs[0].slice_mut::<O>().iter_mut().zip(&res) {
+                        *o = O::from_f64(v);
+                    }
+                });
+            }
             Ok(())
         },
     ))
@@ -523,8 +514,9 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
             )));
         }
     }
-    let inner: usize = x.shape[axis + 1..].iter().product::<i64>() as usize;
-    let c = ch as usize;
+    let inner: usize = x.shape[axis + 1..].iter().product::<i64>().max(0) as usize;
+    let c = ch.max(0) as usize;
+    let outer = if inner == 0 || c == 0 { 0 } else { x.size() / (inner * c) };
     let (dtype, pdt) = (x.dtype, ins[1].dtype);
     let mut outs = vec![TensorDesc::new(&x.shape, dtype)];
     if mean_var {
@@ -542,45 +534,14 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
             })
         };
         let (gamma, beta) = (param(1), param(2));
-        let (mean, invstd): (Vec<f64>, Vec<f64>) = if batch_stats {
-            crate::with_element!(dtype, T => {
-                let src = k.inputs[0].slice::<T>();
-                let (mut sum, mut count) = (vec![0.0f64; c], vec![0usize; c]);
-                for (i, v) in src.iter().enumerate() {
-                    let j = if inner == 0 { 0 } else { (i / inner) % c };
-                    sum[j] += v.to_f64();
-                    count[j] += 1;
-                }
-                let mean: Vec<f64> = (0..c).map(|j| sum[j] / count[j].max(1) as f64).collect();
-                let mut sq = vec![0.0f64; c];
-                for (i, v) in src.iter().enumerate() {
-                    let j = if inner == 0 { 0 } else { (i / inner) % c };
-                    sq[j] += (v.to_f64() - mean[j]).powi(2);
-                }
-                let invstd = (0..c)
-                    .map(|j| {
-                        if sq[j] == 0.0 && eps == 0.0 {
-                            0.0
-                        } else {
-                            1.0 / (sq[j] / count[j].max(1) as f64 + eps).sqrt()
-                        }
-                    })
-                    .collect();
-                (mean, invstd)
-            })
-        } else {
-            let var = param(4);
-            (param(3), var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect())
-        };
-        let scale: Vec<f64> = (0..c)
-            .map(|j| if fix_gamma { 1.0 } else { gamma[j] } * invstd[j])
-            .collect();
-        crate::with_element!(dtype, T => {
-            let (src, dst) = (k.inputs[0].slice::<T>(), k.outputs[0].slice_mut::<T>());
-            for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
-                let j = if inner == 0 { 0 } else { (i / inner) % c };
-                *o = T::from_f64((v.to_f64() - mean[j]) * scale[j] + beta[j]);
-            }
+        let (moving_mean, moving_var) = (param(3), param(4));
+        let shape = BnShape { outer, c, inner };
+        let (mean, invstd): (Vec<f64>, Vec<f64>) = crate::with_element!(dtype, T => {
+            let src = k.inputs[0].slice::<T>();
+            let dst = Ptr(k.outputs[0].slice_mut::<T>().as_mut_ptr());
+            bn_forward::<T>(src, dst, shape, &BnParams {
+                batch: batch_stats, eps, fix_gamma, gamma: &gamma, mean: &moving_mean, var: &moving_var,
+            }, &beta)
         });
         if fix_gamma {
             // as MXNet does: a fixed gamma is 1, and the gamma array is set to 1 too
@@ -1221,31 +1182,86 @@ struct Lines<'a> {
 }
 
 impl Lines<'_> {
-    /// Computes every line (in parallel when large) from `dy` and `y` into `out`, all holding
-    /// the planned elements of `T`.
-    fn run<T: Element>(&self, dy: *mut T, y: *mut T, out: *mut T) {
-        let (dy, y, out) = (Ptr(dy), Ptr(y), Ptr(out));
-        let (n, st, kind) = (self.n, self.stride, self.kind);
-        let scale = if kind == Soft::Min { -1.0 / self.temp } else { 1.0 / self.temp };
-        for_ranges(self.bases.len(), n.max(1) * 4, |s, e| {
+    /// Calls `f(line buffers)` for every line (in parallel when large), with the line's
+    /// elements of each array in `ins` copied to f64 buffers, and writes back the buffer `f`
+    /// fills as `out`'s line.
+    fn each<T: Element, const N: usize>(&self, ins: [*mut T; N], out: *mut T, f: impl Fn(&[Vec<f64>; N], &mut [f64]) + Sync) {
+        let ins = ins.map(Ptr);
+        let out = Ptr(out);
+        let (n, st) = (self.n, self.stride);
+        for_ranges(self.bases.len(), n.max(1) * 8, |s, e| {
+            let mut bufs: [Vec<f64>; N] = std::array::from_fn(|_| vec![0f64; n]);
+            let mut res = vec![0f64; n];
             for &b in &self.bases[s..e] {
-                let at = |i: usize| (b + i as isize * st) as usize;
-                // SAFETY (the reads and writes below): every offset is an element of the planned
-                // shape, which all three buffers hold; the output is exclusive (the plan is
-                // staged), and lines are disjoint, so threads write disjoint elements.
-                let get = |p: Ptr<T>, i: usize| unsafe { (*p.get().add(at(i))).to_f64() };
-                let sum: f64 = match kind {
-                    Soft::LogMax => (0..n).map(|i| get(dy, i)).sum(),
-                    _ => (0..n).map(|i| get(dy, i) * get(y, i)).sum(),
-                };
-                for i in 0..n {
-                    let (g, v) = (get(dy, i), get(y, i));
-                    let r = match kind {
-                        Soft::LogMax => (g - v.exp() * sum) * scale,
-                        _ => v * (g - sum) * scale,
-                    };
-                    unsafe { *out.get().add(at(i)) = T::from_f64(r) };
+                for (buf, p) in bufs.iter_mut().zip(&ins) {
+                    if st == 1 {
+                        // SAFETY: a line of `n` contiguous elements of the planned shape, which
+                        // every buffer holds; inputs are only read.
+                        let line = unsafe { std::slice::from_raw_parts(p.get().add(b as usize), n) };
+                        for (v, x) in buf.iter_mut().zip(line) {
+                            *v = x.to_f64();
+                        }
+                    } else {
+                        for (i, v) in buf.iter_mut().enumerate() {
+                            // SAFETY: as above, element `i` of the strided line.
+                            *v = unsafe { *p.get().offset(b + i as isize * st) }.to_f64();
+                        }
+                    }
                 }
+                f(&bufs, &mut res);
+                if st == 1 {
+                    // SAFETY: the output holds the planned shape and is exclusive (the plan is
+                    // staged); lines are disjoint, so threads write disjoint elements.
+                    let line = unsafe { std::slice::from_raw_parts_mut(out.get().add(b as usize), n) };
+                    for (o, &v) in line.iter_mut().zip(&res) {
+                        *o = T::from_f64(v);
+                    }
+                } else {
+                    for (i, &v) in res.iter().enumerate() {
+                        // SAFETY: as above, element `i` of the strided line.
+                        unsafe { *out.get().offset(b + i as isize * st) = T::from_f64(v) };
+                    }
+                }
+            }
+        });
+    }
+
+    /// softmax, log_softmax or softmin of every line of `x` into `out`.
+    fn forward<T: Element>(&self, x: *mut T, out: *mut T) {
+        let (kind, temp) = (self.kind, self.temp);
+        self.each([x], out, |[x], res| {
+            for (r, &v) in res.iter_mut().zip(x) {
+                *r = if kind == Soft::Min { -v / temp } else { v / temp };
+            }
+            let m = res.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            if kind == Soft::LogMax {
+                let log_sum = res.iter().map(|&v| (v - m).exp()).sum::<f64>().ln();
+                res.iter_mut().for_each(|r| *r = *r - m - log_sum);
+            } else {
+                let mut sum = 0.0;
+                for r in res.iter_mut() {
+                    *r = (*r - m).exp();
+                    sum += *r;
+                }
+                res.iter_mut().for_each(|r| *r /= sum);
+            }
+        });
+    }
+
+    /// The gradient of every line from `dy` and `y` into `out`.
+    fn run<T: Element>(&self, dy: *mut T, y: *mut T, out: *mut T) {
+        let kind = self.kind;
+        let scale = if kind == Soft::Min { -1.0 / self.temp } else { 1.0 / self.temp };
+        self.each([dy, y], out, |[dy, y], res| {
+            let sum: f64 = match kind {
+                Soft::LogMax => dy.iter().sum(),
+                _ => dy.iter().zip(y).map(|(g, v)| g * v).sum(),
+            };
+            for ((r, &g), &v) in res.iter_mut().zip(dy).zip(y) {
+                *r = match kind {
+                    Soft::LogMax => (g - v.exp() * sum) * scale,
+                    _ => v * (g - sum) * scale,
+                };
             }
         });
     }
@@ -1362,56 +1378,95 @@ struct BnStats {
     dotp: f64,
 }
 
+/// The elements of one channel: `each(g)` calls `g` with each contiguous run of them.
+type Each<'a> = &'a dyn Fn(&mut dyn FnMut(std::ops::Range<usize>));
+
+/// Calls `f(j, each)` for every channel `j` (in parallel when large), where `each` walks the
+/// channel's elements; collects the results.
+fn per_channel<R: Copy + Default + Send>(s: BnShape, cost: usize, f: impl Fn(usize, Each<'_>) -> R + Sync) -> Vec<R> {
+    let BnShape { outer, c, inner } = s;
+    let mut out = vec![R::default(); c];
+    for_chunks_mut(&mut out, outer * inner * cost, |start, chunk| {
+        for (off, r) in chunk.iter_mut().enumerate() {
+            let j = start + off;
+            let each = |g: &mut dyn FnMut(std::ops::Range<usize>)| {
+                for o in 0..outer {
+                    let base = (o * c + j) * inner;
+                    g(base..base + inner);
+                }
+            };
+            *r = f(j, &each);
+        }
+    });
+    out
+}
+
+/// One channel's mean, biased variance and inverse standard deviation from the batch (`batch`)
+/// or the moving statistics.
+fn bn_stats<T: Element>(x: &[T], j: usize, n: f64, p: &BnParams<'_>, each: Each<'_>) -> (f64, f64, f64) {
+    if !p.batch {
+        return (p.mean[j], p.var[j], 1.0 / (p.var[j] + p.eps).sqrt());
+    }
+    let mut sum = 0.0;
+    each(&mut |r| sum += x[r].iter().map(|v| v.to_f64()).sum::<f64>());
+    let mean = sum / n;
+    let mut sq = 0.0;
+    each(&mut |r| sq += x[r].iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>());
+    let var = sq / n;
+    let invstd = if sq == 0.0 && p.eps == 0.0 { 0.0 } else { 1.0 / (var + p.eps).sqrt() };
+    (mean, var, invstd)
+}
+
+/// BatchNorm's output into `y`, channels in parallel; returns each channel's mean and inverse
+/// standard deviation.
+fn bn_forward<T: Element>(x: &[T], y: Ptr<T>, s: BnShape, p: &BnParams<'_>, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let n = (s.outer * s.inner).max(1) as f64;
+    let stats = per_channel(s, 4, |j, each| {
+        let (mean, _, invstd) = bn_stats(x, j, n, p, each);
+        let scale = invstd * if p.fix_gamma { 1.0 } else { p.gamma[j] };
+        each(&mut |r| {
+            // SAFETY: `y` holds the `outer·c·inner` elements of the data; each channel writes
+            // only its own elements, and a channel goes to one thread.
+            let out = unsafe { std::slice::from_raw_parts_mut(y.get().add(r.start), r.len()) };
+            for (o, v) in out.iter_mut().zip(&x[r]) {
+                *o = T::from_f64((v.to_f64() - mean) * scale + beta[j]);
+            }
+        });
+        (mean, invstd)
+    });
+    stats.into_iter().unzip()
+}
+
 /// BatchNorm's data gradient into `dx`, channels in parallel; returns each channel's statistics.
 /// Training (`batch`): `dx = (dy - mean(dy) - (x - mean)·Σ(x - mean)·dy·invstd²/n)·invstd·γ`;
 /// otherwise `dx = dy·invstd·γ` with the moving statistics.
 fn bn_backward<T: Element>(dy: &[T], x: &[T], dx: Ptr<T>, s: BnShape, p: &BnParams<'_>) -> Vec<BnStats> {
-    let BnShape { outer, c, inner } = s;
-    let n = (outer * inner).max(1) as f64;
-    let mut stats = vec![BnStats::default(); c];
-    for_chunks_mut(&mut stats, outer * inner * 4, |start, chunk| {
-        for (off, st) in chunk.iter_mut().enumerate() {
-            let j = start + off;
-            let each = |f: &mut dyn FnMut(usize)| {
-                for o in 0..outer {
-                    let base = (o * c + j) * inner;
-                    for i in base..base + inner {
-                        f(i);
-                    }
-                }
-            };
-            let (mean, var, invstd) = if p.batch {
-                let mut sum = 0.0;
-                each(&mut |i| sum += x[i].to_f64());
-                let mean = sum / n;
-                let mut sq = 0.0;
-                each(&mut |i| sq += (x[i].to_f64() - mean).powi(2));
-                let var = sq / n;
-                let invstd = if sq == 0.0 && p.eps == 0.0 { 0.0 } else { 1.0 / (var + p.eps).sqrt() };
-                (mean, var, invstd)
-            } else {
-                (p.mean[j], p.var[j], 1.0 / (p.var[j] + p.eps).sqrt())
-            };
-            let (mut sum_dy, mut dotp) = (0.0, 0.0);
-            each(&mut |i| {
-                let d = dy[i].to_f64();
+    let n = (s.outer * s.inner).max(1) as f64;
+    per_channel(s, 6, |j, each| {
+        let (mean, var, invstd) = bn_stats(x, j, n, p, each);
+        let (mut sum_dy, mut dotp) = (0.0, 0.0);
+        each(&mut |r| {
+            for (d, v) in dy[r.clone()].iter().zip(&x[r]) {
+                let d = d.to_f64();
                 sum_dy += d;
-                dotp += (x[i].to_f64() - mean) * d;
-            });
-            let iw = invstd * if p.fix_gamma { 1.0 } else { p.gamma[j] };
-            let kk = dotp * invstd * invstd / n;
-            let batch = p.batch;
-            each(&mut |i| {
-                let d = dy[i].to_f64();
-                let v = if batch { (d - sum_dy / n - (x[i].to_f64() - mean) * kk) * iw } else { d * iw };
-                // SAFETY: `dx` holds the `outer·c·inner` elements of the data; each channel writes
-                // only its own elements, and channels go to one thread each.
-                unsafe { *dx.get().add(i) = T::from_f64(v) };
-            });
-            *st = BnStats { mean, var, invstd, sum_dy, dotp };
-        }
-    });
-    stats
+                dotp += (v.to_f64() - mean) * d;
+            }
+        });
+        let iw = invstd * if p.fix_gamma { 1.0 } else { p.gamma[j] };
+        let kk = dotp * invstd * invstd / n;
+        let mean_dy = sum_dy / n;
+        each(&mut |r| {
+            // SAFETY: `dx` holds the `outer·c·inner` elements of the data; each channel writes
+            // only its own elements, and a channel goes to one thread.
+            let out = unsafe { std::slice::from_raw_parts_mut(dx.get().add(r.start), r.len()) };
+            for ((o, d), v) in out.iter_mut().zip(&dy[r.clone()]).zip(&x[r]) {
+                let d = d.to_f64();
+                let g = if p.batch { (d - mean_dy - (v.to_f64() - mean) * kk) * iw } else { d * iw };
+                *o = T::from_f64(g);
+            }
+        });
+        BnStats { mean, var, invstd, sum_dy, dotp }
+    })
 }
 
 /// BatchNorm's gradient: data, gamma (zero with fix_gamma) and beta from one pass of

@@ -528,7 +528,7 @@ fn multinomial_backward(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 3)?;
     let (dy, x, idx) = (&ins[0], &ins[1], &ins[2]);
     let k = x.shape.last().copied().unwrap_or(0).max(0) as usize;
-    let rows = if k == 0 { 0 } else { x.size() / k };
+    let rows = x.size().checked_div(k).unwrap_or(0);
     if dy.shape != idx.shape || dy.dtype != x.dtype || (rows > 0 && idx.size() % rows != 0) {
         return Err(Error::invalid(format!(
             "operator {}: draws of shape {:?} do not fit probabilities of shape {:?}",
@@ -537,7 +537,7 @@ fn multinomial_backward(call: &Call<'_>) -> Result<Plan> {
             &x.shape[..]
         )));
     }
-    let per = if rows == 0 { 0 } else { idx.size() / rows };
+    let per = idx.size().checked_div(rows).unwrap_or(0);
     let (dtype, idt) = (x.dtype, idx.dtype);
     Ok(Plan::new(vec![x.clone()], move |kargs| {
         let picks: Vec<usize> = crate::with_element!(idt, I => kargs.inputs[2].slice::<I>().iter().map(|v| v.to_f64() as usize).collect());
