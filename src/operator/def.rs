@@ -190,6 +190,9 @@ pub struct OpDef {
     pub forward: &'static dyn Operator,
     pub grad: Gradient,
     pub stype: StorageRule,
+    /// Whether MXNet's table declares parameters for the op (set when the table is built): an
+    /// op without any ignores the parameters it is given, as MXNet's do.
+    pub declares_params: bool,
 }
 
 impl OpDef {
@@ -223,6 +226,7 @@ impl Entries {
             forward,
             grad: Gradient::None,
             stype: StorageRule::Dense,
+            declares_params: true,
         });
         self.0.last_mut().expect("just pushed")
     }

@@ -125,9 +125,7 @@ pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
     })?;
     // MXNet parses parameters only for ops that declare some: an op without any ignores
     // whatever it is given (Gluon passes `axis` to `broadcast_maximum`)
-    let declares_params = super::registry::Registry::global()
-        .lookup(def.name)
-        .is_none_or(|id| super::registry::Registry::global().op(id).parameters().next().is_some());
+    let declares_params = def.declares_params;
     if declares_params {
         params.finish()?;
     }

@@ -14,8 +14,12 @@ fn table() -> &'static HashMap<&'static str, OpDef> {
         let mut entries = Entries::default();
         ops::register_all(&mut entries);
         let mut map = HashMap::with_capacity(entries.0.len());
-        for def in entries.0 {
+        let reg = super::registry::Registry::global();
+        for mut def in entries.0 {
             let name = def.name;
+            def.declares_params = reg
+                .lookup(name)
+                .is_none_or(|id| reg.op(id).parameters().next().is_some());
             let previous = map.insert(name, def);
             assert!(previous.is_none(), "operator {name} registered twice");
         }
