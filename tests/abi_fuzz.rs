@@ -17,6 +17,7 @@ use mxrt::capi::engine::*;
 use mxrt::capi::engine_push::*;
 use mxrt::capi::global::*;
 use mxrt::capi::kvstore::*;
+use mxrt::capi::autograd::*;
 use mxrt::capi::ndarray::*;
 use mxrt::capi::ndarray_sparse::*;
 use mxrt::capi::ndarray_io::*;
