@@ -53,7 +53,7 @@ lib: mpi-deps
 
 $(BUILD)/examples/%: c_examples/%.c c_examples/common.h include/mxrt.h | lib
 	@mkdir -p $(dir $@)
-	$(CC) $(EXAMPLE_CFLAGS) -Iinclude $< -o $@ -L$(TARGET) -Wl,-rpath,$(abspath $(TARGET)) -lmxrt
+	$(CC) $(EXAMPLE_CFLAGS) -Iinclude $< -o $@ -L$(TARGET) -Wl,-rpath,$(abspath $(TARGET)) -lmxrt -lm
 
 examples: lib $(EXAMPLES)
 
@@ -121,7 +121,7 @@ check-abi: lib mxnet-venv
 
 # The distributed kvstore's MPI jobs (tests/dist/run.sh): C jobs, MXNet's Python package with the
 # optimizer on the servers, and the failure cases (a killed worker or server, a panic, uneven
-# iterations), each bounded in time
+# iterations, processes leaving through exit() from C and Python), each bounded in time
 dist-test: lib mxnet-venv
 ifneq ($(WITH_DIST),)
 	$(CARGO) build --profile test-fast $(CARGO_FEATURES) --example dist_fault

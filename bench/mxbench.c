@@ -83,7 +83,13 @@ struct CallbackOnComplete {
   X(NNGetOpHandle, int, (const char *, void **))                                                \
   X(MXImperativeInvokeEx, int,                                                                  \
     (void *, int, NDArrayHandle *, int *, NDArrayHandle **, int, const char **, const char **,   \
-     const int **))
+     const int **))                                                                             \
+  X(MXAutogradSetIsRecording, int, (int, int *))                                                \
+  X(MXAutogradMarkVariables, int, (uint32_t, NDArrayHandle *, uint32_t *, NDArrayHandle *))     \
+  X(MXAutogradBackwardEx, int,                                                                  \
+    (uint32_t, NDArrayHandle *, NDArrayHandle *, uint32_t, NDArrayHandle *, int, int, int,      \
+     NDArrayHandle **, int **))                                                                 \
+  X(MXNDArrayGetGrad, int, (NDArrayHandle, NDArrayHandle *))
 
 #define X_TYPEDEF(name, ret, args) typedef ret(*name##_fn) args;
 API_LIST(X_TYPEDEF)
@@ -886,6 +892,92 @@ out:
   report(name, done ? median(rate, done) : 0.0, "steps/s", "all 10 arrays per step");
 }
 
+/* ---- autograd ---------------------------------------------------------------------------------- */
+
+/* runs `op` on one input into a new output */
+static int invoke_new(void *op, NDArrayHandle in, NDArrayHandle *out, int np, const char **keys,
+                      const char **vals) {
+  NDArrayHandle ins[1] = {in};
+  NDArrayHandle *outp = NULL;
+  int n_out = 0;
+  const int *stypes = NULL;
+  int rc = MX(MXImperativeInvokeEx)(op, 1, ins, &n_out, &outp, np, keys, vals, &stypes);
+  if (rc == 0) *out = outp[0];
+  return rc;
+}
+
+/* a chain of 100 small ops (16 float32) recorded from a marked variable, then its backward:
+   the per-op cost of recording and of differentiating (the overhead-bound case) */
+static void autograd_chain(void) {
+  const char *n_rec = "autograd.record_100op_chain", *n_bwd = "autograd.backward_100op_chain";
+  if (!NEED2(n_rec, n_bwd, E_NNGetOpHandle, E_MXImperativeInvokeEx, E_MXNDArrayCreateEx,
+             E_MXNDArrayFree, E_MXNDArraySyncCopyFromCPU, E_MXNDArraySyncCopyToCPU,
+             E_MXNDArrayWaitAll, E_MXAutogradSetIsRecording, E_MXAutogradMarkVariables,
+             E_MXAutogradBackwardEx, E_MXNDArrayGetGrad))
+    return;
+  enum { CHAIN = 100, N = 16 };
+  const int iters = 200;
+  NDArrayHandle x = NULL, gbuf = NULL, chain[CHAIN] = {0};
+  uint32_t shape[1] = {N};
+  const char *keys[1] = {"scalar"}, *v_mul[1] = {"1.01"}, *v_add[1] = {"0.5"};
+  double rec_us[16], bwd_us[16];
+  int done = 0, prev = 0;
+  void *mul = op_handle("_mul_scalar"), *add = op_handle("_plus_scalar");
+  if (!mul || !add) {
+    fail("NNGetOpHandle -> %s", last_error());
+    goto out;
+  }
+  CALL(create_f(shape, 1, 0, &x));
+  CALL(create_f(shape, 1, 0, &gbuf));
+  CALL(fill_f(x, N, 1.0f));
+  {
+    uint32_t req = 1;
+    CALL(MX(MXAutogradMarkVariables)(1, &x, &req, &gbuf));
+  }
+  for (int r = 0; r < g_repeats; ++r) {
+    double t_rec = 0, t_bwd = 0;
+    for (int it = 0; it < iters; ++it) {
+      double t0 = now_s();
+      CALL(MX(MXAutogradSetIsRecording)(1, &prev));
+      NDArrayHandle cur = x;
+      for (int k = 0; k < CHAIN; ++k) {
+        CALL(invoke_new(k % 2 ? add : mul, cur, &chain[k], 1, keys, k % 2 ? v_add : v_mul));
+        cur = chain[k];
+      }
+      CALL(MX(MXAutogradSetIsRecording)(0, &prev));
+      double t1 = now_s();
+      CALL(MX(MXAutogradBackwardEx)(1, &chain[CHAIN - 1], NULL, 0, NULL, 0, 0, 1, NULL, NULL));
+      CALL(MX(MXNDArrayWaitAll)());
+      double t2 = now_s();
+      t_rec += t1 - t0;
+      t_bwd += t2 - t1;
+      free_all(chain, CHAIN);
+    }
+    rec_us[done] = t_rec * 1e6 / (iters * CHAIN);
+    bwd_us[done++] = t_bwd * 1e6 / iters;
+    /* d/dx of 50 alternating (*1.01, +0.5) = 1.01^50 */
+    float g[N];
+    NDArrayHandle gh = NULL;
+    CALL(MX(MXNDArrayGetGrad)(x, &gh));
+    CALL(MX(MXNDArraySyncCopyToCPU)(gh, g, N));
+    MX(MXNDArrayFree)(gh);
+    double want = 1.0;
+    for (int k = 0; k < CHAIN / 2; ++k) want *= 1.01f;
+    if (fabs(g[N - 1] - want) > 1e-4 * want) {
+      fail("gradient %g, expected %g", (double)g[N - 1], want);
+      goto out;
+    }
+  }
+out:
+  if (api_ptrs[E_MXAutogradSetIsRecording]) MX(MXAutogradSetIsRecording)(0, &prev);
+  if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
+  free_all(chain, CHAIN);
+  free_all(&x, 1);
+  free_all(&gbuf, 1);
+  report(n_rec, done ? median(rec_us, done) : 0.0, "us/op", "recorded _mul/_plus_scalar, 16 f32");
+  report(n_bwd, done ? median(bwd_us, done) : 0.0, "us/backward", "100-op chain, until done");
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s LIB.so engine|ndarray|kvstore|operator|all\n", argv[0]);
@@ -945,6 +1037,7 @@ int main(int argc, char **argv) {
     op_elementwise_big();
     op_gemm();
     op_sgd_mom();
+    autograd_chain();
   }
   if (api_ptrs[E_MXNDArrayWaitAll]) MX(MXNDArrayWaitAll)();
   if (api_ptrs[E_MXNotifyShutdown]) MX(MXNotifyShutdown)();

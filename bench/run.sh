@@ -195,6 +195,11 @@ for round in $(seq 1 "$rounds"); do
         MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" timeout "${MXBENCH_TIMEOUT:-600}" \
           "$venv_python" bench/python_kvstore.py >> "$raw" 2>> "$raw.stderr" || prc=$?
         [ "$prc" -eq 0 ] || { log "${names[$i]} nt=$nt: bench/python_kvstore.py exit $prc"; status=1; }
+        # imperative Gluon training: steps/s, the share inside the library, memory over 10k steps
+        prc=0
+        MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" timeout "${MXBENCH_TIMEOUT:-600}" \
+          "$venv_python" bench/python_gluon.py >> "$raw" 2>> "$raw.stderr" || prc=$?
+        [ "$prc" -eq 0 ] || { log "${names[$i]} nt=$nt: bench/python_gluon.py exit $prc"; status=1; }
       fi
       collect "${names[$i]}" "$nt" "$round" "$raw"
     done

@@ -549,6 +549,18 @@ int MXNDArraySetGradState(NDArrayHandle handle, int state);
 int MXNDArrayGetGradState(NDArrayHandle handle, int *out);
 
 /**
+ * Records a custom function (`autograd.Function`): `outputs` were computed from `inputs` with
+ * recording paused; a backward reaching them calls `callbacks[0]` (kCustomFunctionBackward)
+ * with new handles to the output gradients and to input-gradient arrays it fills, and
+ * `callbacks[1]` (kCustomFunctionDelete) runs when the record is released. Recording must be on.
+ */
+int MXCustomFunctionRecord(int num_inputs,
+                           NDArrayHandle *inputs,
+                           int num_outputs,
+                           NDArrayHandle *outputs,
+                           MXCallbackList *callbacks);
+
+/**
  * Exports the array as a DLPack v0.2 `DLManagedTensor` that keeps the array's memory alive until
  * its `deleter` is called (or MXNDArrayCallDLPackDeleter). Does not wait for pending writes
  * (call MXNDArrayWaitToRead first). `strides` is NULL (compact row-major).

@@ -77,7 +77,7 @@ run_asan() {
     log="$out/$name.asan.log"
     "$CC" "${cflags[@]}" -fsanitize=address,undefined -fno-omit-frame-pointer \
       -fno-sanitize-recover=undefined "$src" -o "$exe" \
-      -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lmxrt
+      -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lmxrt -lm
     # leak checking on; any ASan/UBSan report fails the run (exit code 23)
     if ASAN_OPTIONS="detect_leaks=1:exitcode=23:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=23" \
@@ -125,7 +125,7 @@ run_valgrind() {
     name="$(basename "$src" .c)"
     exe="$out/$name.vg"
     log="$out/$name.valgrind.log"
-    "$CC" "${cflags[@]}" "$src" -o "$exe" -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lmxrt
+    "$CC" "${cflags[@]}" "$src" -o "$exe" -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lmxrt -lm
     # errors, and definitely lost blocks, fail the run (exit code 9)
     # shellcheck disable=SC2086
     if run_in_out valgrind --quiet --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \

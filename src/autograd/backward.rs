@@ -257,6 +257,38 @@ fn run_backward(
                 if parts.iter().all(Option::is_none) {
                     continue;
                 }
+                if let Some(custom) = rec.custom.clone() {
+                    let mut ograds = Vec::with_capacity(n_out);
+                    for (i, p) in parts.into_iter().enumerate() {
+                        ograds.push(match p {
+                            Some(p) => sum(tape, p)?,
+                            None => tape.run("zeros_like", &[&rec.saved_outputs[i]], &[])?.remove(0),
+                        });
+                    }
+                    let mut igrads = Vec::with_capacity(rec.saved_inputs.len());
+                    for a in &rec.saved_inputs {
+                        igrads.push(tape.run("zeros_like", &[a], &[])?.remove(0));
+                    }
+                    let reqs = vec![GradReq::Write; igrads.len()];
+                    let in_entries = rec.inputs.clone();
+                    drop(guard);
+                    // the callback issues its own ops; it runs without recording
+                    {
+                        let _off = ModeGuard::set(args.is_train, false);
+                        custom.backward(ograds, igrads.clone(), &reqs, args.is_train)?;
+                    }
+                    for (g, e) in igrads.into_iter().zip(&in_entries) {
+                        if let Some(e) = e
+                            && needs[&(Arc::as_ptr(&e.node) as usize)]
+                        {
+                            grads.entry(e.key()).or_default().push(g);
+                        }
+                    }
+                    if !args.retain_graph {
+                        node.free();
+                    }
+                    continue;
+                }
                 let def = table::lookup(rec.op).ok_or_else(|| {
                     Error::invalid(format!("operator {} has no definition", rec.op))
                 })?;
@@ -272,8 +304,32 @@ fn run_backward(
                     Gradient::Ops(f) => f,
                 };
                 tape.vals.clear();
-                let inputs: Vec<Val> = rec.saved_inputs.iter().map(|a| tape.val(a.clone())).collect();
-                let outputs: Vec<Val> = rec.saved_outputs.iter().map(|a| tape.val(a.clone())).collect();
+                // With create_graph the gradient's ops are recorded: the forward's values they
+                // read must then stand in the graph where the forward's did (its inputs' entries,
+                // its own outputs), so the recorded gradient depends on them. These are
+                // short-lived copies, so the node never holds an entry of itself.
+                let attach = |a: &NDArray, e: Option<Entry>| {
+                    let a = a.detach();
+                    if args.create_graph {
+                        set_entry(&a, e);
+                    }
+                    a
+                };
+                let inputs: Vec<Val> = rec
+                    .saved_inputs
+                    .iter()
+                    .zip(&rec.inputs)
+                    .map(|(a, e)| tape.val(attach(a, e.clone())))
+                    .collect();
+                let outputs: Vec<Val> = rec
+                    .saved_outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        let e = Entry { node: node.clone(), index: i as u32 };
+                        tape.val(attach(a, Some(e)))
+                    })
+                    .collect();
                 let mut ograds = Vec::with_capacity(n_out);
                 for (i, p) in parts.into_iter().enumerate() {
                     let g = match p {

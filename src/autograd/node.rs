@@ -60,6 +60,21 @@ pub struct OpRecord {
     pub saved_outputs: Vec<NDArray>,
     /// Training mode when it ran.
     pub training: bool,
+    /// A custom function's backward (`autograd.Function`), which replaces the op's gradient.
+    pub custom: Option<std::sync::Arc<dyn CustomBackward>>,
+}
+
+/// The backward of a custom function (`MXCustomFunctionRecord`): given the gradients of its
+/// outputs, fills the gradients of its inputs (`igrads`, new arrays of the inputs' shapes and
+/// dtypes) per `reqs`. Dropping it releases the function (its delete callback).
+pub trait CustomBackward: Send + Sync {
+    fn backward(
+        &self,
+        ograds: Vec<NDArray>,
+        igrads: Vec<NDArray>,
+        reqs: &[GradReq],
+        is_train: bool,
+    ) -> Result<()>;
 }
 
 pub enum NodeKind {

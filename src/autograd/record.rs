@@ -40,9 +40,12 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     let inputs: Vec<NDArray> = call.inputs.iter().map(NDArray::detach).collect();
     let resolved = imperative::resolve(&call)?;
     let op = resolved.def.name;
-    let outputs = imperative::allocate(&call, &resolved)?;
+    let mut outputs = imperative::allocate(&call, &resolved)?;
+    let visible = resolved.plan.num_visible();
     imperative::dispatch(crate::engine::Engine::global()?, resolved, call.inputs, &outputs)?;
-    record(op, called_as, params, entries, inputs, &outputs);
+    // the node keeps the hidden outputs too (the gradient reads them); the caller gets the rest
+    record(op, called_as, params, entries, inputs, &outputs, visible);
+    outputs.truncate(visible);
     Ok(outputs)
 }
 
@@ -54,6 +57,7 @@ fn record(
     inputs: Vec<Option<Entry>>,
     saved_inputs: Vec<NDArray>,
     outputs: &[NDArray],
+    visible: usize,
 ) {
     let node = Node::op(OpRecord {
         op,
@@ -63,8 +67,9 @@ fn record(
         saved_inputs,
         saved_outputs: outputs.iter().map(NDArray::detach).collect(),
         training: mode::is_training(),
+        custom: None,
     });
-    for (i, o) in outputs.iter().enumerate() {
+    for (i, o) in outputs.iter().enumerate().take(visible) {
         set_entry(
             o,
             Some(Entry {
@@ -73,6 +78,41 @@ fn record(
             }),
         );
     }
+}
+
+/// Records a custom function (`autograd.Function`): `outputs` were computed from `inputs` with
+/// recording paused; a backward reaching them calls `f` instead of a gradient definition.
+/// Recording must be on.
+pub fn record_custom(
+    inputs: &[NDArray],
+    outputs: &[NDArray],
+    f: std::sync::Arc<dyn super::node::CustomBackward>,
+) -> Result<()> {
+    if !mode::is_recording() {
+        return Err(Error::invalid(
+            "a custom function is recorded only while recording (inside autograd.record())",
+        ));
+    }
+    if let Some(i) = outputs.iter().position(|o| entry_of(o).is_some()) {
+        return Err(Error::invalid(format!("output {i}: {ASSIGN_IN_GRAPH}")));
+    }
+    if let Some(i) = inputs.iter().chain(outputs).position(NDArray::is_none) {
+        return Err(Error::invalid(format!("array {i} is a none array")));
+    }
+    let node = Node::op(OpRecord {
+        op: "_CustomFunction",
+        called_as: "_CustomFunction",
+        params: Vec::new(),
+        inputs: inputs.iter().map(entry_of).collect(),
+        saved_inputs: inputs.iter().map(NDArray::detach).collect(),
+        saved_outputs: outputs.iter().map(NDArray::detach).collect(),
+        training: mode::is_training(),
+        custom: Some(f),
+    });
+    for (i, o) in outputs.iter().enumerate() {
+        set_entry(o, Some(Entry { node: node.clone(), index: i as u32 }));
+    }
+    Ok(())
 }
 
 /// Records a view made by the C API while recording (MXNet's `SliceWithRecord`,
@@ -99,6 +139,7 @@ pub fn record_view(
         vec![Some(e)],
         vec![input.detach()],
         std::slice::from_ref(view),
+        1,
     );
     Ok(())
 }

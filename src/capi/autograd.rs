@@ -340,3 +340,136 @@ pub unsafe extern "C" fn MXNDArrayGetGradState(handle: NDArrayHandle, out: *mut 
         Ok(())
     })
 }
+
+/// MXNet's `struct MXCallbackList` as it is laid out in memory (the header keeps it opaque, so
+/// that `mxrt.h` and MXNet's `c_api.h`, which defines it, can be included together).
+#[repr(C)]
+struct CallbackList {
+    num_callbacks: c_int,
+    callbacks: *mut Option<unsafe extern "C" fn() -> c_int>,
+    contexts: *mut *mut c_void,
+}
+
+/// `CustomFunctionBwdFunc`: output gradients then input gradients in `ptrs`, their requests,
+/// training mode, state; nonzero is success.
+type BackwardFn =
+    unsafe extern "C" fn(c_int, c_int, *mut *mut c_void, *const c_int, c_int, *mut c_void) -> c_int;
+/// `CustomFunctionDelFunc`.
+type DeleteFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// A custom function's callbacks (`autograd.Function`).
+struct CFunction {
+    backward: BackwardFn,
+    backward_state: *mut c_void,
+    delete: Option<(DeleteFn, *mut c_void)>,
+}
+
+// SAFETY: the callbacks and their states are the caller's, valid until the delete callback
+// runs (the API contract of MXCustomFunctionRecord); MXNet calls them from its worker threads
+// too, so the caller's code is thread-safe (Python's callbacks take the GIL).
+unsafe impl Send for CFunction {}
+// SAFETY: as for Send: the callbacks are only called, never mutated through.
+unsafe impl Sync for CFunction {}
+
+impl autograd::CustomBackward for CFunction {
+    fn backward(
+        &self,
+        ograds: Vec<NDArray>,
+        igrads: Vec<NDArray>,
+        reqs: &[GradReq],
+        is_train: bool,
+    ) -> Result<()> {
+        let (n_o, n_i) = (ograds.len(), igrads.len());
+        // new handles owned by the callee, as in MXNet
+        let mut ptrs: Vec<*mut c_void> = ograds.into_iter().chain(igrads).map(new_handle).collect();
+        let reqs: Vec<c_int> = reqs
+            .iter()
+            .map(|r| match r {
+                GradReq::Null => 0,
+                GradReq::Write => 1,
+                GradReq::Add => 3,
+            })
+            .collect();
+        // SAFETY: the callback's contract: `n_o + n_i` handles and `n_i` requests, its state.
+        let ok = unsafe {
+            (self.backward)(
+                n_o as c_int,
+                n_i as c_int,
+                ptrs.as_mut_ptr(),
+                reqs.as_ptr(),
+                c_int::from(is_train),
+                self.backward_state,
+            )
+        };
+        if ok == 0 {
+            return Err(Error::invalid(
+                "the backward of a custom function (autograd.Function) failed: its callback \
+                 returned 0 (a Python exception is printed above)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CFunction {
+    fn drop(&mut self) {
+        if let Some((delete, state)) = self.delete {
+            // SAFETY: the delete callback's contract: called once, with its state.
+            unsafe { delete(state) };
+        }
+    }
+}
+
+/// Records a custom function (`autograd.Function`): `outputs` were computed from `inputs` with
+/// recording paused; a backward reaching them calls `callbacks[0]` (kCustomFunctionBackward)
+/// with new handles to the output gradients and to input-gradient arrays it fills, and
+/// `callbacks[1]` (kCustomFunctionDelete) runs when the record is released. Recording must be on.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MXCustomFunctionRecord(
+    num_inputs: c_int,
+    inputs: *mut NDArrayHandle,
+    num_outputs: c_int,
+    outputs: *mut NDArrayHandle,
+    callbacks: *mut super::operator::MXCallbackList,
+) -> c_int {
+    api_call("MXCustomFunctionRecord", || {
+        let n_in = args::count(i64::from(num_inputs), "num_inputs")?;
+        let n_out = args::count(i64::from(num_outputs), "num_outputs")?;
+        // SAFETY: API contract: the handle arrays and the callback list.
+        let (ins, outs, list) = unsafe {
+            (
+                arrays(inputs.cast_const(), n_in, "inputs")?,
+                arrays(outputs.cast_const(), n_out, "outputs")?,
+                args::reference(callbacks.cast::<CallbackList>().cast_const(), "callbacks")?,
+            )
+        };
+        if list.num_callbacks < 1 || list.callbacks.is_null() || list.contexts.is_null() {
+            return Err(Error::invalid(
+                "callbacks must list at least the backward callback, with its context",
+            ));
+        }
+        let n = list.num_callbacks as usize;
+        // SAFETY: API contract: `num_callbacks` callbacks and contexts.
+        let (fns, ctxs) = unsafe {
+            (
+                args::slice(list.callbacks.cast_const(), n, "callbacks->callbacks")?,
+                args::slice(list.contexts.cast_const(), n, "callbacks->contexts")?,
+            )
+        };
+        let backward = fns[0].ok_or_else(|| Error::invalid("the backward callback is NULL"))?;
+        // SAFETY: MXNet's protocol: callback 0 has the CustomFunctionBwdFunc signature.
+        let backward: BackwardFn = unsafe { std::mem::transmute(backward) };
+        let delete = match fns.get(1).copied().flatten() {
+            // SAFETY: MXNet's protocol: callback 1 has the CustomFunctionDelFunc signature.
+            Some(d) => Some((unsafe { std::mem::transmute::<_, DeleteFn>(d) }, ctxs[1])),
+            None => None,
+        };
+        let f = CFunction {
+            backward,
+            backward_state: ctxs[0],
+            delete,
+        };
+        // a refused record drops `f`, whose delete callback then releases the caller's state
+        autograd::record_custom(&ins, &outs, std::sync::Arc::new(f))
+    })
+}

@@ -287,7 +287,26 @@ pub unsafe extern "C" fn MXNDArraySyncCopyFromNDArray(
             )));
         }
         if dst.is_sparse() {
-            return dst.sync_copy_part_from(&src, (i >= 0).then_some(i as usize));
+            let part = (i >= 0).then_some(i as usize);
+            let want = match part {
+                None => dst.dtype(),
+                Some(k) => dst.aux_type(k)?,
+            };
+            // values of another dtype are cast, as MXNet's copy does
+            let src = if src.dtype() != want && !src.is_sparse() && !src.is_none() {
+                let dtype = want.name();
+                crate::operator::imperative::invoke(crate::operator::imperative::Invoke {
+                    op: "Cast",
+                    called_as: "Cast",
+                    inputs: &[NDArray::clone(&src)],
+                    params: vec![("dtype", dtype)],
+                    outputs: None,
+                })?
+                .remove(0)
+            } else {
+                NDArray::clone(&src)
+            };
+            return dst.sync_copy_part_from(&src, part);
         }
         if i != -1 {
             return Err(Error::invalid(format!(

@@ -49,7 +49,7 @@ mod store {
 
     enum Part {
         Worker(Arc<Worker>),
-        Server(Server),
+        Server(Box<Server>),
         /// ps-lite's scheduler: nothing to do, no MPI.
         Scheduler,
     }
@@ -62,17 +62,71 @@ mod store {
         transport: Option<&'static Transport>,
     }
 
-    /// Workers whose store was never freed: at exit they still tell the servers they are done,
-    /// so that no server waits for them.
+    /// Workers whose store was never freed: at exit they still leave the job in order (see
+    /// [`leave_at_exit`]).
     static LIVE_WORKERS: Mutex<Vec<Weak<Worker>>> = Mutex::new(Vec::new());
 
-    pub(super) fn shut_down_live_workers() {
-        let live: Vec<Arc<Worker>> = LIVE_WORKERS.lock().drain(..).filter_map(|w| w.upgrade()).collect();
+    /// Workers whose store was freed while the process was ending (after `MXNotifyShutdown`, as
+    /// MXNet's Python package calls it at interpreter exit, before the exit status is known):
+    /// they leave the job in the exit hook, which knows the status.
+    static LEFT_TO_EXIT: Mutex<Vec<Arc<Worker>>> = Mutex::new(Vec::new());
+
+    /// This process's part in the job as a worker: how many of its worker stores are open, and
+    /// whether it has left the job (when the last one closed; it cannot join again, as in MXNet,
+    /// whose first freed store stops the servers).
+    struct Membership {
+        open: usize,
+        left: bool,
+    }
+
+    static MEMBERSHIP: Mutex<Membership> = Mutex::new(Membership {
+        open: 0,
+        left: false,
+    });
+
+    /// Closes a worker's store and finishes it; the process's last open store leaves the job.
+    fn close_worker(w: &Worker) -> Result<()> {
+        let leave_job = {
+            let mut m = MEMBERSHIP.lock();
+            if !w.close() {
+                return Ok(());
+            }
+            m.open -= 1;
+            m.left |= m.open == 0;
+            m.open == 0
+        };
+        w.finish(leave_job)
+    }
+
+    /// Whether the frontend said the process is ending (`MXNotifyShutdown`).
+    fn process_ending() -> bool {
+        crate::engine::Engine::global().is_ok_and(|e| e.is_shutdown())
+    }
+
+    /// At a normal exit (status 0): the workers still in the job leave it in order. An error
+    /// says why the process cannot leave in order (and the job is then aborted): a store's call
+    /// in progress on another thread, a server that has not served its workers to the end, or a
+    /// failure while leaving.
+    pub(super) fn leave_at_exit() -> std::result::Result<(), String> {
+        let mut live: Vec<Arc<Worker>> =
+            LIVE_WORKERS.lock().drain(..).filter_map(|w| w.upgrade()).collect();
+        live.append(&mut LEFT_TO_EXIT.lock());
+        if live.iter().any(|w| w.in_call()) {
+            return Err("while a call of its distributed store (push, pull, barrier, ...) is in \
+                        progress on another thread"
+                .to_owned());
+        }
+        if super::server::unfinished() > 0 {
+            return Err("before its server has served the workers to the end (it returns from \
+                        MXKVStoreRunServer once every worker has left)"
+                .to_owned());
+        }
         for w in live {
-            if let Err(e) = w.shutdown() {
-                eprintln!("mxrt: shutting down the distributed store at exit: {}", e.message());
+            if let Err(e) = close_worker(&w) {
+                return Err(format!("while leaving the job: {}", e.message()));
             }
         }
+        Ok(())
     }
 
     /// Creates the store of this process's role for an MXNet type string containing "dist".
@@ -86,9 +140,18 @@ mod store {
             _ => Some(Transport::get(role, &cfg)?),
         };
         let part = match (role, transport) {
-            (Role::Server, Some(tr)) => Part::Server(Server::new(tr, cfg)?),
+            (Role::Server, Some(tr)) => Part::Server(Box::new(Server::new(tr, cfg)?)),
             (Role::Worker, Some(tr)) => {
+                let mut m = MEMBERSHIP.lock();
+                if m.left {
+                    return Err(Error::invalid(format!(
+                        "a '{t}' store: this process left the distributed job when its last \
+                         store was freed, and cannot join it again (a worker's stores are \
+                         created before the first one is freed; MXNet's servers stop then too)"
+                    )));
+                }
                 let w = Arc::new(Worker::new(tr, cfg, &t, sync)?);
+                m.open += 1;
                 LIVE_WORKERS.lock().push(Arc::downgrade(&w));
                 Part::Worker(w)
             }
@@ -148,6 +211,18 @@ mod store {
                     "{what}: this process is the scheduler (DMLC_ROLE=scheduler), which has \
                      nothing to do in an MPI job"
                 ))),
+            }
+        }
+    }
+
+    impl Drop for DistStore {
+        /// A worker's store dropped without `shutdown` (MXKVStoreFree calls it) still leaves the
+        /// job, at exit: dropping must not block on other processes.
+        fn drop(&mut self) {
+            if let Part::Worker(w) = &self.part
+                && !w.is_closed()
+            {
+                LEFT_TO_EXIT.lock().push(w.clone());
             }
         }
     }
@@ -323,7 +398,11 @@ mod store {
         }
         fn shutdown(&self) -> Result<()> {
             match &self.part {
-                Part::Worker(w) => w.shutdown(),
+                // freed while the process ends: leaving is left to the exit hook (see Drop),
+                // which knows whether the process ends normally (a non-zero status aborts the
+                // job instead)
+                Part::Worker(_) if process_ending() => Ok(()),
+                Part::Worker(w) => close_worker(w),
                 _ => Ok(()),
             }
         }
@@ -351,8 +430,9 @@ pub fn create(type_name: &str) -> crate::error::Result<Box<dyn crate::kvstore::K
     crate::kvstore::create(type_name)
 }
 
-/// Runs before MPI is finalised at exit: workers whose store is still alive finish it.
+/// Runs at a normal exit before MPI is finalised: the workers whose store is still alive leave
+/// the job in order. An error says why the process cannot (the job is then aborted).
 #[cfg(feature = "dist")]
-pub(crate) fn before_finalize() {
-    store::shut_down_live_workers();
+pub(crate) fn before_finalize() -> std::result::Result<(), String> {
+    store::leave_at_exit()
 }

@@ -7,7 +7,8 @@
 //! (or, without one, the sum becomes the value), and only then acknowledges the pushes, so a
 //! worker's following pull sees the round's result. An asynchronous push is applied at once and
 //! needs an updater. A round still open after `MXRT_DIST_TIMEOUT_S` fails the pushes waiting in
-//! it with a message naming the key and the workers that did not push.
+//! it with a message naming the key and the workers that did not push; a round that lacks the
+//! push of a worker that has left (sent `Done`) fails at once, naming that worker.
 //!
 //! Everything runs on the thread that called `run`, including the controller and updaters, so
 //! an updater installed by a command is in place before the command is acknowledged.
@@ -27,7 +28,18 @@ use crate::ndarray::format::StorageType;
 use crate::ndarray::sparse::SparseValue;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// Server stores of this process that have not served their workers to the end: a process that
+/// exits while one has not is aborted (its workers would wait for it).
+static UNFINISHED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many server stores of this process have not finished serving (`run` has not returned
+/// after every worker left or a stop command).
+pub fn unfinished() -> usize {
+    UNFINISHED.load(Ordering::SeqCst)
+}
 
 /// The store commands a worker can send (MXNet's `CommandType`).
 pub mod command {
@@ -68,6 +80,8 @@ pub struct Server {
     reduce: ReduceConfig,
     updaters: RwLock<Updaters>,
     state: Mutex<State>,
+    /// `run` returned after every worker left or a stop command.
+    finished: AtomicBool,
 }
 
 /// What the loop does after a request.
@@ -78,6 +92,7 @@ enum Next {
 
 impl Server {
     pub fn new(t: &'static Transport, cfg: DistConfig) -> Result<Server> {
+        UNFINISHED.fetch_add(1, Ordering::SeqCst);
         Ok(Server {
             t,
             cfg,
@@ -87,6 +102,7 @@ impl Server {
                 done: vec![false; t.topo.workers.len()],
                 ..State::default()
             }),
+            finished: AtomicBool::new(false),
         })
     }
 
@@ -107,10 +123,13 @@ impl Server {
     pub fn run(&self, controller: &mut dyn FnMut(i32, &str)) -> Result<()> {
         let tick = Duration::from_millis(100).min(self.cfg.timeout / 4);
         loop {
-            if let Some(req) = self.t.next_request(tick)? {
-                if let Next::Stop = self.handle(req, controller)? {
-                    return Ok(());
+            if let Some(req) = self.t.next_request(tick)?
+                && let Next::Stop = self.handle(req, controller)?
+            {
+                if !self.finished.swap(true, Ordering::SeqCst) {
+                    UNFINISHED.fetch_sub(1, Ordering::SeqCst);
                 }
+                return Ok(());
             }
             self.expire_rounds()?;
         }
@@ -163,11 +182,13 @@ impl Server {
                 }
                 let all = st.done.iter().all(|&d| d);
                 drop(st);
+                // rounds that wait for this worker's push can never complete
+                self.fail_rounds_of_left_workers(None)?;
                 self.reply(src, &h, Kind::Ack)?;
                 return Ok(if all { Next::Stop } else { Next::Serve });
             }
             // answers, and pings (the communication thread answers those itself)
-            Kind::Ack | Kind::Data | Kind::Fail | Kind::Ping | Kind::Pong => Ok(false),
+            Kind::Ack | Kind::Data | Kind::Fail | Kind::Ping | Kind::Pong | Kind::Leave => Ok(false),
         };
         match result {
             Ok(true) => self.reply(src, &h, Kind::Ack)?,
@@ -366,8 +387,50 @@ impl Server {
                 None
             }
         };
-        if let Some(round) = complete {
-            self.finish_round(&h, dtype, len, round)?;
+        match complete {
+            Some(round) => self.finish_round(&h, dtype, len, round),
+            // a round that lacks the push of a worker that left fails at once
+            None => self.fail_rounds_of_left_workers(Some((h.key, h.offset))),
+        }
+    }
+
+    /// Fails the open rounds (of the shard `only`, or all) that lack the push of a worker that
+    /// has left: it sends no more pushes, so they can never complete.
+    fn fail_rounds_of_left_workers(&self, only: Option<(i64, u64)>) -> Result<()> {
+        let mut failed = Vec::new();
+        {
+            let mut st = self.state.lock();
+            let State { shards, done, .. } = &mut *st;
+            for (&(key, offset), shard) in shards.iter_mut() {
+                if only.is_some_and(|o| o != (key, offset)) {
+                    continue;
+                }
+                let gone: Vec<usize> = match &shard.round {
+                    Some(r) => (0..r.pushes.len())
+                        .filter(|&i| r.pushes[i].is_none() && done[i])
+                        .collect(),
+                    None => continue,
+                };
+                if !gone.is_empty() {
+                    failed.push((key, gone, shard.round.take().expect("checked").waiting));
+                }
+            }
+        }
+        for (key, gone, waiting) in failed {
+            let names: Vec<String> = gone
+                .iter()
+                .map(|&r| self.t.topo.describe(self.t.topo.workers[r]))
+                .collect();
+            let text = format!(
+                "server {}: the dist_sync round of key {key} can never complete: {} has left the \
+                 job (it freed its store or its process ended) without pushing it (uneven \
+                 iterations, or a worker that ended early)",
+                self.rank(),
+                names.join(" and ")
+            );
+            for (dest, h) in waiting {
+                self.fail(dest, &h, text.clone())?;
+            }
         }
         Ok(())
     }

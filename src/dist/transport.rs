@@ -4,9 +4,17 @@
 //! that keeps it to the end: it initialises MPI, learns every process's role, splits off the
 //! workers' communicator, then loops, posting the sends and collectives other threads ask for,
 //! testing the ones in flight and receiving what arrives. Replies go to the request that waits
-//! for them (by request id); requests go to the server's inbox. At process exit it finalises MPI
-//! on that same thread, as MPI requires, or aborts the whole job if a wait of this process failed
-//! (a survivor of a broken job must not sit in `MPI_Finalize` waiting for the dead).
+//! for them (by request id); requests go to the server's inbox.
+//!
+//! How a process leaves the job is decided by an exit hook (glibc's `on_exit`, which receives the
+//! exit status; `atexit` elsewhere). A non-zero status, or an exit while a store of the process is
+//! still in a call or a round, aborts the whole job at once with a message naming the process. A
+//! normal end first lets the process's stores leave in order: a worker tells the servers (`Done`)
+//! and the other workers (`Leave`, with the number of collectives it started) that it leaves, so
+//! a wait of theirs that needed it fails at once naming it, instead of waiting for the deadline.
+//! Then MPI is finalised on the communication thread, as MPI requires, or the job is aborted if a
+//! wait of this process failed (a survivor of a broken job must not sit in `MPI_Finalize` waiting
+//! for the dead).
 //!
 //! Callers never block inside MPI: they wait on a channel with a deadline
 //! (`MXRT_DIST_TIMEOUT_S`) and get an error naming what they waited for when it passes.
@@ -57,6 +65,23 @@ impl Topology {
         self.workers.iter().position(|&r| r == world_rank)
     }
 
+    /// A process of the job as messages name it: "worker 1 (process 2 of 3)".
+    pub fn describe(&self, world_rank: usize) -> String {
+        let (role, rank) = match self.worker_rank_of(world_rank) {
+            Some(r) => ("worker", r),
+            None => match self.servers.iter().position(|&r| r == world_rank) {
+                Some(r) => ("server", r),
+                None => ("process", world_rank),
+            },
+        };
+        format!("{role} {rank} (process {world_rank} of {})", self.world_size)
+    }
+
+    /// This process as messages name it.
+    pub fn me(&self) -> String {
+        self.describe(self.world_rank)
+    }
+
     /// The world ranks a ps-lite node id names: the groups 1 (scheduler: none in an MPI job),
     /// 2 (servers) and 4 (workers) and their sums, or one process, `8 + 2r` for server r and
     /// `9 + 2r` for worker r. `None` for an id that names nothing of this job.
@@ -89,6 +114,9 @@ pub struct Incoming {
     pub msg: Msg,
 }
 
+/// What a collective's waiter gets: its result, or why it can never complete.
+type Reply<T> = mpsc::Sender<std::result::Result<T, String>>;
+
 enum Cmd {
     Send {
         dest: usize,
@@ -97,7 +125,7 @@ enum Cmd {
     Allreduce {
         buf: Vec<u8>,
         dtype: DType,
-        reply: mpsc::Sender<Vec<u8>>,
+        reply: Reply<Vec<u8>>,
     },
     /// An allreduce between caller-owned buffers (see [`Transport::allreduce_in_place`]).
     AllreduceInPlace {
@@ -105,10 +133,15 @@ enum Cmd {
         recv: crate::util::SendPtr,
         count: usize,
         dtype: DType,
-        reply: mpsc::Sender<Vec<u8>>,
+        reply: Reply<Vec<u8>>,
     },
     Barrier {
-        reply: mpsc::Sender<()>,
+        reply: Reply<()>,
+    },
+    /// Tells every other worker that this one leaves (see [`Transport::leave`]); with a reply,
+    /// that reply comes once every other worker has left too (the exit barrier).
+    Leave {
+        exit_barrier: Option<Reply<()>>,
     },
     Finalize {
         abort: bool,
@@ -129,7 +162,12 @@ pub struct Transport {
     broken: Arc<AtomicBool>,
     thread: std::thread::Thread,
     pub timeout: Duration,
+    /// The process that started MPI (a forked child inherits the exit hook, not the job).
+    pid: u32,
 }
+
+/// The exit barrier entered with [`Transport::leave`].
+pub struct BarrierWait(mpsc::Receiver<std::result::Result<(), String>>);
 
 /// A request on its way: [`Transport::wait`] gives its reply.
 pub struct Pending {
@@ -177,17 +215,15 @@ impl Transport {
         let waiters: Waiters = Arc::default();
         let broken = Arc::new(AtomicBool::new(false));
         let w = waiters.clone();
+        let b = broken.clone();
         let handle = std::thread::Builder::new()
             .name("mxrt-dist-comm".into())
-            .spawn(move || comm_thread(role, cmd_rx, inbox_tx, w, ready_tx))
+            .spawn(move || comm_thread(role, cmd_rx, inbox_tx, w, b, ready_tx))
             .map_err(|e| Error::internal(format!("cannot start the MPI thread: {e}")))?;
         let topo = ready_rx
             .recv()
             .map_err(|_| Error::internal("the MPI thread ended while starting MPI"))??;
-        // SAFETY: registering a plain `extern "C" fn()` with libc's atexit has no preconditions.
-        if unsafe { libc::atexit(finalize_at_exit) } != 0 {
-            return Err(Error::internal("cannot register MPI's finalisation at exit"));
-        }
+        register_exit_hook()?;
         install_abort_on_panic();
         Ok(Transport {
             topo,
@@ -198,6 +234,7 @@ impl Transport {
             broken,
             thread: handle.thread().clone(),
             timeout: cfg.timeout,
+            pid: std::process::id(),
         })
     }
 
@@ -255,6 +292,44 @@ impl Transport {
         }
     }
 
+    /// Waits for a collective's result: an error when the communication thread says it can never
+    /// complete (a worker left) or when the deadline passes. Either marks the job broken: the
+    /// collective may stay in flight, so the process must not finalise MPI.
+    fn collective<T>(
+        &self,
+        rx: mpsc::Receiver<std::result::Result<T, String>>,
+        what: &dyn Fn() -> String,
+        timed_out: &dyn Fn() -> String,
+    ) -> Result<T> {
+        match rx.recv_timeout(self.worker_deadline()) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(why)) => {
+                self.mark_broken();
+                Err(Error::distributed(format!(
+                    "{}: {why}; the job is broken and will be aborted at exit",
+                    what()
+                )))
+            }
+            Err(_) => {
+                self.mark_broken();
+                Err(Error::distributed(format!(
+                    "{}: {}; the job is broken and will be aborted at exit",
+                    what(),
+                    timed_out()
+                )))
+            }
+        }
+    }
+
+    fn allreduce_timed_out(&self) -> String {
+        format!(
+            "the other {} worker(s) did not join the allreduce within {:.1} s \
+             (MXRT_DIST_TIMEOUT_S): uneven iterations, or a worker stopped",
+            self.topo.workers.len() - 1,
+            self.worker_deadline().as_secs_f64()
+        )
+    }
+
     /// Sums `buf` (elements of `dtype`) over all workers; every worker must call it for the same
     /// keys in the same order.
     pub fn allreduce(&self, buf: Vec<u8>, dtype: DType, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
@@ -264,23 +339,13 @@ impl Transport {
             dtype,
             reply: tx,
         })?;
-        rx.recv_timeout(self.worker_deadline()).map_err(|_| {
-            self.mark_broken();
-            Error::distributed(format!(
-                "{}: the other {} worker(s) did not join the allreduce within {:.1} s \
-                 (MXRT_DIST_TIMEOUT_S): uneven iterations, or a worker stopped; the job is \
-                 broken and will be aborted at exit",
-                what(),
-                self.topo.workers.len() - 1,
-                self.worker_deadline().as_secs_f64()
-            ))
-        })
+        self.collective(rx, what, &|| self.allreduce_timed_out())
     }
 
     /// Sums `count` elements of `dtype` at `send` over all workers into `recv`, without copying
-    /// them. Returns once MPI is done with both buffers, or with an error after the deadline, in
-    /// which case MPI may still use them: the caller must then keep them alive for the rest of
-    /// the process (the job is aborted at exit).
+    /// them. Returns once MPI is done with both buffers, or with an error after the deadline (or
+    /// when a worker left), in which case MPI may still use them: the caller must then keep them
+    /// alive for the rest of the process (the job is aborted at exit).
     ///
     /// # Safety
     /// `send` must be valid for reads and `recv` for writes of `count` elements of `dtype`
@@ -302,17 +367,7 @@ impl Transport {
             dtype,
             reply: tx,
         })?;
-        rx.recv_timeout(self.worker_deadline()).map(drop).map_err(|_| {
-            self.mark_broken();
-            Error::distributed(format!(
-                "{}: the other {} worker(s) did not join the allreduce within {:.1} s \
-                 (MXRT_DIST_TIMEOUT_S): uneven iterations, or a worker stopped; the job is \
-                 broken and will be aborted at exit",
-                what(),
-                self.topo.workers.len() - 1,
-                self.worker_deadline().as_secs_f64()
-            ))
-        })
+        self.collective(rx, what, &|| self.allreduce_timed_out()).map(drop)
     }
 
     /// The processes among `ranks` (world ranks) whose communication thread did not answer a
@@ -339,15 +394,41 @@ impl Transport {
     pub fn barrier(&self) -> Result<()> {
         let (tx, rx) = mpsc::channel();
         self.post(Cmd::Barrier { reply: tx })?;
-        rx.recv_timeout(self.worker_deadline()).map_err(|_| {
+        self.collective(rx, &|| "barrier".to_owned(), &|| {
+            format!(
+                "not every one of the {} workers reached it within {:.1} s (MXRT_DIST_TIMEOUT_S)",
+                self.topo.workers.len(),
+                self.worker_deadline().as_secs_f64()
+            )
+        })
+    }
+
+    /// Tells every other worker that this one leaves: it starts no collective after those it
+    /// started so far, so a collective of theirs that needs it fails at once with a message
+    /// naming it. With `exit_barrier`, the returned wait ends once every other worker has left
+    /// too: the exit barrier is these messages, not an MPI collective, so a leaving worker never
+    /// starts a collective the others might not match.
+    pub fn leave(&self, exit_barrier: bool) -> Result<Option<BarrierWait>> {
+        let (tx, rx) = mpsc::channel();
+        self.post(Cmd::Leave {
+            exit_barrier: exit_barrier.then_some(tx),
+        })?;
+        Ok(exit_barrier.then_some(BarrierWait(rx)))
+    }
+
+    /// Waits until every other worker has left (see [`leave`](Self::leave)). After the deadline
+    /// the job is broken: a worker that never leaves would keep `MPI_Finalize` waiting.
+    pub fn finish_exit_barrier(&self, b: BarrierWait) -> Result<()> {
+        b.0.recv_timeout(self.worker_deadline()).map_err(|_| {
             self.mark_broken();
             Error::distributed(format!(
-                "barrier: not every one of the {} workers reached it within {:.1} s \
+                "exit barrier: not every one of the {} workers left the job within {:.1} s \
                  (MXRT_DIST_TIMEOUT_S); the job is broken and will be aborted at exit",
                 self.topo.workers.len(),
                 self.worker_deadline().as_secs_f64()
             ))
-        })
+        })?
+        .map_err(Error::distributed)
     }
 
     /// The next request for this process's server, waiting up to `timeout`.
@@ -376,15 +457,78 @@ impl Transport {
     }
 }
 
-extern "C" fn finalize_at_exit() {
-    if let Some(Ok(t)) = TRANSPORT.get() {
-        super::before_finalize();
-        t.finalize();
+/// glibc's exit hook that gets the exit status (not part of mxrt's C API, so kept out of the
+/// generated header):
+/// cbindgen:ignore
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod glibc {
+    unsafe extern "C" {
+        /// `on_exit(3)`: like `atexit`, but the handler gets the status given to `exit` (or
+        /// returned from `main`). The libc crate does not declare it.
+        pub fn on_exit(
+            func: extern "C" fn(libc::c_int, *mut libc::c_void),
+            arg: *mut libc::c_void,
+        ) -> libc::c_int;
     }
 }
 
-/// Ends the whole job at once: every process of it is killed by the MPI launcher.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn end_at_exit_with_status(status: libc::c_int, _arg: *mut libc::c_void) {
+    end_at_exit(Some(status));
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+extern "C" fn end_at_exit_without_status() {
+    end_at_exit(None);
+}
+
+/// Registers [`end_at_exit`] to run when the process exits, with the exit status where the C
+/// library passes it on (glibc's `on_exit`).
+fn register_exit_hook() -> Result<()> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: registering a plain `extern "C"` handler with glibc's on_exit has no
+    // preconditions; its argument is unused (NULL).
+    let rc = unsafe { glibc::on_exit(end_at_exit_with_status, std::ptr::null_mut()) };
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    // SAFETY: registering a plain `extern "C" fn()` with libc's atexit has no preconditions.
+    let rc = unsafe { libc::atexit(end_at_exit_without_status) };
+    if rc != 0 {
+        return Err(Error::internal("cannot register MPI's finalisation at exit"));
+    }
+    Ok(())
+}
+
+/// How a process of a job leaves it, run at exit (`status`: the exit status, when known). A
+/// non-zero status aborts the job at once: its other processes may be waiting for this one, and
+/// `MPI_Finalize` would make this one wait for them. A zero status lets the process's stores
+/// leave in order ([`super::before_finalize`]), then finalises MPI, unless a store could not
+/// leave cleanly (a call or round still in progress, an error while leaving), which aborts too.
+fn end_at_exit(status: Option<i32>) {
+    let Some(Ok(t)) = TRANSPORT.get() else {
+        return;
+    };
+    if std::process::id() != t.pid {
+        return; // a child forked from a process of the job is no process of it
+    }
+    if let Some(status) = status.filter(|&s| s != 0) {
+        eprintln!(
+            "mxrt: {} exits with status {status}: aborting the distributed job (its other \
+             processes would wait for this one)",
+            t.topo.me()
+        );
+        abort_job(status);
+    }
+    if let Err(why) = super::before_finalize() {
+        eprintln!("mxrt: {} exits {why}: aborting the distributed job", t.topo.me());
+        abort_job(1);
+    }
+    t.finalize();
+}
+
+/// Ends the whole job at once: every process of it is killed by the MPI launcher, which exits
+/// with a non-zero status (`code`'s low byte, or 1 where that is 0).
 pub fn abort_job(code: i32) -> ! {
+    let code = if code & 0xff == 0 { 1 } else { code & 0xff };
     // SAFETY: MPI is initialised (the hook is installed after MPI_Init_thread returned) and
     // MPI_Abort may be called from any thread of a process initialised with MPI_THREAD_MULTIPLE.
     unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code) };
@@ -411,8 +555,66 @@ struct InFlight {
 
 enum Done {
     Send,
-    Allreduce(Box<[u8]>, mpsc::Sender<Vec<u8>>),
-    Barrier(mpsc::Sender<()>),
+    /// The collective numbered `seq` (from 1, in the order this worker started them); its reply
+    /// is taken when the waiter is told it can never complete (the buffers stay until the end).
+    Allreduce {
+        seq: u64,
+        recv: Box<[u8]>,
+        reply: Option<Reply<Vec<u8>>>,
+    },
+    Barrier {
+        seq: u64,
+        reply: Option<Reply<()>>,
+    },
+}
+
+impl Done {
+    /// The collective's number and whether it is a barrier (`None` for a send).
+    fn collective(&self) -> Option<(u64, bool)> {
+        match self {
+            Done::Send => None,
+            Done::Allreduce { seq, .. } => Some((*seq, false)),
+            Done::Barrier { seq, .. } => Some((*seq, true)),
+        }
+    }
+
+    /// Tells the waiter that the collective can never complete.
+    fn fail(&mut self, why: &str) {
+        match self {
+            Done::Send => {}
+            Done::Allreduce { reply, .. } => {
+                if let Some(r) = reply.take() {
+                    let _ = r.send(Err(why.to_owned()));
+                }
+            }
+            Done::Barrier { reply, .. } => {
+                if let Some(r) = reply.take() {
+                    let _ = r.send(Err(why.to_owned()));
+                }
+            }
+        }
+    }
+}
+
+/// A worker that left the job ([`Kind::Leave`]): its world rank and how many collectives it
+/// started.
+struct Left {
+    rank: usize,
+    started: u64,
+}
+
+/// Why this worker's collective number `seq` can never complete, if a worker that left did not
+/// start it.
+fn never_completes(left: &[Left], seq: u64, barrier: bool, topo: &Topology) -> Option<String> {
+    let l = left.iter().find(|l| l.started < seq)?;
+    Some(format!(
+        "{} has left the job (it freed its store or its process ended) after {} collective \
+         operation(s) among the workers, so this worker's collective number {seq} ({}) can never \
+         complete (uneven iterations, or a worker that ended early)",
+        topo.describe(l.rank),
+        l.started,
+        if barrier { "a barrier" } else { "an allreduce" }
+    ))
 }
 
 fn mpi_datatype(dtype: DType) -> Option<ffi::MPI_Datatype> {
@@ -501,6 +703,7 @@ fn comm_thread(
     cmds: mpsc::Receiver<Cmd>,
     inbox: mpsc::Sender<Incoming>,
     waiters: Waiters,
+    broken: Arc<AtomicBool>,
     ready: mpsc::Sender<Result<Topology>>,
 ) {
     let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
@@ -535,11 +738,16 @@ fn comm_thread(
         )));
         return;
     }
-    if ready.send(Ok(topo)).is_err() {
+    if ready.send(Ok(topo.clone())).is_err() {
         return;
     }
 
     let mut inflight: Vec<InFlight> = Vec::new();
+    // collectives this worker started, and the workers that left (with theirs)
+    let mut started: u64 = 0;
+    let mut left: Vec<Left> = Vec::new();
+    let mut exit_barrier: Option<Reply<()>> = None;
+    let others = topo.workers.len().saturating_sub(1);
     let mut last_activity = Instant::now();
     let finish: Option<(bool, mpsc::Sender<()>)> = loop {
         let mut busy = false;
@@ -552,6 +760,7 @@ fn comm_thread(
             std::thread::park_timeout(Duration::from_micros(if idle_for < Duration::from_millis(50) { 20 } else { 200 }));
             cmds.try_recv().map_err(|e| matches!(e, mpsc::TryRecvError::Disconnected))
         };
+        // a collective that a worker that left will not join is refused before it reaches MPI
         match next {
             Ok(Cmd::Send { dest, buf }) => {
                 busy = true;
@@ -559,19 +768,28 @@ fn comm_thread(
             }
             Ok(Cmd::Allreduce { buf, dtype, reply }) => {
                 busy = true;
-                let send = buf.into_boxed_slice();
-                let mut recv = vec![0u8; send.len()].into_boxed_slice();
-                let count = send.len() / dtype.size();
-                // SAFETY: both buffers are owned heap buffers of `count` elements, kept in
-                // `inflight` (their addresses do not move) until MPI_Test reports completion.
-                let req = unsafe {
-                    start_allreduce(send.as_ptr(), recv.as_mut_ptr(), count, dtype, &workers_comm)
-                };
-                inflight.push(InFlight {
-                    req,
-                    _send: send,
-                    done: Done::Allreduce(recv, reply),
-                });
+                if let Some(why) = never_completes(&left, started + 1, false, &topo) {
+                    let _ = reply.send(Err(why));
+                } else {
+                    started += 1;
+                    let send = buf.into_boxed_slice();
+                    let mut recv = vec![0u8; send.len()].into_boxed_slice();
+                    let count = send.len() / dtype.size();
+                    // SAFETY: both buffers are owned heap buffers of `count` elements, kept in
+                    // `inflight` (their addresses do not move) until MPI_Test reports completion.
+                    let req = unsafe {
+                        start_allreduce(send.as_ptr(), recv.as_mut_ptr(), count, dtype, &workers_comm)
+                    };
+                    inflight.push(InFlight {
+                        req,
+                        _send: send,
+                        done: Done::Allreduce {
+                            seq: started,
+                            recv,
+                            reply: Some(reply),
+                        },
+                    });
+                }
             }
             Ok(Cmd::AllreduceInPlace {
                 send,
@@ -581,47 +799,87 @@ fn comm_thread(
                 reply,
             }) => {
                 busy = true;
-                // SAFETY: the caller of `allreduce_in_place` keeps both buffers valid for `count`
-                // elements until the reply (or, after a timeout, for good).
-                let req = unsafe { start_allreduce(send.0, recv.0, count, dtype, &workers_comm) };
-                inflight.push(InFlight {
-                    req,
-                    _send: Box::new([]),
-                    done: Done::Allreduce(Box::new([]), reply),
-                });
+                if let Some(why) = never_completes(&left, started + 1, false, &topo) {
+                    let _ = reply.send(Err(why));
+                } else {
+                    started += 1;
+                    // SAFETY: the caller of `allreduce_in_place` keeps both buffers valid for
+                    // `count` elements until the reply (or, after an error, for good).
+                    let req = unsafe { start_allreduce(send.0, recv.0, count, dtype, &workers_comm) };
+                    inflight.push(InFlight {
+                        req,
+                        _send: Box::new([]),
+                        done: Done::Allreduce {
+                            seq: started,
+                            recv: Box::new([]),
+                            reply: Some(reply),
+                        },
+                    });
+                }
             }
             Ok(Cmd::Barrier { reply }) => {
                 busy = true;
-                let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
-                // SAFETY: `workers_comm` is a live communicator; the request is tested below.
-                unsafe { ffi::MPI_Ibarrier(workers_comm.as_raw(), req.as_mut_ptr()) };
-                // SAFETY: MPI_Ibarrier wrote the request handle.
-                let req = unsafe { req.assume_init() };
-                inflight.push(InFlight {
-                    req,
-                    _send: Box::new([]),
-                    done: Done::Barrier(reply),
-                });
+                if let Some(why) = never_completes(&left, started + 1, true, &topo) {
+                    let _ = reply.send(Err(why));
+                } else {
+                    started += 1;
+                    let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+                    // SAFETY: `workers_comm` is a live communicator; the request is tested below.
+                    unsafe { ffi::MPI_Ibarrier(workers_comm.as_raw(), req.as_mut_ptr()) };
+                    // SAFETY: MPI_Ibarrier wrote the request handle.
+                    let req = unsafe { req.assume_init() };
+                    inflight.push(InFlight {
+                        req,
+                        _send: Box::new([]),
+                        done: Done::Barrier {
+                            seq: started,
+                            reply: Some(reply),
+                        },
+                    });
+                }
+            }
+            Ok(Cmd::Leave { exit_barrier: reply }) => {
+                busy = true;
+                let h = Header {
+                    key: started as i64,
+                    ..Header::new(Kind::Leave)
+                };
+                for &w in topo.workers.iter().filter(|&&w| w != topo.world_rank) {
+                    inflight.push(start_send(&world, w, h.message(0)));
+                }
+                exit_barrier = reply;
             }
             Ok(Cmd::Finalize { abort, done }) => break Some((abort, done)),
             Err(true) => break None,
             Err(false) => {}
         }
-        // 2. sends and collectives that completed
+        // 2. sends and collectives that completed (a collective whose waiter was told it can
+        // never complete is left alone: testing it could only report the peers' mismatch)
         let mut i = 0;
         while i < inflight.len() {
+            let orphaned = match &inflight[i].done {
+                Done::Allreduce { reply, .. } => reply.is_none(),
+                Done::Barrier { reply, .. } => reply.is_none(),
+                Done::Send => false,
+            };
             let mut flag = 0;
-            // SAFETY: the request is an active request of this thread's MPI calls.
-            unsafe { ffi::MPI_Test(&mut inflight[i].req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            if !orphaned {
+                // SAFETY: the request is an active request of this thread's MPI calls.
+                unsafe { ffi::MPI_Test(&mut inflight[i].req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            }
             if flag != 0 {
                 busy = true;
                 match inflight.swap_remove(i).done {
                     Done::Send => {}
-                    Done::Allreduce(recv, reply) => {
-                        let _ = reply.send(recv.into_vec());
+                    Done::Allreduce { recv, reply, .. } => {
+                        if let Some(r) = reply {
+                            let _ = r.send(Ok(recv.into_vec()));
+                        }
                     }
-                    Done::Barrier(reply) => {
-                        let _ = reply.send(());
+                    Done::Barrier { reply, .. } => {
+                        if let Some(r) = reply {
+                            let _ = r.send(Ok(()));
+                        }
                     }
                 }
             } else {
@@ -640,6 +898,24 @@ fn comm_thread(
                     let pong = Header::reply(Kind::Pong, &msg.header).message(0);
                     inflight.push(start_send(&world, src, pong));
                 }
+                Ok(msg) if msg.header.kind == Kind::Leave => {
+                    if !left.iter().any(|l| l.rank == src) {
+                        left.push(Left {
+                            rank: src,
+                            started: msg.header.key.max(0) as u64,
+                        });
+                    }
+                    // collectives in flight that the leaver did not start can never complete
+                    for f in &mut inflight {
+                        if let Some((seq, barrier)) = f.done.collective()
+                            && let Some(why) = never_completes(&left, seq, barrier, &topo)
+                        {
+                            f.done.fail(&why);
+                            // the request stays in MPI: the process must not finalise
+                            broken.store(true, Ordering::SeqCst);
+                        }
+                    }
+                }
                 Ok(msg) if msg.header.kind.is_reply() => {
                     if let Some(tx) = waiters.lock().remove(&msg.header.id) {
                         let _ = tx.send(msg);
@@ -651,6 +927,11 @@ fn comm_thread(
                 Err(e) => eprintln!("mxrt: dropped a message from process {src}: {e}"),
             }
         }
+        if left.len() >= others
+            && let Some(r) = exit_barrier.take()
+        {
+            let _ = r.send(Ok(()));
+        }
         if busy {
             last_activity = Instant::now();
         } else if last_activity.elapsed() < Duration::from_millis(2) {
@@ -660,11 +941,11 @@ fn comm_thread(
     let Some((abort, done)) = finish else {
         return; // the transport is gone without finalising: the process is exiting anyway
     };
-    if abort {
+    if abort || broken.load(Ordering::SeqCst) {
         eprintln!("mxrt: a wait of this process failed: aborting the MPI job");
         abort_job(1);
     }
-    // let the last sends (Done messages, replies) complete before finalising
+    // let the last sends (Done and Leave messages, replies) complete before finalising
     let until = Instant::now() + Duration::from_secs(10);
     while !inflight.is_empty() && Instant::now() < until {
         inflight.retain_mut(|f| {
@@ -686,4 +967,47 @@ fn comm_thread(
     drop(workers_comm);
     drop(universe); // MPI_Finalize, on the thread that initialised MPI
     let _ = done.send(());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topo() -> Topology {
+        // one server first, as mxrt-launch starts them, then two workers
+        Topology {
+            world_rank: 1,
+            world_size: 3,
+            role: Role::Worker,
+            workers: vec![1, 2],
+            servers: vec![0],
+        }
+    }
+
+    #[test]
+    fn processes_are_named_by_role_and_rank() {
+        let t = topo();
+        assert_eq!(t.describe(0), "server 0 (process 0 of 3)");
+        assert_eq!(t.describe(2), "worker 1 (process 2 of 3)");
+        assert_eq!(t.me(), "worker 0 (process 1 of 3)");
+    }
+
+    #[test]
+    fn a_collective_the_leaver_did_not_start_never_completes() {
+        let t = topo();
+        assert!(never_completes(&[], 1, false, &t).is_none());
+        let left = [Left { rank: 2, started: 3 }];
+        // the leaver started collectives 1..=3: those complete
+        for seq in 1..=3 {
+            assert!(never_completes(&left, seq, false, &t).is_none(), "{seq}");
+        }
+        let why = never_completes(&left, 4, false, &t).expect("the 4th never completes");
+        assert!(why.contains("worker 1 (process 2 of 3) has left the job"), "{why}");
+        assert!(why.contains("after 3 collective operation(s)"), "{why}");
+        assert!(why.contains("collective number 4 (an allreduce)"), "{why}");
+        // a barrier after the leaver's last collective does not complete either: its exit
+        // barrier is messages, not a collective
+        let why = never_completes(&left, 4, true, &t).expect("a barrier never completes");
+        assert!(why.contains("(a barrier)"), "{why}");
+    }
 }

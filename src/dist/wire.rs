@@ -27,6 +27,10 @@ pub enum Kind {
     Done = 5,
     /// Any process -> any process: are you there? Answered by the communication thread itself.
     Ping = 6,
+    /// Worker -> the other workers: this worker leaves the job (it freed its store, or its
+    /// process ends) and starts no more collectives; `key` is how many it started. Handled by
+    /// the communication thread itself; no answer.
+    Leave = 7,
     /// Server -> worker: the request `id` is complete.
     Ack = 16,
     /// Server -> worker: the value asked for by `id`.
@@ -46,6 +50,7 @@ impl Kind {
             4 => Kind::Command,
             5 => Kind::Done,
             6 => Kind::Ping,
+            7 => Kind::Leave,
             16 => Kind::Ack,
             17 => Kind::Data,
             18 => Kind::Fail,
@@ -239,6 +244,31 @@ mod tests {
         assert_eq!(msg.payload(), b"abc");
         let r = Header::reply(Kind::Ack, &msg.header);
         assert_eq!((r.id, r.key, r.offset, r.len), (9, -42, 1 << 40, 12345));
+    }
+
+    #[test]
+    fn every_kind_decodes_as_itself() {
+        for k in [
+            Kind::Init,
+            Kind::Push,
+            Kind::Pull,
+            Kind::Command,
+            Kind::Done,
+            Kind::Ping,
+            Kind::Leave,
+            Kind::Ack,
+            Kind::Data,
+            Kind::Fail,
+            Kind::Pong,
+        ] {
+            let h = Header {
+                key: 5,
+                ..Header::new(k)
+            };
+            let m = Msg::decode(h.message(0)).unwrap();
+            assert_eq!((m.header.kind, m.header.key), (k, 5));
+            assert_eq!(k.is_reply(), matches!(k, Kind::Ack | Kind::Data | Kind::Fail | Kind::Pong));
+        }
     }
 
     #[test]

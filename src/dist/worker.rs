@@ -24,7 +24,7 @@ use crate::ndarray::NDArray;
 use crate::ndarray::format::StorageType;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 struct Meta {
     shape: Vec<i64>,
@@ -57,6 +57,25 @@ pub struct Worker {
     /// 2-bit compression threshold, when on.
     compression: Mutex<Option<f32>>,
     closed: AtomicBool,
+    /// Calls of this store in progress (on any thread): a process that exits while one is
+    /// cannot leave the job in order.
+    calls: AtomicUsize,
+}
+
+/// Counts a call of a worker's store while it lasts.
+struct InCall<'a>(&'a AtomicUsize);
+
+impl<'a> InCall<'a> {
+    fn new(calls: &'a AtomicUsize) -> Self {
+        calls.fetch_add(1, Ordering::SeqCst);
+        InCall(calls)
+    }
+}
+
+impl Drop for InCall<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The sum of `values` (all of one shape and dtype) as bytes.
@@ -122,6 +141,7 @@ impl Worker {
             barrier_before_exit: AtomicBool::new(true),
             compression: Mutex::new(None),
             closed: AtomicBool::new(false),
+            calls: AtomicUsize::new(0),
         })
     }
 
@@ -136,6 +156,11 @@ impl Worker {
     }
     fn servers(&self) -> &[usize] {
         &self.t.topo.servers
+    }
+
+    /// Whether a call of this store is in progress (a push, pull, barrier, ... on any thread).
+    pub fn in_call(&self) -> bool {
+        self.calls.load(Ordering::SeqCst) > 0
     }
 
     fn check_open(&self) -> Result<()> {
@@ -173,6 +198,7 @@ impl Worker {
     }
 
     pub fn init(&self, keys: Keys<'_>, values: &[&NDArray]) -> Result<()> {
+        let _call = InCall::new(&self.calls);
         self.check_open()?;
         check_len(&keys, values.len(), "values")?;
         let ids = {
@@ -335,6 +361,7 @@ impl Worker {
     /// Pushes dense `values`; with `rows` they stand for row_sparse values (see
     /// [`FLAG_ROW_SPARSE`]): the updater gets their sum as a row_sparse array.
     pub fn push(&self, keys: Keys<'_>, values: &[&NDArray], priority: i32, rows: bool) -> Result<()> {
+        let _call = InCall::new(&self.calls);
         self.check_open()?;
         check_len(&keys, values.len(), "values")?;
         let ids = self.look_up(&keys, values, "value", "pushed to")?;
@@ -437,6 +464,7 @@ impl Worker {
     }
 
     pub fn pull(&self, keys: Keys<'_>, outs: &[&NDArray], priority: i32) -> Result<()> {
+        let _call = InCall::new(&self.calls);
         self.check_open()?;
         check_len(&keys, outs.len(), "outputs")?;
         if let Some(local) = &self.local {
@@ -535,6 +563,7 @@ impl Worker {
     }
 
     pub fn barrier(&self) -> Result<()> {
+        let _call = InCall::new(&self.calls);
         self.check_open()?;
         self.settle(None)?;
         self.t.barrier()
@@ -545,6 +574,7 @@ impl Worker {
     }
 
     pub fn send_command(&self, head: i32, body: &str) -> Result<()> {
+        let _call = InCall::new(&self.calls);
         self.check_open()?;
         if self.local.is_some() {
             return Err(Error::not_supported(format!(
@@ -569,25 +599,40 @@ impl Worker {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Finishes outstanding pushes, meets the other workers at the exit barrier (unless turned
-    /// off) and tells every server this worker is done. Runs once.
-    pub fn shutdown(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
+    /// Whether the store was closed (freed, or left at exit).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Closes the store to further calls; false if it already was.
+    pub fn close(&self) -> bool {
+        !self.closed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Finishes a closed store: waits for the acknowledgements of its pushes. With `leave_job`
+    /// (the process's last open worker store) the process also leaves the job: it tells every
+    /// server that it pushes nothing more (`Done`) and every other worker that it leaves
+    /// (`Leave`), so a wait of theirs that needs it fails at once naming it, then, unless turned
+    /// off, waits for the other workers to leave too (the exit barrier). The announcements go
+    /// before the waits: a worker that stays could otherwise wait for this one while this one
+    /// waits for it.
+    pub fn finish(&self, leave_job: bool) -> Result<()> {
+        if !leave_job {
+            return self.settle(None);
         }
-        let settled = self.settle(None);
-        let barrier = if self.barrier_before_exit.load(Ordering::Relaxed) {
-            self.t.barrier()
-        } else {
-            Ok(())
-        };
-        let mut pending = Vec::new();
+        let mut done = Vec::new();
         for &s in self.servers() {
-            pending.push(self.t.request(s, Header::new(Kind::Done).message(0))?);
+            done.push(self.t.request(s, Header::new(Kind::Done).message(0))?);
         }
-        for p in pending {
-            self.t.wait(p, &|| "telling the servers this worker is done".to_owned())?;
+        let exit_barrier = self.t.leave(self.barrier_before_exit.load(Ordering::Relaxed))?;
+        let settled = self.settle(None);
+        let mut told = Ok(());
+        for p in done {
+            if let Err(e) = self.t.wait(p, &|| "telling the servers this worker is done".to_owned()) {
+                told = told.and(Err(e));
+            }
         }
-        settled.and(barrier)
+        let barrier = exit_barrier.map_or(Ok(()), |b| self.t.finish_exit_barrier(b));
+        settled.and(told).and(barrier)
     }
 }

@@ -73,7 +73,7 @@ pub struct GradCtx<'a> {
     pub training: bool,
 }
 
-impl GradCtx<'_> {
+impl<'a> GradCtx<'a> {
     /// Forward input `i`.
     pub fn x(&self, i: usize) -> Val {
         self.inputs[i]
@@ -91,14 +91,15 @@ impl GradCtx<'_> {
         self.needs.get(i).copied().unwrap_or(false)
     }
     /// The forward's parameter `key` as given (quotes around strings removed).
-    pub fn param(&self, key: &str) -> Option<&str> {
-        self.params
+    pub fn param(&self, key: &str) -> Option<&'a str> {
+        let params: &'a [(String, String)] = self.params;
+        params
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.trim_matches(|c| c == '\'' || c == '"'))
     }
     /// Parameter `key` if given and not `None`.
-    pub fn param_set(&self, key: &str) -> Option<&str> {
+    pub fn param_set(&self, key: &str) -> Option<&'a str> {
         self.param(key).filter(|v| !v.eq_ignore_ascii_case("none"))
     }
     /// Boolean parameter `key` (MXNet's spellings), `default` when absent.
@@ -121,8 +122,9 @@ impl GradCtx<'_> {
         }
     }
     /// The forward's parameters among `keys`, to pass on to a gradient op.
-    pub fn pass(&self, keys: &[&str]) -> Vec<(&str, &str)> {
-        self.params
+    pub fn pass(&self, keys: &[&str]) -> Vec<(&'a str, &'a str)> {
+        let params: &'a [(String, String)] = self.params;
+        params
             .iter()
             .filter(|(k, _)| keys.contains(&k.as_str()))
             .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -188,6 +190,9 @@ pub struct OpDef {
     pub forward: &'static dyn Operator,
     pub grad: Gradient,
     pub stype: StorageRule,
+    /// Whether MXNet's table declares parameters for the op (set when the table is built): an
+    /// op without any ignores the parameters it is given, as MXNet's do.
+    pub declares_params: bool,
 }
 
 impl OpDef {
@@ -221,6 +226,7 @@ impl Entries {
             forward,
             grad: Gradient::None,
             stype: StorageRule::Dense,
+            declares_params: true,
         });
         self.0.last_mut().expect("just pushed")
     }

@@ -49,12 +49,14 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
     a.0 < b.1 && b.0 < a.1
 }
 
-/// Runs the op; returns its outputs (the given ones, or new arrays).
+/// Runs the op; returns its visible outputs (the given ones, or new arrays).
 pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     let engine = Engine::global()?;
     let resolved = resolve(&call)?;
-    let outputs = allocate(&call, &resolved)?;
+    let mut outputs = allocate(&call, &resolved)?;
+    let visible = resolved.plan.num_visible();
     dispatch(engine, resolved, call.inputs, &outputs)?;
+    outputs.truncate(visible);
     Ok(outputs)
 }
 
@@ -121,7 +123,12 @@ pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
         input_ctx,
         training: super::mode::is_training(),
     })?;
-    params.finish()?;
+    // MXNet parses parameters only for ops that declare some: an op without any ignores
+    // whatever it is given (Gluon passes `axis` to `broadcast_maximum`)
+    let declares_params = def.declares_params;
+    if declares_params {
+        params.finish()?;
+    }
     let ctx = plan.ctx.or(input_ctx).unwrap_or(Context::cpu(0));
     if on_gpu.is_none() && !ctx.is_host() {
         on_gpu = Some(format!("its outputs go to {ctx}"));
@@ -149,12 +156,17 @@ pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
 }
 
 /// Step 2: the outputs: the caller's, checked against the plan, or new arrays of the planned
-/// shapes, dtypes and storage types.
+/// shapes, dtypes and storage types. Hidden outputs (after the visible ones) are always new
+/// arrays.
 pub fn allocate(call: &Invoke<'_>, r: &Resolved) -> Result<Vec<NDArray>> {
     let outputs = match &call.outputs {
         Some(outs) => {
             check_given(r.name, &r.plan, outs)?;
-            outs.clone()
+            let mut all = outs.clone();
+            for d in &r.plan.outputs[all.len()..] {
+                all.push(NDArray::new(&d.shape, r.ctx, d.dtype, false)?);
+            }
+            all
         }
         None => {
             let stypes = match &r.storage {
@@ -352,12 +364,12 @@ unsafe fn restore_rows_except(d: &NDArray, old: &[u8], rows: &[i64]) -> Result<(
     unsafe { d.write_dense_in_op(&now) }
 }
 
-/// Given outputs must have the planned shapes and dtypes.
+/// Given outputs must have the planned shapes and dtypes (one per visible output).
 fn check_given(name: &str, plan: &Plan, outs: &[NDArray]) -> Result<()> {
-    if outs.len() != plan.outputs.len() {
+    if outs.len() != plan.num_visible() {
         return Err(Error::invalid(format!(
             "operator {name} produces {} output(s), {} given",
-            plan.outputs.len(),
+            plan.num_visible(),
             outs.len()
         )));
     }

@@ -85,6 +85,11 @@ pub struct Plan {
     pub kernel: Kernel,
     /// What the op does when its arrays are on a GPU (`None`: it cannot run there).
     pub gpu: Option<GpuKernel>,
+    /// How many of `outputs` the caller sees (`None`: all). The others are hidden outputs
+    /// (MXNet's `FNumVisibleOutputs`, e.g. `Dropout`'s mask): the library allocates them, the
+    /// autograd tape keeps them for the op's gradient, and an invoke returns only the visible
+    /// ones (and takes only those as `out=`).
+    pub visible: Option<usize>,
 }
 
 /// An op's work on GPU arrays. Every variant runs on the device (or copies between devices):
@@ -122,7 +127,19 @@ impl Plan {
             ctx: None,
             kernel: Box::new(kernel),
             gpu: None,
+            visible: None,
         }
+    }
+
+    /// Only the first `n` outputs are visible; the rest are hidden (see [`Plan::visible`]).
+    pub fn with_visible(mut self, n: usize) -> Plan {
+        self.visible = Some(n);
+        self
+    }
+
+    /// The number of outputs the caller sees.
+    pub fn num_visible(&self) -> usize {
+        self.visible.unwrap_or(self.outputs.len()).min(self.outputs.len())
     }
 
     pub fn elementwise(mut self) -> Plan {

@@ -14,8 +14,12 @@ fn table() -> &'static HashMap<&'static str, OpDef> {
         let mut entries = Entries::default();
         ops::register_all(&mut entries);
         let mut map = HashMap::with_capacity(entries.0.len());
-        for def in entries.0 {
+        let reg = super::registry::Registry::global();
+        for mut def in entries.0 {
             let name = def.name;
+            def.declares_params = reg
+                .lookup(name)
+                .is_none_or(|id| reg.op(id).parameters().next().is_some());
             let previous = map.insert(name, def);
             assert!(previous.is_none(), "operator {name} registered twice");
         }
@@ -57,5 +61,42 @@ mod tests {
                 "{name} is an alias; register the op's own name"
             );
         }
+    }
+
+    /// Every operator that takes arrays has a gradient case in tests/python/grad_cases_*.py
+    /// (its name in quotes in a case's `covers`): a gradient checked against libmxnet.so and
+    /// central differences, a zero gradient on both libraries, or a refusal on both. So an op
+    /// MXNet differentiates cannot be left without its gradient, or without its check.
+    #[test]
+    fn every_operator_taking_arrays_has_a_gradient_case() {
+        use crate::operator::def::Gradient;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+        let mut text = String::new();
+        for entry in std::fs::read_dir(&dir).expect("tests/python") {
+            let path = entry.expect("a directory entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.starts_with("grad_cases_") && name.ends_with(".py") {
+                text.push_str(&std::fs::read_to_string(&path).expect("readable"));
+            }
+        }
+        let reg = Registry::global();
+        let mut missing = Vec::new();
+        for name in implemented() {
+            if name.starts_with("_mxrt_") {
+                continue;
+            }
+            let info = reg.op(reg.lookup(name).expect("an MXNet op"));
+            let takes_arrays =
+                info.array_inputs().next().is_some() || !info.key_var_num_args.is_empty();
+            if takes_arrays && !text.contains(&format!("\"{name}\"")) {
+                let kind = match lookup(name).expect("implemented").grad {
+                    Gradient::Ops(_) => "gradient",
+                    Gradient::Zero => "zero gradient",
+                    Gradient::None => "no gradient",
+                };
+                missing.push(format!("{name} ({kind})"));
+            }
+        }
+        assert!(missing.is_empty(), "operators without a gradient case: {missing:?}");
     }
 }

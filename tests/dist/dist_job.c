@@ -1,12 +1,13 @@
 /* One process of a distributed-kvstore test job (run by tests/dist/run.sh under mxrt-launch).
  *
- *   dist_job SCENARIO [TYPE]
+ *   dist_job SCENARIO [TYPE [CODE]]
  *
  * Every process creates a TYPE store (default dist_sync). Servers serve until the workers are
  * done; their controller installs the updater a worker names in command 0 ("axpy2": w += 2 g,
  * "add": w += g) or, for "die", kills the server. Workers run SCENARIO and check every value
  * they pull against what the rules give; a worker prints "ok SCENARIO rank R" when all held. */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <time.h>
 #include <stdint.h>
@@ -70,6 +71,10 @@ static void controller(int head, const char *body, void *handle) {
   if (strcmp(body, "axpy2") == 0) CHECK_OK(MXKVStoreSetUpdater(kv, upd_axpy2, NULL));
   else if (strcmp(body, "add") == 0) CHECK_OK(MXKVStoreSetUpdater(kv, upd_add, NULL));
   else if (strcmp(body, "die") == 0) raise(SIGKILL);
+  else if (strncmp(body, "exit ", 5) == 0) {
+    printf("server: exit(%d) in the controller\n", atoi(body + 5));
+    exit(atoi(body + 5));
+  }
 }
 
 /* Installs an updater where updates happen: on the servers, or on every worker without them. */
@@ -299,8 +304,10 @@ static void scenario_compress(KVStoreHandle kv) {
   CHECK_OK(MXNDArrayFree(w));
 }
 
-/* Uneven iterations: worker 0 pushes one round more than the others. Its wait ends with an error
- * naming the key and the missing workers; the job ends (exit 3) instead of hanging. */
+/* Uneven iterations: worker 0 pushes one round more than the others, which stay in the job
+ * without pushing. Its wait ends after MXRT_DIST_TIMEOUT_S with an error naming the key and the
+ * missing workers; the job ends (exit 3) instead of hanging. (Had the others left, the wait would
+ * fail at once naming them: see scenario "leave".) */
 static void scenario_uneven(KVStoreHandle kv) {
   int key = 2;
   NDArrayHandle w = array(4, 0.0f);
@@ -315,6 +322,7 @@ static void scenario_uneven(KVStoreHandle kv) {
     }
   }
   CHECK_OK(MXNDArrayFree(w));
+  if (rank_ != 0) sleep(60); /* ended by worker 0's exit(3), which aborts the job */
 }
 
 /* A worker dies in the middle: the job ends at once. */
@@ -341,6 +349,84 @@ static void scenario_server_kill(KVStoreHandle kv) {
     CHECK_OK(MXKVStorePush(kv, 1, &key, &w, 0));
     CHECK_OK(MXKVStorePull(kv, 1, &key, &w, 0));
   }
+}
+
+/* Processes that leave through exit() (no MXKVStoreFree; the store is still alive):
+ *   leave CODE       the last worker calls exit(CODE) at round 3 while the others push on: the
+ *                    job ends at once, naming the worker (CODE 0 leaves uneven rounds: the others'
+ *                    waits fail naming it)
+ *   end_exit0        every worker ends with exit(0) after its rounds: the job ends with 0
+ *   exit_in_round    the last worker calls exit(0) while its other thread waits in a pull whose
+ *                    round cannot complete (the others wait in a barrier): the job ends at once
+ *   server_exit CODE the servers call exit(CODE) in their controller: the job ends at once */
+static void rounds(KVStoreHandle kv, int key, NDArrayHandle w, int n, int leave_at, int code) {
+  for (int round = 0; round < n; round++) {
+    if (round == leave_at && rank_ == size_ - 1) {
+      printf("worker rank %d: exit(%d) at round %d\n", rank_, code, round + 1);
+      exit(code);
+    }
+    CHECK_OK(MXKVStorePush(kv, 1, &key, &w, 0));
+    CHECK_OK(MXKVStorePull(kv, 1, &key, &w, 0));
+  }
+}
+
+static void scenario_leave(KVStoreHandle kv, int code) {
+  int key = 2;
+  NDArrayHandle w = array(4, 1.0f);
+  CHECK_OK(MXKVStoreInit(kv, 1, &key, &w));
+  rounds(kv, key, w, 6, 2, code);
+}
+
+static void scenario_end_exit0(KVStoreHandle kv) {
+  int key = 2;
+  NDArrayHandle w = array(4, 1.0f);
+  CHECK_OK(MXKVStoreInit(kv, 1, &key, &w));
+  rounds(kv, key, w, 3, -1, 0);
+  /* every worker pushed 1 three times in a row without an updater: the sum replaces */
+  expect_all(w, 4, powf((float)size_, 3.0f), "after three rounds");
+  printf("ok end_exit0 rank %d\n", rank_);
+  exit(0);
+}
+
+static volatile int in_round_;
+
+static void *push_and_pull(void *kv) {
+  int key = 2;
+  NDArrayHandle w = array(4, 1.0f);
+  CHECK_OK(MXKVStorePush(kv, 1, &key, &w, 0));
+  in_round_ = 1;
+  /* the others never push: this waits until the process ends */
+  if (MXKVStorePull(kv, 1, &key, &w, 0) != 0) printf("pull: %s\n", MXGetLastError());
+  return NULL;
+}
+
+static void scenario_exit_in_round(KVStoreHandle kv) {
+  int key = 2;
+  NDArrayHandle w = array(4, 1.0f);
+  CHECK_OK(MXKVStoreInit(kv, 1, &key, &w));
+  if (rank_ == size_ - 1) {
+    pthread_t t;
+    EXPECT(pthread_create(&t, NULL, push_and_pull, kv) == 0, "a thread");
+    while (!in_round_) nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+    printf("worker rank %d: exit(0) while its other thread waits in a round\n", rank_);
+    exit(0);
+  }
+  CHECK_OK(MXKVStoreBarrier(kv));
+  printf("ok exit_in_round rank %d\n", rank_);
+}
+
+static void scenario_server_exit(KVStoreHandle kv, int code) {
+  int key = 2;
+  NDArrayHandle w = array(4, 1.0f);
+  CHECK_OK(MXKVStoreInit(kv, 1, &key, &w));
+  rounds(kv, key, w, 2, -1, 0);
+  if (rank_ == 0) {
+    char body[32];
+    snprintf(body, sizeof body, "exit %d", code);
+    CHECK_OK(MXKVStoreSendCommmandToServers(kv, 0, body));
+  }
+  rounds(kv, key, w, 100, -1, 0);
 }
 
 static int dead_nodes(KVStoreHandle kv, int node_id, int timeout_sec) {
@@ -463,6 +549,10 @@ int main(int argc, char **argv) {
   else if (strcmp(scenario, "server_kill") == 0) scenario_server_kill(kv);
   else if (strcmp(scenario, "serverless") == 0) scenario_serverless(kv);
   else if (strcmp(scenario, "dead_nodes") == 0) scenario_dead_nodes(kv);
+  else if (strcmp(scenario, "leave") == 0) scenario_leave(kv, argc > 3 ? atoi(argv[3]) : 3);
+  else if (strcmp(scenario, "end_exit0") == 0) scenario_end_exit0(kv);
+  else if (strcmp(scenario, "exit_in_round") == 0) scenario_exit_in_round(kv);
+  else if (strcmp(scenario, "server_exit") == 0) scenario_server_exit(kv, argc > 3 ? atoi(argv[3]) : 4);
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario);
     return 2;

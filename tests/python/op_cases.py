@@ -528,6 +528,43 @@ case("sparse_dot")(lambda: [nd.sparse.dot(SP().tostype("csr"), arr([[1.0], [2.0]
 case("sparse_reductions")(lambda: [nd.sum(SP().tostype("csr")), nd.norm(SP().tostype("row_sparse"))])
 case("sparse_csr_rows")(lambda: [SP().tostype("csr")[1:3], SP().tostype("csr")[3], SP().tostype("row_sparse")[:]])
 case("sparse_copyto")(lambda: SP().tostype("row_sparse").copyto(mx.cpu(1)))
+case("sparse_compare_scalar")(lambda: [SP().tostype(st) > 0 for st in ("row_sparse", "csr")]
+                                      + [1 == SP().tostype("row_sparse"), 0 == SP().tostype("row_sparse"),
+                                         SP().tostype("csr") != 0, SP().tostype("row_sparse") < 0,
+                                         SP().tostype("row_sparse") <= 1, SP().tostype("csr") >= 0])
+
+
+def sparse_setitem():
+    out = []
+    for st in ("row_sparse", "csr"):
+        x = nd.zeros((4, 3), stype=st)
+        x[:] = SP()
+        out.append(x)
+        y = nd.zeros((4, 3), stype=st)
+        y[:] = SP().tostype(st)
+        out.append(y)
+    z = nd.zeros((4, 3), stype="row_sparse")
+    z[:] = 2
+    return out + [z]
+
+
+case("sparse_setitem")(sparse_setitem)
+
+
+def sparse_copy_cast():
+    # float values into integer sparse arrays: the package copies them part by part, cast
+    return [nd.sparse.row_sparse_array(([[1.5, 2.5], [3.0, 4.0]], [0, 2]), shape=(3, 2), dtype="int32"),
+            nd.sparse.csr_matrix(([1.5, 2.0, 3.7], [0, 2, 1], [0, 2, 2, 3]), shape=(3, 3), dtype="int64")]
+
+
+case("sparse_copy_cast")(sparse_copy_cast)
+case("sparse_square_sum")(lambda: [nd._internal._square_sum(SP().tostype("row_sparse"), axis=a, keepdims=k)
+                                   for a in (0, 1) for k in (False, True)])
+case("sparse_quadratic")(lambda: [nd.contrib.quadratic(SP().tostype("csr"), a=0.5, b=2.0, c=0.0),
+                                  nd.contrib.quadratic(SP().tostype("csr"), a=0.5, b=2.0, c=1.0),
+                                  nd.contrib.quadratic(A(), a=1.0, b=-1.0, c=0.5)])
+case("sparse_getnnz")(lambda: [nd.contrib.getnnz(SP().tostype("csr")),
+                               nd.contrib.getnnz(SP().tostype("csr"), axis=1)])
 
 
 def sparse_sgd(lazy, mom):

@@ -354,6 +354,8 @@ macro_rules! binary_ops {
             for name in ["elemwise_add", "elemwise_sub", "elemwise_mul"] {
                 t.0.iter_mut().filter(|d| d.name == name).for_each(|d| { d.stype(StorageRule::SameStorage); });
             }
+            // a comparison with a scalar that is false at zero keeps a sparse input's storage
+            $( $( comparison_rule::<$ty>(t, $sc); )? )*
             for name in ["_mul_scalar", "_div_scalar"] {
                 t.0.iter_mut().filter(|d| d.name == name).for_each(|d| { d.stype(StorageRule::ZeroPreserving); });
             }
@@ -384,6 +386,34 @@ binary_ops! {
     LogicalAnd 1 ["_logical_and"] ["broadcast_logical_and"] ["_logical_and_scalar"] [] |a, b| truth(a != R::ZERO && b != R::ZERO) => ZERO;
     LogicalOr 1 ["_logical_or"] ["broadcast_logical_or"] ["_logical_or_scalar"] [] |a, b| truth(a != R::ZERO || b != R::ZERO) => ZERO;
     LogicalXor 1 ["_logical_xor"] ["broadcast_logical_xor"] ["_logical_xor_scalar"] [] |a, b| truth((a != R::ZERO) != (b != R::ZERO)) => ZERO;
+}
+
+/// Sets the storage rule of a comparison's scalar form: with a sparse input, the output keeps its
+/// storage when the comparison is false at zero (`y > 0`, `y == 1`), as MXNet's does, and is
+/// dense otherwise (`y == 0`).
+fn comparison_rule<B: Binary>(t: &mut Entries, name: &str) {
+    const COMPARISONS: &[&str] = &[
+        "_equal_scalar",
+        "_not_equal_scalar",
+        "_greater_scalar",
+        "_greater_equal_scalar",
+        "_lesser_scalar",
+        "_lesser_equal_scalar",
+    ];
+    if !COMPARISONS.contains(&name) {
+        return;
+    }
+    if let Some(d) = t.0.iter_mut().find(|d| d.name == name) {
+        d.stype(StorageRule::Custom(|p, ins| {
+            let s = crate::operator::stype::param(p, "scalar")
+                .and_then(param::float)
+                .unwrap_or(0.0);
+            match ins.first() {
+                Some(&st) if ins.len() == 1 && B::f(0.0f64, s) == 0.0 => st,
+                _ => crate::ndarray::format::StorageType::Default,
+            }
+        }));
+    }
 }
 
 /// `_grad_add`: gradient accumulation, an add.

@@ -6,6 +6,7 @@ use super::{Entries, inputs};
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::operator::def::{GradCtx, Val};
 use crate::operator::kernel::Element;
 use crate::operator::kernel::map::fill;
 use crate::operator::op::{Call, GpuKernel, Plan, TensorDesc};
@@ -256,6 +257,30 @@ fn copyto(call: &Call<'_>) -> Result<Plan> {
     })
 }
 
+/// `_mxrt_cast_like(a, like)`: `a` converted to `like`'s dtype (the gradient of a cast goes
+/// back to the input's dtype). Its own gradient converts back to `a`'s dtype.
+fn cast_like(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    if ins[0].shape != ins[1].shape {
+        return Err(Error::invalid(format!(
+            "operator {}: shapes {:?} and {:?} differ",
+            call.name,
+            &ins[0].shape[..],
+            &ins[1].shape[..]
+        )));
+    }
+    let dtype = ins[1].dtype;
+    Ok(Plan::new(vec![TensorDesc::new(&ins[0].shape, dtype)], move |k| {
+        convert(&k.inputs[0], &k.outputs[0]);
+        Ok(())
+    }))
+}
+
+/// The gradient of a cast or copy: the output's gradient in the input's dtype.
+fn cast_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    Ok(vec![Some(g.op("_mxrt_cast_like", &[g.dy(0), g.x(0)], &[])?)])
+}
+
 fn shape_array(call: &Call<'_>) -> Result<Plan> {
     let shape = inputs(call, 1)?[0].shape.clone();
     Ok(Plan::new(
@@ -292,9 +317,17 @@ pub(crate) fn register(t: &mut Entries) {
     t.push(("_arange", &arange));
     t.push(("_linspace", &linspace));
     t.push(("_eye", &eye));
-    t.push(("Cast", &cast)).stype(StorageRule::ZeroPreserving);
-    t.push(("amp_cast", &cast));
-    t.push(("_copyto", &copyto)).stype(StorageRule::ZeroPreserving);
-    t.push(("shape_array", &shape_array));
-    t.push(("size_array", &size_array));
+    t.push(("Cast", &cast))
+        .stype(StorageRule::ZeroPreserving)
+        .grad(cast_grad);
+    t.push(("amp_cast", &cast)).grad(cast_grad);
+    t.push(("_copyto", &copyto))
+        .stype(StorageRule::ZeroPreserving)
+        .grad(cast_grad);
+    t.def("_mxrt_cast_like", &cast_like).grad(|g| {
+        let da = g.op("_mxrt_cast_like", &[g.dy(0), g.x(0)], &[])?;
+        Ok(vec![Some(da), None])
+    });
+    t.push(("shape_array", &shape_array)).zero_grad();
+    t.push(("size_array", &size_array)).zero_grad();
 }

@@ -1,7 +1,12 @@
 //! Indexing: slice assignment (`_slice_assign`, `_slice_assign_scalar`, what `x[a:b] = v` runs),
 //! `take`, `pick`, `gather_nd`, `one_hot` and `where`.
+//!
+//! Gradients, as MXNet's: the gathers (`take`, `pick`, `gather_nd`) add the head gradient back
+//! where they read (`_mxrt_<op>_grad`, whose gradient is the gather again), their indices get
+//! none; `where` routes the head gradient to `x` or `y` by the condition; `one_hot` has a zero
+//! gradient; the assignments and `_histogram` have none.
 
-use super::shape::slice_view;
+use super::shape::{slice_view, some_params};
 use super::{Entries, axis as norm_axis, dims, inputs, same_dtype};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -503,16 +508,207 @@ fn histogram(call: &Call<'_>) -> Result<Plan> {
     }
 }
 
+/// `_mxrt_take_grad(dy, indices, a)` with take's parameters: zeros shaped like `a`, plus each
+/// slice of `dy` added to the slice of `a` its index took (clipped or wrapped as the forward
+/// did: a repeated index sums). Its own gradient is `take` again.
+fn take_grad(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 3)?;
+    let (dy, idx, a) = (&ins[0], &ins[1], &ins[2]);
+    let axis = norm_axis(
+        call,
+        call.params.or("axis", param::int, "an integer", 0)?,
+        a.shape.len(),
+    )?;
+    let mode = mode(call, "clip")?;
+    let mut want = a.shape[..axis].to_vec();
+    want.extend_from_slice(&idx.shape);
+    want.extend_from_slice(&a.shape[axis + 1..]);
+    grad_shape_check(call, dy, &want)?;
+    let outer: usize = a.shape[..axis].iter().map(|&d| d as usize).product();
+    let n = a.shape[axis] as usize;
+    let inner: usize = a.shape[axis + 1..].iter().map(|&d| d as usize).product();
+    let (dtype, itype) = (dy.dtype, idx.dtype);
+    Ok(Plan::new(vec![TensorDesc::new(&a.shape, dtype)], move |k| {
+        let indices: Vec<usize> = crate::with_element!(itype, I => {
+            k.inputs[1].slice::<I>().iter().map(|v| index_of(v.to_f64(), n, &mode)).collect::<std::result::Result<_, _>>()
+        }).map_err(Error::invalid)?;
+        let m = indices.len();
+        crate::with_element!(dtype, T => {
+            let g = k.inputs[0].slice::<T>();
+            let mut acc = vec![0f64; k.outputs[0].len()];
+            for r in 0..outer {
+                for (j, &i) in indices.iter().enumerate() {
+                    let src = (r * m + j) * inner;
+                    let dst = (r * n + i) * inner;
+                    for c in 0..inner {
+                        acc[dst + c] += g[src + c].to_f64();
+                    }
+                }
+            }
+            store(&acc, k.outputs[0].slice_mut::<T>());
+        });
+        Ok(())
+    }))
+}
+
+/// `_mxrt_pick_grad(dy, index, data)` with pick's parameters: zeros shaped like `data` with
+/// each element of `dy` at the position its index picked. Its own gradient is `pick` again.
+fn pick_grad(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 3)?;
+    let (dy, idx, x) = (&ins[0], &ins[1], &ins[2]);
+    let p = call.params;
+    let axis = p.optional("axis", param::int, "an integer")?.unwrap_or(-1);
+    let keepdims = p.or("keepdims", param::boolean, "a boolean", false)?;
+    let mode = mode(call, "clip")?;
+    let a = norm_axis(call, axis, x.shape.len())?;
+    let mut want = x.shape.to_vec();
+    if keepdims {
+        want[a] = 1;
+    } else {
+        want.remove(a);
+    }
+    grad_shape_check(call, dy, &want)?;
+    if idx.size() != dy.size() {
+        return Err(Error::invalid(format!(
+            "operator {}: index shape {:?} does not match the gradient's {:?}",
+            call.name,
+            &idx.shape[..],
+            &dy.shape[..]
+        )));
+    }
+    let outer: usize = x.shape[..a].iter().map(|&d| d as usize).product();
+    let n = x.shape[a] as usize;
+    let inner: usize = x.shape[a + 1..].iter().map(|&d| d as usize).product();
+    let (dtype, itype) = (dy.dtype, idx.dtype);
+    Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
+        let indices: Vec<usize> = crate::with_element!(itype, I => {
+            k.inputs[1].slice::<I>().iter().map(|v| index_of(v.to_f64(), n, &mode)).collect::<std::result::Result<_, _>>()
+        }).map_err(Error::invalid)?;
+        crate::with_element!(dtype, T => {
+            let g = k.inputs[0].slice::<T>();
+            let o = k.outputs[0].slice_mut::<T>();
+            o.fill(T::zero());
+            for r in 0..outer {
+                for c in 0..inner {
+                    let j = r * inner + c;
+                    o[(r * n + indices[j]) * inner + c] = g[j];
+                }
+            }
+        });
+        Ok(())
+    }))
+}
+
+/// `_mxrt_gather_nd_grad(dy, indices, data)`: zeros shaped like `data`, plus each slice of `dy`
+/// added where gather_nd read it (a repeated index tuple sums). Its own gradient is
+/// `gather_nd` again.
+fn gather_nd_grad(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 3)?;
+    let (dy, idx, x) = (&ins[0], &ins[1], &ins[2]);
+    let m = *idx.shape.first().ok_or_else(|| {
+        Error::invalid(format!(
+            "operator {}: indices must have at least one dimension",
+            call.name
+        ))
+    })? as usize;
+    if m > x.shape.len() {
+        return Err(Error::invalid(format!(
+            "operator {}: indices address {m} dimensions of a {}-dimensional array",
+            call.name,
+            x.shape.len()
+        )));
+    }
+    let mut want = idx.shape[1..].to_vec();
+    want.extend_from_slice(&x.shape[m..]);
+    grad_shape_check(call, dy, &want)?;
+    let count: usize = idx.shape[1..].iter().map(|&d| d as usize).product();
+    let inner: usize = x.shape[m..].iter().map(|&d| d as usize).product();
+    let lead = dims(&x.shape[..m]);
+    let (dtype, itype) = (dy.dtype, idx.dtype);
+    Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
+        let ids: Vec<f64> = crate::with_element!(itype, I => k.inputs[1].slice::<I>().iter().map(|v| v.to_f64()).collect());
+        crate::with_element!(dtype, T => {
+            let g = k.inputs[0].slice::<T>();
+            let mut acc = vec![0f64; k.outputs[0].len()];
+            for j in 0..count {
+                let flat = nd_position(&ids, &lead, count, j)?;
+                for c in 0..inner {
+                    acc[flat * inner + c] += g[j * inner + c].to_f64();
+                }
+            }
+            store(&acc, k.outputs[0].slice_mut::<T>());
+            Ok(())
+        })
+    }))
+}
+
+/// Checks that a gradient op's incoming gradient has the forward output's shape.
+fn grad_shape_check(call: &Call<'_>, dy: &TensorDesc, want: &[i64]) -> Result<()> {
+    if dy.shape[..] != *want {
+        return Err(Error::invalid(format!(
+            "operator {}: the gradient has shape {:?}, the forward's output {want:?}",
+            call.name,
+            &dy.shape[..]
+        )));
+    }
+    Ok(())
+}
+
+/// Writes sums kept in f64 into an output of any dtype.
+fn store<T: Element>(acc: &[f64], out: &mut [T]) {
+    for (o, &a) in out.iter_mut().zip(acc) {
+        *o = T::from_f64(a);
+    }
+}
+
 pub(crate) fn register(t: &mut Entries) {
+    // no gradients in MXNet: the histogram, and the assignments `x[...] = v` runs
     t.push(("_histogram", &histogram));
     t.push(("_slice_assign", &|c: &Call<'_>| slice_assign(c, false)));
     t.push(("_slice_assign_scalar", &|c: &Call<'_>| {
         slice_assign(c, true)
     }));
-    t.push(("take", &take));
-    t.push(("pick", &pick));
-    t.push(("gather_nd", &gather_nd));
     t.push(("_scatter_set_nd", &scatter_set_nd));
-    t.push(("one_hot", &one_hot));
-    t.push(("where", &where_op));
+    // indices get no gradient
+    t.push(("take", &take)).grad(|g| {
+        let p = some_params(g, &["axis", "mode"]);
+        let dx = g.op("_mxrt_take_grad", &[g.dy(0), g.x(1), g.x(0)], &p)?;
+        Ok(vec![Some(dx), None])
+    });
+    t.def("_mxrt_take_grad", &take_grad).grad(|g| {
+        let p = some_params(g, &["axis", "mode"]);
+        Ok(vec![Some(g.op("take", &[g.dy(0), g.x(1)], &p)?), None, None])
+    });
+    t.push(("pick", &pick)).grad(|g| {
+        let p = some_params(g, &["axis", "keepdims", "mode"]);
+        let dx = g.op("_mxrt_pick_grad", &[g.dy(0), g.x(1), g.x(0)], &p)?;
+        Ok(vec![Some(dx), None])
+    });
+    t.def("_mxrt_pick_grad", &pick_grad).grad(|g| {
+        let p = some_params(g, &["axis", "keepdims", "mode"]);
+        Ok(vec![Some(g.op("pick", &[g.dy(0), g.x(1)], &p)?), None, None])
+    });
+    t.push(("gather_nd", &gather_nd)).grad(|g| {
+        let dx = g.op("_mxrt_gather_nd_grad", &[g.dy(0), g.x(1), g.x(0)], &[])?;
+        Ok(vec![Some(dx), None])
+    });
+    t.def("_mxrt_gather_nd_grad", &gather_nd_grad).grad(|g| {
+        Ok(vec![Some(g.op("gather_nd", &[g.dy(0), g.x(1)], &[])?), None, None])
+    });
+    t.push(("one_hot", &one_hot)).zero_grad();
+    // x's gradient where the condition holds, y's elsewhere; the condition gets none
+    t.push(("where", &where_op)).grad(|g| {
+        let zero = g.zeros_like(g.dy(0))?;
+        let dx = if g.needs(1) {
+            Some(g.op("where", &[g.x(0), g.dy(0), zero], &[])?)
+        } else {
+            None
+        };
+        let dy = if g.needs(2) {
+            Some(g.op("where", &[g.x(0), zero, g.dy(0)], &[])?)
+        } else {
+            None
+        };
+        Ok(vec![None, dx, dy])
+    });
 }

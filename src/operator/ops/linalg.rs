@@ -6,7 +6,9 @@ use super::{Entries, inputs, same_dtype};
 use crate::error::{Error, Result};
 use crate::operator::kernel::gemm::{Operand, matmul};
 use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::def::{GradCtx, Val};
 use crate::operator::param;
+use super::nn::{as_refs, passed};
 
 fn transposes(call: &Call<'_>) -> Result<(bool, bool)> {
     let p = call.params;
@@ -200,16 +202,218 @@ fn fully_connected(call: &Call<'_>) -> Result<Plan> {
 
 pub(crate) fn register(t: &mut Entries) {
     // dot(csr.T, dense) is row_sparse, as in MXNet
-    t.push(("dot", &dot)).stype(StorageRule::Custom(|p, ins| {
-        if ins.first() == Some(&StorageType::Csr)
-            && stype::truthy(stype::param(p, "transpose_a"))
-            && ins.get(1) == Some(&StorageType::Default)
-        {
-            StorageType::RowSparse
+    t.push(("dot", &dot))
+        .stype(StorageRule::Custom(|p, ins| {
+            if ins.first() == Some(&StorageType::Csr)
+                && stype::truthy(stype::param(p, "transpose_a"))
+                && ins.get(1) == Some(&StorageType::Default)
+            {
+                StorageType::RowSparse
+            } else {
+                StorageType::Default
+            }
+        }))
+        .grad(|g| {
+            let p = passed(g, &["transpose_a", "transpose_b"]);
+            matmul_grads(g, g.x(0), g.x(1), g.dy(0), &as_refs(&p))
+        });
+    t.push(("batch_dot", &batch_dot)).grad(batch_dot_grad);
+    t.push(("FullyConnected", &fully_connected)).grad(fully_connected_grad);
+    t.def("_mxrt_matmul", &|c: &Call<'_>| matmul_op(c, Role::Product)).grad(|g| {
+        let p = g.params.to_vec();
+        matmul_grads(g, g.x(0), g.x(1), g.dy(0), &as_refs(&p))
+    });
+    t.def("_mxrt_matmul_grad_a", &|c: &Call<'_>| matmul_op(c, Role::GradA)).grad(|g| {
+        // dA = G_A(dC, B) is bilinear: <go, G_A(dC, B)> = <dC, go·B>
+        let p = g.params.to_vec();
+        let p = as_refs(&p);
+        let (dc, b, go) = (g.x(0), g.x(1), g.dy(0));
+        let ddc = if g.needs(0) { Some(g.op("_mxrt_matmul", &[go, b], &p)?) } else { None };
+        let db = if g.needs(1) { Some(g.op("_mxrt_matmul_grad_b", &[go, dc, b], &p)?) } else { None };
+        Ok(vec![ddc, db, None])
+    });
+    t.def("_mxrt_matmul_grad_b", &|c: &Call<'_>| matmul_op(c, Role::GradB)).grad(|g| {
+        // dB = G_B(A, dC): <go, G_B(A, dC)> = <dC, A·go>
+        let p = g.params.to_vec();
+        let p = as_refs(&p);
+        let (a, dc, go) = (g.x(0), g.x(1), g.dy(0));
+        let da = if g.needs(0) { Some(g.op("_mxrt_matmul_grad_a", &[dc, go, a], &p)?) } else { None };
+        let ddc = if g.needs(1) { Some(g.op("_mxrt_matmul", &[a, go], &p)?) } else { None };
+        Ok(vec![da, ddc, None])
+    });
+}
+
+/// The gradients of `C = A·B` (`dot`, `_mxrt_matmul` with `p`): `G_A(dC, B)` and `G_B(A, dC)`.
+fn matmul_grads(
+    g: &mut GradCtx<'_>,
+    a: Val,
+    b: Val,
+    dc: Val,
+    p: &[(&str, &str)],
+) -> Result<Vec<Option<Val>>> {
+    let da = if g.needs(0) { Some(g.op("_mxrt_matmul_grad_a", &[dc, b, a], p)?) } else { None };
+    let db = if g.needs(1) { Some(g.op("_mxrt_matmul_grad_b", &[a, dc, b], p)?) } else { None };
+    Ok(vec![da, db])
+}
+
+/// `batch_dot`'s gradients, batch_dots themselves (so every order is differentiable):
+/// with `C = op(A)·op(B)`, `dA = dC·op(B)ᵀ` (or its transpose) and `dB = op(A)ᵀ·dC` (or its
+/// transpose).
+fn batch_dot_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let (ta, tb) = (g.flag("transpose_a", false), g.flag("transpose_b", false));
+    let (a, b, dc) = (g.x(0), g.x(1), g.dy(0));
+    let t = |v: bool| if v { "True" } else { "False" };
+    // (left, right, transpose_a, transpose_b) for each operand
+    let (for_a, for_b) = match (ta, tb) {
+        (false, false) => ((dc, b, false, true), (a, dc, true, false)),
+        (false, true) => ((dc, b, false, false), (dc, a, true, false)),
+        (true, false) => ((b, dc, false, true), (a, dc, false, false)),
+        (true, true) => ((b, dc, true, true), (dc, a, true, true)),
+    };
+    let mut out = Vec::with_capacity(2);
+    for (i, (l, r, x, y)) in [for_a, for_b].into_iter().enumerate() {
+        out.push(if g.needs(i) {
+            Some(g.op("batch_dot", &[l, r], &[("transpose_a", t(x)), ("transpose_b", t(y))])?)
         } else {
-            StorageType::Default
-        }
-    }));
-    t.push(("batch_dot", &batch_dot));
-    t.push(("FullyConnected", &fully_connected));
+            None
+        });
+    }
+    Ok(out)
+}
+
+/// FullyConnected's gradients: `y = x₂·Wᵀ + b` is `_mxrt_matmul(x, W)` with x viewed as rows
+/// (its first axis with flatten, all but its last without) and W transposed; the bias gets `dy`
+/// summed to its shape.
+fn fully_connected_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let flatten = g.flag("flatten", true);
+    let split = if flatten { "first" } else { "last" };
+    let p = [("transpose_b", "True"), ("a_split", split), ("b_split", "last")];
+    let (x, w, dy) = (g.x(0), g.x(1), g.dy(0));
+    let mut out = matmul_grads(g, x, w, dy, &p)?;
+    if g.inputs.len() > 2 {
+        out.push(if g.needs(2) { Some(g.sum_to(dy, g.x(2))?) } else { None });
+    }
+    Ok(out)
+}
+
+/// Which product a matmul op computes.
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    /// `_mxrt_matmul(A, B)`: `C = op(A')·op(B')`.
+    Product,
+    /// `_mxrt_matmul_grad_a(dC, B, A)`: the gradient of A, shaped like A.
+    GradA,
+    /// `_mxrt_matmul_grad_b(A, dC, B)`: the gradient of B, shaped like B.
+    GradB,
+}
+
+/// How an operand is viewed as a matrix: rows are its first axis (`first`) or all but its last
+/// (`last`); returns (rows, cols, the row dims, the col dims).
+fn view(shape: &[i64], first: bool) -> (usize, usize, Vec<i64>, Vec<i64>) {
+    let at = if first { 1.min(shape.len()) } else { shape.len().saturating_sub(1) };
+    let (r, c) = (shape[..at].to_vec(), shape[at..].to_vec());
+    let p = |d: &[i64]| d.iter().map(|&v| v.max(0) as usize).product::<usize>();
+    (p(&r), p(&c), r, c)
+}
+
+/// The matrix products behind `dot` and `FullyConnected` and their gradients. Operands are
+/// viewed as matrices A' and B' (`a_split`/`b_split`: `first` or `last`, defaulting to `dot`'s
+/// views for its transposes); `C = op(A')·op(B')` has A's kept dims then B's (or `(1,)`).
+fn matmul_op(call: &Call<'_>, role: Role) -> Result<Plan> {
+    let ins = inputs(call, if role == Role::Product { 2 } else { 3 })?;
+    let (ta, tb) = transposes(call)?;
+    let p = call.params;
+    let split = |key: &str, default: bool| -> Result<bool> {
+        Ok(match p.optional(key, param::choice, "first or last")?.as_deref() {
+            None => default,
+            Some("first") => true,
+            Some("last") => false,
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "operator {}: {key} must be first or last, got '{other}'",
+                    call.name
+                )));
+            }
+        })
+    };
+    let (a_first, b_first) = (split("a_split", ta)?, split("b_split", !tb)?);
+    // the operands A and B whatever the role: (A, B, the other input)
+    let (a, b, other) = match role {
+        Role::Product => (&ins[0], &ins[1], None),
+        Role::GradA => (&ins[2], &ins[1], Some(&ins[0])),
+        Role::GradB => (&ins[0], &ins[2], Some(&ins[1])),
+    };
+    for i in 1..ins.len() {
+        same_dtype(call, 0, i)?;
+    }
+    if a.shape.is_empty() || b.shape.is_empty() {
+        return Err(Error::invalid(format!(
+            "operator {}: operands must have at least one dimension",
+            call.name
+        )));
+    }
+    let (ar, ac, ard, acd) = view(&a.shape, a_first);
+    let (br, bc, brd, bcd) = view(&b.shape, b_first);
+    let (m, ka, mut kept) = if ta { (ac, ar, acd) } else { (ar, ac, ard) };
+    let (kb, n, kept_b) = if tb { (bc, br, brd) } else { (br, bc, bcd) };
+    if ka != kb {
+        return Err(Error::invalid(format!(
+            "operator {}: shapes {:?} and {:?} do not align (transpose_a={ta}, transpose_b={tb})",
+            call.name,
+            &a.shape[..],
+            &b.shape[..]
+        )));
+    }
+    let k = ka;
+    kept.extend(kept_b);
+    if kept.is_empty() {
+        kept.push(1);
+    }
+    if let Some(dc) = other
+        && dc.size() != m * n
+    {
+        return Err(Error::invalid(format!(
+            "operator {}: the gradient has shape {:?}, the product {:?}",
+            call.name,
+            &dc.shape[..],
+            kept
+        )));
+    }
+    let out = match role {
+        Role::Product => TensorDesc::new(&kept, a.dtype),
+        Role::GradA => a.clone(),
+        Role::GradB => b.clone(),
+    };
+    let dtype = a.dtype;
+    Ok(Plan::new(vec![out], move |kargs| {
+        crate::with_element!(dtype, T => {
+            let i = kargs.inputs;
+            let o = kargs.outputs[0].slice_mut::<T>();
+            let op = |data, transposed| Operand { data, transposed };
+            match role {
+                Role::Product => matmul(m, n, k, op(i[0].slice::<T>(), ta), op(i[1].slice::<T>(), tb), o, false),
+                Role::GradA => {
+                    let (dc, b) = (i[0].slice::<T>(), i[1].slice::<T>());
+                    if ta {
+                        // dA' (k×m) = op(B') (k×n) · dC'ᵀ (n×m)
+                        matmul(k, m, n, op(b, tb), op(dc, true), o, false)
+                    } else {
+                        // dA' (m×k) = dC' (m×n) · op(B')ᵀ (n×k)
+                        matmul(m, k, n, op(dc, false), op(b, !tb), o, false)
+                    }
+                }
+                Role::GradB => {
+                    let (a, dc) = (i[0].slice::<T>(), i[1].slice::<T>());
+                    if tb {
+                        // dB' (n×k) = dC'ᵀ (n×m) · op(A') (m×k)
+                        matmul(n, k, m, op(dc, true), op(a, ta), o, false)
+                    } else {
+                        // dB' (k×n) = op(A')ᵀ (k×m) · dC' (m×n)
+                        matmul(k, n, m, op(a, !ta), op(dc, false), o, false)
+                    }
+                }
+            }
+        });
+        Ok(())
+    }))
 }

@@ -2,6 +2,7 @@
 //! kernel table under MXNet's op names (aliases resolve through the registry).
 
 pub mod binary;
+pub mod contrib;
 pub mod creation;
 pub mod grad;
 pub mod index;
@@ -37,6 +38,7 @@ pub fn register_all(t: &mut Entries) {
     lars::register(t);
     random::register(t);
     grad::register(t);
+    contrib::register(t);
 }
 
 pub use super::def::Entries;

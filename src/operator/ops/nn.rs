@@ -8,7 +8,10 @@ use super::unary::{Math, apply, c};
 use super::{Entries, axis as norm_axis, dims, inputs, same_dtype};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::operator::kernel::map::map1;
+use crate::operator::def::{GradCtx, Val};
+use crate::operator::kernel::map::{Ptr, map1, map2};
+use crate::parallel::{for_chunks_mut, for_ranges};
+use half::f16;
 use crate::operator::kernel::strided::{split_axes, walk};
 use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, GpuKernel, Plan, TensorDesc};
@@ -193,21 +196,39 @@ fn leaky_relu(call: &Call<'_>) -> Result<Plan> {
             |v, _| 0.5 * v * (1.0 + libm::erf(v / std::f64::consts::SQRT_2)),
         ),
         "rrelu" => {
-            // outside training, rrelu uses the mean of its bounds as the slope
+            // MXNet's rrelu has two outputs, the result and the slopes used (`mask`): in
+            // training each element's slope is drawn from U(lower_bound, upper_bound), outside
+            // training it is the mean of the bounds
             let lo = p.or("lower_bound", param::float, "a number", 0.125)?;
             let hi = p.or("upper_bound", param::float, "a number", 0.334)?;
-            let s = (lo + hi) / 2.0;
-            return Ok(Plan::new(vec![x], move |k| {
-                float_map(
-                    &k.inputs[0],
-                    &k.outputs[0],
-                    dtype,
-                    |v| if v > 0.0 { v } else { v * s as f32 },
-                    |v| if v > 0.0 { v } else { v * s },
-                );
+            let random = call.training;
+            let plan = Plan::new(vec![x.clone(), x], move |k| {
+                let n = k.inputs[0].len();
+                let slopes: Vec<f64> = if random {
+                    let res = k
+                        .resource
+                        .ok_or_else(|| Error::invalid("LeakyReLU (rrelu) without its generator"))?;
+                    let mut g = res.random()?;
+                    (0..n).map(|_| lo + (hi - lo) * g.next_unit()).collect()
+                } else {
+                    vec![(lo + hi) / 2.0; n]
+                };
+                let (first, rest) = k.outputs.split_at_mut(1);
+                crate::with_element!(dtype, T => {
+                    let src = k.inputs[0].slice::<T>();
+                    let mask = rest[0].slice_mut::<T>();
+                    for (m, &s) in mask.iter_mut().zip(&slopes) {
+                        *m = T::from_f64(s);
+                    }
+                    let mask = &*mask;
+                    for ((o, v), m) in first[0].slice_mut::<T>().iter_mut().zip(src).zip(mask) {
+                        let v = v.to_f64();
+                        *o = T::from_f64(if v > 0.0 { v } else { v * m.to_f64() });
+                    }
+                });
                 Ok(())
-            })
-            .elementwise());
+            });
+            return Ok(if random { plan.with_resource(ResourceRequest::Random) } else { plan });
         }
         other => {
             return Err(Error::invalid(format!(
@@ -267,32 +288,23 @@ fn softmax(call: &Call<'_>, kind: Soft) -> Result<Plan> {
         vec![TensorDesc::new(&x.shape, out_dtype)],
         move |k| {
             let (ks, kst, _, rst) = split_axes(&shape, &mask);
-            let n = shape[axis];
-            let st = rst[0];
             let lines: usize = ks.iter().product();
-            let src: Vec<f64> = crate::with_element!(dtype, T => k.inputs[0].slice::<T>().iter().map(|v| v.to_f64()).collect());
-            let mut res = vec![0f64; src.len()];
-            let mut buf = vec![0f64; n];
-            walk(&ks, [&kst], [0], 0, lines, |_, [b]| {
-                let at = |i: usize| (b + i as isize * st) as usize;
-                for (i, v) in buf.iter_mut().enumerate() {
-                    let x = src[at(i)] / temp;
-                    *v = if kind == Soft::Min { -x } else { x };
-                }
-                let m = buf.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let sum: f64 = buf.iter().map(|&v| (v - m).exp()).sum();
-                for (i, &v) in buf.iter().enumerate() {
-                    res[at(i)] = match kind {
-                        Soft::LogMax => v - m - sum.ln(),
-                        _ => (v - m).exp() / sum,
-                    };
-                }
-            });
-            crate::with_element!(out_dtype, O => {
-                for (o, &v) in k.outputs[0].slice_mut::<O>().iter_mut().zip(&res) {
-                    *o = O::from_f64(v);
-                }
-            });
+            let mut bases = Vec::with_capacity(lines);
+            walk(&ks, [&kst], [0], 0, lines, |_, [b]| bases.push(b));
+            let lines = Lines { bases: &bases, n: shape[axis], stride: rst[0], kind, temp };
+            if out_dtype == dtype {
+                crate::with_element!(dtype, T => lines.forward::<T>(k.inputs[0].ptr::<T>(), k.outputs[0].ptr::<T>()));
+            } else {
+                // a wider output dtype: through f64
+                let src: Vec<f64> = crate::with_element!(dtype, T => k.inputs[0].slice::<T>().iter().map(|v| v.to_f64()).collect());
+                let mut res = vec![0f64; src.len()];
+                lines.forward::<f64>(src.as_ptr().cast_mut(), res.as_mut_ptr());
+                crate::with_element!(out_dtype, O => {
+                    for (o, &v) in k.outputs[0].slice_mut::<O>().iter_mut().zip(&res) {
+                        *o = O::from_f64(v);
+                    }
+                });
+            }
             Ok(())
         },
     ))
@@ -413,7 +425,11 @@ fn dropout(call: &Call<'_>) -> Result<Plan> {
     let mask_shape: Vec<usize> = shape.iter().zip(&shared).map(|(&d, &s)| if s { 1 } else { d }).collect();
     let dtype = x.dtype;
     let keep = 1.0 - p;
-    Ok(Plan::new(vec![x], move |k| {
+    // the mask (0 or 1 / (1 - p), shaped like the draw) is a hidden second output, as MXNet's:
+    // the gradient multiplies by it, so it uses the same draw
+    let mask_dims: Vec<i64> = mask_shape.iter().map(|&d| d as i64).collect();
+    let mask_desc = TensorDesc::new(&mask_dims, x.dtype);
+    Ok(Plan::new(vec![x, mask_desc], move |k| {
         let res = k.resource.ok_or_else(|| Error::invalid("Dropout without its generator"))?;
         let mut g = res.random()?;
         let n_mask: usize = mask_shape.iter().product();
@@ -434,14 +450,19 @@ fn dropout(call: &Call<'_>) -> Result<Plan> {
             }
             m
         };
+        let (first, rest) = k.outputs.split_at_mut(1);
         crate::with_element!(dtype, T => {
-            let (src, dst) = (k.inputs[0].slice::<T>(), k.outputs[0].slice_mut::<T>());
+            let (src, dst) = (k.inputs[0].slice::<T>(), first[0].slice_mut::<T>());
             for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
                 *o = T::from_f64(v.to_f64() * mask[index(i)]);
+            }
+            for (o, &m) in rest[0].slice_mut::<T>().iter_mut().zip(&mask) {
+                *o = T::from_f64(m);
             }
         });
         Ok(())
     })
+    .with_visible(1)
     .with_resource(ResourceRequest::Random))
 }
 
@@ -493,8 +514,9 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
             )));
         }
     }
-    let inner: usize = x.shape[axis + 1..].iter().product::<i64>() as usize;
-    let c = ch as usize;
+    let inner: usize = x.shape[axis + 1..].iter().product::<i64>().max(0) as usize;
+    let c = ch.max(0) as usize;
+    let outer = if inner == 0 || c == 0 { 0 } else { x.size() / (inner * c) };
     let (dtype, pdt) = (x.dtype, ins[1].dtype);
     let mut outs = vec![TensorDesc::new(&x.shape, dtype)];
     if mean_var {
@@ -512,45 +534,14 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
             })
         };
         let (gamma, beta) = (param(1), param(2));
-        let (mean, invstd): (Vec<f64>, Vec<f64>) = if batch_stats {
-            crate::with_element!(dtype, T => {
-                let src = k.inputs[0].slice::<T>();
-                let (mut sum, mut count) = (vec![0.0f64; c], vec![0usize; c]);
-                for (i, v) in src.iter().enumerate() {
-                    let j = if inner == 0 { 0 } else { (i / inner) % c };
-                    sum[j] += v.to_f64();
-                    count[j] += 1;
-                }
-                let mean: Vec<f64> = (0..c).map(|j| sum[j] / count[j].max(1) as f64).collect();
-                let mut sq = vec![0.0f64; c];
-                for (i, v) in src.iter().enumerate() {
-                    let j = if inner == 0 { 0 } else { (i / inner) % c };
-                    sq[j] += (v.to_f64() - mean[j]).powi(2);
-                }
-                let invstd = (0..c)
-                    .map(|j| {
-                        if sq[j] == 0.0 && eps == 0.0 {
-                            0.0
-                        } else {
-                            1.0 / (sq[j] / count[j].max(1) as f64 + eps).sqrt()
-                        }
-                    })
-                    .collect();
-                (mean, invstd)
-            })
-        } else {
-            let var = param(4);
-            (param(3), var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect())
-        };
-        let scale: Vec<f64> = (0..c)
-            .map(|j| if fix_gamma { 1.0 } else { gamma[j] } * invstd[j])
-            .collect();
-        crate::with_element!(dtype, T => {
-            let (src, dst) = (k.inputs[0].slice::<T>(), k.outputs[0].slice_mut::<T>());
-            for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
-                let j = if inner == 0 { 0 } else { (i / inner) % c };
-                *o = T::from_f64((v.to_f64() - mean[j]) * scale[j] + beta[j]);
-            }
+        let (moving_mean, moving_var) = (param(3), param(4));
+        let shape = BnShape { outer, c, inner };
+        let (mean, invstd): (Vec<f64>, Vec<f64>) = crate::with_element!(dtype, T => {
+            let src = k.inputs[0].slice::<T>();
+            let dst = Ptr(k.outputs[0].slice_mut::<T>().as_mut_ptr());
+            bn_forward::<T>(src, dst, shape, &BnParams {
+                batch: batch_stats, eps, fix_gamma, gamma: &gamma, mean: &moving_mean, var: &moving_var,
+            }, &beta)
         });
         if fix_gamma {
             // as MXNet does: a fixed gamma is 1, and the gamma array is set to 1 too
@@ -581,13 +572,1011 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
 }
 
 pub(crate) fn register(t: &mut Entries) {
-    t.push(("BatchNorm", &batch_norm));
-    t.push(("Activation", &activation));
-    t.push(("LeakyReLU", &leaky_relu));
-    t.push(("softmax", &|c: &Call<'_>| softmax(c, Soft::Max)));
-    t.push(("log_softmax", &|c: &Call<'_>| softmax(c, Soft::LogMax)));
-    t.push(("softmin", &|c: &Call<'_>| softmax(c, Soft::Min)));
-    t.push(("clip", &clip)).stype(StorageRule::ZeroPreserving);
-    t.push(("add_n", &add_n)).stype(StorageRule::SameStorage);
-    t.push(("Dropout", &dropout));
+    t.push(("BatchNorm", &batch_norm)).grad(batch_norm_grad);
+    t.push(("Activation", &activation)).grad(activation_grad);
+    t.push(("LeakyReLU", &leaky_relu)).grad(leaky_relu_grad);
+    t.push(("softmax", &|c: &Call<'_>| softmax(c, Soft::Max))).grad(softmax_grad);
+    t.push(("log_softmax", &|c: &Call<'_>| softmax(c, Soft::LogMax))).grad(softmax_grad);
+    t.push(("softmin", &|c: &Call<'_>| softmax(c, Soft::Min))).grad(softmax_grad);
+    t.push(("clip", &clip))
+        .stype(StorageRule::ZeroPreserving)
+        .grad(|g| {
+            let p = passed(g, &["a_min", "a_max"]);
+            let dx = g.op("_mxrt_clip_grad", &[g.dy(0), g.x(0)], &as_refs(&p))?;
+            Ok(vec![Some(dx)])
+        });
+    t.push(("add_n", &add_n))
+        .stype(StorageRule::SameStorage)
+        .grad(|g| Ok((0..g.inputs.len()).map(|_| Some(g.dy(0))).collect()));
+    t.push(("Dropout", &dropout)).grad(dropout_grad);
+
+    t.def("_mxrt_activation_grad", &activation_backward).grad(activation_backward_grad);
+    t.def("_mxrt_leaky_grad", &leaky_backward).grad(leaky_backward_grad);
+    t.def("_mxrt_prelu_grad", &prelu_backward).grad(prelu_backward_grad);
+    t.def("_mxrt_softmax_grad", &softmax_backward).grad(softmax_backward_grad);
+    t.def("_mxrt_clip_grad", &clip_backward).grad(|g| {
+        let p = passed(g, &["a_min", "a_max"]);
+        let d = g.op("_mxrt_clip_grad", &[g.dy(0), g.x(1)], &as_refs(&p))?;
+        Ok(vec![Some(d), None])
+    });
+    t.def("_mxrt_batch_norm_grad", &batch_norm_backward);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradients. Each forward's gradient is one fused pass (an internal `_mxrt_*` op below) where
+// composing ops would take several; the internal ops are themselves differentiable (composed of
+// ops) where that is reasonable, so second-order gradients work.
+
+/// A parameter of the forward as an owned string (`default` when absent).
+fn owned(g: &GradCtx<'_>, key: &str, default: &str) -> String {
+    g.param_set(key).unwrap_or(default).to_string()
+}
+
+/// `out[i] = f(a[i], b[i])` over three tensors of one dtype: float32 and float16 compute in
+/// f32, float64 in f64, other dtypes through f64 (`out` may be exactly `a` or `b`).
+fn zip_float(
+    a: &Tensor,
+    b: &Tensor,
+    out: &Tensor,
+    dtype: DType,
+    cost: usize,
+    f32f: impl Fn(f32, f32) -> f32 + Sync,
+    f64f: impl Fn(f64, f64) -> f64 + Sync,
+) {
+    let n = out.len();
+    // SAFETY (all arms): the three tensors hold `n` elements of `dtype` (planned with one shape
+    // and dtype); the plan is elementwise, so `out` may be exactly an input, which `map2` allows.
+    match dtype {
+        DType::F32 => unsafe { map2(a.ptr::<f32>(), b.ptr::<f32>(), out.ptr::<f32>(), n, cost, f32f) },
+        DType::F64 => unsafe { map2(a.ptr::<f64>(), b.ptr::<f64>(), out.ptr::<f64>(), n, cost, f64f) },
+        DType::F16 => unsafe {
+            map2(a.ptr::<f16>(), b.ptr::<f16>(), out.ptr::<f16>(), n, cost, |x: f16, y: f16| {
+                f16::from_f32(f32f(x.to_f32(), y.to_f32()))
+            })
+        },
+        other => crate::with_element!(other, T => unsafe {
+            map2(a.ptr::<T>(), b.ptr::<T>(), out.ptr::<T>(), n, cost, |x: T, y: T| {
+                T::from_f64(f64f(x.to_f64(), y.to_f64()))
+            })
+        }),
+    }
+}
+
+/// [`zip_float`] with a third input.
+#[allow(clippy::too_many_arguments)]
+fn zip3_float(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    out: &Tensor,
+    dtype: DType,
+    cost: usize,
+    f32f: impl Fn(f32, f32, f32) -> f32 + Sync,
+    f64f: impl Fn(f64, f64, f64) -> f64 + Sync,
+) {
+    fn go<T: Element>(a: &Tensor, b: &Tensor, c: &Tensor, out: &Tensor, cost: usize, f: impl Fn(T, T, T) -> T + Sync) {
+        let n = out.len();
+        let (a, b, c, o) = (Ptr(a.ptr::<T>()), Ptr(b.ptr::<T>()), Ptr(c.ptr::<T>()), Ptr(out.ptr::<T>()));
+        for_ranges(n, cost, |s, e| {
+            for i in s..e {
+                // SAFETY: the four tensors hold `n` elements of `T` (one planned shape and dtype);
+                // element `i` of every input is read before element `i` of the output (which may
+                // be exactly an input) is written; ranges given to threads are disjoint.
+                unsafe { *o.get().add(i) = f(*a.get().add(i), *b.get().add(i), *c.get().add(i)) }
+            }
+        });
+    }
+    match dtype {
+        DType::F32 => go::<f32>(a, b, c, out, cost, f32f),
+        DType::F64 => go::<f64>(a, b, c, out, cost, f64f),
+        DType::F16 => go::<f16>(a, b, c, out, cost, |x: f16, y: f16, z: f16| {
+            f16::from_f32(f32f(x.to_f32(), y.to_f32(), z.to_f32()))
+        }),
+        other => crate::with_element!(other, T => go::<T>(a, b, c, out, cost, |x: T, y: T, z: T| {
+            T::from_f64(f64f(x.to_f64(), y.to_f64(), z.to_f64()))
+        })),
+    }
+}
+
+/// Checks that an elementwise gradient op's inputs have one shape and dtype.
+fn same_inputs(call: &Call<'_>, n: usize) -> Result<TensorDesc> {
+    let ins = inputs(call, n)?;
+    for i in 1..n {
+        same_dtype(call, 0, i)?;
+        if ins[i].shape != ins[0].shape {
+            return Err(Error::invalid(format!(
+                "operator {}: input {i} has shape {:?}, input 0 {:?}",
+                call.name,
+                &ins[i].shape[..],
+                &ins[0].shape[..]
+            )));
+        }
+    }
+    Ok(ins[0].clone())
+}
+
+/// `Activation`'s derivative, in terms of the value its gradient reads: the output for relu,
+/// sigmoid, tanh and softrelu, the input for softsign (as MXNet's `_backward_Activation`).
+#[derive(Clone, Copy)]
+enum Act {
+    Relu,
+    Sigmoid,
+    Tanh,
+    SoftRelu,
+    SoftSign,
+}
+
+impl Act {
+    fn parse(call: &Call<'_>) -> Result<Act> {
+        let act = call.params.required(
+            "act_type",
+            param::choice,
+            "relu, sigmoid, tanh, softrelu or softsign",
+        )?;
+        Ok(match act.as_str() {
+            "relu" => Act::Relu,
+            "sigmoid" => Act::Sigmoid,
+            "tanh" => Act::Tanh,
+            "softrelu" => Act::SoftRelu,
+            "softsign" => Act::SoftSign,
+            other => {
+                return Err(Error::invalid(format!(
+                    "operator {}: act_type must be relu, sigmoid, tanh, softrelu or softsign, got '{other}'",
+                    call.name
+                )));
+            }
+        })
+    }
+
+    #[inline(always)]
+    fn d<R: Real>(self, v: R) -> R {
+        match self {
+            Act::Relu => {
+                if v > R::ZERO {
+                    R::ONE
+                } else {
+                    R::ZERO
+                }
+            }
+            Act::Sigmoid => v * (R::ONE - v),
+            Act::Tanh => R::ONE - v * v,
+            // y = ln(1 + e^x): dy/dx = 1 - e^-y
+            Act::SoftRelu => -(-v).exp_m1(),
+            Act::SoftSign => {
+                let a = R::ONE + v.abs();
+                R::ONE / (a * a)
+            }
+        }
+    }
+}
+
+/// `_mxrt_activation_grad(dy, v)`: `dy * f'(v)` in one pass (`v` as [`Act`] says).
+fn activation_backward(call: &Call<'_>) -> Result<Plan> {
+    let x = same_inputs(call, 2)?;
+    let act = Act::parse(call)?;
+    let dtype = x.dtype;
+    Ok(Plan::new(vec![x], move |k| {
+        zip_float(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype, 4,
+            move |g: f32, v: f32| g * act.d(v), move |g: f64, v: f64| g * act.d(v));
+        Ok(())
+    })
+    .elementwise())
+}
+
+fn activation_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let act = owned(g, "act_type", "relu");
+    let v = if act == "softsign" { g.x(0) } else { g.y(0) };
+    let dx = g.op("_mxrt_activation_grad", &[g.dy(0), v], &[("act_type", &act)])?;
+    Ok(vec![Some(dx)])
+}
+
+/// The gradient of `_mxrt_activation_grad(dy, v) = dy * f'(v)`: `go * f'(v)` for `dy` (the op
+/// itself) and `go * dy * f''(v)` for `v`, with `f''` composed of differentiable ops.
+fn activation_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let act = owned(g, "act_type", "relu");
+    let (dy, v, go) = (g.x(0), g.x(1), g.dy(0));
+    let ddy = if g.needs(0) {
+        Some(g.op("_mxrt_activation_grad", &[go, v], &[("act_type", &act)])?)
+    } else {
+        None
+    };
+    let h = if !g.needs(1) {
+        None
+    } else {
+        match act.as_str() {
+            // sigmoid: f' = y (1 - y), d/dy = 1 - 2y
+            "sigmoid" => {
+                let t = g.scale(v, -2.0)?;
+                Some(g.shift(t, 1.0)?)
+            }
+            // tanh: f' = 1 - y², d/dy = -2y
+            "tanh" => Some(g.scale(v, -2.0)?),
+            // softrelu: f' = 1 - e^-y, d/dy = e^-y
+            "softrelu" => {
+                let n = g.neg(v)?;
+                Some(g.op("exp", &[n], &[])?)
+            }
+            // softsign: f' = (1 + |x|)^-2, d/dx = -2 sign(x) (1 + |x|)^-3
+            "softsign" => {
+                let a = g.op("abs", &[v], &[])?;
+                let a = g.shift(a, 1.0)?;
+                let p = g.op("_power_scalar", &[a], &[("scalar", "-3")])?;
+                let s = g.op("sign", &[v], &[])?;
+                let t = g.mul(s, p)?;
+                Some(g.scale(t, -2.0)?)
+            }
+            // relu: f' is piecewise constant
+            _ => None,
+        }
+    };
+    let dv = match h {
+        Some(h) => {
+            let t = g.mul(go, dy)?;
+            Some(g.mul(t, h)?)
+        }
+        None => None,
+    };
+    Ok(vec![ddy, dv])
+}
+
+const SELU_LAMBDA: f64 = 1.0507009873554805;
+const SELU_ALPHA: f64 = 1.6732632423543772;
+
+/// `LeakyReLU`'s derivative in terms of its input (MXNet reads the output for leaky, elu and
+/// selu; the input gives the same values for positive slopes, and the right ones otherwise).
+#[derive(Clone, Copy)]
+enum LeakyD {
+    Leaky(f64),
+    Elu(f64),
+    Selu,
+    Gelu,
+}
+
+impl LeakyD {
+    #[inline(always)]
+    fn d<R: Real>(self, x: R) -> R {
+        let pos = x > R::ZERO;
+        match self {
+            LeakyD::Leaky(s) => {
+                if pos {
+                    R::ONE
+                } else {
+                    c(s)
+                }
+            }
+            LeakyD::Elu(s) => {
+                if pos {
+                    R::ONE
+                } else {
+                    c::<R>(s) * x.exp()
+                }
+            }
+            LeakyD::Selu => {
+                if pos {
+                    c(SELU_LAMBDA)
+                } else {
+                    c::<R>(SELU_LAMBDA * SELU_ALPHA) * x.exp()
+                }
+            }
+            // x Φ(x): Φ(x) + x φ(x)
+            LeakyD::Gelu => {
+                let phi = (x * x * c(-0.5)).exp() * c(1.0 / (2.0 * std::f64::consts::PI).sqrt());
+                c::<R>(0.5) * (R::ONE + (x * c(std::f64::consts::FRAC_1_SQRT_2)).erf()) + x * phi
+            }
+        }
+    }
+}
+
+/// `_mxrt_leaky_grad(dy, x[, mask])`: `dy * f'(x)` for LeakyReLU's leaky, elu, selu, gelu and
+/// rrelu (whose slopes are the forward's `mask` output, the third input).
+fn leaky_backward(call: &Call<'_>) -> Result<Plan> {
+    let p = call.params;
+    let act = p.or("act_type", param::choice, "leaky, elu, selu, gelu or rrelu", "leaky".into())?;
+    let slope = p.or("slope", param::float, "a number", 0.25)?;
+    p.or("lower_bound", param::float, "a number", 0.125)?;
+    p.or("upper_bound", param::float, "a number", 0.334)?;
+    if act == "rrelu" {
+        let x = same_inputs(call, 3)?;
+        let dtype = x.dtype;
+        return Ok(Plan::new(vec![x], move |k| {
+            zip3_float(&k.inputs[0], &k.inputs[1], &k.inputs[2], &k.outputs[0], dtype, 1,
+                |g: f32, x: f32, m: f32| if x > 0.0 { g } else { g * m },
+                |g: f64, x: f64, m: f64| if x > 0.0 { g } else { g * m });
+            Ok(())
+        })
+        .elementwise());
+    }
+    let x = same_inputs(call, 2)?;
+    let d = match act.as_str() {
+        "leaky" => LeakyD::Leaky(slope),
+        "elu" => LeakyD::Elu(slope),
+        "selu" => LeakyD::Selu,
+        "gelu" => LeakyD::Gelu,
+        other => {
+            return Err(Error::invalid(format!(
+                "operator {}: act_type must be leaky, elu, selu, gelu or rrelu, got '{other}'",
+                call.name
+            )));
+        }
+    };
+    let dtype = x.dtype;
+    Ok(Plan::new(vec![x], move |k| {
+        zip_float(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype, 8,
+            move |g: f32, x: f32| g * d.d(x), move |g: f64, x: f64| g * d.d(x));
+        Ok(())
+    })
+    .elementwise())
+}
+
+fn leaky_relu_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let act = owned(g, "act_type", "leaky");
+    match act.as_str() {
+        "prelu" => {
+            let outs = g.ops("_mxrt_prelu_grad", &[g.dy(0), g.x(0), g.x(1)], &[])?;
+            Ok(vec![Some(outs[0]), Some(outs[1])])
+        }
+        // the slopes are the second output, drawn in training and the bounds' mean otherwise
+        "rrelu" => {
+            let p = passed(g, &["act_type"]);
+            let dx = g.op("_mxrt_leaky_grad", &[g.dy(0), g.x(0), g.y(1)], &as_refs(&p))?;
+            Ok(vec![Some(dx)])
+        }
+        _ => {
+            let p = passed(g, &["act_type", "slope"]);
+            let dx = g.op("_mxrt_leaky_grad", &[g.dy(0), g.x(0)], &as_refs(&p))?;
+            Ok(vec![Some(dx)])
+        }
+    }
+}
+
+/// The gradient of `_mxrt_leaky_grad(dy, x[, mask]) = dy * f'(x)`: the op itself for `dy`,
+/// `go * dy * f''(x)` (composed of ops) for `x`; the slopes of rrelu get none.
+fn leaky_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let act = owned(g, "act_type", "leaky");
+    let (dy, x, go) = (g.x(0), g.x(1), g.dy(0));
+    let params: Vec<(String, String)> = g.params.to_vec();
+    let p: Vec<(&str, &str)> = params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let ddy = if g.needs(0) {
+        let mut ins = vec![go, x];
+        if g.inputs.len() > 2 {
+            ins.push(g.x(2));
+        }
+        Some(g.op("_mxrt_leaky_grad", &ins, &p)?)
+    } else {
+        None
+    };
+    let h = if !g.needs(1) {
+        None
+    } else {
+        match act.as_str() {
+            // elu: f'' = slope e^x below 0; selu: λα e^x below 0
+            "elu" | "selu" => {
+                let k = if act == "elu" { g.float("slope", 0.25)? } else { SELU_LAMBDA * SELU_ALPHA };
+                let below = g.op("_lesser_equal_scalar", &[x], &[("scalar", "0")])?;
+                let e = g.op("exp", &[x], &[])?;
+                let t = g.mul(below, e)?;
+                Some(g.scale(t, k)?)
+            }
+            // gelu: f'' = φ(x) (2 - x²)
+            "gelu" => {
+                let sq = g.op("square", &[x], &[])?;
+                let e = g.scale(sq, -0.5)?;
+                let e = g.op("exp", &[e], &[])?;
+                let e = g.scale(e, 1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                let two = g.op("_rminus_scalar", &[sq], &[("scalar", "2")])?;
+                Some(g.mul(e, two)?)
+            }
+            _ => None,
+        }
+    };
+    let dx = match h {
+        Some(h) => {
+            let t = g.mul(go, dy)?;
+            Some(g.mul(t, h)?)
+        }
+        None => None,
+    };
+    let mut out = vec![ddy, dx];
+    if g.inputs.len() > 2 {
+        out.push(None);
+    }
+    Ok(out)
+}
+
+/// `_mxrt_prelu_grad(dy, x, gamma)`: `(dy * (x > 0 ? 1 : gamma), Σ dy * min(x, 0))`, gamma per
+/// channel (axis 1) or one value, summed over the other axes.
+fn prelu_backward(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 3)?;
+    same_dtype(call, 0, 1)?;
+    same_dtype(call, 0, 2)?;
+    if ins[0].shape != ins[1].shape {
+        return Err(Error::invalid(format!(
+            "operator {}: gradient of shape {:?} for data of shape {:?}",
+            call.name,
+            &ins[0].shape[..],
+            &ins[1].shape[..]
+        )));
+    }
+    let (x, gm) = (ins[1].clone(), ins[2].clone());
+    let per_channel = gm.size() > 1;
+    if per_channel && (x.shape.len() < 2 || gm.size() as i64 != x.shape[1]) {
+        return Err(Error::invalid(format!(
+            "operator {}: gamma of shape {:?} does not match the channels of {:?}",
+            call.name,
+            &gm.shape[..],
+            &x.shape[..]
+        )));
+    }
+    let inner: usize = x.shape.iter().skip(2).map(|&d| d.max(0) as usize).product();
+    let ch = if per_channel { x.shape[1] as usize } else { 1 };
+    let dtype = x.dtype;
+    Ok(Plan::new(vec![x, gm], move |k| {
+        crate::with_element!(dtype, T => {
+            let (dy, xs, gs) = (k.inputs[0].slice::<T>(), k.inputs[1].slice::<T>(), k.inputs[2].slice::<T>());
+            let mut dg = vec![0f64; gs.len()];
+            let (first, rest) = k.outputs.split_at_mut(1);
+            for (i, ((o, &d), &v)) in first[0].slice_mut::<T>().iter_mut().zip(dy).zip(xs).enumerate() {
+                let j = if per_channel { (i / inner.max(1)) % ch } else { 0 };
+                let (d, v) = (d.to_f64(), v.to_f64());
+                if v > 0.0 {
+                    *o = T::from_f64(d);
+                } else {
+                    *o = T::from_f64(d * gs[j].to_f64());
+                    dg[j] += d * v;
+                }
+            }
+            for (o, &v) in rest[0].slice_mut::<T>().iter_mut().zip(&dg) {
+                *o = T::from_f64(v);
+            }
+        });
+        Ok(())
+    }))
+}
+
+/// The gradient of `_mxrt_prelu_grad(dy, x, γ) = (dy·s, Σ dy·min(x, 0))`, s = (x > 0 ? 1 : γ),
+/// with incoming `(gdx, gdγ)`: `gdx·s + gdγ·min(x, 0)` for dy, `gdγ·dy·[x ≤ 0]` for x and
+/// `Σ gdx·dy·[x ≤ 0]` for γ. Products and sums per channel are the op itself read at x = -1
+/// (there `s` is γ and `min(x, 0)` is -1).
+fn prelu_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let (dy, x, gamma, gdx, gdg) = (g.x(0), g.x(1), g.x(2), g.dy(0), g.dy(1));
+    let ones = g.ones_like(x)?;
+    let minus = g.neg(ones)?;
+    let below = g.op("_lesser_equal_scalar", &[x], &[("scalar", "0")])?;
+    // v·γ per channel
+    let per_channel = |g: &mut GradCtx<'_>, v: Val, k: Val| -> Result<Val> {
+        Ok(g.ops("_mxrt_prelu_grad", &[v, minus, k], &[])?[0])
+    };
+    let mut out = vec![None, None, None];
+    if g.needs(0) {
+        let a = g.ops("_mxrt_prelu_grad", &[gdx, x, gamma], &[])?[0];
+        let neg = g.op("_minimum_scalar", &[x], &[("scalar", "0")])?;
+        let b = per_channel(g, neg, gdg)?;
+        out[0] = Some(g.add(a, b)?);
+    }
+    if g.needs(1) {
+        let t = g.mul(dy, below)?;
+        out[1] = Some(per_channel(g, t, gdg)?);
+    }
+    if g.needs(2) {
+        let t = g.mul(gdx, dy)?;
+        let t = g.mul(t, below)?;
+        // Σ t·min(-1, 0) = -Σ t
+        let s = g.ops("_mxrt_prelu_grad", &[t, minus, gamma], &[])?[1];
+        out[2] = Some(g.neg(s)?);
+    }
+    Ok(out)
+}
+
+/// The forward's softmax kind and parameters as the gradient op takes them.
+fn soft_params(g: &GradCtx<'_>) -> Vec<(String, String)> {
+    let kind = match g.name {
+        "log_softmax" => "log_softmax",
+        "softmin" => "softmin",
+        _ => "softmax",
+    };
+    let mut p: Vec<(String, String)> = vec![("kind".into(), kind.into())];
+    for key in ["axis", "temperature"] {
+        if let Some(v) = g.param(key) {
+            p.push((key.into(), v.into()));
+        }
+    }
+    p
+}
+
+/// Parameters as `GradCtx::op` takes them.
+pub(super) fn as_refs(p: &[(String, String)]) -> Vec<(&str, &str)> {
+    p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// The forward's parameters among `keys`, owned (so ops can be applied while they are held).
+pub(super) fn passed(g: &GradCtx<'_>, keys: &[&str]) -> Vec<(String, String)> {
+    g.params.iter().filter(|(k, _)| keys.contains(&k.as_str())).cloned().collect()
+}
+
+fn softmax_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let p = soft_params(g);
+    let mut ins = vec![g.dy(0), g.y(0)];
+    // with `dtype` the output is wider than the input: the gradient takes the input's dtype
+    if g.param_set("dtype").is_some() {
+        ins.push(g.x(0));
+    }
+    let dx = g.op("_mxrt_softmax_grad", &ins, &as_refs(&p))?;
+    Ok(vec![Some(dx)])
+}
+
+/// `_mxrt_softmax_grad(dy, y[, like])` along `axis` with `temperature` T:
+/// - softmax: `y * (dy - Σ dy·y) / T`; softmin: the same negated;
+/// - log_softmax: `(dy - e^y · Σ dy) / T`.
+///
+/// The result has `like`'s dtype when given (else `dy`'s).
+fn softmax_backward(call: &Call<'_>) -> Result<Plan> {
+    let p = call.params;
+    let n_in = call.inputs.len();
+    if !(2..=3).contains(&n_in) {
+        return Err(Error::invalid(format!(
+            "operator {} takes 2 or 3 inputs, {n_in} given",
+            call.name
+        )));
+    }
+    let ins = call.inputs;
+    if ins[0].shape != ins[1].shape || (n_in == 3 && ins[2].shape != ins[0].shape) {
+        return Err(Error::invalid(format!(
+            "operator {}: inputs have different shapes",
+            call.name
+        )));
+    }
+    let kind = match p.or("kind", param::choice, "softmax, log_softmax or softmin", "softmax".into())?.as_str() {
+        "softmax" => Soft::Max,
+        "log_softmax" => Soft::LogMax,
+        "softmin" => Soft::Min,
+        other => {
+            return Err(Error::invalid(format!(
+                "operator {}: kind must be softmax, log_softmax or softmin, got '{other}'",
+                call.name
+            )));
+        }
+    };
+    let x = ins[0].clone();
+    let axis = norm_axis(call, p.or("axis", param::int, "an integer", -1)?, x.shape.len())?;
+    let temp = p.optional("temperature", param::float, "a number")?.unwrap_or(1.0);
+    let out_dtype = if n_in == 3 { ins[2].dtype } else { x.dtype };
+    let (gdt, ydt) = (x.dtype, ins[1].dtype);
+    let shape = dims(&x.shape);
+    let mut mask = vec![false; shape.len()];
+    mask[axis] = true;
+    Ok(Plan::new(vec![TensorDesc::new(&x.shape, out_dtype)], move |k| {
+        let (ks, kst, _, rst) = split_axes(&shape, &mask);
+        let n = shape[axis];
+        let st = rst[0];
+        let lines: usize = ks.iter().product();
+        let mut bases = Vec::with_capacity(lines);
+        walk(&ks, [&kst], [0], 0, lines, |_, [b]| bases.push(b));
+        let lines = Lines { bases: &bases, n, stride: st, kind, temp };
+        if gdt == ydt && gdt == out_dtype && matches!(gdt, DType::F32 | DType::F64 | DType::F16) {
+            crate::with_element!(gdt, T => lines.run::<T>(k.inputs[0].ptr::<T>(), k.inputs[1].ptr::<T>(), k.outputs[0].ptr::<T>()));
+        } else {
+            // mixed dtypes: through f64 copies
+            let read = |t: &Tensor| -> Vec<f64> {
+                crate::with_element!(t.dtype, T => t.slice::<T>().iter().map(|v| v.to_f64()).collect())
+            };
+            let (dy, y) = (read(&k.inputs[0]), read(&k.inputs[1]));
+            let mut out = vec![0f64; dy.len()];
+            lines.run::<f64>(dy.as_ptr().cast_mut(), y.as_ptr().cast_mut(), out.as_mut_ptr());
+            crate::with_element!(out_dtype, O => {
+                for (o, &v) in k.outputs[0].slice_mut::<O>().iter_mut().zip(&out) {
+                    *o = O::from_f64(v);
+                }
+            });
+        }
+        Ok(())
+    }))
+}
+
+/// The lines of a softmax gradient: where they start, their length and stride.
+struct Lines<'a> {
+    bases: &'a [isize],
+    n: usize,
+    stride: isize,
+    kind: Soft,
+    temp: f64,
+}
+
+impl Lines<'_> {
+    /// Calls `f(line buffers)` for every line (in parallel when large), with the line's
+    /// elements of each array in `ins` copied to f64 buffers, and writes back the buffer `f`
+    /// fills as `out`'s line.
+    fn each<T: Element, const N: usize>(&self, ins: [*mut T; N], out: *mut T, f: impl Fn(&[Vec<f64>; N], &mut [f64]) + Sync) {
+        let ins = ins.map(Ptr);
+        let out = Ptr(out);
+        let (n, st) = (self.n, self.stride);
+        for_ranges(self.bases.len(), n.max(1) * 8, |s, e| {
+            let mut bufs: [Vec<f64>; N] = std::array::from_fn(|_| vec![0f64; n]);
+            let mut res = vec![0f64; n];
+            for &b in &self.bases[s..e] {
+                for (buf, p) in bufs.iter_mut().zip(&ins) {
+                    if st == 1 {
+                        // SAFETY: a line of `n` contiguous elements of the planned shape, which
+                        // every buffer holds; inputs are only read.
+                        let line = unsafe { std::slice::from_raw_parts(p.get().add(b as usize), n) };
+                        for (v, x) in buf.iter_mut().zip(line) {
+                            *v = x.to_f64();
+                        }
+                    } else {
+                        for (i, v) in buf.iter_mut().enumerate() {
+                            // SAFETY: as above, element `i` of the strided line.
+                            *v = unsafe { *p.get().offset(b + i as isize * st) }.to_f64();
+                        }
+                    }
+                }
+                f(&bufs, &mut res);
+                if st == 1 {
+                    // SAFETY: the output holds the planned shape and is exclusive (the plan is
+                    // staged); lines are disjoint, so threads write disjoint elements.
+                    let line = unsafe { std::slice::from_raw_parts_mut(out.get().add(b as usize), n) };
+                    for (o, &v) in line.iter_mut().zip(&res) {
+                        *o = T::from_f64(v);
+                    }
+                } else {
+                    for (i, &v) in res.iter().enumerate() {
+                        // SAFETY: as above, element `i` of the strided line.
+                        unsafe { *out.get().offset(b + i as isize * st) = T::from_f64(v) };
+                    }
+                }
+            }
+        });
+    }
+
+    /// softmax, log_softmax or softmin of every line of `x` into `out`.
+    fn forward<T: Element>(&self, x: *mut T, out: *mut T) {
+        let (kind, temp) = (self.kind, self.temp);
+        self.each([x], out, |[x], res| {
+            for (r, &v) in res.iter_mut().zip(x) {
+                *r = if kind == Soft::Min { -v / temp } else { v / temp };
+            }
+            let m = res.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            if kind == Soft::LogMax {
+                let log_sum = res.iter().map(|&v| (v - m).exp()).sum::<f64>().ln();
+                res.iter_mut().for_each(|r| *r = *r - m - log_sum);
+            } else {
+                let mut sum = 0.0;
+                for r in res.iter_mut() {
+                    *r = (*r - m).exp();
+                    sum += *r;
+                }
+                res.iter_mut().for_each(|r| *r /= sum);
+            }
+        });
+    }
+
+    /// The gradient of every line from `dy` and `y` into `out`.
+    fn run<T: Element>(&self, dy: *mut T, y: *mut T, out: *mut T) {
+        let kind = self.kind;
+        let scale = if kind == Soft::Min { -1.0 / self.temp } else { 1.0 / self.temp };
+        self.each([dy, y], out, |[dy, y], res| {
+            let sum: f64 = match kind {
+                Soft::LogMax => dy.iter().sum(),
+                _ => dy.iter().zip(y).map(|(g, v)| g * v).sum(),
+            };
+            for ((r, &g), &v) in res.iter_mut().zip(dy).zip(y) {
+                *r = match kind {
+                    Soft::LogMax => (g - v.exp() * sum) * scale,
+                    _ => v * (g - sum) * scale,
+                };
+            }
+        });
+    }
+}
+
+/// The gradient of `_mxrt_softmax_grad(dy, y)`, composed of ops (s, t: sums along the axis):
+/// - softmax/softmin (`o = ±y (dy - s) / T`, s = Σ dy·y): the op itself for `dy` (it is
+///   symmetric in `dy`), `±(go (dy - s) - dy Σ go·y) / T` for `y`;
+/// - log_softmax (`o = (dy - e^y Σ dy) / T`): `(go - Σ go·e^y) / T` for `dy`,
+///   `-go e^y Σ dy / T` for `y`.
+fn softmax_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let params: Vec<(String, String)> = g.params.to_vec();
+    let kind = owned(g, "kind", "softmax");
+    let axis = owned(g, "axis", "-1");
+    let temp = g.float("temperature", 1.0)?;
+    let (dy, y, go) = (g.x(0), g.x(1), g.dy(0));
+    let sum_p = [("axis", axis.as_str()), ("keepdims", "True")];
+    let mut out = vec![None; g.inputs.len()];
+    if kind == "log_softmax" {
+        let e = g.op("exp", &[y], &[])?;
+        let ge = g.mul(go, e)?;
+        if g.needs(0) {
+            let u = g.op("sum", &[ge], &sum_p)?;
+            let d = g.op("broadcast_sub", &[go, u], &[])?;
+            out[0] = Some(g.scale(d, 1.0 / temp)?);
+        }
+        if g.needs(1) {
+            let s = g.op("sum", &[dy], &sum_p)?;
+            let d = g.op("broadcast_mul", &[ge, s], &[])?;
+            out[1] = Some(g.scale(d, -1.0 / temp)?);
+        }
+        return Ok(out);
+    }
+    let sign = if kind == "softmin" { -1.0 } else { 1.0 };
+    if g.needs(0) {
+        // the op's matrix is symmetric: its transpose is itself, with dy's dtype
+        let mut ins = vec![go, y];
+        if g.inputs.len() > 2 {
+            ins.push(dy);
+        }
+        out[0] = Some(g.op("_mxrt_softmax_grad", &ins, &as_refs(&params))?);
+    }
+    if g.needs(1) {
+        let dyy = g.mul(dy, y)?;
+        let s = g.op("sum", &[dyy], &sum_p)?;
+        let goy = g.mul(go, y)?;
+        let t = g.op("sum", &[goy], &sum_p)?;
+        let a = g.op("broadcast_sub", &[dy, s], &[])?;
+        let a = g.mul(go, a)?;
+        let b = g.op("broadcast_mul", &[dy, t], &[])?;
+        let d = g.sub(a, b)?;
+        out[1] = Some(g.scale(d, sign / temp)?);
+    }
+    Ok(out)
+}
+
+/// `_mxrt_clip_grad(dy, x)`: `dy` where `a_min <= x <= a_max`, else 0.
+fn clip_backward(call: &Call<'_>) -> Result<Plan> {
+    let x = same_inputs(call, 2)?;
+    let lo = call.params.required("a_min", param::float, "a number")?;
+    let hi = call.params.required("a_max", param::float, "a number")?;
+    let dtype = x.dtype;
+    let (l32, h32) = (lo as f32, hi as f32);
+    Ok(Plan::new(vec![x], move |k| {
+        zip_float(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype, 1,
+            move |g: f32, v: f32| if v >= l32 && v <= h32 { g } else { 0.0 },
+            move |g: f64, v: f64| if v >= lo && v <= hi { g } else { 0.0 });
+        Ok(())
+    })
+    .elementwise())
+}
+
+/// Dropout's gradient: `dy` times the forward's mask (its hidden output) where it dropped, else
+/// `dy` itself.
+fn dropout_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let p = g.float("p", 0.5)?;
+    let always = g.param_set("mode") == Some("always");
+    let dropped = (g.training || always) && p > 0.0 && g.outputs.len() > 1;
+    let dx = if dropped {
+        g.op("broadcast_mul", &[g.dy(0), g.y(1)], &[])?
+    } else {
+        g.dy(0)
+    };
+    Ok(vec![Some(dx)])
+}
+
+/// Data laid out as `outer × c × inner` (c channels).
+#[derive(Clone, Copy)]
+struct BnShape {
+    outer: usize,
+    c: usize,
+    inner: usize,
+}
+
+/// What the BatchNorm gradient kernel needs besides the arrays.
+struct BnParams<'a> {
+    batch: bool,
+    eps: f64,
+    fix_gamma: bool,
+    gamma: &'a [f64],
+    mean: &'a [f64],
+    var: &'a [f64],
+}
+
+/// One channel's statistics in the BatchNorm gradient.
+#[derive(Clone, Copy, Default)]
+struct BnStats {
+    mean: f64,
+    /// The biased batch variance (batch statistics only).
+    var: f64,
+    invstd: f64,
+    sum_dy: f64,
+    /// Σ (x - mean)·dy.
+    dotp: f64,
+}
+
+/// The elements of one channel: `each(g)` calls `g` with each contiguous run of them.
+type Each<'a> = &'a dyn Fn(&mut dyn FnMut(std::ops::Range<usize>));
+
+/// Calls `f(j, each)` for every channel `j` (in parallel when large), where `each` walks the
+/// channel's elements; collects the results.
+fn per_channel<R: Copy + Default + Send>(s: BnShape, cost: usize, f: impl Fn(usize, Each<'_>) -> R + Sync) -> Vec<R> {
+    let BnShape { outer, c, inner } = s;
+    let mut out = vec![R::default(); c];
+    for_chunks_mut(&mut out, outer * inner * cost, |start, chunk| {
+        for (off, r) in chunk.iter_mut().enumerate() {
+            let j = start + off;
+            let each = |g: &mut dyn FnMut(std::ops::Range<usize>)| {
+                for o in 0..outer {
+                    let base = (o * c + j) * inner;
+                    g(base..base + inner);
+                }
+            };
+            *r = f(j, &each);
+        }
+    });
+    out
+}
+
+/// One channel's mean, biased variance and inverse standard deviation from the batch (`batch`)
+/// or the moving statistics.
+fn bn_stats<T: Element>(x: &[T], j: usize, n: f64, p: &BnParams<'_>, each: Each<'_>) -> (f64, f64, f64) {
+    if !p.batch {
+        return (p.mean[j], p.var[j], 1.0 / (p.var[j] + p.eps).sqrt());
+    }
+    let mut sum = 0.0;
+    each(&mut |r| sum += x[r].iter().map(|v| v.to_f64()).sum::<f64>());
+    let mean = sum / n;
+    let mut sq = 0.0;
+    each(&mut |r| sq += x[r].iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>());
+    let var = sq / n;
+    let invstd = if sq == 0.0 && p.eps == 0.0 { 0.0 } else { 1.0 / (var + p.eps).sqrt() };
+    (mean, var, invstd)
+}
+
+/// BatchNorm's output into `y`, channels in parallel; returns each channel's mean and inverse
+/// standard deviation.
+fn bn_forward<T: Element>(x: &[T], y: Ptr<T>, s: BnShape, p: &BnParams<'_>, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let n = (s.outer * s.inner).max(1) as f64;
+    let stats = per_channel(s, 4, |j, each| {
+        let (mean, _, invstd) = bn_stats(x, j, n, p, each);
+        let scale = invstd * if p.fix_gamma { 1.0 } else { p.gamma[j] };
+        each(&mut |r| {
+            // SAFETY: `y` holds the `outer·c·inner` elements of the data; each channel writes
+            // only its own elements, and a channel goes to one thread.
+            let out = unsafe { std::slice::from_raw_parts_mut(y.get().add(r.start), r.len()) };
+            for (o, v) in out.iter_mut().zip(&x[r]) {
+                *o = T::from_f64((v.to_f64() - mean) * scale + beta[j]);
+            }
+        });
+        (mean, invstd)
+    });
+    stats.into_iter().unzip()
+}
+
+/// BatchNorm's data gradient into `dx`, channels in parallel; returns each channel's statistics.
+/// Training (`batch`): `dx = (dy - mean(dy) - (x - mean)·Σ(x - mean)·dy·invstd²/n)·invstd·γ`;
+/// otherwise `dx = dy·invstd·γ` with the moving statistics.
+fn bn_backward<T: Element>(dy: &[T], x: &[T], dx: Ptr<T>, s: BnShape, p: &BnParams<'_>) -> Vec<BnStats> {
+    let n = (s.outer * s.inner).max(1) as f64;
+    per_channel(s, 6, |j, each| {
+        let (mean, var, invstd) = bn_stats(x, j, n, p, each);
+        let (mut sum_dy, mut dotp) = (0.0, 0.0);
+        each(&mut |r| {
+            for (d, v) in dy[r.clone()].iter().zip(&x[r]) {
+                let d = d.to_f64();
+                sum_dy += d;
+                dotp += (v.to_f64() - mean) * d;
+            }
+        });
+        let iw = invstd * if p.fix_gamma { 1.0 } else { p.gamma[j] };
+        let kk = dotp * invstd * invstd / n;
+        let mean_dy = sum_dy / n;
+        each(&mut |r| {
+            // SAFETY: `dx` holds the `outer·c·inner` elements of the data; each channel writes
+            // only its own elements, and a channel goes to one thread.
+            let out = unsafe { std::slice::from_raw_parts_mut(dx.get().add(r.start), r.len()) };
+            for ((o, d), v) in out.iter_mut().zip(&dy[r.clone()]).zip(&x[r]) {
+                let d = d.to_f64();
+                let g = if p.batch { (d - mean_dy - (v.to_f64() - mean) * kk) * iw } else { d * iw };
+                *o = T::from_f64(g);
+            }
+        });
+        BnStats { mean, var, invstd, sum_dy, dotp }
+    })
+}
+
+/// BatchNorm's gradient: data, gamma (zero with fix_gamma) and beta from one pass of
+/// `_mxrt_batch_norm_grad`, which also folds the batch statistics into the moving ones when the
+/// forward used them, as MXNet's backward does; the moving statistics get no gradient.
+fn batch_norm_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let global = g.flag("use_global_stats", false);
+    let batch = if g.training && !global { "True" } else { "False" };
+    let mut p = passed(g, &["eps", "momentum", "fix_gamma", "axis"]);
+    p.push(("batch_stats".into(), batch.into()));
+    let ins = [g.dy(0), g.x(0), g.x(1), g.x(3), g.x(4)];
+    let outs = g.ops("_mxrt_batch_norm_grad", &ins, &as_refs(&p))?;
+    let fix_gamma = g.flag("fix_gamma", true);
+    Ok(vec![
+        Some(outs[0]),
+        if fix_gamma { None } else { Some(outs[1]) },
+        Some(outs[2]),
+        None,
+        None,
+    ])
+}
+
+/// `_mxrt_batch_norm_grad(dy, x, gamma, moving_mean, moving_var)`: BatchNorm's gradients of
+/// data, gamma and beta. With `batch_stats` (training without use_global_stats) the statistics
+/// are the batch's (recomputed from `x` as the forward computed them) and the moving statistics
+/// are updated in place, `moving = moving * momentum + batch * (1 - momentum)`, as MXNet's
+/// backward does; otherwise the moving statistics are the constants the forward used.
+fn batch_norm_backward(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 5)?;
+    let p = call.params;
+    let eps = p.or("eps", param::float, "a number", 1e-3)?;
+    let momentum = p.or("momentum", param::float, "a number", 0.9)?;
+    let fix_gamma = p.or("fix_gamma", param::boolean, "a boolean", true)?;
+    let batch = p.or("batch_stats", param::boolean, "a boolean", true)?;
+    let x = ins[1].clone();
+    same_dtype(call, 0, 1)?;
+    if ins[0].shape != x.shape || x.shape.is_empty() {
+        return Err(Error::invalid(format!(
+            "operator {}: gradient of shape {:?} for data of shape {:?}",
+            call.name,
+            &ins[0].shape[..],
+            &x.shape[..]
+        )));
+    }
+    let axis = norm_axis(call, p.or("axis", param::int, "an integer", 1)?, x.shape.len())?;
+    let ch = x.shape[axis];
+    for i in 2..5 {
+        if ins[i].shape[..] != [ch] || ins[i].dtype != ins[2].dtype {
+            return Err(Error::invalid(format!(
+                "operator {}: input {i} has shape {:?} and dtype {}, expected ({ch},) {}",
+                call.name,
+                &ins[i].shape[..],
+                ins[i].dtype.name(),
+                ins[2].dtype.name()
+            )));
+        }
+    }
+    let inner: usize = x.shape[axis + 1..].iter().product::<i64>().max(0) as usize;
+    let c = ch.max(0) as usize;
+    let (dtype, pdt) = (x.dtype, ins[2].dtype);
+    let outs = vec![
+        TensorDesc::new(&x.shape, dtype),
+        TensorDesc::new(&[ch], pdt),
+        TensorDesc::new(&[ch], pdt),
+    ];
+    let outer = if inner == 0 || c == 0 { 0 } else { x.size() / (inner * c) };
+    let plan = Plan::new(outs, move |k| {
+        // inputs 3 and 4 may be written (mutated), so they are read through pointers
+        let param = |i: usize| -> Vec<f64> {
+            let t = &k.inputs[i];
+            crate::with_element!(t.dtype, P => {
+                let p = t.ptr::<P>();
+                // SAFETY: input i holds `len()` elements of its dtype; the moving statistics are
+                // written only after these reads, by this kernel.
+                (0..t.len()).map(|j| unsafe { p.add(j).read() }.to_f64()).collect()
+            })
+        };
+        let gamma = param(2);
+        let (moving_mean, moving_var) = (param(3), param(4));
+        let shape = BnShape { outer, c, inner };
+        let stats = crate::with_element!(dtype, T => {
+            let (dy, xs) = (k.inputs[0].slice::<T>(), k.inputs[1].slice::<T>());
+            let dx = Ptr(k.outputs[0].slice_mut::<T>().as_mut_ptr());
+            bn_backward::<T>(dy, xs, dx, shape, &BnParams {
+                batch, eps, fix_gamma, gamma: &gamma, mean: &moving_mean, var: &moving_var,
+            })
+        });
+        let rest = &mut k.outputs[1..];
+        crate::with_element!(pdt, P => {
+            let (dg, db) = rest.split_at_mut(1);
+            for (o, s) in dg[0].slice_mut::<P>().iter_mut().zip(&stats) {
+                *o = P::from_f64(if fix_gamma { 0.0 } else { s.dotp * s.invstd });
+            }
+            for (o, s) in db[0].slice_mut::<P>().iter_mut().zip(&stats) {
+                *o = P::from_f64(s.sum_dy);
+            }
+            if batch {
+                // the moving statistics take the batch's
+                let (pm, pv) = (k.inputs[3].ptr::<P>(), k.inputs[4].ptr::<P>());
+                for (j, s) in stats.iter().enumerate() {
+                    // SAFETY: the plan declares inputs 3 and 4 mutated, so this op holds their
+                    // variables for writing; each has `c` elements of `pdt`.
+                    unsafe {
+                        pm.add(j).write(P::from_f64(moving_mean[j] * momentum + s.mean * (1.0 - momentum)));
+                        pv.add(j).write(P::from_f64(moving_var[j] * momentum + s.var * (1.0 - momentum)));
+                    }
+                }
+            }
+        });
+        Ok(())
+    });
+    Ok(if batch { plan.mutating(&[3, 4]) } else { plan })
 }

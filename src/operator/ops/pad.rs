@@ -38,8 +38,17 @@ fn source_index(mode: Mode, before: usize, n: usize, out_len: usize) -> Vec<Opti
         .collect()
 }
 
-fn pad(call: &Call<'_>) -> Result<Plan> {
-    let x = &inputs(call, 1)?[0];
+/// Pad's plan for input `x`: the input and output dims, each axis's map from output to input
+/// positions, and the constant.
+struct Layout {
+    in_dims: Vec<usize>,
+    out_dims: Vec<usize>,
+    out_shape: Vec<i64>,
+    maps: Vec<Vec<Option<usize>>>,
+    value: f64,
+}
+
+fn layout(call: &Call<'_>, x: &TensorDesc) -> Result<Layout> {
     let p = call.params;
     let mode = match p
         .required("mode", param::choice, "'constant', 'edge' or 'reflect'")?
@@ -101,6 +110,12 @@ fn pad(call: &Call<'_>) -> Result<Plan> {
     let maps: Vec<Vec<Option<usize>>> = (0..rank)
         .map(|a| source_index(mode, width[2 * a] as usize, in_dims[a], out_dims[a]))
         .collect();
+    Ok(Layout { in_dims, out_dims, out_shape, maps, value })
+}
+
+fn pad(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let Layout { in_dims, out_dims, out_shape, maps, value } = layout(call, x)?;
     let dtype = x.dtype;
     Ok(Plan::new(
         vec![TensorDesc::new(&out_shape, dtype)],
@@ -112,6 +127,77 @@ fn pad(call: &Call<'_>) -> Result<Plan> {
             Ok(())
         },
     ))
+}
+
+/// `_mxrt_Pad_grad(dy, x)` with Pad's parameters: zeros shaped like `x`, plus every element of
+/// `dy` added to the input element it copied (the constant border's gradient is dropped; an
+/// element that edge or reflection padding copied several times sums). Its own gradient is
+/// `Pad` with a zero constant.
+fn pad_grad(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (dy, x) = (&ins[0], &ins[1]);
+    let Layout { in_dims, out_dims, out_shape, maps, .. } = layout(call, x)?;
+    if dy.shape[..] != out_shape[..] {
+        return Err(Error::invalid(format!(
+            "operator {}: the gradient has shape {:?}, Pad's output {out_shape:?}",
+            call.name,
+            &dy.shape[..]
+        )));
+    }
+    let dtype = dy.dtype;
+    Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
+        crate::with_element!(dtype, T => {
+            let (g, out) = (k.inputs[0].slice::<T>(), k.outputs[0].slice_mut::<T>());
+            let mut acc = vec![0f64; out.len()];
+            unfill(g, &out_dims, &mut acc, &in_dims, &maps);
+            for (o, a) in out.iter_mut().zip(acc) {
+                *o = T::from_f64(a);
+            }
+        });
+        Ok(())
+    }))
+}
+
+/// The adjoint of [`fill`]: adds every element of `g` (shaped `out_dims`) to the input element
+/// its position copied, in `acc` (shaped `in_dims`).
+fn unfill<T: Element>(
+    g: &[T],
+    out_dims: &[usize],
+    acc: &mut [f64],
+    in_dims: &[usize],
+    maps: &[Vec<Option<usize>>],
+) {
+    let rank = in_dims.len();
+    let (row_in, row_out) = (in_dims[rank - 1], out_dims[rank - 1]);
+    if row_out == 0 {
+        return;
+    }
+    let last = &maps[rank - 1];
+    let mut idx = vec![0usize; rank - 1];
+    for row in g.chunks(row_out) {
+        let mut base = Some(0usize);
+        for a in 0..rank - 1 {
+            base = match (base, maps[a][idx[a]]) {
+                (Some(b), Some(i)) => Some(b * in_dims[a] + i),
+                _ => None,
+            };
+        }
+        if let Some(b) = base {
+            let dst = &mut acc[b * row_in..(b + 1) * row_in];
+            for (v, m) in row.iter().zip(last) {
+                if let Some(i) = m {
+                    dst[*i] += v.to_f64();
+                }
+            }
+        }
+        for a in (0..rank - 1).rev() {
+            idx[a] += 1;
+            if idx[a] < out_dims[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
 }
 
 /// Writes every output row (the last axis) from the input row its outer indices map to.
@@ -159,7 +245,14 @@ fn fill<T: Element>(
 }
 
 pub(crate) fn register(t: &mut Entries) {
-    t.push(("Pad", &pad));
+    t.push(("Pad", &pad)).grad(|g| {
+        let p = super::shape::all_params(g);
+        Ok(vec![Some(g.op("_mxrt_Pad_grad", &[g.dy(0), g.x(0)], &p)?)])
+    });
+    t.def("_mxrt_Pad_grad", &pad_grad).grad(|g| {
+        let p = super::shape::some_params(g, &["mode", "pad_width"]);
+        Ok(vec![Some(g.op("Pad", &[g.dy(0)], &p)?), None])
+    });
 }
 
 #[cfg(test)]
@@ -193,5 +286,25 @@ mod tests {
                     9.0, 3.0, 4.0, 9.0,
                     9.0, 9.0, 9.0, 9.0];
         assert_eq!(out, want);
+    }
+
+    #[test]
+    fn the_gradient_is_the_adjoint_of_the_padding() {
+        // <pad(x), g> == <x, unfill(g)> in every mode, for a 1x1x3x2 input.
+        let (ind, outd) = ([1usize, 1, 3, 2], [1usize, 1, 6, 4]);
+        let before = [0usize, 0, 2, 1];
+        let x: Vec<f64> = (0..6).map(|i| i as f64 * 0.5 - 1.0).collect();
+        let g: Vec<f64> = (0..24).map(|i| ((i * 7) % 11) as f64 - 4.0).collect();
+        for mode in [Mode::Constant, Mode::Edge, Mode::Reflect] {
+            let maps: Vec<_> =
+                (0..4).map(|a| source_index(mode, before[a], ind[a], outd[a])).collect();
+            let mut y = vec![0.0f64; 24];
+            fill(&x, &ind, &mut y, &outd, &maps, 0.0);
+            let mut dx = vec![0.0f64; 6];
+            unfill(&g, &outd, &mut dx, &ind, &maps);
+            let lhs: f64 = y.iter().zip(&g).map(|(a, b)| a * b).sum();
+            let rhs: f64 = x.iter().zip(&dx).map(|(a, b)| a * b).sum();
+            assert!((lhs - rhs).abs() < 1e-12, "{lhs} vs {rhs}");
+        }
     }
 }

@@ -201,10 +201,22 @@ fn scalar_params(call: &Call<'_>, dist: &Dist) -> Result<(f64, f64)> {
             call.params.or(name, param::float, "a number", default)?
         };
     }
-    if let Some(what) = (dist.check)(v[0], v[1]) {
-        return Err(Error::invalid(format!("operator {}: {what}", call.name)));
-    }
     Ok((v[0], v[1]))
+}
+
+/// A draw from scalar parameters, checked when the kernel runs: MXNet checks the parameters'
+/// values in its sampling kernels, so a bad value (`scale=-1`) reaches the caller at the next
+/// wait on the output, like any engine error, not at the invoke.
+fn fill_checked(
+    k: &mut crate::operator::op::KernelArgs<'_>,
+    name: &str,
+    dist: &'static Dist,
+    pair: (f64, f64),
+) -> Result<()> {
+    if let Some(what) = (dist.check)(pair.0, pair.1) {
+        return Err(Error::invalid(format!("operator {name}: {what}")));
+    }
+    fill(k, dist.draw, &[pair], 1)
 }
 
 /// `_random_<dist>`: a shape, a context and a dtype as parameters.
@@ -226,8 +238,9 @@ fn random(call: &Call<'_>, dist: &'static Dist, int: bool) -> Result<Plan> {
             ))
         })?,
     };
+    let name = call.name.to_owned();
     Ok(Plan::new(vec![TensorDesc::new(&shape, dtype)], move |k| {
-        fill(k, dist.draw, &[pair], 1)
+        fill_checked(k, &name, dist, pair)
     })
     .with_resource(ResourceRequest::Random)
     .on(Some(ctx)))
@@ -237,7 +250,8 @@ fn random(call: &Call<'_>, dist: &'static Dist, int: bool) -> Result<Plan> {
 fn random_like(call: &Call<'_>, dist: &'static Dist) -> Result<Plan> {
     let x = inputs(call, 1)?[0].clone();
     let pair = scalar_params(call, dist)?;
-    Ok(Plan::new(vec![x], move |k| fill(k, dist.draw, &[pair], 1))
+    let name = call.name.to_owned();
+    Ok(Plan::new(vec![x], move |k| fill_checked(k, &name, dist, pair))
         .with_resource(ResourceRequest::Random))
 }
 
@@ -488,8 +502,59 @@ pub(crate) fn register(t: &mut Entries) {
     t.push(("_sample_generalized_negative_binomial", &|c: &Call<'_>| {
         sample(c, &GEN_NEG_BINOMIAL)
     }));
+    // MXNet: the *_like and _sample_* draws have zero gradient; _shuffle none; multinomial
+    // differentiates its log-likelihood output (get_prob=True)
+    for d in t.0.iter_mut().filter(|d| {
+        (d.name.starts_with("_random_") && d.name.ends_with("_like"))
+            || (d.name.starts_with("_sample_") && d.name != "_sample_unique_zipfian")
+    }) {
+        d.zero_grad();
+    }
     t.push(("_shuffle", &shuffle));
-    t.push(("_sample_multinomial", &multinomial));
+    t.push(("_sample_multinomial", &multinomial)).grad(|g| {
+        if !g.flag("get_prob", false) {
+            return Ok(vec![None]);
+        }
+        let dx = g.op("_mxrt_multinomial_grad", &[g.dy(1), g.x(0), g.y(0)], &[])?;
+        Ok(vec![Some(dx)])
+    });
+    t.def("_mxrt_multinomial_grad", &multinomial_backward);
+}
+
+/// `_mxrt_multinomial_grad(dy, p, idx)`: the gradient of the log-likelihoods
+/// `log p[.., idx[.., j]]` that `_sample_multinomial(get_prob=True)` returns: `dy / p` added at
+/// each drawn class.
+fn multinomial_backward(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 3)?;
+    let (dy, x, idx) = (&ins[0], &ins[1], &ins[2]);
+    let k = x.shape.last().copied().unwrap_or(0).max(0) as usize;
+    let rows = x.size().checked_div(k).unwrap_or(0);
+    if dy.shape != idx.shape || dy.dtype != x.dtype || (rows > 0 && idx.size() % rows != 0) {
+        return Err(Error::invalid(format!(
+            "operator {}: draws of shape {:?} do not fit probabilities of shape {:?}",
+            call.name,
+            &idx.shape[..],
+            &x.shape[..]
+        )));
+    }
+    let per = idx.size().checked_div(rows).unwrap_or(0);
+    let (dtype, idt) = (x.dtype, idx.dtype);
+    Ok(Plan::new(vec![x.clone()], move |kargs| {
+        let picks: Vec<usize> = crate::with_element!(idt, I => kargs.inputs[2].slice::<I>().iter().map(|v| v.to_f64() as usize).collect());
+        crate::with_element!(dtype, T => {
+            let (dy, p) = (kargs.inputs[0].slice::<T>(), kargs.inputs[1].slice::<T>());
+            let out = kargs.outputs[0].slice_mut::<T>();
+            out.fill(T::zero());
+            for (i, (&j, &d)) in picks.iter().zip(dy).enumerate() {
+                if j >= k {
+                    return Err(Error::invalid(format!("class {j} is out of range for {k} classes")));
+                }
+                let at = (i / per.max(1)) * k + j;
+                out[at] = T::from_f64(out[at].to_f64() + d.to_f64() / p[at].to_f64());
+            }
+        });
+        Ok(())
+    }))
 }
 
 #[cfg(test)]

@@ -8,7 +8,10 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::Element;
 use crate::operator::kernel::strided::{reduce, split_axes, walk};
 use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::def::{GradCtx, Val};
 use crate::operator::param;
+use crate::parallel::for_chunks_mut;
+use super::nn::{as_refs, passed};
 
 /// Which axes a reduction folds, from `axis` (an int, a tuple or None = all) and `exclude`.
 fn reduced_axes(call: &Call<'_>, ndim: usize) -> Result<Vec<bool>> {
@@ -409,19 +412,253 @@ fn allclose(call: &Call<'_>) -> Result<Plan> {
 }
 
 pub(crate) fn register(t: &mut Entries) {
+    // MXNet registers no gradient for allclose or argmax_channel; argmax and argmin have zero
     t.push(("_contrib_allclose", &allclose));
-    t.push(("sum", &|c: &Call<'_>| plan_fold(c, Fold::Sum)));
-    t.push(("mean", &|c: &Call<'_>| plan_fold(c, Fold::Mean)));
-    t.push(("prod", &|c: &Call<'_>| plan_fold(c, Fold::Prod)));
-    t.push(("nansum", &|c: &Call<'_>| plan_fold(c, Fold::NanSum)));
-    t.push(("nanprod", &|c: &Call<'_>| plan_fold(c, Fold::NanProd)));
-    t.push(("max", &|c: &Call<'_>| plan_fold(c, Fold::Max)));
-    t.push(("min", &|c: &Call<'_>| plan_fold(c, Fold::Min)));
-    t.push(("norm", &|c: &Call<'_>| plan_fold(c, Fold::Norm2)));
-    t.push(("argmax", &|c: &Call<'_>| plan_arg(c, true, false)));
-    t.push(("argmin", &|c: &Call<'_>| plan_arg(c, false, false)));
+    t.push(("sum", &|c: &Call<'_>| plan_fold(c, Fold::Sum))).grad(fold_grad);
+    t.push(("mean", &|c: &Call<'_>| plan_fold(c, Fold::Mean))).grad(fold_grad);
+    t.push(("prod", &|c: &Call<'_>| plan_fold(c, Fold::Prod))).grad(fold_grad);
+    t.push(("nansum", &|c: &Call<'_>| plan_fold(c, Fold::NanSum))).grad(fold_grad);
+    t.push(("nanprod", &|c: &Call<'_>| plan_fold(c, Fold::NanProd))).grad(fold_grad);
+    t.push(("max", &|c: &Call<'_>| plan_fold(c, Fold::Max))).grad(fold_grad);
+    t.push(("min", &|c: &Call<'_>| plan_fold(c, Fold::Min))).grad(fold_grad);
+    t.push(("norm", &|c: &Call<'_>| plan_fold(c, Fold::Norm2))).grad(fold_grad);
+    t.push(("argmax", &|c: &Call<'_>| plan_arg(c, true, false))).zero_grad();
+    t.push(("argmin", &|c: &Call<'_>| plan_arg(c, false, false))).zero_grad();
     t.push(("argmax_channel", &|c: &Call<'_>| plan_arg(c, true, true)));
-    t.push(("sort", &|c: &Call<'_>| plan_order(c, "sort")));
-    t.push(("argsort", &|c: &Call<'_>| plan_order(c, "argsort")));
-    t.push(("topk", &|c: &Call<'_>| plan_order(c, "topk")));
+    t.push(("sort", &|c: &Call<'_>| plan_order(c, "sort"))).grad(order_grad);
+    t.push(("argsort", &|c: &Call<'_>| plan_order(c, "argsort"))).zero_grad();
+    t.push(("topk", &|c: &Call<'_>| plan_order(c, "topk"))).grad(order_grad);
+
+    t.def("_mxrt_unreduce", &unreduce).grad(|g| {
+        let p = passed(g, &["axis", "exclude", "keepdims"]);
+        let op = if g.flag("mean", false) { "mean" } else { "sum" };
+        let d = g.op(op, &[g.dy(0)], &as_refs(&p))?;
+        Ok(vec![Some(d), None])
+    });
+    t.def("_mxrt_scatter_axis", &|c: &Call<'_>| along_axis(c, true)).grad(|g| {
+        let p = passed(g, &["axis"]);
+        let d = g.op("_mxrt_gather_axis", &[g.dy(0), g.x(1)], &as_refs(&p))?;
+        Ok(vec![Some(d), None, None])
+    });
+    t.def("_mxrt_gather_axis", &|c: &Call<'_>| along_axis(c, false)).grad(|g| {
+        let p = passed(g, &["axis"]);
+        let d = g.op("_mxrt_scatter_axis", &[g.dy(0), g.x(1), g.x(0)], &as_refs(&p))?;
+        Ok(vec![Some(d), None])
+    });
+}
+
+/// The gradients of the reductions, with `U` = `_mxrt_unreduce` (the result's gradient
+/// broadcast back over the reduced axes), as MXNet's backward kernels compute them:
+/// sum `U(dy)`, mean `U(dy) / n`, nansum `U(dy)` where x is not NaN, prod `U(dy·y) / x`,
+/// nanprod the same and 0 at NaNs, max and min `U(dy)` wherever x equals the result (every tie
+/// gets it), norm `U(dy / y)·x` (ord 2) or `U(dy)·sign(x)` (ord 1).
+fn fold_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let mut p = passed(g, &["axis", "exclude", "keepdims"]);
+    let (x, y, dy) = (g.x(0), g.y(0), g.dy(0));
+    let name = g.name;
+    if name == "mean" {
+        p.push(("mean".into(), "True".into()));
+    }
+    let p = as_refs(&p);
+    let dx = match name {
+        "sum" | "mean" => g.op("_mxrt_unreduce", &[dy, x], &p)?,
+        "nansum" => {
+            let u = g.op("_mxrt_unreduce", &[dy, x], &p)?;
+            let m = g.op("_equal", &[x, x], &[])?;
+            g.mul(u, m)?
+        }
+        "prod" | "nanprod" => {
+            let t = g.mul(dy, y)?;
+            let u = g.op("_mxrt_unreduce", &[t, x], &p)?;
+            let d = g.div(u, x)?;
+            if name == "nanprod" {
+                let m = g.op("_equal", &[x, x], &[])?;
+                let z = g.zeros_like(x)?;
+                g.op("where", &[m, d, z], &[])?
+            } else {
+                d
+            }
+        }
+        "max" | "min" => {
+            let u = g.op("_mxrt_unreduce", &[dy, x], &p)?;
+            let yb = g.op("_mxrt_unreduce", &[y, x], &p)?;
+            let m = g.op("_equal", &[x, yb], &[])?;
+            g.mul(u, m)?
+        }
+        _ => {
+            // norm
+            if g.float("ord", 2.0)? == 1.0 {
+                let u = g.op("_mxrt_unreduce", &[dy, x], &p)?;
+                let s = g.op("sign", &[x], &[])?;
+                g.mul(u, s)?
+            } else {
+                let r = g.div(dy, y)?;
+                let u = g.op("_mxrt_unreduce", &[r, x], &p)?;
+                g.mul(u, x)?
+            }
+        }
+    };
+    Ok(vec![Some(dx)])
+}
+
+/// `sort` and `topk`'s gradient: the values' gradient goes back to the positions they came
+/// from (the indices output of `topk(ret_typ='both')`, else the same ordering recomputed, which
+/// is stable and so the forward's); indices and masks have zero gradient, as in MXNet.
+fn order_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let sort = g.name == "sort";
+    let ret = if sort { "value".to_string() } else { g.param_set("ret_typ").unwrap_or("indices").to_string() };
+    if ret != "value" && ret != "both" {
+        return Ok(vec![None]);
+    }
+    let axis = passed(g, &["axis"]);
+    let idx = if ret == "both" {
+        g.y(1)
+    } else {
+        let mut p = axis.clone();
+        let ascend = g.param("is_ascend").map(str::to_string);
+        p.push(("is_ascend".into(), ascend.unwrap_or_else(|| if sort { "True".into() } else { "False".into() })));
+        p.push(("k".into(), if sort { "0".into() } else { g.param("k").unwrap_or("1").to_string() }));
+        p.push(("ret_typ".into(), "indices".into()));
+        p.push(("dtype".into(), "int64".into()));
+        g.op("topk", &[g.x(0)], &as_refs(&p))?
+    };
+    let dx = g.op("_mxrt_scatter_axis", &[g.dy(0), idx, g.x(0)], &as_refs(&axis))?;
+    Ok(vec![Some(dx)])
+}
+
+/// `_mxrt_unreduce(dy, x)`: `dy`, the result of a reduction of `x` with the reduction's
+/// `axis`, `exclude` and `keepdims`, broadcast back to `x`'s shape in `x`'s dtype; with `mean`
+/// divided by the number of elements each result folded.
+fn unreduce(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (dy, x) = (&ins[0], &ins[1]);
+    let mask = reduced_axes(call, x.shape.len())?;
+    call.params.or("keepdims", param::boolean, "a boolean", false)?;
+    let mean = call.params.or("mean", param::boolean, "a boolean", false)?;
+    let shape = dims(&x.shape);
+    let kept: Vec<usize> = shape.iter().zip(&mask).filter(|(_, m)| !**m).map(|(&d, _)| d).collect();
+    let kept_strides = crate::operator::kernel::strided::contiguous_strides(&kept);
+    if dy.size() != kept.iter().product::<usize>() {
+        return Err(Error::invalid(format!(
+            "operator {}: a reduction of shape {:?} has {} elements, not {}",
+            call.name,
+            &x.shape[..],
+            kept.iter().product::<usize>(),
+            dy.size()
+        )));
+    }
+    let mut strides = vec![0isize; shape.len()];
+    let mut j = 0;
+    for (d, &m) in mask.iter().enumerate() {
+        if !m {
+            strides[d] = kept_strides[j];
+            j += 1;
+        }
+    }
+    let count: usize = shape.iter().zip(&mask).filter(|(_, m)| **m).map(|(&d, _)| d).product();
+    let scale = if mean { 1.0 / count.max(1) as f64 } else { 1.0 };
+    let (ddt, dtype) = (dy.dtype, x.dtype);
+    Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
+        let out = &mut k.outputs[0];
+        if ddt == dtype {
+            crate::with_element!(dtype, T => {
+                let src = k.inputs[0].slice::<T>();
+                for_chunks_mut(out.slice_mut::<T>(), 1, |start, chunk| {
+                    walk(&shape, [&strides], [0], start, chunk.len(), |i, [o]| {
+                        let v = src[o as usize];
+                        chunk[i - start] = if mean { T::from_f64(v.to_f64() * scale) } else { v };
+                    });
+                });
+            });
+        } else {
+            let src: Vec<f64> = crate::with_element!(ddt, T => k.inputs[0].slice::<T>().iter().map(|v| v.to_f64()).collect());
+            crate::with_element!(dtype, T => {
+                for_chunks_mut(out.slice_mut::<T>(), 1, |start, chunk| {
+                    walk(&shape, [&strides], [0], start, chunk.len(), |i, [o]| {
+                        chunk[i - start] = T::from_f64(src[o as usize] * scale);
+                    });
+                });
+            });
+        }
+        Ok(())
+    }))
+}
+
+/// `_mxrt_scatter_axis(v, idx, like)` (`scatter`) and `_mxrt_gather_axis(v, idx)`: along
+/// `axis` (absent: the last; None: the flattened array), positions given by `idx`:
+/// scatter adds `v[.., j, ..]` at `out[.., idx[.., j, ..], ..]` in zeros shaped like `like`;
+/// gather reads `out[.., j, ..] = v[.., idx[.., j, ..], ..]`. Each is the other's gradient.
+fn along_axis(call: &Call<'_>, scatter: bool) -> Result<Plan> {
+    let ins = inputs(call, if scatter { 3 } else { 2 })?;
+    let (v, idx) = (&ins[0], &ins[1]);
+    // the full array: scatter's result, gather's source
+    let full = if scatter { &ins[2] } else { &ins[0] };
+    let axis = match call.params.raw("axis").map(str::trim) {
+        None => Some(-1),
+        Some("None") => None,
+        Some(a) => Some(param::int(a).ok_or_else(|| {
+            Error::invalid(format!("operator {}: axis must be an integer or None, got '{a}'", call.name))
+        })?),
+    };
+    let (fshape, ishape) = match axis {
+        None => (vec![full.size()], vec![idx.size()]),
+        Some(_) => (dims(&full.shape), dims(&idx.shape)),
+    };
+    let ax = match axis {
+        None => 0,
+        Some(a) => norm_axis(call, a, fshape.len())?,
+    };
+    let fits = fshape.len() == ishape.len()
+        && (0..fshape.len()).all(|d| if d == ax { ishape[d] <= fshape[d] } else { ishape[d] == fshape[d] });
+    if !fits || (scatter && v.shape != idx.shape) {
+        return Err(Error::invalid(format!(
+            "operator {}: indices of shape {:?} do not fit an array of shape {:?} along axis {ax}",
+            call.name,
+            &idx.shape[..],
+            &full.shape[..]
+        )));
+    }
+    if scatter && v.dtype != full.dtype {
+        return Err(Error::invalid(format!(
+            "operator {}: values are {}, the result {}",
+            call.name,
+            v.dtype.name(),
+            full.dtype.name()
+        )));
+    }
+    let out = if scatter { full.clone() } else { TensorDesc::new(&idx.shape, v.dtype) };
+    let (dtype, idt) = (v.dtype, idx.dtype);
+    let mut mask = vec![false; fshape.len()];
+    mask[ax] = true;
+    let len = fshape[ax];
+    Ok(Plan::new(vec![out], move |k| {
+        let (ks, fst, _, frs) = split_axes(&fshape, &mask);
+        let (_, ist, _, irs) = split_axes(&ishape, &mask);
+        let (fa, ia) = (frs[0], irs[0]);
+        let n = ishape[ax];
+        let lines: usize = ks.iter().product();
+        let index: Vec<i64> = crate::with_element!(idt, I => k.inputs[1].slice::<I>().iter().map(|v| v.to_f64() as i64).collect());
+        if let Some(bad) = index.iter().find(|&&i| i < 0 || i as usize >= len) {
+            return Err(Error::invalid(format!("index {bad} is out of range for an axis of {len}")));
+        }
+        crate::with_element!(dtype, T => {
+            let src = k.inputs[0].slice::<T>();
+            let out = k.outputs[0].slice_mut::<T>();
+            if scatter {
+                out.fill(T::zero());
+            }
+            walk(&ks, [&fst, &ist], [0, 0], 0, lines, |_, [fb, ib]| {
+                for j in 0..n {
+                    let at = (ib + j as isize * ia) as usize;
+                    let f = (fb + index[at] as isize * fa) as usize;
+                    if scatter {
+                        out[f] = T::from_f64(out[f].to_f64() + src[at].to_f64());
+                    } else {
+                        out[at] = src[f];
+                    }
+                }
+            });
+        });
+        Ok(())
+    }))
 }

@@ -1,13 +1,21 @@
 //! Shape manipulation. Most ops here are a gather with the right strides (transpose, swapaxes,
 //! flip, slicing with steps, broadcast_to, tile, repeat); reshapes are copies under a new shape;
 //! concat, stack and split copy blocks.
+//!
+//! Gradients: a reshape's is the head gradient reshaped like the input; a permutation's the
+//! inverse permutation; a broadcast's a sum back to the input's shape; concat and split are each
+//! other's; the strided views (slices, tiles, repeats, diagonals) scatter the head gradient back
+//! through the same view into zeros shaped like the input (`_mxrt_<op>_grad`, whose gradient is
+//! the view again).
 
 use crate::ndarray::format::StorageType;
 use crate::operator::stype::{self, StorageRule};
 use super::{Entries, axis as norm_axis, dims, inputs};
 use crate::error::{Error, Result};
 use crate::ndarray::shape::reshape_codes;
-use crate::operator::kernel::strided::{broadcast_shape, contiguous_strides, gather};
+use crate::operator::def::{GradCtx, Val};
+use crate::operator::kernel::Element;
+use crate::operator::kernel::strided::{broadcast_shape, contiguous_strides, gather, walk};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
 
@@ -286,15 +294,15 @@ fn begin_end_step(
     ))
 }
 
-fn slice(call: &Call<'_>) -> Result<Plan> {
-    let x = &inputs(call, 1)?[0];
+fn slice(call: &Call<'_>, xs: &[TensorDesc]) -> Result<View> {
+    let x = &arrays(call, xs, 1)?[0];
     let (b, e, s) = begin_end_step(call)?;
     let (out, base, strides) = slice_view(call, &x.shape, &b, &e, &s)?;
-    Ok(gather_plan(x, out, base, strides))
+    Ok(View::new(out, base, strides))
 }
 
-fn slice_axis(call: &Call<'_>) -> Result<Plan> {
-    let x = &inputs(call, 1)?[0];
+fn slice_axis(call: &Call<'_>, xs: &[TensorDesc]) -> Result<View> {
+    let x = &arrays(call, xs, 1)?[0];
     let p = call.params;
     let a = norm_axis(
         call,
@@ -317,11 +325,11 @@ fn slice_axis(call: &Call<'_>) -> Result<Plan> {
     bs[a] = Some(b);
     es[a] = Some(e);
     let (out, base, strides) = slice_view(call, &x.shape, &bs, &es, &[])?;
-    Ok(gather_plan(x, out, base, strides))
+    Ok(View::new(out, base, strides))
 }
 
-fn slice_like(call: &Call<'_>) -> Result<Plan> {
-    let ins = inputs(call, 2)?;
+fn slice_like(call: &Call<'_>, xs: &[TensorDesc]) -> Result<View> {
+    let ins = arrays(call, xs, 2)?;
     let (x, like) = (&ins[0], &ins[1]);
     let axes = call
         .params
@@ -358,7 +366,7 @@ fn slice_like(call: &Call<'_>) -> Result<Plan> {
         end[a] = Some(want);
     }
     let (out, base, strides) = slice_view(call, &x.shape, &vec![Some(0); nd], &end, &[])?;
-    Ok(gather_plan(x, out, base, strides))
+    Ok(View::new(out, base, strides))
 }
 
 fn broadcast_to_shape(call: &Call<'_>, x: &TensorDesc, target: &[i64]) -> Result<Plan> {
@@ -462,8 +470,8 @@ fn broadcast_axis(call: &Call<'_>) -> Result<Plan> {
     broadcast_to_shape(call, x, &t)
 }
 
-fn tile(call: &Call<'_>) -> Result<Plan> {
-    let x = &inputs(call, 1)?[0];
+fn tile(call: &Call<'_>, xs: &[TensorDesc]) -> Result<View> {
+    let x = &arrays(call, xs, 1)?[0];
     let reps = call
         .params
         .required("reps", param::shape, "a tuple of repetitions")?;
@@ -491,17 +499,11 @@ fn tile(call: &Call<'_>) -> Result<Plan> {
         strides.push(st[i]);
     }
     let out: Vec<i64> = (0..nd).map(|i| reps[i] * shape[i]).collect();
-    let dtype = x.dtype;
-    let d = dims(&view_shape);
-    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
-        let (xin, o) = (&k.inputs[0], &mut k.outputs[0]);
-        crate::with_element!(dtype, T => gather(xin.slice::<T>(), 0, &strides, &d, o.slice_mut::<T>()));
-        Ok(())
-    }))
+    Ok(View { iter: view_shape, out, base: 0, strides })
 }
 
-fn repeat(call: &Call<'_>) -> Result<Plan> {
-    let x = &inputs(call, 1)?[0];
+fn repeat(call: &Call<'_>, xs: &[TensorDesc]) -> Result<View> {
+    let x = &arrays(call, xs, 1)?[0];
     let r = call.params.required("repeats", param::int, "an integer")?;
     let axis = call.params.optional("axis", param::int, "an integer")?;
     if r < 0 {
@@ -522,13 +524,7 @@ fn repeat(call: &Call<'_>) -> Result<Plan> {
     strides.insert(a + 1, 0);
     let mut out = shape.clone();
     out[a] *= r;
-    let dtype = x.dtype;
-    let d = dims(&view_shape);
-    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
-        let (xin, o) = (&k.inputs[0], &mut k.outputs[0]);
-        crate::with_element!(dtype, T => gather(xin.slice::<T>(), 0, &strides, &d, o.slice_mut::<T>()));
-        Ok(())
-    }))
+    Ok(View { iter: view_shape, out, base: 0, strides })
 }
 
 /// Concat along `axis`: each input contributes a block of its axis length per outer index.
@@ -601,8 +597,13 @@ fn stack(call: &Call<'_>) -> Result<Plan> {
 }
 
 /// Split along `axis` at `bounds` (section starts plus the end); squeezes the axis if asked.
-fn split_plan(call: &Call<'_>, axis: i64, bounds: Vec<usize>, squeeze: bool) -> Result<Plan> {
-    let x = &inputs(call, 1)?[0];
+fn split_plan(
+    call: &Call<'_>,
+    x: &TensorDesc,
+    axis: i64,
+    bounds: Vec<usize>,
+    squeeze: bool,
+) -> Result<Plan> {
     let a = norm_axis(call, axis, x.shape.len())?;
     let outer: usize = x.shape[..a].iter().map(|&d| d as usize).product();
     let inner: usize = x.shape[a + 1..].iter().map(|&d| d as usize).product();
@@ -656,6 +657,7 @@ fn split(call: &Call<'_>) -> Result<Plan> {
     let step = (len / n) as usize;
     split_plan(
         call,
+        x,
         axis,
         (0..=n as usize).map(|i| i * step).collect(),
         squeeze,
@@ -698,7 +700,7 @@ fn split_v2(call: &Call<'_>) -> Result<Plan> {
         }
         b
     };
-    split_plan(call, axis, bounds, squeeze)
+    split_plan(call, x, axis, bounds, squeeze)
 }
 
 fn reshape_like(call: &Call<'_>) -> Result<Plan> {
@@ -812,38 +814,29 @@ fn space_to_depth(call: &Call<'_>) -> Result<Plan> {
     ))
 }
 
-/// `diag`: the k-th diagonal of the sub-arrays over (axis1, axis2) as the last axis, or for a
-/// 1-D input the square matrix with the input on its k-th diagonal.
-fn diag(call: &Call<'_>) -> Result<Plan> {
-    let x = &inputs(call, 1)?[0];
+/// diag's parameters: `(k, axis1, axis2)`.
+fn diag_params(call: &Call<'_>) -> Result<(i64, i64, i64)> {
     let p = call.params;
-    let k = p.or("k", param::int, "an integer", 0)?;
-    let a1 = p.or("axis1", param::int, "an integer", 0)?;
-    let a2 = p.or("axis2", param::int, "an integer", 1)?;
+    Ok((
+        p.or("k", param::int, "an integer", 0)?,
+        p.or("axis1", param::int, "an integer", 0)?,
+        p.or("axis2", param::int, "an integer", 1)?,
+    ))
+}
+
+/// For a 1-D input of `len` elements: the side of diag's square matrix and the position in it
+/// of the input's first element (the matrix row-major); the input's elements follow at steps of
+/// `side + 1`.
+fn diag_square(len: i64, k: i64) -> (i64, isize) {
+    let m = len + k.abs();
+    let (row0, col0) = ((-k).max(0), k.max(0));
+    (m, (row0 * m + col0) as isize)
+}
+
+/// The k-th diagonal over (axis1, axis2) of an array of two or more dimensions, as a view: the
+/// other axes in order, then the diagonal.
+fn diag_view(call: &Call<'_>, x: &TensorDesc, k: i64, a1: i64, a2: i64) -> Result<View> {
     let nd = x.shape.len();
-    if nd == 0 {
-        return Err(Error::invalid(format!(
-            "operator {}: the input must have at least one dimension",
-            call.name
-        )));
-    }
-    if nd == 1 {
-        let len = x.shape[0];
-        let m = len + k.abs();
-        let dtype = x.dtype;
-        let (row0, col0) = ((-k).max(0) as usize, k.max(0) as usize);
-        return Ok(Plan::new(vec![TensorDesc::new(&[m, m], dtype)], move |kc| {
-            let (xin, out) = (&kc.inputs[0], &mut kc.outputs[0]);
-            crate::with_element!(dtype, T => {
-                let (src, dst) = (xin.slice::<T>(), out.slice_mut::<T>());
-                dst.fill(<T as crate::operator::kernel::element::Element>::zero());
-                for (i, v) in src.iter().enumerate() {
-                    dst[(i + row0) * m as usize + i + col0] = *v;
-                }
-            });
-            Ok(())
-        }));
-    }
     let (a1, a2) = (norm_axis(call, a1, nd)?, norm_axis(call, a2, nd)?);
     if a1 == a2 {
         return Err(Error::invalid(format!(
@@ -878,22 +871,303 @@ fn diag(call: &Call<'_>) -> Result<Plan> {
     } else {
         (-k) as isize * st[a1]
     };
-    Ok(gather_plan(x, out_shape, base, strides))
+    Ok(View::new(out_shape, base, strides))
+}
+
+/// `diag`: the k-th diagonal of the sub-arrays over (axis1, axis2) as the last axis, or for a
+/// 1-D input the square matrix with the input on its k-th diagonal.
+fn diag(call: &Call<'_>) -> Result<Plan> {
+    let x = &inputs(call, 1)?[0];
+    let (k, a1, a2) = diag_params(call)?;
+    match x.shape.len() {
+        0 => Err(Error::invalid(format!(
+            "operator {}: the input must have at least one dimension",
+            call.name
+        ))),
+        1 => {
+            let (m, at) = diag_square(x.shape[0], k);
+            let step = m as usize + 1;
+            let dtype = x.dtype;
+            Ok(Plan::new(vec![TensorDesc::new(&[m, m], dtype)], move |kc| {
+                let (xin, out) = (&kc.inputs[0], &mut kc.outputs[0]);
+                crate::with_element!(dtype, T => {
+                    let (src, dst) = (xin.slice::<T>(), out.slice_mut::<T>());
+                    dst.fill(T::zero());
+                    for (i, v) in src.iter().enumerate() {
+                        dst[at as usize + i * step] = *v;
+                    }
+                });
+                Ok(())
+            }))
+        }
+        _ => Ok(diag_view(call, x, k, a1, a2)?.gather(x)),
+    }
+}
+
+/// `_mxrt_diag_grad(dy, x)`: diag's gradient, shaped like `x`: for a 1-D `x` the k-th diagonal
+/// of `dy`; otherwise zeros with `dy` on the diagonal. Its own gradient is `diag` again.
+fn diag_grad(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (dy, x) = (&ins[0], &ins[1]);
+    let (k, a1, a2) = diag_params(call)?;
+    if x.shape.len() != 1 {
+        return view_grad(call, |c, xs| diag_view(c, &xs[0], k, a1, a2));
+    }
+    let (m, at) = diag_square(x.shape[0], k);
+    if dy.shape[..] != [m, m] {
+        return Err(Error::invalid(format!(
+            "operator {}: the gradient has shape {:?}, diag's output {:?}",
+            call.name,
+            &dy.shape[..],
+            [m, m]
+        )));
+    }
+    Ok(gather_plan(dy, x.shape.to_vec(), at, vec![m as isize + 1]))
+}
+
+/// A strided view of an array: iterating over `iter` (row-major) reads the array at
+/// `base + Σ index·strides`; the result has shape `out`, as many elements as `iter`. Slices,
+/// tiles, repeats and diagonals are views; their gradients scatter back through the same view.
+pub struct View {
+    pub iter: Vec<i64>,
+    pub out: Vec<i64>,
+    pub base: isize,
+    pub strides: Vec<isize>,
+}
+
+impl View {
+    /// A view iterated in its own shape.
+    pub fn new(out: Vec<i64>, base: isize, strides: Vec<isize>) -> View {
+        View { iter: out.clone(), out, base, strides }
+    }
+
+    /// The plan that reads the view of `x`.
+    pub fn gather(self, x: &TensorDesc) -> Plan {
+        gather_plan_as(x, self.iter, self.out, self.base, self.strides)
+    }
+}
+
+/// How a view op sees its array inputs (its first input is the one it reads): the view.
+pub type ViewFn = fn(&Call<'_>, &[TensorDesc]) -> Result<View>;
+
+/// Checks the count of `xs`, the array inputs of a view op (its own or, in its gradient op,
+/// those after the gradient).
+fn arrays<'a>(call: &Call<'_>, xs: &'a [TensorDesc], n: usize) -> Result<&'a [TensorDesc]> {
+    if xs.len() != n {
+        return Err(Error::invalid(format!(
+            "operator {} takes {n} input(s), {} given",
+            call.name,
+            xs.len()
+        )));
+    }
+    Ok(xs)
+}
+
+/// A view op's forward: the view of its first input.
+fn view_forward(call: &Call<'_>, f: ViewFn) -> Result<Plan> {
+    let v = f(call, call.inputs)?;
+    Ok(v.gather(&call.inputs[0]))
+}
+
+/// A view op's gradient op, `_mxrt_<op>_grad(dy, inputs...)` with the forward's parameters:
+/// zeros shaped like the forward's first input, with `dy` added back through the forward's view
+/// (an element the view read several times sums its gradients).
+fn view_grad(
+    call: &Call<'_>,
+    f: impl Fn(&Call<'_>, &[TensorDesc]) -> Result<View>,
+) -> Result<Plan> {
+    let ins = call.inputs;
+    if ins.len() < 2 {
+        return Err(Error::invalid(format!(
+            "operator {} takes the gradient and the forward's inputs, {} input(s) given",
+            call.name,
+            ins.len()
+        )));
+    }
+    let (dy, x) = (&ins[0], &ins[1]);
+    let v = f(call, &ins[1..])?;
+    if dy.shape[..] != v.out[..] {
+        return Err(Error::invalid(format!(
+            "operator {}: the gradient has shape {:?}, the forward's output {:?}",
+            call.name,
+            &dy.shape[..],
+            &v.out[..]
+        )));
+    }
+    let dtype = dy.dtype;
+    let iter = dims(&v.iter);
+    let (base, strides) = (v.base, v.strides);
+    Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
+        let (g, out) = (&k.inputs[0], &mut k.outputs[0]);
+        crate::with_element!(dtype, T => {
+            scatter_add(g.slice::<T>(), base, &strides, &iter, out.slice_mut::<T>())
+        });
+        Ok(())
+    }))
+}
+
+/// `out = 0`, then `out[base + Σ index·strides] += src[k]` over `src` iterated in `iter`'s
+/// shape (summed in f64).
+fn scatter_add<T: Element>(
+    src: &[T],
+    base: isize,
+    strides: &[isize],
+    iter: &[usize],
+    out: &mut [T],
+) {
+    let mut acc = vec![0f64; out.len()];
+    walk(iter, [strides], [base], 0, src.len(), |k, [o]| acc[o as usize] += src[k].to_f64());
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = T::from_f64(a);
+    }
+}
+
+/// The forward's parameters as given, for a gradient op that takes them all.
+pub(crate) fn all_params<'a>(g: &GradCtx<'a>) -> Vec<(&'a str, &'a str)> {
+    g.params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// The forward's parameters among `keys`, as given.
+pub(crate) fn some_params<'a>(g: &GradCtx<'a>, keys: &[&str]) -> Vec<(&'a str, &'a str)> {
+    g.params
+        .iter()
+        .filter(|(k, _)| keys.contains(&k.as_str()))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// The gradient of an op whose output has its input's elements (reshapes): `dy` in `x`'s shape.
+fn reshape_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    Ok(vec![Some(g.op("reshape_like", &[g.dy(0), g.x(0)], &[])?)])
+}
+
+/// Registers view op `$name` (`$f`: its [`ViewFn`]) and its gradient op `_mxrt_<name>_grad`,
+/// each the other's gradient; the forward's inputs after the first (a "like" input) get none.
+macro_rules! view_op {
+    ($t:ident, $name:literal, $f:expr) => {{
+        const GRAD: &str = concat!("_mxrt_", $name, "_grad");
+        $t.def(GRAD, &|c: &Call<'_>| view_grad(c, $f)).grad(|g| {
+            let p = all_params(g);
+            let mut ins = vec![g.dy(0)];
+            ins.extend_from_slice(&g.inputs[2..]);
+            let dd = g.op($name, &ins, &p)?;
+            let mut dx = vec![Some(dd)];
+            dx.resize(g.inputs.len(), None);
+            Ok(dx)
+        });
+        $t.def($name, &|c: &Call<'_>| view_forward(c, $f)).grad(|g| {
+            let p = all_params(g);
+            let mut ins = vec![g.dy(0)];
+            ins.extend_from_slice(g.inputs);
+            let dx = g.op(GRAD, &ins, &p)?;
+            let mut dxs = vec![Some(dx)];
+            dxs.resize(g.inputs.len(), None);
+            Ok(dxs)
+        })
+    }};
+}
+
+/// The gradient of `SliceChannel`/`_split_v2`: the outputs' gradients joined along the axis
+/// (stacked where the outputs dropped it).
+fn split_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let axis = g.param_set("axis").unwrap_or("1").to_owned();
+    let n = g.ograds.len().to_string();
+    let dys = g.ograds.to_vec();
+    let dx = if g.flag("squeeze_axis", false) {
+        g.op("stack", &dys, &[("num_args", &n), ("axis", &axis)])?
+    } else {
+        g.op("Concat", &dys, &[("num_args", &n), ("dim", &axis)])?
+    };
+    Ok(vec![Some(dx)])
+}
+
+/// `_mxrt_Concat_grad(dy, x0, x1, ...)`: `dy` split along Concat's axis into pieces shaped like
+/// the inputs.
+fn concat_grad(call: &Call<'_>) -> Result<Plan> {
+    let ins = call.inputs;
+    call.params.optional("num_args", param::int, "an integer")?;
+    let dim = call.params.or("dim", param::int, "an integer", 1)?;
+    let Some((dy, xs)) = ins.split_first() else {
+        return Err(Error::invalid(format!("operator {}: no inputs", call.name)));
+    };
+    let a = norm_axis(call, dim, dy.shape.len())?;
+    let mut bounds = vec![0usize];
+    for (i, x) in xs.iter().enumerate() {
+        let fits = x.shape.len() == dy.shape.len()
+            && (0..x.shape.len()).all(|j| j == a || x.shape[j] == dy.shape[j]);
+        if !fits {
+            return Err(Error::invalid(format!(
+                "operator {}: input {i} has shape {:?}, not a part of the gradient's {:?} along \
+                 axis {a}",
+                call.name,
+                &x.shape[..],
+                &dy.shape[..]
+            )));
+        }
+        bounds.push(bounds[i] + x.shape[a] as usize);
+    }
+    if bounds[xs.len()] as i64 != dy.shape[a] {
+        return Err(Error::invalid(format!(
+            "operator {}: the inputs' lengths along axis {a} do not add up to the gradient's {}",
+            call.name, dy.shape[a]
+        )));
+    }
+    split_plan(call, dy, a as i64, bounds, false)
 }
 
 pub(crate) fn register(t: &mut Entries) {
-    t.push(("depth_to_space", &depth_to_space));
-    t.push(("space_to_depth", &space_to_depth));
-    t.push(("diag", &diag));
-    t.push(("Reshape", &reshape));
-    t.push(("Flatten", &flatten));
-    t.push(("expand_dims", &expand_dims));
-    t.push(("squeeze", &squeeze));
-    t.push(("transpose", &transpose));
-    t.push(("SwapAxis", &swapaxes));
-    t.push(("reverse", &flip));
+    // each is the other's gradient
+    t.push(("depth_to_space", &depth_to_space)).grad(|g| {
+        let p = some_params(g, &["block_size"]);
+        Ok(vec![Some(g.op("space_to_depth", &[g.dy(0)], &p)?)])
+    });
+    t.push(("space_to_depth", &space_to_depth)).grad(|g| {
+        let p = some_params(g, &["block_size"]);
+        Ok(vec![Some(g.op("depth_to_space", &[g.dy(0)], &p)?)])
+    });
+    t.push(("diag", &diag)).grad(|g| {
+        let p = all_params(g);
+        Ok(vec![Some(g.op("_mxrt_diag_grad", &[g.dy(0), g.x(0)], &p)?)])
+    });
+    t.def("_mxrt_diag_grad", &diag_grad).grad(|g| {
+        let p = all_params(g);
+        Ok(vec![Some(g.op("diag", &[g.dy(0)], &p)?), None])
+    });
+    t.push(("Reshape", &reshape)).grad(reshape_grad);
+    t.push(("Flatten", &flatten)).grad(reshape_grad);
+    t.push(("expand_dims", &expand_dims)).grad(reshape_grad);
+    t.push(("squeeze", &squeeze)).grad(reshape_grad);
+    t.push(("reshape_like", &reshape_like)).grad(|g| {
+        let dx = g.op("reshape_like", &[g.dy(0), g.x(0)], &[])?;
+        Ok(vec![Some(dx), None])
+    });
+    t.push(("transpose", &transpose)).grad(|g| {
+        // the inverse permutation (the reversal is its own inverse)
+        let axes = g.param_set("axes").map(param::shape).unwrap_or(Some(vec![]));
+        let axes = axes.ok_or_else(|| Error::invalid("transpose: axes is not a tuple of axes"))?;
+        let n = axes.len() as i64;
+        let mut inv = vec![0i64; axes.len()];
+        for (i, &a) in axes.iter().enumerate() {
+            let a = if a < 0 { a + n } else { a };
+            if !(0..n).contains(&a) {
+                return Err(Error::invalid(format!("transpose: axis {a} is out of range")));
+            }
+            inv[a as usize] = i as i64;
+        }
+        let inv = format!("{inv:?}").replace('[', "(").replace(']', ")");
+        let p: Vec<(&str, &str)> = if axes.is_empty() { vec![] } else { vec![("axes", &inv)] };
+        Ok(vec![Some(g.op("transpose", &[g.dy(0)], &p)?)])
+    });
+    t.push(("SwapAxis", &swapaxes)).grad(|g| {
+        let p = all_params(g);
+        Ok(vec![Some(g.op("SwapAxis", &[g.dy(0)], &p)?)])
+    });
+    t.push(("reverse", &flip)).grad(|g| {
+        let p = all_params(g);
+        Ok(vec![Some(g.op("reverse", &[g.dy(0)], &p)?)])
+    });
     // rows of a csr array are a csr array (without steps), as in MXNet
-    t.push(("slice", &slice)).stype(StorageRule::Custom(|p, ins| {
+    view_op!(t, "slice", slice).stype(StorageRule::Custom(|p, ins| {
         let unit_step = stype::param(p, "step")
             .is_none_or(|v| matches!(v.trim(), "()" | "[]" | "(1,)" | "(None,)"));
         if ins.first() == Some(&StorageType::Csr) && unit_step {
@@ -902,16 +1176,43 @@ pub(crate) fn register(t: &mut Entries) {
             StorageType::Default
         }
     }));
-    t.push(("slice_axis", &slice_axis));
-    t.push(("slice_like", &slice_like));
-    t.push(("broadcast_to", &broadcast_to));
-    t.push(("broadcast_like", &broadcast_like));
-    t.push(("broadcast_axis", &broadcast_axis));
-    t.push(("tile", &tile));
-    t.push(("repeat", &repeat));
-    t.push(("Concat", &concat));
-    t.push(("stack", &stack));
-    t.push(("SliceChannel", &split));
-    t.push(("_split_v2", &split_v2));
-    t.push(("reshape_like", &reshape_like));
+    view_op!(t, "slice_axis", slice_axis);
+    view_op!(t, "slice_like", slice_like);
+    view_op!(t, "tile", tile);
+    view_op!(t, "repeat", repeat);
+    // summed back over the broadcast axes; the "like" input gets none
+    t.push(("broadcast_to", &broadcast_to))
+        .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?)]));
+    t.push(("broadcast_like", &broadcast_like))
+        .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?), None]));
+    t.push(("broadcast_axis", &broadcast_axis))
+        .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?)]));
+    t.push(("Concat", &concat)).grad(|g| {
+        let p = some_params(g, &["dim"]);
+        let mut ins = vec![g.dy(0)];
+        ins.extend_from_slice(g.inputs);
+        let parts = g.ops("_mxrt_Concat_grad", &ins, &p)?;
+        Ok(parts.into_iter().map(Some).collect())
+    });
+    t.def("_mxrt_Concat_grad", &concat_grad).grad(|g| {
+        let dim = g.param_set("dim").unwrap_or("1").to_owned();
+        let n = g.ograds.len().to_string();
+        let dys = g.ograds.to_vec();
+        let dd = g.op("Concat", &dys, &[("num_args", &n), ("dim", &dim)])?;
+        let mut dx = vec![Some(dd)];
+        dx.resize(g.inputs.len(), None);
+        Ok(dx)
+    });
+    t.push(("stack", &stack)).grad(|g| {
+        let axis = g.param_set("axis").unwrap_or("0").to_owned();
+        let n = g.inputs.len().to_string();
+        let parts = g.ops(
+            "SliceChannel",
+            &[g.dy(0)],
+            &[("num_outputs", &n), ("axis", &axis), ("squeeze_axis", "1")],
+        )?;
+        Ok(parts.into_iter().map(Some).collect())
+    });
+    t.push(("SliceChannel", &split)).grad(split_grad);
+    t.push(("_split_v2", &split_v2)).grad(split_grad);
 }

@@ -84,7 +84,10 @@ pub(crate) fn register(t: &mut Entries) {
             Some("csr") => StorageType::Csr,
             _ => StorageType::Default,
         }
-    }));
+    }))
+    .grad(|g| Ok(vec![Some(g.op("_copy", &[g.dy(0)], &[])?)]));
+    // the retained rows' gradients (the op is its own gradient); the row ids get none
     t.push(("_sparse_retain", &sparse_retain))
-        .stype(StorageRule::Custom(|_, _| StorageType::RowSparse));
+        .stype(StorageRule::Custom(|_, _| StorageType::RowSparse))
+        .grad(|g| Ok(vec![Some(g.op("_sparse_retain", &[g.dy(0), g.x(1)], &[])?), None]));
 }
