@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Below this many elements of work a kernel runs on one thread: a hand-off costs a few
-/// microseconds, which is about what 32 K elements of simple arithmetic take.
-pub const MIN_PARALLEL_ELEMS: usize = 1 << 15;
+/// microseconds, which is about what 32 K elements of simple arithmetic take. (1 K under Miri,
+/// so that kernels split their work on the small arrays its tests can afford.)
+pub const MIN_PARALLEL_ELEMS: usize = if cfg!(miri) { 1 << 10 } else { 1 << 15 };
 
 fn env_threads(name: &str) -> Option<usize> {
     std::env::var(name)
@@ -270,7 +271,7 @@ mod tests {
     use super::*;
 
     /// Smaller sizes under Miri, which interprets every access.
-    const BIG: usize = if cfg!(miri) { MIN_PARALLEL_ELEMS + 7 } else { 1 << 20 };
+    const BIG: usize = if cfg!(miri) { 4 * MIN_PARALLEL_ELEMS + 7 } else { 1 << 20 };
 
     #[test]
     fn ranges_cover_every_index_once() {

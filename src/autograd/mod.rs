@@ -17,6 +17,8 @@
 pub mod backward;
 pub mod node;
 pub mod record;
+#[cfg(test)]
+mod tests;
 
 pub use crate::operator::mode::{is_recording, is_training, set_training};
 pub use backward::{BackwardArgs, backward};

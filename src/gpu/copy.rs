@@ -141,3 +141,61 @@ pub unsafe fn fill_bytes(dst: Endpoint, value: u8, n: usize, finish: Finish) -> 
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn host_copies_allow_overlap_and_fills_set_every_byte() {
+        let mut v: Vec<u8> = (0..32).collect();
+        let p = v.as_mut_ptr();
+        // SAFETY: both ranges lie inside `v`, which nothing else uses; `copy` allows overlap.
+        unsafe { copy(Endpoint::Host(p.wrapping_add(4)), Endpoint::Host(p), 16) }.unwrap();
+        let mut expect: Vec<u8> = (0..32).collect();
+        expect.copy_within(0..16, 4);
+        assert_eq!(v, expect);
+        // SAFETY: as above; 0 bytes touch nothing.
+        unsafe { copy(Endpoint::Host(p), Endpoint::Host(p.wrapping_add(1)), 0) }.unwrap();
+        assert_eq!(v, expect);
+        let done = Arc::new(Mutex::new(None));
+        let d = done.clone();
+        let finish = Finish::Then(Box::new(move |r| *d.lock().unwrap() = Some(r.is_ok())));
+        // SAFETY: bytes 8..24 of `v`.
+        unsafe { fill_bytes(Endpoint::Host(v.as_mut_ptr().wrapping_add(8)), 0xAB, 16, finish) }
+            .unwrap();
+        // host work finishes on the calling thread before the call returns
+        assert_eq!(*done.lock().unwrap(), Some(true));
+        assert!(v[8..24].iter().all(|&b| b == 0xAB));
+        assert_eq!(&v[..8], &expect[..8]);
+        assert_eq!(&v[24..], &expect[24..]);
+    }
+
+    #[test]
+    fn endpoints_follow_the_context() {
+        let mut x = 0u8;
+        let p: *mut u8 = &mut x;
+        assert!(matches!(Endpoint::of(Context::cpu(0), p), Endpoint::Host(q) if q == p));
+        assert!(matches!(Endpoint::of(Context::cpu_pinned(0), p), Endpoint::Host(_)));
+        assert!(matches!(
+            Endpoint::of(Context::gpu(3), p),
+            Endpoint::Device { dev: 3, addr } if addr == p as usize as u64
+        ));
+    }
+
+    /// A device side without that device is an error, also for the completion callback.
+    #[test]
+    fn a_missing_device_is_an_error() {
+        let mut v = [0u8; 8];
+        let dev = i32::try_from(crate::gpu::device_count()).unwrap();
+        let done = Arc::new(Mutex::new(None));
+        let d = done.clone();
+        let finish = Finish::Then(Box::new(move |r| *d.lock().unwrap() = Some(r.is_err())));
+        let missing = Endpoint::Device { dev, addr: 0x1000 };
+        // SAFETY: the device does not exist, so nothing is copied.
+        let r = unsafe { copy_finish(Endpoint::Host(v.as_mut_ptr()), missing, 8, finish) };
+        assert!(r.is_err() || *done.lock().unwrap() == Some(true), "{r:?}");
+        assert_eq!(v, [0u8; 8]);
+    }
+}

@@ -28,6 +28,11 @@ fn probe() -> Driver {
         problem: Some(problem),
         contexts: Vec::new(),
     };
+    // Miri cannot call foreign functions (dlopen): under it the process has no driver, and
+    // everything a machine without GPUs runs can still be checked.
+    if cfg!(miri) {
+        return none("no CUDA driver (Miri cannot load libcuda.so)".into());
+    }
     // SAFETY: the probe only tries to dlopen the driver's candidate library names.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return none("no CUDA driver (libcuda.so) was found".into());

@@ -12,6 +12,8 @@ pub(crate) mod gpu_op;
 pub mod format;
 pub mod np_shape;
 pub mod shape;
+#[cfg(test)]
+mod tests;
 
 pub use array::{AutogradSlot, NDArray, load_list, save_list, save_record};
 pub use shape::Shape;

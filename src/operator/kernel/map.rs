@@ -94,7 +94,8 @@ mod tests {
 
     #[test]
     fn maps_match_a_serial_loop_in_place_and_out_of_place() {
-        let n = (1 << 16) + 3;
+        // enough elements to split across threads
+        let n = 2 * crate::parallel::MIN_PARALLEL_ELEMS + 3;
         let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
         let b: Vec<f32> = (0..n).map(|i| (n - i) as f32).collect();
         let mut out = vec![0f32; n];
