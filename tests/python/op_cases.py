@@ -563,6 +563,9 @@ case("sparse_square_sum")(lambda: [nd._internal._square_sum(SP().tostype("row_sp
 case("sparse_quadratic")(lambda: [nd.contrib.quadratic(SP().tostype("csr"), a=0.5, b=2.0, c=0.0),
                                   nd.contrib.quadratic(SP().tostype("csr"), a=0.5, b=2.0, c=1.0),
                                   nd.contrib.quadratic(A(), a=1.0, b=-1.0, c=0.5)])
+case("sparse_take_dot_stype")(lambda: [nd.take(SP().tostype("csr"), arr([3, 1], "int64")),
+                                       nd.sparse.dot(SP().tostype("csr"), arr([[1.0], [2.0], [3.0]]),
+                                                     forward_stype="row_sparse")])
 case("sparse_getnnz")(lambda: [nd.contrib.getnnz(SP().tostype("csr")),
                                nd.contrib.getnnz(SP().tostype("csr"), axis=1)])
 

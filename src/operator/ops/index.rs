@@ -670,7 +670,17 @@ pub(crate) fn register(t: &mut Entries) {
     }));
     t.push(("_scatter_set_nd", &scatter_set_nd));
     // indices get no gradient
-    t.push(("take", &take)).grad(|g| {
+    // rows of a csr array taken along axis 0 are a csr array, as in MXNet
+    t.push(("take", &take))
+        .stype(crate::operator::stype::StorageRule::Custom(|p, ins| {
+            let axis0 = crate::operator::stype::param(p, "axis").is_none_or(|a| a.trim() == "0");
+            if ins.first() == Some(&crate::ndarray::format::StorageType::Csr) && axis0 {
+                crate::ndarray::format::StorageType::Csr
+            } else {
+                crate::ndarray::format::StorageType::Default
+            }
+        }))
+        .grad(|g| {
         let p = some_params(g, &["axis", "mode"]);
         let dx = g.op("_mxrt_take_grad", &[g.dy(0), g.x(1), g.x(0)], &p)?;
         Ok(vec![Some(dx), None])

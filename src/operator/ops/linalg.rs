@@ -14,11 +14,12 @@ fn transposes(call: &Call<'_>) -> Result<(bool, bool)> {
     let p = call.params;
     let ta = p.or("transpose_a", param::boolean, "a boolean", false)?;
     let tb = p.or("transpose_b", param::boolean, "a boolean", false)?;
+    // the output's storage (StorageRule of dot); the kernel computes densely either way
     if let Some(s) = p.optional("forward_stype", param::choice, "a storage type")?
-        && s != "default"
+        && !matches!(s.as_str(), "default" | "row_sparse" | "csr")
     {
-        return Err(Error::not_supported(format!(
-            "operator {}: forward_stype '{s}' (sparse storage) is not supported",
+        return Err(Error::invalid(format!(
+            "operator {}: forward_stype '{s}' is not a storage type (default, row_sparse, csr)",
             call.name
         )));
     }
@@ -204,6 +205,12 @@ pub(crate) fn register(t: &mut Entries) {
     // dot(csr.T, dense) is row_sparse, as in MXNet
     t.push(("dot", &dot))
         .stype(StorageRule::Custom(|p, ins| {
+            match stype::param(p, "forward_stype").map(|s| s.trim_matches(|c| c == '\'' || c == '"')) {
+                Some("row_sparse") => return StorageType::RowSparse,
+                Some("csr") => return StorageType::Csr,
+                Some("default") => return StorageType::Default,
+                _ => {}
+            }
             if ins.first() == Some(&StorageType::Csr)
                 && stype::truthy(stype::param(p, "transpose_a"))
                 && ins.get(1) == Some(&StorageType::Default)
