@@ -36,6 +36,21 @@ pub(crate) unsafe fn c_str<'a>(ptr: *const c_char, name: &str) -> Result<&'a str
         .map_err(|_| Error::invalid(format!("{name} is not valid UTF-8")))
 }
 
+/// Element `i` of the string array `name` (`name[i]` in messages, formatted only on error:
+/// this runs once per parameter of every invoke).
+///
+/// # Safety
+/// As for [`c_str`].
+pub(crate) unsafe fn c_str_at<'a>(ptr: *const c_char, name: &str, i: usize) -> Result<&'a str> {
+    if ptr.is_null() {
+        return Err(Error::invalid(format!("{name}[{i}] is NULL")));
+    }
+    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
+    let s = unsafe { CStr::from_ptr(ptr) };
+    s.to_str()
+        .map_err(|_| Error::invalid(format!("{name}[{i}] is not valid UTF-8")))
+}
+
 /// Like [`c_str`], but NULL gives `None`.
 ///
 /// # Safety

@@ -126,8 +126,8 @@ unsafe fn invoke(
         // SAFETY: API contract: C strings.
         let (k, v) = unsafe {
             (
-                args::c_str(k, &format!("param_keys[{i}]"))?,
-                args::c_str(v, &format!("param_vals[{i}]"))?,
+                args::c_str_at(k, "param_keys", i)?,
+                args::c_str_at(v, "param_vals", i)?,
             )
         };
         params.push((k, v));

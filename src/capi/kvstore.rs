@@ -137,7 +137,7 @@ unsafe fn str_keys<'a>(keys: *const *const c_char, num: usize, name: &str) -> Re
     raw.iter()
         .enumerate()
         // SAFETY: each entry is a NUL-terminated string per the API contract.
-        .map(|(i, &p)| unsafe { args::c_str(p, &format!("{name}[{i}]")) })
+        .map(|(i, &p)| unsafe { args::c_str_at(p, name, i) })
         .collect()
 }
 
@@ -150,7 +150,7 @@ unsafe fn arrays(vals: *const NDArrayHandle, num: usize, name: &str) -> Result<V
     let raw = unsafe { args::slice(vals, num, name)? };
     raw.iter()
         .enumerate()
-        .map(|(i, &h)| super::ndarray::nd(h, &format!("{name}[{i}]")))
+        .map(|(i, &h)| super::handle::borrow_at::<NDArray>(h, name, i))
         .collect()
 }
 

@@ -56,7 +56,7 @@ pub unsafe extern "C" fn MXNDArraySave(
             ks.iter()
                 .enumerate()
                 // SAFETY: API contract: each key is a NUL-terminated string.
-                .map(|(i, &k)| unsafe { args::c_str(k, &format!("keys[{i}]")) })
+                .map(|(i, &k)| unsafe { args::c_str_at(k, "keys", i) })
                 .collect::<Result<_>>()?
         };
         let refs: Vec<&NDArray> = arrays.iter().map(|a| &**a).collect();

@@ -148,9 +148,9 @@ unsafe fn set_config(
     let mut pairs = Vec::with_capacity(n);
     for i in 0..n {
         // SAFETY: each element is a NUL-terminated string per the caller's contract.
-        let k = unsafe { args::c_str(ks[i], &format!("keys[{i}]"))? };
+        let k = unsafe { args::c_str_at(ks[i], "keys", i)? };
         // SAFETY: as above.
-        let v = unsafe { args::c_str(vs[i], &format!("vals[{i}]"))? };
+        let v = unsafe { args::c_str_at(vs[i], "vals", i)? };
         pairs.push((k, v));
     }
     let config = Config::parse(pairs.iter().copied())?;

@@ -45,6 +45,9 @@ fn range(a: &NDArray) -> Result<(usize, usize)> {
     Ok((p, p + a.nbytes()))
 }
 
+/// Per-array lists of one op: inline for the usual few arrays (no allocation per invoke).
+type Arrays<T> = SmallVec<[T; 4]>;
+
 fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
     a.0 < b.1 && b.0 < a.1
 }
@@ -175,7 +178,14 @@ pub fn allocate(call: &Invoke<'_>, r: &Resolved) -> Result<Vec<NDArray>> {
                         p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                     stype::output_stypes(r.def.stype, &p, ins, r.plan.outputs.len())
                 }
-                None => vec![StorageType::Default; r.plan.outputs.len()],
+                None => {
+                    return r
+                        .plan
+                        .outputs
+                        .iter()
+                        .map(|d| NDArray::new(&d.shape, r.ctx, d.dtype, false))
+                        .collect();
+                }
             };
             r.plan
                 .outputs
@@ -406,12 +416,12 @@ struct Staged {
 /// Everything the engine op owns.
 struct Job {
     kernel: super::op::Kernel,
-    inputs: Vec<Tensor>,
-    outputs: Vec<Tensor>,
+    inputs: Arrays<Tensor>,
+    outputs: Arrays<Tensor>,
     staged: Vec<Staged>,
     resource: Option<Resource>,
     /// Keeps every array's memory alive until the op has run.
-    _keep: Vec<NDArray>,
+    _keep: SmallVec<[NDArray; 6]>,
 }
 
 fn run(
@@ -459,8 +469,8 @@ fn prepare(
     plan: Plan,
     ctx: Context,
 ) -> Result<Job> {
-    let in_ranges = inputs.iter().map(range).collect::<Result<Vec<_>>>()?;
-    let out_ranges = outputs.iter().map(range).collect::<Result<Vec<_>>>()?;
+    let in_ranges = inputs.iter().map(range).collect::<Result<Arrays<_>>>()?;
+    let out_ranges = outputs.iter().map(range).collect::<Result<Arrays<_>>>()?;
     for (j, &o) in out_ranges.iter().enumerate() {
         if out_ranges[..j].iter().any(|&p| overlaps(o, p)) {
             return Err(Error::invalid(format!(
@@ -470,8 +480,8 @@ fn prepare(
     }
     let elementwise = plan.aliasing == Aliasing::Elementwise;
     let mut staged = Vec::new();
-    let mut aliased_inputs = vec![false; inputs.len()];
-    let mut out_exclusive = vec![true; outputs.len()];
+    let mut aliased_inputs: Arrays<bool> = smallvec::smallvec![false; inputs.len()];
+    let mut out_exclusive: Arrays<bool> = smallvec::smallvec![true; outputs.len()];
     for (j, &o) in out_ranges.iter().enumerate() {
         for (i, &r) in in_ranges.iter().enumerate() {
             if !overlaps(o, r) {
@@ -504,7 +514,7 @@ fn prepare(
         .iter()
         .zip(&aliased_inputs)
         .map(|(a, &alias)| make(a, !alias))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Arrays<_>>>()?;
     let out_tensors = outputs
         .iter()
         .enumerate()
@@ -512,14 +522,14 @@ fn prepare(
             Some(s) => make(&s.scratch, true),
             None => make(o, out_exclusive[j]),
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Arrays<_>>>()?;
 
     let resource = match plan.resource {
         Some(req) => Some(ResourceManager::global()?.request(ctx, req)?),
         None => None,
     };
     let _ = name;
-    let mut keep: Vec<NDArray> = Vec::with_capacity(inputs.len() + outputs.len());
+    let mut keep: SmallVec<[NDArray; 6]> = SmallVec::with_capacity(inputs.len() + outputs.len());
     keep.extend(inputs.iter().cloned());
     keep.extend(outputs.iter().cloned());
     Ok(Job {

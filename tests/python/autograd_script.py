@@ -334,6 +334,74 @@ def gluon_losses():
     return out
 
 
+def sv(a):
+    """An array's storage type and values."""
+    return [a.stype, v(a)]
+
+
+def sparse_inputs():
+    rng = np.random.RandomState(3)
+    dense = rng.rand(5, 4).astype("float32")
+    dense[[1, 3]] = 0
+    return nd.array(dense), nd.array(dense).tostype("csr"), nd.array(rng.rand(4, 3))
+
+
+@scenario
+def dot_of_csr_gives_row_sparse_weight_gradients():
+    dense, csr, w = sparse_inputs()
+    out = {}
+    for lhs_name, lhs in (("csr", csr), ("dense", dense)):
+        for grad_stype in ("default", "row_sparse"):
+            for ta in (False, True):
+                ww = nd.array(np.ones((5, 3)) * 0.5) if ta else w.copy()
+                ww.attach_grad(stype=grad_stype)
+                with ag.record():
+                    y = nd.dot(lhs, ww, transpose_a=ta)
+                y.backward(nd.ones_like(y) * 2 if y.stype == "default" else None)
+                out[f"{lhs_name}/{grad_stype}/ta={ta}"] = sv(ww.grad)
+    # autograd.grad returns the gradient in the storage the backward computes it in
+    ww = w.copy()
+    ww.attach_grad()
+    with ag.record():
+        y = nd.dot(csr, ww)
+    out["grad"] = sv(ag.grad(y, [ww], head_grads=nd.ones_like(y))[0])
+    # the csr operand's own gradient, into its csr buffer
+    c = csr.copy()
+    c.attach_grad()
+    with ag.record():
+        y = nd.dot(c, w)
+    y.backward()
+    out["lhs"] = sv(c.grad)
+    return out
+
+
+@scenario
+def row_sparse_gradients_of_sparse_ops():
+    dense, _, _ = sparse_inputs()
+    ops = {
+        "square_sum": lambda x: nd._internal._square_sum(x, axis=1),
+        "retain": lambda x: nd.sparse.retain(x, nd.array([0, 2], dtype="int64")),
+        "elemwise_add": lambda x: nd.elemwise_add(x, x),
+        "sum": nd.sum,
+        "dense_op": lambda x: x * 2,
+    }
+    out = {}
+    for name, f in ops.items():
+        x = nd.array(dense).tostype("row_sparse") if name != "dense_op" else nd.array(dense)
+        x.attach_grad(stype="row_sparse")
+        with ag.record():
+            y = f(x)
+        y.backward()
+        out[name] = sv(x.grad)
+    w = nd.array(np.arange(15).reshape(5, 3))
+    w.attach_grad(stype="row_sparse")
+    with ag.record():
+        y = nd.take(w, nd.array([0, 3, 3]))
+    y.backward()
+    out["take"] = sv(w.grad)
+    return out
+
+
 @scenario
 def trainer_warns_on_stale_gradients():
     net = mlp(4)

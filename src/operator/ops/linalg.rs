@@ -239,7 +239,20 @@ pub(crate) fn register(t: &mut Entries) {
         let db = if g.needs(1) { Some(g.op("_mxrt_matmul_grad_b", &[go, dc, b], &p)?) } else { None };
         Ok(vec![ddc, db, None])
     });
-    t.def("_mxrt_matmul_grad_b", &|c: &Call<'_>| matmul_op(c, Role::GradB)).grad(|g| {
+    // dot(csr, B)'s gradient for B, csrᵀ·dC, is row_sparse (rows of B no row of the csr
+    // touches get none), as MXNet's dot backward gives it
+    t.def("_mxrt_matmul_grad_b", &|c: &Call<'_>| matmul_op(c, Role::GradB))
+        .stype(StorageRule::Custom(|p, ins| {
+            let transposed = ["transpose_a", "transpose_b"]
+                .iter()
+                .any(|k| stype::truthy(stype::param(p, k)));
+            if ins.first() == Some(&StorageType::Csr) && !transposed {
+                StorageType::RowSparse
+            } else {
+                StorageType::Default
+            }
+        }))
+        .grad(|g| {
         // dB = G_B(A, dC): <go, G_B(A, dC)> = <dC, A·go>
         let p = g.params.to_vec();
         let p = as_refs(&p);
