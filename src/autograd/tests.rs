@@ -29,6 +29,7 @@ fn op(name: &'static str, inputs: &[NDArray], params: Vec<(&str, &str)>) -> NDAr
         inputs,
         params,
         outputs: None,
+        state: None,
     })
     .unwrap()
     .remove(0)
