@@ -157,7 +157,7 @@ impl Callbacks {
 fn ok(ret: c_int, what: &str) -> Result<()> {
     if ret == 0 {
         Err(Error::invalid(format!(
-            "{what} failed: its callback returned 0 (a Python exception is printed above)"
+            "{what} failed: its callback returned 0 (a Python callback prints its exception)"
         )))
     } else {
         Ok(())

@@ -662,6 +662,9 @@ fn push_job(
     job: Job,
 ) -> Result<()> {
     let ctx = job.ctx;
+    // A job the op never runs (it is skipped when an input carries an error) is dropped with
+    // the op's body, before the engine counts the op out of `WaitForAll`: its state is then
+    // released on that engine thread, and a wait for all ops has seen it released.
     let job = Mutex::new(Some(job));
     let args = PushArgs::new(ctx)
         .reads(reads)

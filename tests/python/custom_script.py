@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 
 import numpy as np
 import mxnet as mx
@@ -590,6 +591,15 @@ def error_backward_raises():
     return outcome(run)
 
 
+@scenario
+def error_reaches_a_following_custom_op():
+    def run():
+        bad = nd.Custom(nd.ones((2, 2)), where="forward", op_type="t_failing")
+        return nd.Custom(bad, op_type="t_cube") + 1
+
+    return outcome(run)
+
+
 @mxrt_only
 def error_creator_raises():
     """MXNet 1.9.1 calls the delete callback of the list the failed creator never filled
@@ -649,7 +659,7 @@ def delete_callbacks_run_once():
 
     with reg.lock:
         reg.ref_holder = Holder(reg.ref_holder)
-    before = len(reg.ref_holder)
+    before = set(reg.ref_holder)
     x = rand(3, 3, seed=40)
     y = nd.Custom(x, op_type="t_cube")
     y.asnumpy()
@@ -662,15 +672,28 @@ def delete_callbacks_run_once():
     except mx.MXNetError:
         pass
     w = nd.Custom(x, where="forward", op_type="t_failing")
+    # skipped: its input carries the forward's error
+    w2 = nd.Custom(w, op_type="t_cube")
+    try:
+        w2.asnumpy()
+    except mx.MXNetError:
+        pass
     try:
         w.asnumpy()
     except mx.MXNetError:
         pass
-    del y, z, w
+    del y, z, w, w2
     nd.waitall()
     gc.collect()
     nd.waitall()
-    return [len(reg.ref_holder) - before, missing]
+    # MXNet releases some objects on its custom-operator threads shortly after the ops
+    # complete: give them a moment (a leak stays)
+    for _ in range(100):
+        left = set(reg.ref_holder) - before
+        if not left:
+            break
+        time.sleep(0.02)
+    return [len(left), missing]
 
 
 def profile(fn):
