@@ -213,12 +213,17 @@ mod custom_op {
         register();
         let x = arr(&[1.0, -2.0, 4.0]);
         let gx = arr(&[0.0; 3]);
-        mark_variables(&[x.clone()], &[GradReq::Write], &[gx.clone()]).unwrap();
+        mark_variables(
+            std::slice::from_ref(&x),
+            &[GradReq::Write],
+            std::slice::from_ref(&gx),
+        )
+        .unwrap();
         let y = {
             let _m = Modes::record();
             op(
                 "Custom",
-                &[x.clone()],
+                std::slice::from_ref(&x),
                 vec![("op_type", "rust_scale"), ("factor", "2.5")],
             )
         };
@@ -237,7 +242,7 @@ mod custom_op {
         // a failing forward fails the op: the call succeeds, reading the output reports it
         let bad = op(
             "Custom",
-            &[x.clone()],
+            std::slice::from_ref(&x),
             vec![("op_type", "rust_scale"), ("factor", "-1")],
         );
         let err = bad.wait_to_read().unwrap_err();
