@@ -262,6 +262,11 @@ typedef struct MXCallbackList MXCallbackList;
 typedef void *NDArrayHandle;
 
 /**
+ * A custom operator's property creator (`MXCustomOpRegister`), as MXNet declares it.
+ */
+typedef int (*CustomOpPropCreator)(const char*, int, const char**, const char**, MXCallbackList*);
+
+/**
  * A DLPack `DLManagedTensor`.
  */
 typedef void *DLManagedTensorHandle;
@@ -359,11 +364,6 @@ typedef void *DataIterCreator;
  * A data iterator (`MXDataIterCreateIter`; mxrt creates none yet).
  */
 typedef void *DataIterHandle;
-
-/**
- * A custom operator's property creator (`MXCustomOpRegister`), as MXNet declares it.
- */
-typedef int (*CustomOpPropCreator)(const char*, int, const char**, const char**, MXCallbackList*);
 
 /**
  * A profiler object (domain, task, frame, event or counter).
@@ -559,6 +559,13 @@ int MXCustomFunctionRecord(int num_inputs,
                            int num_outputs,
                            NDArrayHandle *outputs,
                            MXCallbackList *callbacks);
+
+/**
+ * Registers a custom operator's property creator under `op_type` (MXNet 1.9.1;
+ * `mx.operator.register`). Each `Custom` invoke with `op_type=<name>` calls the creator with
+ * the invoke's other parameters; a later registration of the same name replaces it.
+ */
+int MXCustomOpRegister(const char *op_type, CustomOpPropCreator creator);
 
 /**
  * Exports the array as a DLPack v0.2 `DLManagedTensor` that keeps the array's memory alive until
@@ -1477,13 +1484,6 @@ int MXDataIterCreateIter(DataIterCreator handle,
                          const char **keys,
                          const char **vals,
                          DataIterHandle *out);
-
-/**
- * Registers a custom operator's property creator under `op_type` (MXNet 1.9.1). The
- * registration is kept; running a custom operator (`Custom`) is not implemented yet and fails
- * when invoked.
- */
-int MXCustomOpRegister(const char *op_type, CustomOpPropCreator creator);
 
 /**
  * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].

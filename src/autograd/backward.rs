@@ -7,6 +7,7 @@ use crate::ndarray::NDArray;
 use crate::operator::def::{GradCtx, GradGraph, Gradient, Val};
 use crate::operator::imperative::Invoke;
 use crate::operator::mode::ModeGuard;
+use crate::operator::op::OpState;
 use crate::operator::table;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,6 +47,15 @@ impl TapeGraph {
         &self.vals[v.0 as usize]
     }
     fn run(&mut self, op: &'static str, inputs: &[&NDArray], params: &[(&str, &str)]) -> Result<Vec<NDArray>> {
+        self.run_with(op, inputs, params, None)
+    }
+    fn run_with(
+        &mut self,
+        op: &'static str,
+        inputs: &[&NDArray],
+        params: &[(&str, &str)],
+        state: Option<OpState>,
+    ) -> Result<Vec<NDArray>> {
         let inputs: Vec<NDArray> = inputs.iter().map(|a| (*a).clone()).collect();
         record::invoke(Invoke {
             op,
@@ -53,6 +63,7 @@ impl TapeGraph {
             inputs: &inputs,
             params: params.to_vec(),
             outputs: None,
+            state,
         })
     }
 }
@@ -62,6 +73,19 @@ impl GradGraph for TapeGraph {
         let ins: Vec<NDArray> = inputs.iter().map(|&v| self.get(v).clone()).collect();
         let refs: Vec<&NDArray> = ins.iter().collect();
         let outs = self.run(op, &refs, params)?;
+        Ok(outs.into_iter().map(|a| self.val(a)).collect())
+    }
+
+    fn apply_stateful(
+        &mut self,
+        op: &'static str,
+        inputs: &[Val],
+        params: &[(&str, &str)],
+        state: &OpState,
+    ) -> Result<Vec<Val>> {
+        let ins: Vec<NDArray> = inputs.iter().map(|&v| self.get(v).clone()).collect();
+        let refs: Vec<&NDArray> = ins.iter().collect();
+        let outs = self.run_with(op, &refs, params, Some(state.clone()))?;
         Ok(outs.into_iter().map(|a| self.val(a)).collect())
     }
 }
@@ -344,6 +368,7 @@ fn run_backward(
                     .map(|e| e.as_ref().is_some_and(|e| needs[&(Arc::as_ptr(&e.node) as usize)]))
                     .collect();
                 let params = rec.params.clone();
+                let state = rec.state.clone();
                 let training = rec.training;
                 let in_entries = rec.inputs.clone();
                 let (called_as, op) = (rec.called_as, rec.op);
@@ -358,6 +383,7 @@ fn run_backward(
                         needs: &need,
                         name: op,
                         training,
+                        state: state.as_ref(),
                     };
                     f(&mut ctx).map_err(|e| {
                         Error::invalid(format!("gradient of operator {called_as}: {}", e.message()))
@@ -415,6 +441,7 @@ fn write_grad(tape: &mut TapeGraph, var: &super::node::Variable, g: NDArray, cre
                 inputs: std::slice::from_ref(&g),
                 params: vec![],
                 outputs: Some(vec![var.grad.clone()]),
+                state: None,
             })?;
             Ok(())
         }
@@ -427,6 +454,7 @@ fn write_grad(tape: &mut TapeGraph, var: &super::node::Variable, g: NDArray, cre
                 inputs: &[var.grad.clone(), g],
                 params: vec![],
                 outputs: Some(vec![var.grad.clone()]),
+                state: None,
             })?;
             Ok(())
         }

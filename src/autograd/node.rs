@@ -62,6 +62,8 @@ pub struct OpRecord {
     pub training: bool,
     /// A custom function's backward (`autograd.Function`), which replaces the op's gradient.
     pub custom: Option<std::sync::Arc<dyn CustomBackward>>,
+    /// The state the op created when it ran (`Custom`'s operator), for its gradient.
+    pub state: Option<crate::operator::op::OpState>,
 }
 
 /// The backward of a custom function (`MXCustomFunctionRecord`): given the gradients of its

@@ -42,14 +42,16 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     let op = resolved.def.name;
     let mut outputs = imperative::allocate(&call, &resolved)?;
     let visible = resolved.plan.num_visible();
+    let state = resolved.plan.state.clone();
     imperative::dispatch(crate::engine::Engine::global()?, resolved, call.inputs, &outputs)?;
     // the node keeps the hidden outputs too (the gradient reads them); the caller gets the rest
-    record(op, called_as, params, entries, inputs, &outputs, visible);
+    record(op, called_as, params, entries, inputs, &outputs, visible, state);
     outputs.truncate(visible);
     Ok(outputs)
 }
 
 /// Puts an op that has run on the tape and points its outputs at it.
+#[allow(clippy::too_many_arguments)] // one per field of the record
 fn record(
     op: &'static str,
     called_as: &'static str,
@@ -58,6 +60,7 @@ fn record(
     saved_inputs: Vec<NDArray>,
     outputs: &[NDArray],
     visible: usize,
+    state: Option<crate::operator::op::OpState>,
 ) {
     let node = Node::op(OpRecord {
         op,
@@ -68,6 +71,7 @@ fn record(
         saved_outputs: outputs.iter().map(NDArray::detach).collect(),
         training: mode::is_training(),
         custom: None,
+        state,
     });
     for (i, o) in outputs.iter().enumerate().take(visible) {
         set_entry(
@@ -108,6 +112,7 @@ pub fn record_custom(
         saved_outputs: outputs.iter().map(NDArray::detach).collect(),
         training: mode::is_training(),
         custom: Some(f),
+        state: None,
     });
     for (i, o) in outputs.iter().enumerate() {
         set_entry(o, Some(Entry { node: node.clone(), index: i as u32 }));
@@ -140,6 +145,7 @@ pub fn record_view(
         vec![input.detach()],
         std::slice::from_ref(view),
         1,
+        None,
     );
     Ok(())
 }

@@ -341,15 +341,6 @@ pub unsafe extern "C" fn MXNDArrayGetGradState(handle: NDArrayHandle, out: *mut 
     })
 }
 
-/// MXNet's `struct MXCallbackList` as it is laid out in memory (the header keeps it opaque, so
-/// that `mxrt.h` and MXNet's `c_api.h`, which defines it, can be included together).
-#[repr(C)]
-struct CallbackList {
-    num_callbacks: c_int,
-    callbacks: *mut Option<unsafe extern "C" fn() -> c_int>,
-    contexts: *mut *mut c_void,
-}
-
 /// `CustomFunctionBwdFunc`: output gradients then input gradients in `ptrs`, their requests,
 /// training mode, state; nonzero is success.
 type BackwardFn =
@@ -440,7 +431,7 @@ pub unsafe extern "C" fn MXCustomFunctionRecord(
             (
                 arrays(inputs.cast_const(), n_in, "inputs")?,
                 arrays(outputs.cast_const(), n_out, "outputs")?,
-                args::reference(callbacks.cast::<CallbackList>().cast_const(), "callbacks")?,
+                args::reference(callbacks.cast::<super::custom_op::CallbackLayout>().cast_const(), "callbacks")?,
             )
         };
         if list.num_callbacks < 1 || list.callbacks.is_null() || list.contexts.is_null() {

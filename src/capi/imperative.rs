@@ -160,6 +160,7 @@ unsafe fn invoke(
         inputs: &arrays,
         params,
         outputs: given,
+        state: None,
     })?;
     let n = results.len();
     RETURNED.with(|r| {

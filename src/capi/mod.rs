@@ -13,6 +13,7 @@ pub(crate) mod args;
 pub mod autograd;
 pub mod completion;
 pub mod constants;
+pub mod custom_op;
 pub mod dlpack;
 pub mod engine;
 pub mod engine_push;

@@ -301,6 +301,7 @@ pub unsafe extern "C" fn MXNDArraySyncCopyFromNDArray(
                     inputs: &[NDArray::clone(&src)],
                     params: vec![("dtype", dtype)],
                     outputs: None,
+                    state: None,
                 })?
                 .remove(0)
             } else {

@@ -1,6 +1,6 @@
 //! The operator registry's C functions (MXNet 1.9.1): listing op names, op handles and their
-//! argument information, the data-iterator list, the global-function list of MXNet's FFI, custom
-//! op registration. Imperative invoke is in `imperative.rs`.
+//! argument information, the data-iterator list, the global-function list of MXNet's FFI. Imperative
+//! invoke is in `imperative.rs`, custom operator registration in `custom_op.rs`.
 //!
 //! Op and data-iterator handles point into a table built once (`CTable`) and never freed, so they
 //! stay valid for the life of the process, as MXNet's do; the package writes them into generated
@@ -10,7 +10,6 @@ use super::args;
 use super::error::api_call;
 use crate::error::{Error, Result};
 use crate::operator::registry::{ArgInfo, OpId, Registry};
-use parking_lot::Mutex;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
@@ -28,7 +27,7 @@ pub type MXNetFunctionHandle = *mut c_void;
 /// A data iterator (`MXDataIterCreateIter`; mxrt creates none yet).
 pub type DataIterHandle = *mut c_void;
 /// MXNet's `struct MXCallbackList`, through which a custom operator hands its callbacks (opaque
-/// here, declared as `struct MXCallbackList`: mxrt only stores the creator).
+/// in the header, declared as `struct MXCallbackList`; `custom_op.rs` has its layout).
 pub struct MXCallbackList {
     _private: [u8; 0],
 }
@@ -434,28 +433,6 @@ pub unsafe extern "C" fn MXDataIterCreateIter(
             "data iterator {} is not implemented by mxrt yet",
             entry.name.to_string_lossy()
         )))
-    })
-}
-
-/// Custom operators registered from Python (`mx.operator.register`), by name.
-static CUSTOM_OPS: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
-
-/// Registers a custom operator's property creator under `op_type` (MXNet 1.9.1). The
-/// registration is kept; running a custom operator (`Custom`) is not implemented yet and fails
-/// when invoked.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXCustomOpRegister(
-    op_type: *const c_char,
-    creator: CustomOpPropCreator,
-) -> c_int {
-    api_call("MXCustomOpRegister", || {
-        // SAFETY: API contract: a C string.
-        let name = unsafe { args::c_str(op_type, "op_type")? };
-        let creator = creator.ok_or_else(|| Error::invalid("creator is NULL"))?;
-        let mut ops = CUSTOM_OPS.lock();
-        ops.retain(|(n, _)| n != name);
-        ops.push((name.to_owned(), creator as usize));
-        Ok(())
     })
 }
 

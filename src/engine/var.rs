@@ -313,6 +313,15 @@ impl Var {
         }
     }
 
+    /// Reports the variable's unreported error once, as a wait on it does: for an op that waits
+    /// on variables itself (the custom operator's wait op reads the errors of the ops its
+    /// callback pushed).
+    pub fn take_error(&self) -> Option<String> {
+        self.pending_exception()
+            .and_then(|e| e.take())
+            .map(|m| m.to_string())
+    }
+
     /// Bumps the version without queueing (NaiveEngine runs ops without dependency tracking).
     pub(crate) fn bump_version(&self) {
         self.0.lock().queue.bump_version();

@@ -476,6 +476,7 @@ fn sum_values(values: &[&NDArray]) -> Result<NDArray> {
         inputs: &inputs,
         params: vec![("num_args", n.as_str())],
         outputs: None,
+        state: None,
     })?;
     Ok(out.into_iter().next().expect("add_n has one output"))
 }

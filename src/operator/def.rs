@@ -17,7 +17,7 @@
 //! });
 //! ```
 
-use super::op::Operator;
+use super::op::{OpState, Operator};
 use super::stype::StorageRule;
 use crate::error::{Error, Result};
 
@@ -36,6 +36,22 @@ pub trait GradGraph {
     /// `inputs` with `params` in MXNet's string syntax; returns its outputs.
     fn apply(&mut self, op: &'static str, inputs: &[Val], params: &[(&str, &str)])
     -> Result<Vec<Val>>;
+
+    /// Applies a *stateful* gradient op: one that also needs the state its forward created
+    /// ([`GradCtx::state`]; the `Custom` operator's backward calls the operator the forward
+    /// created). A graph that cannot carry state refuses it.
+    fn apply_stateful(
+        &mut self,
+        op: &'static str,
+        inputs: &[Val],
+        params: &[(&str, &str)],
+        state: &OpState,
+    ) -> Result<Vec<Val>> {
+        let _ = (inputs, params, state);
+        Err(Error::not_supported(format!(
+            "the gradient op {op} needs its forward's state, which this graph does not keep"
+        )))
+    }
 }
 
 /// How an operator's inputs get their gradients.
@@ -71,6 +87,8 @@ pub struct GradCtx<'a> {
     /// Whether the forward ran in training mode (`Dropout` dropped, `BatchNorm` used the
     /// batch's statistics).
     pub training: bool,
+    /// The state the forward created, if it created one ([`OpState`]).
+    pub state: Option<&'a OpState>,
 }
 
 impl<'a> GradCtx<'a> {

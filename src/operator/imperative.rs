@@ -33,6 +33,8 @@ pub struct Invoke<'a> {
     pub params: Vec<(&'a str, &'a str)>,
     /// The caller's outputs (`out=`), or `None` to have them allocated.
     pub outputs: Option<Vec<NDArray>>,
+    /// The forward's state when a gradient op is invoked from a recorded op ([`Call::state`]).
+    pub state: Option<super::op::OpState>,
 }
 
 /// Byte range of an array's data, for overlap checks (none for a sparse array: its kernel
@@ -125,6 +127,7 @@ pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
         given_outputs: given.as_deref(),
         input_ctx,
         training: super::mode::is_training(),
+        state: call.state.as_ref(),
     })?;
     // MXNet parses parameters only for ops that declare some: an op without any ignores
     // whatever it is given (Gluon passes `axis` to `broadcast_maximum`)
@@ -219,10 +222,15 @@ pub fn allocate(call: &Invoke<'_>, r: &Resolved) -> Result<Vec<NDArray>> {
 /// executor share.
 pub fn dispatch(
     engine: &Engine,
-    r: Resolved,
+    mut r: Resolved,
     inputs: &[NDArray],
     outputs: &[NDArray],
 ) -> Result<()> {
+    if let Some(launch) = r.plan.launch.take() {
+        return launch(engine, inputs, outputs, r.ctx);
+    }
+    // inside a custom operator's callback the op is shown as `<op_type>::<op>`, as in MXNet
+    r.name = super::custom::display_name(r.name);
     let lazy_rows = r.storage.as_ref().is_some_and(|(p, ins)| {
         let p: Vec<(&str, &str)> = p.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         stype::lazy_update_rows(r.def.stype, &p, ins)

@@ -11,8 +11,20 @@ use super::tensor::Tensor;
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ndarray::Shape;
+use crate::engine::Engine;
+use crate::ndarray::{NDArray, Shape};
 use crate::resource::{Resource, ResourceRequest};
+use std::any::Any;
+use std::sync::Arc;
+
+/// State an operator creates when it is invoked and its gradient op uses later (MXNet's
+/// `OpStatePtr`): the `Custom` operator's created Python operator. The autograd tape keeps it
+/// with the recorded op and hands it to the gradient's stateful ops ([`Call::state`]).
+pub type OpState = Arc<dyn Any + Send + Sync>;
+
+/// An op that pushes its own engine work instead of one kernel op (see [`Plan::launch`]): it gets
+/// the engine, the inputs, the outputs (allocated or given) and the device, after allocation.
+pub type Launch = Box<dyn FnOnce(&Engine, &[NDArray], &[NDArray], Context) -> Result<()> + Send>;
 
 /// An array's shape and dtype: what inference works on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +60,8 @@ pub struct Call<'a> {
     pub input_ctx: Option<Context>,
     /// Training mode of the invoking thread (`Dropout` drops, `BatchNorm` uses batch statistics).
     pub training: bool,
+    /// The forward's state, for a gradient op invoked with one ([`OpState`]).
+    pub state: Option<&'a OpState>,
 }
 
 /// How a kernel may touch outputs that share memory with inputs.
@@ -90,6 +104,11 @@ pub struct Plan {
     /// autograd tape keeps them for the op's gradient, and an invoke returns only the visible
     /// ones (and takes only those as `out=`).
     pub visible: Option<usize>,
+    /// State the op created (the autograd tape keeps it for the op's gradient).
+    pub state: Option<OpState>,
+    /// Instead of `kernel`: the op pushes its own engine work (`Custom`, whose Python callbacks
+    /// run outside the engine's workers). Runs after the outputs are allocated.
+    pub launch: Option<Launch>,
 }
 
 /// An op's work on GPU arrays. Every variant runs on the device (or copies between devices):
@@ -128,6 +147,8 @@ impl Plan {
             kernel: Box::new(kernel),
             gpu: None,
             visible: None,
+            state: None,
+            launch: None,
         }
     }
 

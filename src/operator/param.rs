@@ -39,6 +39,13 @@ impl<'a> Params<'a> {
         Some(self.pairs[i].1)
     }
 
+    /// Every pair, all marked taken (an op whose parameters are free-form: `Custom` hands them
+    /// to the custom operator's creator).
+    pub fn take_all(&self) -> Vec<(&'a str, &'a str)> {
+        self.taken.iter().for_each(|t| t.set(true));
+        self.pairs.clone()
+    }
+
     /// `key` parsed with `parse`, or `None` when absent or given as `None`.
     pub fn optional<T>(
         &self,

@@ -77,7 +77,7 @@ pub use flags::{api_enabled, kvstore_enabled, memory_enabled, objects_enabled, o
 pub use objects::{Counter, Domain, Duration, DurationKind, ProfileObject, set_marker};
 pub use output::{aggregate_print, dump};
 pub use record::{
-    API_CALLS_COUNTER, API_CONCURRENCY_COUNTER, ApiScope, OpScope, record_api, record_kvstore,
-    record_memory, record_op,
+    API_CALLS_COUNTER, API_CONCURRENCY_COUNTER, ApiScope, CUSTOM_OPERATOR_DOMAIN, CustomCallbackScope,
+    OpScope, record_api, record_kvstore, record_memory, record_op,
 };
 pub use state::{Status, init_from_env, pause, set_config, set_state, status};

@@ -15,14 +15,61 @@ pub fn record_op(name: &str, dev: Context, start_us: u64, end_us: u64) {
     if name.is_empty() {
         return;
     }
+    // an op a custom operator's callback pushed (`<op_type>::<op>`) belongs to the custom
+    // operators' domain, as in MXNet
+    let category = if name.contains("::") {
+        Category::Domain(custom_domain())
+    } else {
+        Category::Operator
+    };
     push_interval(
         name,
-        Category::Operator,
+        category,
         Some(dev),
         (start_us, end_us),
         Style::Sync,
         None,
     );
+}
+
+/// MXNet's domain of the custom operators' callbacks and of the ops they push.
+pub const CUSTOM_OPERATOR_DOMAIN: &str = "Custom Operator";
+
+fn custom_domain() -> std::sync::Arc<str> {
+    static NAME: std::sync::OnceLock<std::sync::Arc<str>> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| CUSTOM_OPERATOR_DOMAIN.into()).clone()
+}
+
+/// RAII recorder of a custom operator's front-end callback (MXNet's `<op_type>::pure_python`
+/// task of the "Custom Operator" domain): records from [`CustomCallbackScope::begin`] to drop,
+/// on the calling thread, while operators are being recorded.
+#[must_use = "the callback is recorded when the scope is dropped"]
+pub struct CustomCallbackScope {
+    name: String,
+    start: u64,
+}
+
+impl CustomCallbackScope {
+    /// `name` is the custom operator's registered name (`_backward_<name>` for its backward).
+    pub fn begin(name: &str) -> Option<Self> {
+        ops_enabled().then(|| CustomCallbackScope {
+            name: format!("{name}::pure_python"),
+            start: now_us(),
+        })
+    }
+}
+
+impl Drop for CustomCallbackScope {
+    fn drop(&mut self) {
+        push_interval(
+            &self.name,
+            Category::Domain(custom_domain()),
+            None,
+            (self.start, now_us()),
+            Style::Async,
+            None,
+        );
+    }
 }
 
 /// Records an interval from `start_us` to `end_us` on the calling thread (counted by the aggregate

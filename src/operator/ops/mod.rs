@@ -39,6 +39,7 @@ pub fn register_all(t: &mut Entries) {
     random::register(t);
     grad::register(t);
     contrib::register(t);
+    super::custom::register(t);
 }
 
 pub use super::def::Entries;
