@@ -527,7 +527,7 @@ int MXAutogradBackwardEx(uint32_t num_output,
                          int **grad_stypes);
 
 /**
- * The symbol of an array's recorded graph: needs Symbol support, which mxrt does not have yet.
+ * The symbol of an array's recorded graph: not built yet (-1 saying so).
  */
 int MXAutogradGetSymbol(NDArrayHandle handle, void **out);
 

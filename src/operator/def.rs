@@ -313,6 +313,9 @@ pub enum TypeRule {
     Fixed(fn(&ParamList) -> Option<crate::dtype::DType>),
 }
 
+/// The attribute (key, value) a variable composed into input `i` gets, if any.
+pub type InputVarAttrFn = fn(usize) -> Option<(&'static str, &'static str)>;
+
 /// What the graph layer needs of an op (see [`OpDef::graph`]).
 #[derive(Clone, Copy)]
 pub struct GraphDef {
@@ -322,7 +325,7 @@ pub struct GraphDef {
     pub dtype: TypeRule,
     /// Attributes a variable composed into input `i` gets unless it has the key
     /// (`FSetInputVarAttrOnCompose`: BatchNorm's statistics' initialisers).
-    pub input_var_attr: Option<fn(usize) -> Option<(&'static str, &'static str)>>,
+    pub input_var_attr: Option<InputVarAttrFn>,
     /// The inputs the op writes, for ops without a signature function (optimizer states).
     pub mutates: &'static [usize],
 }
@@ -376,10 +379,7 @@ impl OpDef {
         self
     }
     /// Attributes given to variables composed into the op's inputs.
-    pub fn input_var_attr(
-        &mut self,
-        f: fn(usize) -> Option<(&'static str, &'static str)>,
-    ) -> &mut OpDef {
+    pub fn input_var_attr(&mut self, f: InputVarAttrFn) -> &mut OpDef {
         self.graph.input_var_attr = Some(f);
         self
     }
