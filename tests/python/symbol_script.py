@@ -379,6 +379,24 @@ def variables_with_hints():
             "types": [[None if x is None else x.__name__ for x in g] for g in t]}
 
 
+@scenario
+def gluon_deferred_initialisation():
+    """Layers without input sizes get their parameters' shapes from Symbol shape inference."""
+    from mxnet import gluon, nd
+    with mx.name.NameManager():
+        net = gluon.nn.HybridSequential(prefix="deferred_")
+        with net.name_scope():
+            net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.BatchNorm(),
+                    gluon.nn.Dense(3, flatten=False))
+        net.initialize()
+        net.infer_shape(nd.ones((4, 2, 6)))
+        net.infer_type(nd.ones((4, 2, 6)))
+        params = net.collect_params()
+        return {"shapes": {k: list(v.shape) for k, v in params.items()},
+                "dtypes": {k: str(v.dtype) for k, v in params.items()},
+                "output": list(net(nd.ones((4, 2, 6))).shape)}
+
+
 def write_json(d):
     for name, make in GRAPHS.items():
         make().save(os.path.join(d, name + "-symbol.json"))
