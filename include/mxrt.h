@@ -403,6 +403,11 @@ typedef struct {
 } MXStorageStats;
 
 /**
+ * A Symbol (a graph's output list).
+ */
+typedef void *SymbolHandle;
+
+/**
  * MXNet's `engine::CallbackOnComplete`, as C code sees it.
  */
 typedef struct {
@@ -522,7 +527,7 @@ int MXAutogradBackwardEx(uint32_t num_output,
                          int **grad_stypes);
 
 /**
- * The symbol of an array's recorded graph: needs Symbol support, which mxrt does not have yet.
+ * The symbol of an array's recorded graph: not built yet (-1 saying so).
  */
 int MXAutogradGetSymbol(NDArrayHandle handle, void **out);
 
@@ -1732,6 +1737,230 @@ int MXStorageEmptyCache(int dev_type, int dev_id);
  * device nothing was allocated on yet. cpu ids share one pool, as do cpu_shared ids.
  */
 int MXStorageGetStats(int dev_type, int dev_id, MXStorageStats *out);
+
+/**
+ * Lists every operator as an atomic symbol creator (the handles of `NNGetOpHandle`).
+ */
+int MXSymbolListAtomicSymbolCreators(uint32_t *out_size, AtomicSymbolCreator **out_array);
+
+/**
+ * The name of an atomic symbol creator's op.
+ */
+int MXSymbolGetAtomicSymbolName(AtomicSymbolCreator creator, const char **name);
+
+/**
+ * A new symbol of one op node with parameters `keys[i]=vals[i]`, not yet composed. Unknown or
+ * missing required parameters are an error; an op mxrt does not implement is an error naming it.
+ */
+int MXSymbolCreateAtomicSymbol(AtomicSymbolCreator creator,
+                               uint32_t num_param,
+                               const char **keys,
+                               const char **vals,
+                               SymbolHandle *out);
+
+/**
+ * A new symbol of one variable named `name`.
+ */
+int MXSymbolCreateVariable(const char *name, SymbolHandle *out);
+
+/**
+ * A symbol of all outputs of the given symbols, in order.
+ */
+int MXSymbolCreateGroup(uint32_t num_symbols, SymbolHandle *symbols_, SymbolHandle *out);
+
+/**
+ * Applies `sym` to arguments, in place: an uncomposed op takes `args` by position (`keys`
+ * NULL) or by input name, creating variables `<name>_<input>` for the inputs not given; a
+ * composed graph takes keyword arguments only, replacing its variables of those names.
+ */
+int MXSymbolCompose(SymbolHandle sym,
+                    const char *name,
+                    uint32_t num_args,
+                    const char **keys,
+                    SymbolHandle *args);
+
+/**
+ * nnvm's name for [`MXSymbolCompose`].
+ */
+int NNSymbolCompose(SymbolHandle sym,
+                    const char *name,
+                    uint32_t num_args,
+                    const char **keys,
+                    SymbolHandle *args);
+
+/**
+ * A deep copy of `symbol` (every node copied).
+ */
+int MXSymbolCopy(SymbolHandle symbol, SymbolHandle *out);
+
+/**
+ * A new handle with the same outputs as `src` (nodes shared).
+ */
+int MXShallowCopySymbol(SymbolHandle src, SymbolHandle *out);
+
+/**
+ * Frees a symbol handle (other handles sharing its nodes stay valid).
+ */
+int MXSymbolFree(SymbolHandle symbol);
+
+/**
+ * nnvm's name for [`MXSymbolFree`] (what the Python package calls).
+ */
+int NNSymbolFree(SymbolHandle symbol);
+
+/**
+ * MXNet's debug string of the graph.
+ */
+int MXSymbolPrint(SymbolHandle symbol, const char **out_str);
+
+/**
+ * The head node's name (`*success` = 1), or `*success` = 0 and NULL for a grouped symbol.
+ */
+int MXSymbolGetName(SymbolHandle symbol, const char **out, int *success);
+
+/**
+ * Attribute `key` of a single-node symbol (`*success` = 0 and NULL when absent).
+ */
+int MXSymbolGetAttr(SymbolHandle symbol, const char *key, const char **out, int *success);
+
+/**
+ * Sets attribute `key` of a single-node symbol (`name` renames it; an op's parameters are
+ * checked, and a refused value changes nothing).
+ */
+int MXSymbolSetAttr(SymbolHandle symbol, const char *key, const char *value);
+
+/**
+ * Every node's attributes: `2 * *out_size` strings, `"<node>$<key>", value` pairs.
+ */
+int MXSymbolListAttr(SymbolHandle symbol, uint32_t *out_size, const char ***out);
+
+/**
+ * The head node's attributes: `2 * *out_size` strings, key and value pairs.
+ */
+int MXSymbolListAttrShallow(SymbolHandle symbol, uint32_t *out_size, const char ***out);
+
+/**
+ * The arguments' names (variables no op writes), in MXNet's order.
+ */
+int MXSymbolListArguments(SymbolHandle symbol, uint32_t *out_size, const char ***out_str_array);
+
+/**
+ * The outputs' names (`<node>_output`, `<node>_output<i>`, a variable's own name).
+ */
+int MXSymbolListOutputs(SymbolHandle symbol, uint32_t *out_size, const char ***out_str_array);
+
+/**
+ * The auxiliary states' names (variables an op writes, such as BatchNorm's moving statistics).
+ */
+int MXSymbolListAuxiliaryStates(SymbolHandle symbol,
+                                uint32_t *out_size,
+                                const char ***out_str_array);
+
+/**
+ * The inputs' names: `option` 0 all, 1 arguments, 2 auxiliary states.
+ */
+int NNSymbolListInputNames(SymbolHandle symbol,
+                           int option,
+                           uint32_t *out_size,
+                           const char ***out_str_array);
+
+/**
+ * The number of outputs.
+ */
+int MXSymbolGetNumOutputs(SymbolHandle symbol, uint32_t *output_count);
+
+/**
+ * A symbol of every variable and every op output of the graph.
+ */
+int MXSymbolGetInternals(SymbolHandle symbol, SymbolHandle *out);
+
+/**
+ * A symbol of the inputs of the output nodes.
+ */
+int MXSymbolGetChildren(SymbolHandle symbol, SymbolHandle *out);
+
+/**
+ * Output `index` as a symbol.
+ */
+int MXSymbolGetOutput(SymbolHandle symbol, uint32_t index, SymbolHandle *out);
+
+/**
+ * One new variable symbol per edge from a variable into an op node.
+ */
+int MXSymbolGetInputSymbols(SymbolHandle sym_, SymbolHandle **inputs, int *input_size);
+
+/**
+ * Cuts the subgraph the head node belongs to (its `__subgraph_name__` attribute) out of the
+ * graph, in place: every edge entering it becomes a new variable named after the entry; the
+ * original entries are returned. A head without the attribute returns nothing.
+ */
+int MXSymbolCutSubgraph(SymbolHandle sym_, SymbolHandle **inputs, int *input_size);
+
+/**
+ * The graph in MXNet 1.9.1's JSON format.
+ */
+int MXSymbolSaveToJSON(SymbolHandle symbol, const char **out_json);
+
+/**
+ * A symbol from MXNet's JSON (any release's; older formats are upgraded).
+ */
+int MXSymbolCreateFromJSON(const char *json_, SymbolHandle *out);
+
+/**
+ * Writes the graph's JSON to file `fname`.
+ */
+int MXSymbolSaveToFile(SymbolHandle symbol, const char *fname);
+
+/**
+ * A symbol from a JSON file.
+ */
+int MXSymbolCreateFromFile(const char *fname, SymbolHandle *out);
+
+/**
+ * A copy of the graph without AMP casts (mxrt's graphs have none: a copy).
+ */
+int MXSymbolRemoveAmpCast(SymbolHandle sym_handle, SymbolHandle *ret_sym_handle);
+
+/**
+ * An uncomposed symbol of the head node's op with its attributes.
+ */
+int MXGenAtomicSymbolFromSymbol(SymbolHandle sym_handle, SymbolHandle *ret_sym_handle);
+
+/**
+ * Symbolic gradients: not implemented in MXNet 1.9.1 either (always -1).
+ */
+int MXSymbolGrad(SymbolHandle sym_, uint32_t num_wrt, const char **wrt, SymbolHandle *out);
+
+/**
+ * Dtypes (codes, -1 unknown) of the arguments, outputs and auxiliary states from known input
+ * dtypes; `*complete` = 1 when every dtype of the graph is known.
+ */
+int MXSymbolInferType(SymbolHandle sym_,
+                      uint32_t num_args,
+                      const char **keys,
+                      const int *arg_type_data,
+                      uint32_t *in_type_size,
+                      const int **in_type_data,
+                      uint32_t *out_type_size,
+                      const int **out_type_data,
+                      uint32_t *aux_type_size,
+                      const int **aux_type_data,
+                      int *complete);
+
+/**
+ * [`MXSymbolInferType`] that returns what is known with `*complete` = 1.
+ */
+int MXSymbolInferTypePartial(SymbolHandle sym_,
+                             uint32_t num_args,
+                             const char **keys,
+                             const int *arg_type_data,
+                             uint32_t *in_type_size,
+                             const int **in_type_data,
+                             uint32_t *out_type_size,
+                             const int **out_type_data,
+                             uint32_t *aux_type_size,
+                             const int **aux_type_data,
+                             int *complete);
 
 #ifdef __cplusplus
 }  // extern "C"

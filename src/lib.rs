@@ -21,6 +21,7 @@ pub mod parallel;
 pub mod dist;
 pub mod engine;
 pub mod gpu;
+pub mod graph;
 pub mod kvstore;
 pub mod ndarray;
 pub mod operator;

@@ -25,6 +25,7 @@ use mxrt::capi::ndarray_shared::*;
 use mxrt::capi::profiler::*;
 use mxrt::capi::resource::*;
 use mxrt::capi::storage::*;
+use mxrt::capi::symbol::*;
 use mxrt::capi::types::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -136,6 +137,7 @@ enum Want {
     Var,
     Operator,
     Profile,
+    Symbol,
     /// Resource handles live until the process exits: there is no freed one to try.
     Resource,
 }
@@ -149,6 +151,7 @@ struct Live {
     domain: ProfileHandle,
     counter: ProfileHandle,
     task: ProfileHandle,
+    sym: *mut c_void,
 }
 
 type Call = Box<dyn Fn(*mut c_void) -> c_int>;
@@ -787,6 +790,56 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         ),
     ];
     t.extend(prof.into_iter().map(|(f, a, c)| (f, a, Want::Profile, c)));
+    let sym = l.sym;
+    // SAFETY (all closures): as above; `sym` is a live symbol.
+    let syms: Vec<(&'static str, &'static str, Call)> = vec![
+        ("MXSymbolCopy", "symbol", Box::new(|x| unsafe { MXSymbolCopy(x, &mut null_mut()) })),
+        ("MXShallowCopySymbol", "src", Box::new(|x| unsafe { MXShallowCopySymbol(x, &mut null_mut()) })),
+        ("MXSymbolPrint", "symbol", Box::new(|x| unsafe { MXSymbolPrint(x, &mut null()) })),
+        ("MXSymbolGetName", "symbol", Box::new(|x| unsafe { MXSymbolGetName(x, &mut null(), &mut 0) })),
+        ("MXSymbolGetAttr", "symbol", Box::new(|x| unsafe { MXSymbolGetAttr(x, c"k".as_ptr(), &mut null(), &mut 0) })),
+        ("MXSymbolSetAttr", "symbol", Box::new(|x| unsafe { MXSymbolSetAttr(x, c"__k__".as_ptr(), c"v".as_ptr()) })),
+        ("MXSymbolListAttr", "symbol", Box::new(|x| unsafe { MXSymbolListAttr(x, &mut 0, &mut null_mut()) })),
+        ("MXSymbolListArguments", "symbol", Box::new(|x| unsafe { MXSymbolListArguments(x, &mut 0, &mut null_mut()) })),
+        ("MXSymbolListOutputs", "symbol", Box::new(|x| unsafe { MXSymbolListOutputs(x, &mut 0, &mut null_mut()) })),
+        ("NNSymbolListInputNames", "symbol", Box::new(|x| unsafe { NNSymbolListInputNames(x, 0, &mut 0, &mut null_mut()) })),
+        ("MXSymbolGetInternals", "symbol", Box::new(|x| unsafe { MXSymbolGetInternals(x, &mut null_mut()) })),
+        ("MXSymbolGetOutput", "symbol", Box::new(|x| unsafe { MXSymbolGetOutput(x, 0, &mut null_mut()) })),
+        ("MXSymbolSaveToJSON", "symbol", Box::new(|x| unsafe { MXSymbolSaveToJSON(x, &mut null()) })),
+        ("MXSymbolCompose", "sym", Box::new(move |x| unsafe { MXSymbolCompose(x, null(), 0, null_mut(), null_mut()) })),
+        ("MXSymbolCompose", "args[0]", Box::new(move |x| {
+            let mut atomic = null_mut();
+            let mut exp = null_mut();
+            // SAFETY: valid arguments; only the argument handle is bad
+            unsafe {
+                assert_eq!(mxrt::capi::operator::NNGetOpHandle(c"exp".as_ptr(), &mut exp), 0);
+                assert_eq!(MXSymbolCreateAtomicSymbol(exp, 0, null_mut(), null_mut(), &mut atomic), 0);
+                let mut args = [x];
+                let rc = MXSymbolCompose(atomic, null(), 1, null_mut(), args.as_mut_ptr());
+                // a successful call keeps the last error message
+                assert_eq!(NNSymbolFree(atomic), 0);
+                rc
+            }
+        })),
+        ("MXSymbolCreateGroup", "symbols[0]", Box::new(move |x| {
+            let mut list = [sym, x];
+            // SAFETY: two handles, the second under test
+            unsafe { MXSymbolCreateGroup(2, list.as_mut_ptr(), &mut null_mut()) }
+        })),
+        ("MXSymbolInferShapeEx64", "sym", Box::new(|x| unsafe {
+            let (mut a, mut b, mut c) = (0usize, 0usize, 0usize);
+            let (mut an, mut bn, mut cn) = (null(), null(), null());
+            let (mut ad, mut bd, mut cd) = (null_mut(), null_mut(), null_mut());
+            MXSymbolInferShapeEx64(x, 0, null_mut(), null(), null(), &mut a, &mut an, &mut ad, &mut b, &mut bn, &mut bd, &mut c, &mut cn, &mut cd, &mut 0)
+        })),
+        ("MXSymbolInferType", "sym", Box::new(|x| unsafe {
+            let (mut a, mut b, mut c) = (0u32, 0u32, 0u32);
+            let (mut ad, mut bd, mut cd) = (null(), null(), null());
+            MXSymbolInferType(x, 0, null_mut(), null(), &mut a, &mut ad, &mut b, &mut bd, &mut c, &mut cd, &mut 0)
+        })),
+        ("NNSymbolFree", "symbol", Box::new(|x| unsafe { NNSymbolFree(x) })),
+    ];
+    t.extend(syms.into_iter().map(|(f, a, c)| (f, a, Want::Symbol, c)));
     let res: Vec<(&'static str, Call)> = vec![
         (
             "MXResourceGetVar",
@@ -864,6 +917,8 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
     ok!(MXProfileCreateTask(domain, c"t".as_ptr(), &mut task));
     let mut resource = null_mut();
     ok!(MXResourceRequest(1, 0, 1, &mut resource));
+    let mut sym = null_mut();
+    ok!(MXSymbolCreateVariable(c"abi_var".as_ptr(), &mut sym));
     let live = Live {
         nd,
         kv,
@@ -872,6 +927,7 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
         domain,
         counter,
         task,
+        sym,
     };
     // Garbage: a buffer of 0xAB bytes (looks like a pointer to an object but is not one), an
     // unaligned address inside it, a small integer and an address in the kernel half.
@@ -895,6 +951,7 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
             (Want::Var, "an engine variable", var),
             (Want::Operator, "an engine operator", op),
             (Want::Profile, "a profiler handle", domain),
+            (Want::Symbol, "a symbol handle", sym),
             (Want::Resource, "a resource handle", resource),
         ]
         .into_iter()
@@ -929,7 +986,11 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
     let mut freed_prof = null_mut();
     ok!(MXProfileCreateEvent(c"e".as_ptr(), &mut freed_prof));
     ok!(MXProfileDestroyHandle(freed_prof));
+    let mut freed_sym = null_mut();
+    ok!(MXSymbolCreateVariable(c"gone".as_ptr(), &mut freed_sym));
+    ok!(NNSymbolFree(freed_sym));
     let freed = |want: Want| match want {
+        Want::Symbol => freed_sym,
         Want::NDArray => freed_nd,
         Want::KVStore => freed_kv,
         Want::Var => freed_var,
@@ -978,6 +1039,12 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
     ok!(MXEngineGetVarVersion(var, &mut version));
     assert_eq!(version, 0);
     ok!(MXEngineWaitForAll());
+    let mut count = 0u32;
+    let mut names: *mut *const c_char = null_mut();
+    ok!(MXSymbolListArguments(sym, &mut count, &mut names));
+    assert_eq!(count, 1, "the live symbol is unchanged");
+    ok!(NNSymbolFree(sym));
+    fails!(NNSymbolFree(sym), "not a live Symbol handle");
 
     // double free is -1, not a crash, for every kind
     ok!(MXNDArrayFree(out));

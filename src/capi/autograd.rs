@@ -281,7 +281,7 @@ unsafe fn backward_ex(
     Ok(())
 }
 
-/// The symbol of an array's recorded graph: needs Symbol support, which mxrt does not have yet.
+/// The symbol of an array's recorded graph: not built yet (-1 saying so).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXAutogradGetSymbol(handle: NDArrayHandle, out: *mut *mut c_void) -> c_int {
     api_call("MXAutogradGetSymbol", || {
@@ -289,7 +289,7 @@ pub unsafe extern "C" fn MXAutogradGetSymbol(handle: NDArrayHandle, out: *mut *m
         // SAFETY: API contract: out-parameter.
         unsafe { args::out(out, "out")? };
         Err(Error::not_supported(
-            "the symbol of a recorded graph needs Symbol support, which mxrt does not implement yet",
+            "the symbol of a recorded graph (autograd.get_symbol) is not implemented by mxrt yet",
         ))
     })
 }

@@ -38,6 +38,7 @@ pub(crate) enum HandleKind {
     EngineVar,
     EngineOperator,
     Profile,
+    Symbol,
 }
 
 impl HandleKind {
@@ -48,6 +49,7 @@ impl HandleKind {
             HandleKind::EngineVar => "engine variable",
             HandleKind::EngineOperator => "engine operator",
             HandleKind::Profile => "profile object",
+            HandleKind::Symbol => "Symbol",
         }
     }
 }

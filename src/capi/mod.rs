@@ -30,4 +30,5 @@ pub mod operator;
 pub mod profiler;
 pub mod resource;
 pub mod storage;
+pub mod symbol;
 pub mod types;

@@ -170,6 +170,32 @@ pub(crate) fn op_arg(handle: *const c_void, name: &str) -> Result<OpId> {
         })
 }
 
+/// Every op's handle, in the table's order (`MXSymbolListAtomicSymbolCreators`).
+pub(crate) fn creators() -> &'static [AtomicSymbolCreator] {
+    struct Creators(Vec<AtomicSymbolCreator>);
+    // SAFETY: the pointers point into the never-freed table and are only compared or read.
+    unsafe impl Send for Creators {}
+    // SAFETY: as above.
+    unsafe impl Sync for Creators {}
+    static LIST: OnceLock<Creators> = OnceLock::new();
+    &LIST
+        .get_or_init(|| {
+            Creators(
+                table()
+                    .ops
+                    .iter()
+                    .map(|e| e as *const CEntry as AtomicSymbolCreator)
+                    .collect(),
+            )
+        })
+        .0
+}
+
+/// The name of op `id` as a C string that lives for the process.
+pub(crate) fn op_name_ptr(id: OpId) -> *const c_char {
+    table().ops[id.0 as usize].name.as_ptr()
+}
+
 /// Writes `entry`'s strings to the out-parameters that are not NULL.
 ///
 /// # Safety

@@ -13,6 +13,8 @@ pub type dim_t = i64;
 
 /// An NDArray.
 pub type NDArrayHandle = *mut c_void;
+/// A Symbol (a graph's output list).
+pub type SymbolHandle = *mut c_void;
 /// A KVStore.
 pub type KVStoreHandle = *mut c_void;
 /// A profiler object (domain, task, frame, event or counter).

@@ -211,6 +211,153 @@ pub struct OpDef {
     /// Whether MXNet's table declares parameters for the op (set when the table is built): an
     /// op without any ignores the parameters it is given, as MXNet's do.
     pub declares_params: bool,
+    /// How the op appears in a symbolic graph: its inputs' and outputs' names, the inputs it
+    /// mutates (auxiliary states), and the backward shape and dtype rules of graph inference.
+    pub graph: GraphDef,
+}
+
+/// An op's parameters as a graph node holds them (hidden `__key__` attributes excluded).
+pub type ParamList = [(String, String)];
+
+/// The op's place in a graph for given parameters (MXNet's `FListInputNames`,
+/// `FMutateInputs`, `FNumOutputs`, `FNumVisibleOutputs`, `FListOutputNames`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    /// The inputs' names, in order; `None`: any number of inputs (variadic without a count).
+    pub inputs: Option<Vec<String>>,
+    /// Inputs the op writes (auxiliary states such as BatchNorm's moving statistics).
+    pub mutates: Vec<usize>,
+    /// Every output's name (its count is the op's output count, hidden outputs included).
+    pub outputs: Vec<String>,
+    /// How many outputs a symbol of the op shows.
+    pub visible: usize,
+}
+
+impl Signature {
+    /// `inputs` named as given, one output named `output`.
+    pub fn simple(inputs: &[&str]) -> Signature {
+        Signature {
+            inputs: Some(inputs.iter().map(|s| s.to_string()).collect()),
+            mutates: Vec::new(),
+            outputs: vec!["output".into()],
+            visible: 1,
+        }
+    }
+    /// `n` outputs named `output0`, `output1`, ... (`output` when `n` is 1), all visible.
+    pub fn with_outputs(mut self, n: usize) -> Signature {
+        self.outputs = if n == 1 {
+            vec!["output".into()]
+        } else {
+            (0..n).map(|i| format!("output{i}")).collect()
+        };
+        self.visible = n;
+        self
+    }
+    /// Outputs with these names, of which the first `visible` are shown.
+    pub fn named_outputs(mut self, names: &[&str], visible: usize) -> Signature {
+        self.outputs = names.iter().map(|s| s.to_string()).collect();
+        self.visible = visible.min(names.len());
+        self
+    }
+    /// The op writes these inputs.
+    pub fn mutating(mut self, inputs: &[usize]) -> Signature {
+        self.mutates = inputs.to_vec();
+        self
+    }
+}
+
+/// The signature for a node's parameters.
+pub type SignatureFn = fn(&ParamList) -> Result<Signature>;
+
+/// A shape in graph inference: `None` when nothing is known; a known rank with 0 for each
+/// unknown dimension otherwise (MXNet's legacy convention).
+pub type PartialShape = Option<Vec<i64>>;
+
+/// Shape inference beyond the plan: shapes for the inputs and the outputs, from the
+/// parameters and the inputs' and outputs' shapes as far as known (`None` where the rule has
+/// nothing to say). The graph merges them with what is known and reports a conflict naming
+/// the node.
+pub type InferShapesFn = fn(
+    &ParamList,
+    &[PartialShape],
+    &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)>;
+
+/// Parameter `key` of a graph node's parameters (quotes around strings removed).
+pub fn param<'a>(params: &'a ParamList, key: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.trim().trim_matches(|c| c == '\'' || c == '"'))
+        .filter(|v| !v.eq_ignore_ascii_case("none"))
+}
+
+/// Boolean parameter `key` (MXNet's spellings), `default` when absent.
+pub fn param_flag(params: &ParamList, key: &str, default: bool) -> Result<bool> {
+    match param(params, key) {
+        None => Ok(default),
+        Some(v) => super::param::boolean(v)
+            .ok_or_else(|| Error::invalid(format!("parameter {key}={v} is not a boolean"))),
+    }
+}
+
+/// Integer parameter `key`, `default` when absent.
+pub fn param_int(params: &ParamList, key: &str, default: i64) -> Result<i64> {
+    match param(params, key) {
+        None => Ok(default),
+        Some(v) => super::param::int(v)
+            .ok_or_else(|| Error::invalid(format!("parameter {key}={v} is not an integer"))),
+    }
+}
+
+/// How graph inference relates an op's shapes beyond running its plan forward.
+#[derive(Clone, Copy)]
+pub enum ShapeRule {
+    /// Only forward: outputs from the plan once every input shape is known.
+    Forward,
+    /// Elementwise: every input and output has one shape, so any known one gives the others.
+    Same,
+    /// Inputs (and hidden outputs) from parameters and other shapes (weights from the data,
+    /// statistics from the channel count), then the plan forward.
+    Rule(InferShapesFn),
+}
+
+/// How graph inference relates an op's dtypes (codes of [`crate::dtype::DType`]).
+#[derive(Clone, Copy)]
+pub enum TypeRule {
+    /// Every input and output has one dtype (most ops).
+    Same,
+    /// Outputs of this dtype (from the parameters); inputs unconstrained.
+    Fixed(fn(&ParamList) -> Option<crate::dtype::DType>),
+}
+
+/// The attribute (key, value) a variable composed into input `i` gets, if any.
+pub type InputVarAttrFn = fn(usize) -> Option<(&'static str, &'static str)>;
+
+/// What the graph layer needs of an op (see [`OpDef::graph`]).
+#[derive(Clone, Copy)]
+pub struct GraphDef {
+    /// `None`: MXNet's op table's array arguments as inputs, one output.
+    pub signature: Option<SignatureFn>,
+    pub shape: ShapeRule,
+    pub dtype: TypeRule,
+    /// Attributes a variable composed into input `i` gets unless it has the key
+    /// (`FSetInputVarAttrOnCompose`: BatchNorm's statistics' initialisers).
+    pub input_var_attr: Option<InputVarAttrFn>,
+    /// The inputs the op writes, for ops without a signature function (optimizer states).
+    pub mutates: &'static [usize],
+}
+
+impl Default for GraphDef {
+    fn default() -> Self {
+        GraphDef {
+            signature: None,
+            shape: ShapeRule::Forward,
+            dtype: TypeRule::Same,
+            input_var_attr: None,
+            mutates: &[],
+        }
+    }
 }
 
 impl OpDef {
@@ -229,6 +376,31 @@ impl OpDef {
         self.stype = rule;
         self
     }
+    /// The op's inputs, outputs and mutated inputs in a graph.
+    pub fn signature(&mut self, f: SignatureFn) -> &mut OpDef {
+        self.graph.signature = Some(f);
+        self
+    }
+    /// The op's backward shape rule in graph inference.
+    pub fn shape_rule(&mut self, rule: ShapeRule) -> &mut OpDef {
+        self.graph.shape = rule;
+        self
+    }
+    /// The op's dtype rule in graph inference.
+    pub fn dtype_rule(&mut self, rule: TypeRule) -> &mut OpDef {
+        self.graph.dtype = rule;
+        self
+    }
+    /// The inputs the op writes (its auxiliary states in a graph).
+    pub fn mutates(&mut self, inputs: &'static [usize]) -> &mut OpDef {
+        self.graph.mutates = inputs;
+        self
+    }
+    /// Attributes given to variables composed into the op's inputs.
+    pub fn input_var_attr(&mut self, f: InputVarAttrFn) -> &mut OpDef {
+        self.graph.input_var_attr = Some(f);
+        self
+    }
 }
 
 /// The definitions the op families register.
@@ -245,6 +417,7 @@ impl Entries {
             grad: Gradient::None,
             stype: StorageRule::Dense,
             declares_params: true,
+            graph: GraphDef::default(),
         });
         self.0.last_mut().expect("just pushed")
     }
@@ -252,5 +425,11 @@ impl Entries {
     /// [`Entries::def`] for a `(name, operator)` pair.
     pub fn push(&mut self, (name, forward): (&'static str, &'static dyn Operator)) -> &mut OpDef {
         self.def(name, forward)
+    }
+}
+
+impl std::fmt::Debug for OpDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OpDef({})", self.name)
     }
 }

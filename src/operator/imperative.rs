@@ -65,6 +65,31 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     Ok(outputs)
 }
 
+/// What op `def` (called `name`) would produce from inputs described by `inputs` with
+/// `params`, without allocating or running anything: graph inference runs the same planning as
+/// an invoke. Returns every output's description (hidden ones included).
+pub fn infer_outputs(
+    def: &'static OpDef,
+    name: &str,
+    params: &[(String, String)],
+    inputs: &[TensorDesc],
+) -> Result<Vec<TensorDesc>> {
+    let pairs = params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let params = Params::new(name, pairs)?;
+    let plan = def.forward.plan(&Call {
+        name,
+        inputs,
+        params: &params,
+        given_outputs: None,
+        input_ctx: None,
+        training: false,
+    })?;
+    if def.declares_params {
+        params.finish()?;
+    }
+    Ok(plan.outputs)
+}
+
 /// An invoke decided on the calling thread: the op's definition, its plan (output shapes and
 /// dtypes, kernel), where it runs and how its storage is handled. Nothing has run yet.
 pub struct Resolved {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::map::{map1, map2};
 use crate::operator::kernel::strided::{broadcast_shape, broadcast_strides, zip2};
 use crate::operator::kernel::{Element, Real};
-use crate::operator::def::{GradCtx, OpDef, Val};
+use crate::operator::def::{GradCtx, OpDef, ShapeRule, Val};
 use crate::operator::op::{Call, GpuBinary, GpuKernel, Operator, Plan, TensorDesc};
 use crate::operator::stype::StorageRule;
 use crate::operator::param;
@@ -434,6 +434,10 @@ pub struct BinaryGrad {
 
 /// Sets the gradient of one form of `B` on its definition.
 fn define<B: Binary>(d: &mut OpDef, kind: u8) {
+    // elementwise forms: every input and the output have one shape
+    if kind != BROADCAST {
+        d.shape_rule(ShapeRule::Same);
+    }
     if B::GRAD.zero {
         d.zero_grad();
         return;

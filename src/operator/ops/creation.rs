@@ -6,7 +6,7 @@ use super::{Entries, inputs};
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::operator::def::{GradCtx, Val};
+use crate::operator::def::{GradCtx, ParamList, ShapeRule, TypeRule, Val, param};
 use crate::operator::kernel::Element;
 use crate::operator::kernel::map::fill;
 use crate::operator::op::{Call, GpuKernel, Plan, TensorDesc};
@@ -319,8 +319,13 @@ pub(crate) fn register(t: &mut Entries) {
     t.push(("_eye", &eye));
     t.push(("Cast", &cast))
         .stype(StorageRule::ZeroPreserving)
-        .grad(cast_grad);
-    t.push(("amp_cast", &cast)).grad(cast_grad);
+        .grad(cast_grad)
+        .shape_rule(ShapeRule::Same)
+        .dtype_rule(TypeRule::Fixed(cast_dtype));
+    t.push(("amp_cast", &cast))
+        .grad(cast_grad)
+        .shape_rule(ShapeRule::Same)
+        .dtype_rule(TypeRule::Fixed(cast_dtype));
     t.push(("_copyto", &copyto))
         .stype(StorageRule::ZeroPreserving)
         .grad(cast_grad);
@@ -330,4 +335,9 @@ pub(crate) fn register(t: &mut Entries) {
     });
     t.push(("shape_array", &shape_array)).zero_grad();
     t.push(("size_array", &size_array)).zero_grad();
+}
+
+/// The dtype `Cast` converts to.
+fn cast_dtype(p: &ParamList) -> Option<DType> {
+    param(p, "dtype").and_then(param::dtype)
 }

@@ -6,7 +6,9 @@ use super::{Entries, inputs, same_dtype};
 use crate::error::{Error, Result};
 use crate::operator::kernel::gemm::{Operand, matmul};
 use crate::operator::op::{Call, Plan, TensorDesc};
-use crate::operator::def::{GradCtx, Val};
+use crate::operator::def::{
+    GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param_flag, param_int,
+};
 use crate::operator::param;
 use super::nn::{as_refs, passed};
 
@@ -225,7 +227,16 @@ pub(crate) fn register(t: &mut Entries) {
             matmul_grads(g, g.x(0), g.x(1), g.dy(0), &as_refs(&p))
         });
     t.push(("batch_dot", &batch_dot)).grad(batch_dot_grad);
-    t.push(("FullyConnected", &fully_connected)).grad(fully_connected_grad);
+    t.push(("FullyConnected", &fully_connected))
+        .grad(fully_connected_grad)
+        .signature(|p| {
+            Ok(if param_flag(p, "no_bias", false)? {
+                Signature::simple(&["data", "weight"])
+            } else {
+                Signature::simple(&["data", "weight", "bias"])
+            })
+        })
+        .shape_rule(ShapeRule::Rule(fully_connected_shapes));
     t.def("_mxrt_matmul", &|c: &Call<'_>| matmul_op(c, Role::Product)).grad(|g| {
         let p = g.params.to_vec();
         matmul_grads(g, g.x(0), g.x(1), g.dy(0), &as_refs(&p))
@@ -304,6 +315,35 @@ fn batch_dot_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
 /// FullyConnected's gradients: `y = x₂·Wᵀ + b` is `_mxrt_matmul(x, W)` with x viewed as rows
 /// (its first axis with flatten, all but its last without) and W transposed; the bias gets `dy`
 /// summed to its shape.
+/// FullyConnected in graph inference: the weight is `(num_hidden, inputs per row)` and the bias
+/// `(num_hidden,)`, from the data's shape (all of it after the first axis with `flatten`, its
+/// last axis without).
+fn fully_connected_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    _outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let hidden = param_int(p, "num_hidden", 0)?;
+    let flatten = param_flag(p, "flatten", true)?;
+    let mut out: Vec<PartialShape> = vec![None; ins.len()];
+    // nothing is said before the data's rank is known, as in MXNet
+    let Some(x) = ins.first().cloned().flatten().filter(|x| !x.is_empty()) else {
+        return Ok((out, Vec::new()));
+    };
+    let k = if flatten {
+        if x[1..].iter().all(|&d| d > 0) { x[1..].iter().product() } else { 0 }
+    } else {
+        x[x.len() - 1]
+    };
+    if ins.len() > 1 {
+        out[1] = Some(vec![hidden, k]);
+    }
+    if ins.len() > 2 {
+        out[2] = Some(vec![hidden]);
+    }
+    Ok((out, Vec::new()))
+}
+
 fn fully_connected_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
     let flatten = g.flag("flatten", true);
     let split = if flatten { "first" } else { "last" };

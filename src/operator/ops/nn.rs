@@ -8,7 +8,9 @@ use super::unary::{Math, apply, c};
 use super::{Entries, axis as norm_axis, dims, inputs, same_dtype};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::operator::def::{GradCtx, Val};
+use crate::operator::def::{
+    GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param, param_flag, param_int,
+};
 use crate::operator::kernel::map::{Ptr, map1, map2};
 use crate::parallel::{for_chunks_mut, for_ranges};
 use half::f16;
@@ -572,13 +574,61 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
 }
 
 pub(crate) fn register(t: &mut Entries) {
-    t.push(("BatchNorm", &batch_norm)).grad(batch_norm_grad);
-    t.push(("Activation", &activation)).grad(activation_grad);
-    t.push(("LeakyReLU", &leaky_relu)).grad(leaky_relu_grad);
-    t.push(("softmax", &|c: &Call<'_>| softmax(c, Soft::Max))).grad(softmax_grad);
-    t.push(("log_softmax", &|c: &Call<'_>| softmax(c, Soft::LogMax))).grad(softmax_grad);
-    t.push(("softmin", &|c: &Call<'_>| softmax(c, Soft::Min))).grad(softmax_grad);
+    t.push(("BatchNorm", &batch_norm))
+        .grad(batch_norm_grad)
+        .signature(|p| {
+            let visible = if param_flag(p, "output_mean_var", false)? { 3 } else { 1 };
+            Ok(Signature::simple(&["data", "gamma", "beta", "moving_mean", "moving_var"])
+                .named_outputs(&["output", "mean", "var"], visible)
+                .mutating(&[3, 4]))
+        })
+        .shape_rule(ShapeRule::Rule(batch_norm_shapes))
+        .input_var_attr(|i| match i {
+            3 => Some(("__init__", "[\"zero\", {}]")),
+            4 => Some(("__init__", "[\"one\", {}]")),
+            _ => None,
+        });
+    t.push(("Activation", &activation))
+        .grad(activation_grad)
+        .shape_rule(ShapeRule::Same);
+    t.push(("LeakyReLU", &leaky_relu))
+        .grad(leaky_relu_grad)
+        .signature(|p| {
+            Ok(match param(p, "act_type").unwrap_or("leaky") {
+                "prelu" => Signature::simple(&["data", "gamma"]),
+                "rrelu" => Signature::simple(&["data"]).named_outputs(&["output", "mask"], 1),
+                _ => Signature::simple(&["data"]),
+            })
+        })
+        .shape_rule(ShapeRule::Rule(|p, ins, _| {
+            // prelu's gamma has one slope per channel (axis 1)
+            let mut out = vec![None; ins.len()];
+            if ins.len() == 2
+                && param(p, "act_type") == Some("prelu")
+                && let Some(x) = &ins[0]
+                && x.len() >= 2
+            {
+                out[1] = Some(vec![x[1]]);
+            }
+            Ok((out, Vec::new()))
+        }));
+    t.push(("softmax", &|c: &Call<'_>| softmax(c, Soft::Max)))
+        .grad(softmax_grad)
+        .signature(|p| {
+            Ok(if param_flag(p, "use_length", false)? {
+                Signature::simple(&["data", "length"])
+            } else {
+                Signature::simple(&["data"])
+            })
+        });
+    t.push(("log_softmax", &|c: &Call<'_>| softmax(c, Soft::LogMax)))
+        .grad(softmax_grad)
+        .shape_rule(ShapeRule::Same);
+    t.push(("softmin", &|c: &Call<'_>| softmax(c, Soft::Min)))
+        .grad(softmax_grad)
+        .shape_rule(ShapeRule::Same);
     t.push(("clip", &clip))
+        .shape_rule(ShapeRule::Same)
         .stype(StorageRule::ZeroPreserving)
         .grad(|g| {
             let p = passed(g, &["a_min", "a_max"]);
@@ -587,8 +637,16 @@ pub(crate) fn register(t: &mut Entries) {
         });
     t.push(("add_n", &add_n))
         .stype(StorageRule::SameStorage)
+        .shape_rule(ShapeRule::Same)
         .grad(|g| Ok((0..g.inputs.len()).map(|_| Some(g.dy(0))).collect()));
-    t.push(("Dropout", &dropout)).grad(dropout_grad);
+    t.push(("Dropout", &dropout))
+        .grad(dropout_grad)
+        .signature(|_| Ok(Signature::simple(&["data"]).named_outputs(&["output", "mask"], 1)))
+        // the output and its (hidden) mask have the data's shape
+        .shape_rule(ShapeRule::Rule(|_, ins, outs| {
+            let known = ins.first().cloned().flatten().or_else(|| outs.first().cloned().flatten());
+            Ok((vec![known.clone()], vec![known.clone(), known]))
+        }));
 
     t.def("_mxrt_activation_grad", &activation_backward).grad(activation_backward_grad);
     t.def("_mxrt_leaky_grad", &leaky_backward).grad(leaky_backward_grad);
@@ -600,6 +658,30 @@ pub(crate) fn register(t: &mut Entries) {
         Ok(vec![Some(d), None])
     });
     t.def("_mxrt_batch_norm_grad", &batch_norm_backward);
+}
+
+/// BatchNorm in graph inference: gamma, beta, the moving statistics and the (hidden) mean and
+/// variance outputs have one value per channel of `axis`.
+fn batch_norm_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    _outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let Some(x) = ins.first().cloned().flatten() else {
+        return Ok((vec![None; ins.len()], Vec::new()));
+    };
+    let nd = x.len() as i64;
+    let axis = param_int(p, "axis", 1)?;
+    let a = if axis < 0 { axis + nd } else { axis };
+    if a < 0 || a >= nd {
+        return Err(Error::invalid(format!(
+            "axis {axis} is out of range for data of {nd} dimensions"
+        )));
+    }
+    let ch = Some(vec![x[a as usize]]);
+    let mut for_ins = vec![ch.clone(); ins.len()];
+    for_ins[0] = None;
+    Ok((for_ins, vec![None, ch.clone(), ch]))
 }
 
 // ---------------------------------------------------------------------------------------------

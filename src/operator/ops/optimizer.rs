@@ -604,7 +604,34 @@ const MULTI_MOM_ARGS: &[(&str, f64)] = &[
     ("clip_gradient", -1.0),
 ];
 
+/// The states each optimizer update writes in place: its auxiliary states in a graph.
+const MUTATED_STATES: &[(&str, &[usize])] = &[
+    ("sgd_mom_update", &[2]),
+    ("mp_sgd_update", &[2]),
+    ("mp_sgd_mom_update", &[2, 3]),
+    ("nag_mom_update", &[2]),
+    ("mp_nag_mom_update", &[2, 3]),
+    ("signum_update", &[2]),
+    ("adam_update", &[2, 3]),
+    ("rmsprop_update", &[2]),
+    ("rmspropalex_update", &[2, 3, 4]),
+    ("ftrl_update", &[2, 3]),
+    ("_sparse_adagrad_update", &[2]),
+    ("ftml_update", &[2, 3, 4]),
+    ("_adamw_update", &[2, 3]),
+    ("_mp_adamw_update", &[2, 3, 4]),
+];
+
 pub(crate) fn register(t: &mut Entries) {
+    register_updates(t);
+    for (name, states) in MUTATED_STATES {
+        if let Some(d) = t.0.iter_mut().find(|d| d.name == *name) {
+            d.mutates(states);
+        }
+    }
+}
+
+fn register_updates(t: &mut Entries) {
     t.push(("sgd_update", &|c: &Call<'_>| {
         single::<Sgd>(c, false, SGD_ARGS)
     }))

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::Element;
 use crate::operator::kernel::strided::{reduce, split_axes, walk};
 use crate::operator::op::{Call, Plan, TensorDesc};
-use crate::operator::def::{GradCtx, Val};
+use crate::operator::def::{GradCtx, Signature, Val, param};
 use crate::operator::param;
 use crate::parallel::for_chunks_mut;
 use super::nn::{as_refs, passed};
@@ -427,7 +427,12 @@ pub(crate) fn register(t: &mut Entries) {
     t.push(("argmax_channel", &|c: &Call<'_>| plan_arg(c, true, true)));
     t.push(("sort", &|c: &Call<'_>| plan_order(c, "sort"))).grad(order_grad);
     t.push(("argsort", &|c: &Call<'_>| plan_order(c, "argsort"))).zero_grad();
-    t.push(("topk", &|c: &Call<'_>| plan_order(c, "topk"))).grad(order_grad);
+    t.push(("topk", &|c: &Call<'_>| plan_order(c, "topk")))
+        .grad(order_grad)
+        .signature(|p| {
+            let n = if param(p, "ret_typ") == Some("both") { 2 } else { 1 };
+            Ok(Signature::simple(&["data"]).with_outputs(n))
+        });
 
     t.def("_mxrt_unreduce", &unreduce).grad(|g| {
         let p = passed(g, &["axis", "exclude", "keepdims"]);

@@ -13,7 +13,9 @@ use crate::operator::stype::{self, StorageRule};
 use super::{Entries, axis as norm_axis, dims, inputs};
 use crate::error::{Error, Result};
 use crate::ndarray::shape::reshape_codes;
-use crate::operator::def::{GradCtx, Val};
+use crate::operator::def::{
+    GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param_int,
+};
 use crate::operator::kernel::Element;
 use crate::operator::kernel::strided::{broadcast_shape, contiguous_strides, gather, walk};
 use crate::operator::op::{Call, Plan, TensorDesc};
@@ -1187,13 +1189,15 @@ pub(crate) fn register(t: &mut Entries) {
         .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?), None]));
     t.push(("broadcast_axis", &broadcast_axis))
         .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?)]));
-    t.push(("Concat", &concat)).grad(|g| {
-        let p = some_params(g, &["dim"]);
-        let mut ins = vec![g.dy(0)];
-        ins.extend_from_slice(g.inputs);
-        let parts = g.ops("_mxrt_Concat_grad", &ins, &p)?;
-        Ok(parts.into_iter().map(Some).collect())
-    });
+    t.push(("Concat", &concat))
+        .grad(|g| {
+            let p = some_params(g, &["dim"]);
+            let mut ins = vec![g.dy(0)];
+            ins.extend_from_slice(g.inputs);
+            let parts = g.ops("_mxrt_Concat_grad", &ins, &p)?;
+            Ok(parts.into_iter().map(Some).collect())
+        })
+        .shape_rule(ShapeRule::Rule(concat_shapes));
     t.def("_mxrt_Concat_grad", &concat_grad).grad(|g| {
         let dim = g.param_set("dim").unwrap_or("1").to_owned();
         let n = g.ograds.len().to_string();
@@ -1213,6 +1217,79 @@ pub(crate) fn register(t: &mut Entries) {
         )?;
         Ok(parts.into_iter().map(Some).collect())
     });
-    t.push(("SliceChannel", &split)).grad(split_grad);
+    t.push(("SliceChannel", &split))
+        .grad(split_grad)
+        .signature(|p| {
+            let n = param_int(p, "num_outputs", 1)?;
+            if n < 1 {
+                return Err(Error::invalid(format!("num_outputs must be positive, got {n}")));
+            }
+            Ok(Signature::simple(&["data"]).with_outputs(n as usize))
+        });
     t.push(("_split_v2", &split_v2)).grad(split_grad);
+}
+
+/// Concat in graph inference, as MXNet's: every input and the output agree outside the
+/// concatenated axis; the output's extent along it is the inputs' sum once every input of known
+/// rank has it known (inputs of unknown rank are not counted, as in MXNet).
+fn concat_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let dim = param_int(p, "dim", 1)?;
+    let mut common: Option<Vec<i64>> = None;
+    let mut size = 0;
+    let mut unknown = false;
+    let axis_of = |s: &[i64]| -> Result<usize> {
+        let n = s.len() as i64;
+        let a = if dim < 0 { dim + n } else { dim };
+        if a < 0 || a >= n {
+            return Err(Error::invalid(format!("dim {dim} is out of range for {n} dimensions")));
+        }
+        Ok(a as usize)
+    };
+    let mut unify = |mut s: Vec<i64>, axis: usize| -> Result<()> {
+        s[axis] = 0;
+        match &mut common {
+            None => common = Some(s),
+            Some(c) => {
+                if c.len() != s.len() {
+                    return Err(Error::invalid(format!(
+                        "Shape inconsistent, Provided = {c:?}, inferred shape={s:?}"
+                    )));
+                }
+                for (x, y) in c.iter_mut().zip(&s) {
+                    if *x == 0 {
+                        *x = *y;
+                    } else if *y != 0 && x != y {
+                        return Err(Error::invalid(format!(
+                            "Shape inconsistent, Provided = {c:?}, inferred shape={s:?}"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    for s in ins.iter().flatten() {
+        let axis = axis_of(s)?;
+        unknown |= s[axis] <= 0;
+        size += s[axis].max(0);
+        unify(s.clone(), axis)?;
+    }
+    if let Some(s) = outs.first().cloned().flatten() {
+        let axis = axis_of(&s)?;
+        unify(s, axis)?;
+    }
+    let Some(mut shape) = common else {
+        return Ok((vec![None; ins.len()], Vec::new()));
+    };
+    let for_ins = vec![Some(shape.clone()); ins.len()];
+    if !unknown {
+        let axis = axis_of(&shape)?;
+        shape[axis] = size;
+        return Ok((for_ins, vec![Some(shape)]));
+    }
+    Ok((for_ins, Vec::new()))
 }

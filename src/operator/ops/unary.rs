@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::operator::kernel::map::map1;
 use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, Operator, Plan};
+use crate::operator::def::ShapeRule;
 use crate::operator::stype::StorageRule;
 use crate::operator::tensor::Tensor;
 use half::f16;
@@ -77,6 +78,7 @@ macro_rules! unary_ops {
         pub(crate) fn register(t: &mut Entries) {
             $(
                 let d = t.def($name, &$ty);
+                d.shape_rule(ShapeRule::Same);
                 $( let _ = stringify!($zp); d.stype(StorageRule::ZeroPreserving); )?
                 unary_grad!(t, d, $name, $cost, $g);
             )*
