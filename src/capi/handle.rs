@@ -38,6 +38,9 @@ pub(crate) enum HandleKind {
     EngineVar,
     EngineOperator,
     Profile,
+    RecordIOWriter,
+    RecordIOReader,
+    DataIter,
 }
 
 impl HandleKind {
@@ -48,6 +51,9 @@ impl HandleKind {
             HandleKind::EngineVar => "engine variable",
             HandleKind::EngineOperator => "engine operator",
             HandleKind::Profile => "profile object",
+            HandleKind::RecordIOWriter => "RecordIO writer",
+            HandleKind::RecordIOReader => "RecordIO reader",
+            HandleKind::DataIter => "data iterator",
         }
     }
 }

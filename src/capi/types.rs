@@ -15,6 +15,8 @@ pub type dim_t = i64;
 pub type NDArrayHandle = *mut c_void;
 /// A KVStore.
 pub type KVStoreHandle = *mut c_void;
+/// A RecordIO writer or reader.
+pub type RecordIOHandle = *mut c_void;
 /// A profiler object (domain, task, frame, event or counter).
 pub type ProfileHandle = *mut c_void;
 /// A DLPack `DLManagedTensor`.
