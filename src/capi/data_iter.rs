@@ -167,7 +167,7 @@ pub unsafe extern "C" fn MXDataIterNext(handle: DataIterHandle, out: *mut c_int)
         let out = unsafe { args::out(out, "out")? };
         let mut g = it.0.lock();
         let name = g.name().to_owned();
-        *out = g.next().map_err(|e| e.context(&name))? as c_int;
+        *out = g.next_batch().map_err(|e| e.context(&name))? as c_int;
         Ok(())
     })
 }

@@ -63,8 +63,7 @@ pub unsafe extern "C" fn MXRecordIOWriterCreate(
 pub unsafe extern "C" fn MXRecordIOWriterFree(handle: RecordIOHandle) -> c_int {
     api_call("MXRecordIOWriterFree", || {
         let w = handle::take::<CWriter>(handle, "handle")?;
-        let r = w.0.lock().flush();
-        r
+        w.0.lock().flush()
     })
 }
 
@@ -79,8 +78,7 @@ pub unsafe extern "C" fn MXRecordIOWriterWriteRecord(
         let w = writer(handle)?;
         // SAFETY: API contract: `buf` holds `size` bytes.
         let bytes = unsafe { args::slice(buf.cast::<u8>(), size, "buf")? };
-        let r = w.0.lock().write_record(bytes);
-        r
+        w.0.lock().write_record(bytes)
     })
 }
 
@@ -152,9 +150,7 @@ pub unsafe extern "C" fn MXRecordIOReaderReadRecord(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXRecordIOReaderSeek(handle: RecordIOHandle, pos: usize) -> c_int {
     api_call("MXRecordIOReaderSeek", || {
-        let r = reader(handle)?;
-        let res = r.0.lock().seek(pos as u64);
-        res
+        reader(handle)?.0.lock().seek(pos as u64)
     })
 }
 

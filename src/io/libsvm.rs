@@ -82,6 +82,9 @@ fn parse_line(line: &[u8], dim: i64, rows: &mut Rows) -> std::result::Result<boo
     Ok(true)
 }
 
+/// One row: its label, column indices and values.
+type Row<'a> = (f32, &'a [i64], &'a [f32]);
+
 /// One LibSVM file read row by row.
 struct Column {
     input: LineInput,
@@ -116,7 +119,7 @@ impl Column {
     }
 
     /// The next row: (label, indices, values), or `None` at the end.
-    fn next_row(&mut self) -> Result<Option<(f32, &[i64], &[f32])>> {
+    fn next_row(&mut self) -> Result<Option<Row<'_>>> {
         while self.next >= self.nrows() {
             self.rows_before += self.nrows();
             self.rows = Rows {

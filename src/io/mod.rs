@@ -83,9 +83,9 @@ impl DataIter {
     }
 
     /// Moves to the next batch: false at the end of the epoch (and until `before_first`).
-    pub fn next(&mut self) -> Result<bool> {
+    pub fn next_batch(&mut self) -> Result<bool> {
         self.current = None;
-        self.current = self.prefetcher.next()?;
+        self.current = self.prefetcher.next_batch()?;
         Ok(self.current.is_some())
     }
 

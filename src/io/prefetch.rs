@@ -76,7 +76,7 @@ impl Prefetcher {
     }
 
     /// The next batch, waiting for the thread if none is ready; `None` at the end of the epoch.
-    pub fn next(&mut self) -> Result<Option<Batch>> {
+    pub fn next_batch(&mut self) -> Result<Option<Batch>> {
         let mut st = self.shared.state.lock();
         loop {
             if let Some(item) = st.queue.pop_front() {
@@ -168,7 +168,7 @@ mod tests {
 
     fn first_labels(p: &mut Prefetcher) -> Vec<f32> {
         let mut out = Vec::new();
-        while let Some(b) = p.next().unwrap() {
+        while let Some(b) = p.next_batch().unwrap() {
             let bytes = b.label.to_bytes().unwrap();
             out.push(f32::from_le_bytes(bytes[..4].try_into().unwrap()) / 10.0);
         }
@@ -181,12 +181,12 @@ mod tests {
             let l = BatchLoader::new(Counting { n: 10, at: 0 }, 4, true).unwrap();
             let mut p = Prefetcher::start(Box::new(l), cap, "test").unwrap();
             assert_eq!(first_labels(&mut p), vec![0., 4., 8.]);
-            assert!(p.next().unwrap().is_none());
+            assert!(p.next_batch().unwrap().is_none());
             p.before_first().unwrap();
             assert_eq!(first_labels(&mut p), vec![2., 6.]);
             p.before_first().unwrap();
             // a reset mid-epoch starts over, whatever the thread had read ahead
-            assert_eq!(p.next().unwrap().unwrap().index, vec![0, 1, 2, 3]);
+            assert_eq!(p.next_batch().unwrap().unwrap().index, vec![0, 1, 2, 3]);
             std::thread::sleep(std::time::Duration::from_millis(5));
             p.before_first().unwrap();
             assert_eq!(first_labels(&mut p), vec![0., 4., 8.]);
@@ -197,13 +197,13 @@ mod tests {
     fn loader_errors_arrive_in_order_and_dropping_stops_the_thread() {
         let l = BatchLoader::new(Counting { n: 3, at: 0 }, 8, true).unwrap();
         let mut p = Prefetcher::start(Box::new(l), 2, "test").unwrap();
-        let e = p.next().unwrap_err();
+        let e = p.next_batch().unwrap_err();
         assert!(e.message().contains("bigger than batch size"), "{e}");
-        assert!(p.next().unwrap().is_none());
+        assert!(p.next_batch().unwrap().is_none());
         // dropped mid-epoch with the queue full
         let l = BatchLoader::new(Counting { n: 1000, at: 0 }, 2, true).unwrap();
         let mut p = Prefetcher::start(Box::new(l), 2, "test").unwrap();
-        p.next().unwrap();
+        p.next_batch().unwrap();
         drop(p);
     }
 }
