@@ -462,7 +462,10 @@ mod tests {
                     Ok(None) | Err(_) => break,
                 }
             }
-            assert!(r.record.capacity() <= 2 * bad.len() + 64, "allocation beyond the file");
+            assert!(
+                r.record.capacity() <= 2 * bad.len() + 64,
+                "allocation beyond the file"
+            );
         }
         std::fs::remove_file(&path).unwrap();
     }
