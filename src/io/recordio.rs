@@ -22,6 +22,9 @@ pub const MAGIC: u32 = 0xced7_230a;
 pub const MAX_RECORD: usize = 1 << 29;
 
 const MAGIC_BYTES: [u8; 4] = MAGIC.to_le_bytes();
+/// Parts at least this long are read straight from the file into the record; smaller reads go
+/// through the reader's buffer of this size.
+const LARGE_PART: usize = 64 << 10;
 
 fn encode_lrec(cflag: u32, len: usize) -> [u8; 4] {
     ((cflag << 29) | len as u32).to_le_bytes()
@@ -112,6 +115,9 @@ pub struct RecordReader {
     /// The last record read.
     record: Vec<u8>,
     at_end: bool,
+    /// The last part read was large: with the buffer empty, the next header is read on its own
+    /// so that the buffer does not fill with the next payload (which would then be copied twice).
+    large_parts: bool,
 }
 
 impl RecordReader {
@@ -125,12 +131,13 @@ impl RecordReader {
         Ok(RecordReader {
             // small records come through the buffer, parts of 64 KiB and more straight from
             // the file (see `read_exact`)
-            file: BufReader::with_capacity(64 << 10, file),
+            file: BufReader::with_capacity(LARGE_PART, file),
             path: path.to_owned(),
             pos: 0,
             len,
             record: Vec::new(),
             at_end: false,
+            large_parts: false,
         })
     }
 
@@ -143,7 +150,7 @@ impl RecordReader {
 
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
         let buffered = self.file.buffer().len();
-        let r = if buf.len() > buffered && buf.len() >= (64 << 10) {
+        let r = if buf.len() > buffered && buf.len() >= LARGE_PART {
             // a large part: what is buffered, then the rest straight from the file (one copy)
             let (head, tail) = buf.split_at_mut(buffered);
             head.copy_from_slice(self.file.buffer());
@@ -190,7 +197,16 @@ impl RecordReader {
                 return fail(self, e);
             }
             let mut header = [0u8; 8];
-            if let Err(e) = self.read_exact(&mut header) {
+            let r = if self.large_parts && self.file.buffer().is_empty() {
+                self.file
+                    .get_mut()
+                    .read_exact(&mut header)
+                    .map(|_| self.pos += 8)
+                    .map_err(|e| Error::io(format!("reading {}: {e}", self.path)))
+            } else {
+                self.read_exact(&mut header)
+            };
+            if let Err(e) = r {
                 return fail(self, e);
             }
             let magic = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
@@ -211,6 +227,7 @@ impl RecordReader {
                 );
                 return fail(self, e);
             }
+            self.large_parts = padded >= LARGE_PART;
             let base = self.record.len();
             self.record.resize(base + padded, 0);
             let mut body = std::mem::take(&mut self.record);
@@ -351,6 +368,11 @@ mod tests {
             [m.as_slice(), b"abcd", &m].concat(),
             (0..5000u32).flat_map(|i| (i * 7).to_le_bytes()).collect(),
             [b"ab".as_slice(), &m].concat(),
+            // large parts, read straight from the file, then small ones through the buffer
+            (0..70_001u32).map(|i| (i % 251) as u8).collect(),
+            [vec![9u8; 65_536], m.to_vec(), vec![4u8; 65_540]].concat(),
+            b"small after large".to_vec(),
+            vec![1u8; 65_535],
         ];
         let mut w = RecordWriter::create(&path).unwrap();
         let mut offsets = Vec::new();
