@@ -267,6 +267,16 @@ typedef void *NDArrayHandle;
 typedef int (*CustomOpPropCreator)(const char*, int, const char**, const char**, MXCallbackList*);
 
 /**
+ * A data iterator's creator (from `MXListDataIters`).
+ */
+typedef void *DataIterCreator;
+
+/**
+ * A data iterator (`MXDataIterCreateIter`).
+ */
+typedef void *DataIterHandle;
+
+/**
  * A DLPack `DLManagedTensor`.
  */
 typedef void *DLManagedTensorHandle;
@@ -356,19 +366,14 @@ typedef const void *FunctionHandle;
 typedef void *MXNetFunctionHandle;
 
 /**
- * A data iterator's creator (from `MXListDataIters`).
- */
-typedef void *DataIterCreator;
-
-/**
- * A data iterator (`MXDataIterCreateIter`; mxrt creates none yet).
- */
-typedef void *DataIterHandle;
-
-/**
  * A profiler object (domain, task, frame, event or counter).
  */
 typedef void *ProfileHandle;
+
+/**
+ * A RecordIO writer or reader.
+ */
+typedef void *RecordIOHandle;
 
 /**
  * Pool statistics of one device's storage manager (MXStorageGetStats). Byte counts are after the
@@ -571,6 +576,74 @@ int MXCustomFunctionRecord(int num_inputs,
  * the invoke's other parameters; a later registration of the same name replaces it.
  */
 int MXCustomOpRegister(const char *op_type, CustomOpPropCreator creator);
+
+/**
+ * Lists the data iterators MXNet 1.9.1 has (CSVIter, MNISTIter, ImageRecordIter, ...); the
+ * handles stay valid for the life of the process.
+ */
+int MXListDataIters(uint32_t *out_size, DataIterCreator **out_array);
+
+/**
+ * Describes a data iterator: name, description and arguments, as MXNet reports them. NULL
+ * out-parameters are skipped.
+ */
+int MXDataIterGetIterInfo(DataIterCreator creator,
+                          const char **name,
+                          const char **description,
+                          uint32_t *num_args,
+                          const char ***arg_names,
+                          const char ***arg_type_infos,
+                          const char ***arg_descriptions);
+
+/**
+ * Creates a data iterator from `num_param` keyword arguments (strings, as MXNet's dmlc
+ * parameters read them; names the iterator does not declare are ignored, as in MXNet). Files
+ * are opened and parameters checked now; its thread starts preparing batches at once.
+ */
+int MXDataIterCreateIter(DataIterCreator handle,
+                         uint32_t num_param,
+                         const char **keys,
+                         const char **vals,
+                         DataIterHandle *out);
+
+/**
+ * Stops the iterator's thread and frees it. Arrays handed out stay valid.
+ */
+int MXDataIterFree(DataIterHandle handle);
+
+/**
+ * Moves to the next batch: `*out` is 1, or 0 at the end of the epoch (and until
+ * `MXDataIterBeforeFirst`). An error while reading the data (a bad row, a missing label) is
+ * -1 here, naming the file and the row.
+ */
+int MXDataIterNext(DataIterHandle handle, int *out);
+
+/**
+ * Starts the next epoch (with `round_batch`, after the instances the last batch wrapped to).
+ */
+int MXDataIterBeforeFirst(DataIterHandle handle);
+
+/**
+ * A new NDArray handle over the current batch's data (csr for `LibSVMIter`).
+ */
+int MXDataIterGetData(DataIterHandle handle, NDArrayHandle *out);
+
+/**
+ * A new NDArray handle over the current batch's label (`(batch,)` where the label of one
+ * instance has one element).
+ */
+int MXDataIterGetLabel(DataIterHandle handle, NDArrayHandle *out);
+
+/**
+ * The current batch's instance indices (`batch_size` of them; all 0 for `MNISTIter`, as in
+ * MXNet), valid until the iterator's next `Next`, `BeforeFirst` or free.
+ */
+int MXDataIterGetIndex(DataIterHandle handle, uint64_t **out_index, uint64_t *out_size);
+
+/**
+ * How many slots at the end of the current batch hold no new instance.
+ */
+int MXDataIterGetPadNum(DataIterHandle handle, int *pad);
 
 /**
  * Exports the array as a DLPack v0.2 `DLManagedTensor` that keeps the array's memory alive until
@@ -1464,33 +1537,6 @@ int MXNetFuncListGlobalNames(int *out_size, const char ***out_array);
 int MXNetFuncGetGlobal(const char *name, MXNetFunctionHandle *out);
 
 /**
- * Lists the data iterators MXNet 1.9.1 has (CSVIter, MNISTIter, ImageRecordIter, ...); the
- * handles stay valid for the life of the process.
- */
-int MXListDataIters(uint32_t *out_size, DataIterCreator **out_array);
-
-/**
- * Describes a data iterator: name, description and arguments, as MXNet reports them. NULL
- * out-parameters are skipped.
- */
-int MXDataIterGetIterInfo(DataIterCreator creator,
-                          const char **name,
-                          const char **description,
-                          uint32_t *num_args,
-                          const char ***arg_names,
-                          const char ***arg_type_infos,
-                          const char ***arg_descriptions);
-
-/**
- * Creates a data iterator: not built yet in mxrt, so an error naming the iterator.
- */
-int MXDataIterCreateIter(DataIterCreator handle,
-                         uint32_t num_param,
-                         const char **keys,
-                         const char **vals,
-                         DataIterHandle *out);
-
-/**
  * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].
  *
  * # Safety
@@ -1651,6 +1697,54 @@ int MXProfileAdjustCounter(ProfileHandle counter_handle, int64_t value);
  * `instant_marker_name` and `scope` must be NUL-terminated strings.
  */
 int MXProfileSetMarker(ProfileHandle domain, const char *instant_marker_name, const char *scope);
+
+/**
+ * Creates (or truncates) the file `uri` and returns a writer for it.
+ */
+int MXRecordIOWriterCreate(const char *uri, RecordIOHandle *out);
+
+/**
+ * Writes out the buffered records, closes the file and frees the writer. The handle is freed
+ * even when writing fails (then -1).
+ */
+int MXRecordIOWriterFree(RecordIOHandle handle);
+
+/**
+ * Appends a record of `size` bytes (less than 2^29) from `buf`.
+ */
+int MXRecordIOWriterWriteRecord(RecordIOHandle handle, const char *buf, size_t size);
+
+/**
+ * The byte offset the next record will start at (what `MXIndexedRecordIO` writes to `.idx`).
+ */
+int MXRecordIOWriterTell(RecordIOHandle handle, size_t *pos);
+
+/**
+ * Opens the file `uri` for reading records.
+ */
+int MXRecordIOReaderCreate(const char *uri, RecordIOHandle *out);
+
+/**
+ * Closes the file and frees the reader (and the last record read).
+ */
+int MXRecordIOReaderFree(RecordIOHandle handle);
+
+/**
+ * Reads the next record: `*buf` points to its bytes (owned by the reader, valid until its next
+ * read or free) and `*size` is its length; at the end of the file `*buf` is NULL and `*size` 0.
+ * A corrupt file is -1 naming the file and offset; the reader then stays at that record.
+ */
+int MXRecordIOReaderReadRecord(RecordIOHandle handle, const char **buf, size_t *size);
+
+/**
+ * Moves the reader to byte `pos` (a record start, from `Tell` or an `.idx` file).
+ */
+int MXRecordIOReaderSeek(RecordIOHandle handle, size_t pos);
+
+/**
+ * The byte offset the next read starts at.
+ */
+int MXRecordIOReaderTell(RecordIOHandle handle, size_t *pos);
 
 /**
  * Seeds every random number resource on every device (MXNet 1.9.1): kRandom and

@@ -6,7 +6,8 @@
 //! [`autograd`] (above the operators: the per-thread training and recording flags, the tape and
 //! backward), [`kvstore`] (the local stores and the trait every store offers), [`dist`] (the
 //! distributed store over MPI), [`gpu`] (the CUDA driver, loaded at run time), [`resource`]
-//! (random generators and temp space for ops) and [`profiler`], over the shared [`clock`],
+//! (random generators and temp space for ops), [`profiler`] and [`io`] (RecordIO files and the
+//! data iterators), over the shared [`clock`],
 //! [`context`], [`dtype`] and [`error`]. The [`capi`] module is the thin C layer: it validates
 //! arguments, converts handles and calls the core; every export goes through one guard
 //! (`capi::error`).
@@ -22,6 +23,7 @@ pub mod dist;
 pub mod engine;
 pub mod gpu;
 pub mod graph;
+pub mod io;
 pub mod kvstore;
 pub mod ndarray;
 pub mod operator;

@@ -12,17 +12,19 @@
 //! Size: `MXRT_FUZZ_STEPS` steps per seed (default 100 000) for `MXRT_FUZZ_SEEDS` seeds (default
 //! 3, starting at `MXRT_FUZZ_SEED`, default 1); `make soak` runs it longer.
 
+use mxrt::capi::autograd::*;
+use mxrt::capi::data_iter::*;
 use mxrt::capi::dlpack::*;
 use mxrt::capi::engine::*;
 use mxrt::capi::engine_push::*;
 use mxrt::capi::global::*;
 use mxrt::capi::kvstore::*;
-use mxrt::capi::autograd::*;
 use mxrt::capi::ndarray::*;
-use mxrt::capi::ndarray_sparse::*;
 use mxrt::capi::ndarray_io::*;
 use mxrt::capi::ndarray_shared::*;
+use mxrt::capi::ndarray_sparse::*;
 use mxrt::capi::profiler::*;
+use mxrt::capi::recordio::*;
 use mxrt::capi::resource::*;
 use mxrt::capi::storage::*;
 use mxrt::capi::symbol::*;
@@ -138,6 +140,9 @@ enum Want {
     Operator,
     Profile,
     Symbol,
+    RecWriter,
+    RecReader,
+    DataIter,
     /// Resource handles live until the process exits: there is no freed one to try.
     Resource,
 }
@@ -867,8 +872,134 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
         ),
     ];
     t.extend(res.into_iter().map(|(f, c)| (f, "res", Want::Resource, c)));
+    let writer: Vec<(&'static str, Call)> = vec![
+        (
+            "MXRecordIOWriterFree",
+            Box::new(|h| unsafe { MXRecordIOWriterFree(h) }),
+        ),
+        (
+            "MXRecordIOWriterWriteRecord",
+            Box::new(|h| unsafe { MXRecordIOWriterWriteRecord(h, c"ab".as_ptr(), 2) }),
+        ),
+        (
+            "MXRecordIOWriterTell",
+            Box::new(|h| unsafe { MXRecordIOWriterTell(h, &mut 0) }),
+        ),
+    ];
+    t.extend(
+        writer
+            .into_iter()
+            .map(|(f, c)| (f, "handle", Want::RecWriter, c)),
+    );
+    let reader: Vec<(&'static str, Call)> = vec![
+        (
+            "MXRecordIOReaderFree",
+            Box::new(|h| unsafe { MXRecordIOReaderFree(h) }),
+        ),
+        (
+            "MXRecordIOReaderReadRecord",
+            Box::new(|h| unsafe { MXRecordIOReaderReadRecord(h, &mut null(), &mut 0) }),
+        ),
+        (
+            "MXRecordIOReaderSeek",
+            Box::new(|h| unsafe { MXRecordIOReaderSeek(h, 0) }),
+        ),
+        (
+            "MXRecordIOReaderTell",
+            Box::new(|h| unsafe { MXRecordIOReaderTell(h, &mut 0) }),
+        ),
+    ];
+    t.extend(
+        reader
+            .into_iter()
+            .map(|(f, c)| (f, "handle", Want::RecReader, c)),
+    );
+    let iter: Vec<(&'static str, Call)> = vec![
+        ("MXDataIterFree", Box::new(|h| unsafe { MXDataIterFree(h) })),
+        (
+            "MXDataIterNext",
+            Box::new(|h| unsafe { MXDataIterNext(h, &mut 0) }),
+        ),
+        (
+            "MXDataIterBeforeFirst",
+            Box::new(|h| unsafe { MXDataIterBeforeFirst(h) }),
+        ),
+        (
+            "MXDataIterGetData",
+            Box::new(|h| unsafe { MXDataIterGetData(h, &mut null_mut()) }),
+        ),
+        (
+            "MXDataIterGetLabel",
+            Box::new(|h| unsafe { MXDataIterGetLabel(h, &mut null_mut()) }),
+        ),
+        (
+            "MXDataIterGetIndex",
+            Box::new(|h| unsafe { MXDataIterGetIndex(h, &mut null_mut(), &mut 0) }),
+        ),
+        (
+            "MXDataIterGetPadNum",
+            Box::new(|h| unsafe { MXDataIterGetPadNum(h, &mut 0) }),
+        ),
+    ];
+    t.extend(
+        iter.into_iter()
+            .map(|(f, c)| (f, "handle", Want::DataIter, c)),
+    );
     let _ = dom;
     t
+}
+
+/// A file in the temporary directory, named for this process.
+fn temp_file(name: &str, contents: &[u8]) -> CString {
+    let p = std::env::temp_dir().join(format!("mxrt-abi-{}-{name}", std::process::id()));
+    std::fs::write(&p, contents).unwrap();
+    CString::new(p.to_str().unwrap()).unwrap()
+}
+
+/// A live RecordIO writer, reader and CSVIter (over files of their own).
+fn io_handles() -> (*mut c_void, *mut c_void, *mut c_void) {
+    let (mut w, mut r, mut it) = (null_mut(), null_mut(), null_mut());
+    let wpath = temp_file("w.rec", b"");
+    ok!(MXRecordIOWriterCreate(wpath.as_ptr(), &mut w));
+    let rpath = temp_file("r.rec", b"");
+    ok!(MXRecordIOReaderCreate(rpath.as_ptr(), &mut r));
+    let csv = temp_file("d.csv", b"1,2\n3,4\n");
+    let (mut n, mut creators) = (0u32, null_mut());
+    ok!(MXListDataIters(&mut n, &mut creators));
+    // SAFETY: MXListDataIters wrote `n` creators.
+    let creators = unsafe { std::slice::from_raw_parts(creators, n as usize) };
+    let csv_iter = creators
+        .iter()
+        .copied()
+        .find(|&c| {
+            let mut name = null();
+            ok!(MXDataIterGetIterInfo(
+                c,
+                &mut name,
+                null_mut(),
+                null_mut(),
+                null_mut(),
+                null_mut(),
+                null_mut()
+            ));
+            // SAFETY: a NUL-terminated name that lives for the process.
+            unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes() == b"CSVIter"
+        })
+        .expect("CSVIter is listed");
+    let keys = [
+        c"data_csv".as_ptr(),
+        c"data_shape".as_ptr(),
+        c"batch_size".as_ptr(),
+    ];
+    let vals = [csv.as_ptr(), c"(2,)".as_ptr(), c"1".as_ptr()];
+    ok!(MXDataIterCreateIter(
+        csv_iter,
+        3,
+        keys.as_ptr().cast_mut(),
+        vals.as_ptr().cast_mut(),
+        &mut it
+    ));
+    (w, r, it)
 }
 
 /// Calls `f` with `h` and checks the -1 and the message.
@@ -919,6 +1050,7 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
     ok!(MXResourceRequest(1, 0, 1, &mut resource));
     let mut sym = null_mut();
     ok!(MXSymbolCreateVariable(c"abi_var".as_ptr(), &mut sym));
+    let (rec_w, rec_r, data_iter) = io_handles();
     let live = Live {
         nd,
         kv,
@@ -952,6 +1084,9 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
             (Want::Operator, "an engine operator", op),
             (Want::Profile, "a profiler handle", domain),
             (Want::Symbol, "a symbol handle", sym),
+            (Want::RecWriter, "a RecordIO writer", rec_w),
+            (Want::RecReader, "a RecordIO reader", rec_r),
+            (Want::DataIter, "a data iterator", data_iter),
             (Want::Resource, "a resource handle", resource),
         ]
         .into_iter()
@@ -989,6 +1124,10 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
     let mut freed_sym = null_mut();
     ok!(MXSymbolCreateVariable(c"gone".as_ptr(), &mut freed_sym));
     ok!(NNSymbolFree(freed_sym));
+    let (freed_w, freed_r, freed_iter) = io_handles();
+    ok!(MXRecordIOWriterFree(freed_w));
+    ok!(MXRecordIOReaderFree(freed_r));
+    ok!(MXDataIterFree(freed_iter));
     let freed = |want: Want| match want {
         Want::Symbol => freed_sym,
         Want::NDArray => freed_nd,
@@ -996,6 +1135,9 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
         Want::Var => freed_var,
         Want::Operator => freed_op,
         Want::Profile => freed_prof,
+        Want::RecWriter => freed_w,
+        Want::RecReader => freed_r,
+        Want::DataIter => freed_iter,
         Want::Resource => garbage_buf[8..].as_ptr() as *mut c_void,
     };
 
@@ -1069,6 +1211,17 @@ fn every_handle_argument_rejects_null_freed_wrong_kind_and_garbage() {
     fails!(MXProfileDestroyHandle(task), "MXProfileDestroyHandle");
     ok!(MXProfileDestroyHandle(counter));
     ok!(MXProfileDestroyHandle(domain));
+    // the io handles still work, and free once
+    let mut more = 0;
+    ok!(MXDataIterNext(data_iter, &mut more));
+    assert_eq!(more, 1);
+    ok!(MXRecordIOWriterWriteRecord(rec_w, c"x".as_ptr(), 1));
+    ok!(MXRecordIOWriterFree(rec_w));
+    fails!(MXRecordIOWriterFree(rec_w), "MXRecordIOWriterFree: handle");
+    ok!(MXRecordIOReaderFree(rec_r));
+    fails!(MXRecordIOReaderFree(rec_r), "MXRecordIOReaderFree: handle");
+    ok!(MXDataIterFree(data_iter));
+    fails!(MXDataIterFree(data_iter), "MXDataIterFree: handle");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The operator registry's C functions: what they list, and misuse refused with a message.
 
 use mxrt::capi::custom_op::MXCustomOpRegister;
+use mxrt::capi::data_iter::*;
 use mxrt::capi::error::MXGetLastError;
 use mxrt::capi::imperative::*;
 use mxrt::capi::ndarray::*;

@@ -39,6 +39,9 @@ pub(crate) enum HandleKind {
     EngineOperator,
     Profile,
     Symbol,
+    RecordIOWriter,
+    RecordIOReader,
+    DataIter,
 }
 
 impl HandleKind {
@@ -50,6 +53,9 @@ impl HandleKind {
             HandleKind::EngineOperator => "engine operator",
             HandleKind::Profile => "profile object",
             HandleKind::Symbol => "Symbol",
+            HandleKind::RecordIOWriter => "RecordIO writer",
+            HandleKind::RecordIOReader => "RecordIO reader",
+            HandleKind::DataIter => "data iterator",
         }
     }
 }

@@ -1,10 +1,11 @@
 //! The operator registry's C functions (MXNet 1.9.1): listing op names, op handles and their
-//! argument information, the data-iterator list, the global-function list of MXNet's FFI. Imperative
-//! invoke is in `imperative.rs`, custom operator registration in `custom_op.rs`.
+//! argument information, the data-iterator creators' table, the global-function list of MXNet's
+//! FFI. Imperative invoke is in `imperative.rs`, custom operator registration in `custom_op.rs`,
+//! the data iterators in `data_iter.rs`.
 //!
-//! Op and data-iterator handles point into a table built once (`CTable`) and never freed, so they
-//! stay valid for the life of the process, as MXNet's do; the package writes them into generated
-//! code. A pointer that is not one of them is refused.
+//! Op and data-iterator creator handles point into a table built once (`CTable`) and never
+//! freed, so they stay valid for the life of the process, as MXNet's do; the package writes them
+//! into generated code. A pointer that is not one of them is refused.
 
 use super::args;
 use super::error::api_call;
@@ -18,14 +19,10 @@ use std::sync::OnceLock;
 pub type OpHandle = *mut c_void;
 /// MXNet's name for an op handle in the symbol and imperative functions.
 pub type AtomicSymbolCreator = *mut c_void;
-/// A data iterator's creator (from `MXListDataIters`).
-pub type DataIterCreator = *mut c_void;
 /// A legacy NDArray function (`MXListFunctions`; mxrt lists none).
 pub type FunctionHandle = *const c_void;
 /// A global function of MXNet's FFI (`MXNetFuncGetGlobal`; mxrt has none).
 pub type MXNetFunctionHandle = *mut c_void;
-/// A data iterator (`MXDataIterCreateIter`; mxrt creates none yet).
-pub type DataIterHandle = *mut c_void;
 /// MXNet's `struct MXCallbackList`, through which a custom operator hands its callbacks (opaque
 /// in the header, declared as `struct MXCallbackList`; `custom_op.rs` has its layout).
 pub struct MXCallbackList {
@@ -76,22 +73,22 @@ impl CArgs {
 }
 
 /// One op or data iterator as C sees it.
-struct CEntry {
-    name: CString,
+pub(super) struct CEntry {
+    pub(super) name: CString,
     description: CString,
     key_var_num_args: CString,
     args: CArgs,
 }
 
 /// The registry's strings for C, built on first use and never freed.
-struct CTable {
+pub(super) struct CTable {
     /// Every listed name, in MXNet's order (`MXListAllOpNames`).
     _names: Vec<CString>,
     name_ptrs: Vec<*const c_char>,
     /// Indexed by `OpId`; an op handle points to its entry.
     ops: Vec<CEntry>,
-    iters: Vec<CEntry>,
-    iter_ptrs: Vec<DataIterCreator>,
+    pub(super) iters: Vec<CEntry>,
+    pub(super) iter_ptrs: Vec<*mut c_void>,
 }
 
 // SAFETY: the raw pointers point into the table's own strings and entries, which are never
@@ -106,7 +103,7 @@ fn c_string(s: &str) -> CString {
     CString::new(&s[..end]).expect("cut at the first NUL")
 }
 
-fn table() -> &'static CTable {
+pub(super) fn table() -> &'static CTable {
     static TABLE: OnceLock<CTable> = OnceLock::new();
     TABLE.get_or_init(|| {
         let r = Registry::global();
@@ -150,7 +147,7 @@ fn table() -> &'static CTable {
 }
 
 /// The index of the entry `ptr` points to in `entries`, if it points to one.
-fn entry_index(entries: &[CEntry], ptr: *const c_void) -> Option<usize> {
+pub(super) fn entry_index(entries: &[CEntry], ptr: *const c_void) -> Option<usize> {
     let size = std::mem::size_of::<CEntry>();
     let offset = (ptr as usize).checked_sub(entries.as_ptr() as usize)?;
     (offset % size == 0 && offset / size < entries.len()).then_some(offset / size)
@@ -201,7 +198,7 @@ pub(crate) fn op_name_ptr(id: OpId) -> *const c_char {
 /// # Safety
 /// Each non-NULL pointer is valid for a write of its type.
 #[allow(clippy::too_many_arguments)] // MXNet's out-parameters
-unsafe fn report(
+pub(super) unsafe fn report(
     entry: &'static CEntry,
     name: *mut *const c_char,
     description: *mut *const c_char,
@@ -370,94 +367,6 @@ pub unsafe extern "C" fn MXNetFuncGetGlobal(
         Err(Error::not_supported(format!(
             "name: no global function '{name}': mxrt does not implement MXNet's FFI functions \
              (mx.np, mx.npx) yet"
-        )))
-    })
-}
-
-/// Lists the data iterators MXNet 1.9.1 has (CSVIter, MNISTIter, ImageRecordIter, ...); the
-/// handles stay valid for the life of the process.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXListDataIters(
-    out_size: *mut u32,
-    out_array: *mut *mut DataIterCreator,
-) -> c_int {
-    api_call("MXListDataIters", || {
-        // SAFETY: API contract: out-parameters.
-        let (size, array) = unsafe {
-            (
-                args::out(out_size, "out_size")?,
-                args::out(out_array, "out_array")?,
-            )
-        };
-        let t = table();
-        *size = t.iter_ptrs.len() as u32;
-        *array = t.iter_ptrs.as_ptr().cast_mut();
-        Ok(())
-    })
-}
-
-fn iter_arg(creator: DataIterCreator) -> Result<&'static CEntry> {
-    if creator.is_null() {
-        return Err(Error::invalid("creator is NULL"));
-    }
-    let t = table();
-    entry_index(&t.iters, creator)
-        .map(|i| &t.iters[i])
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "creator ({creator:p}) is not a data iterator handle (get one from MXListDataIters)"
-            ))
-        })
-}
-
-/// Describes a data iterator: name, description and arguments, as MXNet reports them. NULL
-/// out-parameters are skipped.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXDataIterGetIterInfo(
-    creator: DataIterCreator,
-    name: *mut *const c_char,
-    description: *mut *const c_char,
-    num_args: *mut u32,
-    arg_names: *mut *mut *const c_char,
-    arg_type_infos: *mut *mut *const c_char,
-    arg_descriptions: *mut *mut *const c_char,
-) -> c_int {
-    api_call("MXDataIterGetIterInfo", || {
-        let entry = iter_arg(creator)?;
-        // SAFETY: API contract: each out-parameter is NULL or writable.
-        unsafe {
-            report(
-                entry,
-                name,
-                description,
-                num_args,
-                arg_names,
-                arg_type_infos,
-                arg_descriptions,
-                std::ptr::null_mut(),
-            )
-        };
-        Ok(())
-    })
-}
-
-/// Creates a data iterator: not built yet in mxrt, so an error naming the iterator.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MXDataIterCreateIter(
-    handle: DataIterCreator,
-    num_param: u32,
-    keys: *mut *const c_char,
-    vals: *mut *const c_char,
-    out: *mut DataIterHandle,
-) -> c_int {
-    api_call("MXDataIterCreateIter", || {
-        let entry = iter_arg(handle)?;
-        let _ = (num_param, keys, vals);
-        // SAFETY: API contract: out-parameter.
-        unsafe { args::out(out, "out")? };
-        Err(Error::not_supported(format!(
-            "data iterator {} is not implemented by mxrt yet",
-            entry.name.to_string_lossy()
         )))
     })
 }

@@ -17,6 +17,8 @@ pub type NDArrayHandle = *mut c_void;
 pub type SymbolHandle = *mut c_void;
 /// A KVStore.
 pub type KVStoreHandle = *mut c_void;
+/// A RecordIO writer or reader.
+pub type RecordIOHandle = *mut c_void;
 /// A profiler object (domain, task, frame, event or counter).
 pub type ProfileHandle = *mut c_void;
 /// A DLPack `DLManagedTensor`.

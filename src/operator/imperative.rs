@@ -83,6 +83,7 @@ pub fn infer_outputs(
         given_outputs: None,
         input_ctx: None,
         training: false,
+        state: None,
     })?;
     if def.declares_params {
         params.finish()?;

@@ -1,0 +1,79 @@
+"""MNISTIter, CSVIter and LibSVMIter on libmxrt against libmxnet.so (data_iter_script.py through
+the unmodified mxnet package): every batch's data, label, pad and index over several epochs and
+batch sizes that do and do not divide the data, with and without round_batch, and the same
+refusals of bad input (plus the inputs MXNet does not check, which mxrt refuses)."""
+import functools
+import json
+import subprocess
+import sys
+import tempfile
+
+from conftest import HERE, libmxrt, run_script
+
+
+@functools.lru_cache(maxsize=None)
+def names():
+    proc = subprocess.run([sys.executable, str(HERE / "data_iter_script.py"), "-", "--list"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tuple(proc.stdout.split())
+
+
+@functools.lru_cache(maxsize=None)
+def results(library):
+    """Every scenario's outcome on `library`. libmxnet.so crashes now and then in its
+    LibSVMIter (a race in its threads); scenarios lost that way are run again on their own, up to
+    3 times. mxrt must run them all in one process."""
+    d = tempfile.mkdtemp(prefix="mxrt-data-iter-")
+    out, tries = {}, 0
+    while True:
+        missing = [n for n in names() if n not in out]
+        if not missing:
+            return out
+        tries += 1
+        proc = run_script("data_iter_script.py", library,
+                          args=(d, *(missing if out else ())))
+        for line in proc.stdout.splitlines():
+            out.update(json.loads(line))
+        if proc.returncode != 0:
+            assert library == "mxnet" and tries < 4, \
+                f"data_iter_script.py failed on {library}:\n{proc.stderr[-4000:]}"
+
+
+def pytest_generate_tests(metafunc):
+    if "scenario" in metafunc.fixturenames:
+        metafunc.parametrize("scenario", [n for n in names() if n != "errors"])
+
+
+def test_scenario_matches_mxnet(scenario):
+    real = results("mxnet")[scenario]
+    ours = results(str(libmxrt()))[scenario]
+    if "error" in real:
+        assert "error" in ours, f"MXNet fails ({real['error']}), mxrt gives {ours}"
+        return
+    assert "ok" in ours, f"mxrt fails: {ours['error']}"
+    ours = ours["ok"]
+    if isinstance(ours, dict) and "mxrt_after" in ours:
+        # a reset in the middle of an epoch starts the data over on mxrt
+        ours = dict(ours)
+        after = ours.pop("mxrt_after")
+        assert [b["index"] for b in after[0]] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 0, 1]]
+        assert after[1][0]["index"] == [2, 3, 4], after[1]
+    assert ours == real["ok"]
+
+
+def test_bad_input_is_refused_with_a_message():
+    real = results("mxnet")["errors"]["ok"]
+    ours = results(str(libmxrt()))["errors"]["ok"]
+    for case, r in ours.items():
+        if case.startswith("mxrt_") or "error" in real.get(case, {}):
+            assert "error" in r, f"{case}: mxrt accepts it ({r}); MXNet: {real.get(case)}"
+            assert len(r["error"]) > 20, r
+        else:
+            assert "error" not in r, f"{case}: mxrt refuses it ({r['error']}); MXNet accepts it"
+    # the messages name what is wrong
+    assert "row-length=2" in ours["csv_bad_row"]["error"]
+    assert "nope.csv" in ours["csv_missing_file"]["error"]
+    assert "out of range" in ours["mxrt_libsvm_index_out_of_range"]["error"]
+    assert "ImageRecordIter" in ours["image_record_iter"]["error"]
+    assert "batch_size" in ours["csv_bad_batch_size"]["error"]
