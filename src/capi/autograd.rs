@@ -120,20 +120,7 @@ pub unsafe extern "C" fn MXAutogradComputeGradient(
 ) -> c_int {
     api_call("MXAutogradComputeGradient", || {
         // SAFETY: forwarded API contract.
-        unsafe {
-            backward_ex(
-                num_output,
-                output_handles,
-                std::ptr::null_mut(),
-                0,
-                std::ptr::null_mut(),
-                0,
-                0,
-                1,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        }
+        unsafe { backward(num_output, output_handles, std::ptr::null_mut(), 0) }
     })
 }
 
@@ -147,21 +134,36 @@ pub unsafe extern "C" fn MXAutogradBackward(
 ) -> c_int {
     api_call("MXAutogradBackward", || {
         // SAFETY: forwarded API contract.
-        unsafe {
-            backward_ex(
-                num_output,
-                output_handles,
-                ograd_handles,
-                0,
-                std::ptr::null_mut(),
-                retain_graph,
-                0,
-                1,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        }
+        unsafe { backward(num_output, output_handles, ograd_handles, retain_graph) }
     })
+}
+
+/// The body of MXAutogradBackward and MXAutogradComputeGradient: MXAutogradBackwardEx's backward
+/// into the variables' buffers, in training mode, without creating a graph.
+///
+/// # Safety
+/// The pointers follow `MXAutogradBackward`'s contract.
+unsafe fn backward(
+    num_output: u32,
+    output_handles: *mut NDArrayHandle,
+    ograd_handles: *mut NDArrayHandle,
+    retain_graph: c_int,
+) -> Result<()> {
+    // SAFETY: the caller's contract; no variables, so the out-parameters are not used.
+    unsafe {
+        backward_ex(
+            num_output,
+            output_handles,
+            ograd_handles,
+            0,
+            std::ptr::null_mut(),
+            retain_graph,
+            0,
+            1,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
 }
 
 /// A backward pass from the heads `output_handles[0..num_output)`, with head gradients
@@ -382,14 +384,7 @@ impl autograd::CustomBackward for CFunction {
         let (n_o, n_i) = (ograds.len(), igrads.len());
         // new handles owned by the callee, as in MXNet
         let mut ptrs: Vec<*mut c_void> = ograds.into_iter().chain(igrads).map(new_handle).collect();
-        let reqs: Vec<c_int> = reqs
-            .iter()
-            .map(|r| match r {
-                GradReq::Null => 0,
-                GradReq::Write => 1,
-                GradReq::Add => 3,
-            })
-            .collect();
+        let reqs: Vec<c_int> = reqs.iter().map(|r| r.code() as c_int).collect();
         // SAFETY: the callback's contract: `n_o + n_i` handles and `n_i` requests, its state.
         let ok = unsafe {
             (self.backward)(
