@@ -13,6 +13,7 @@ use crate::dtype::DType;
 use crate::ndarray::NDArray;
 use crate::ndarray::format::StorageType;
 use crate::ndarray::sparse::SparseValue;
+use std::slice::from_ref;
 
 /// Little-endian bytes of `v` as elements of `dtype`.
 fn encode(v: &[f64], dtype: DType) -> Vec<u8> {
@@ -22,7 +23,7 @@ fn encode(v: &[f64], dtype: DType) -> Vec<u8> {
             let e = T::from_f64(x);
             // SAFETY: every `Element` is plain old data of `size_of::<T>()` initialised bytes.
             let b = unsafe {
-                std::slice::from_raw_parts(&e as *const T as *const u8, std::mem::size_of::<T>())
+                std::slice::from_raw_parts((&e as *const T).cast::<u8>(), std::mem::size_of::<T>())
             };
             out.extend_from_slice(b);
         }
@@ -105,26 +106,26 @@ fn unary_and_scalar_maps_in_every_dtype_family_in_place() {
     for dtype in [DType::F32, DType::F64, DType::F16, DType::I32] {
         let x = arr(&[4], &[1.0, 4.0, 9.0, 16.0], dtype);
         assert_eq!(
-            one("sqrt", &[x.clone()], &[]),
+            one("sqrt", from_ref(&x), &[]),
             [1.0, 2.0, 3.0, 4.0],
             "{dtype:?}"
         );
         let y = arr(&[4], &[-1.0, 2.0, -3.0, 4.0], dtype);
-        run("abs", &[y.clone()], &[], &[y.clone()]);
+        run("abs", from_ref(&y), &[], from_ref(&y));
         assert_eq!(vals(&y), [1.0, 2.0, 3.0, 4.0], "{dtype:?}");
         // x += 1 and x = 10 - x, in place
         run(
             "_plus_scalar",
-            &[x.clone()],
+            from_ref(&x),
             &[("scalar", "1")],
-            &[x.clone()],
+            from_ref(&x),
         );
         assert_eq!(vals(&x), [2.0, 5.0, 10.0, 17.0], "{dtype:?}");
         run(
             "_rminus_scalar",
-            &[x.clone()],
+            from_ref(&x),
             &[("scalar", "10")],
-            &[x.clone()],
+            from_ref(&x),
         );
         assert_eq!(vals(&x), [8.0, 5.0, 0.0, -7.0], "{dtype:?}");
     }
@@ -136,13 +137,13 @@ fn binary_ops_write_into_either_input() {
         let a = arr(&[4], &[1.0, 2.0, 3.0, 4.0], dtype);
         let b = arr(&[4], &[10.0, 20.0, 30.0, 40.0], dtype);
         // a += b
-        run("elemwise_add", &[a.clone(), b.clone()], &[], &[a.clone()]);
+        run("elemwise_add", &[a.clone(), b.clone()], &[], from_ref(&a));
         assert_eq!(vals(&a), [11.0, 22.0, 33.0, 44.0], "{dtype:?}");
         // b = a - b
-        run("elemwise_sub", &[a.clone(), b.clone()], &[], &[b.clone()]);
+        run("elemwise_sub", &[a.clone(), b.clone()], &[], from_ref(&b));
         assert_eq!(vals(&b), [1.0, 2.0, 3.0, 4.0], "{dtype:?}");
         // a = a * a, the same array on both sides
-        run("elemwise_mul", &[a.clone(), a.clone()], &[], &[a.clone()]);
+        run("elemwise_mul", &[a.clone(), a.clone()], &[], from_ref(&a));
         assert_eq!(vals(&a), [121.0, 484.0, 1089.0, 1936.0], "{dtype:?}");
     }
     // integers: wrapping arithmetic in the type, division through f64
@@ -179,10 +180,10 @@ fn fills_and_casts() {
         } else {
             [1.5, -2.0]
         };
-        assert_eq!(one("Cast", &[x.clone()], &[("dtype", to)]), want, "{to}");
+        assert_eq!(one("Cast", from_ref(&x), &[("dtype", to)]), want, "{to}");
     }
     // a cast to the same dtype into the input itself leaves it as it is
-    run("Cast", &[x.clone()], &[("dtype", "float32")], &[x.clone()]);
+    run("Cast", from_ref(&x), &[("dtype", "float32")], from_ref(&x));
     assert_eq!(vals(&x), [1.5, -2.0]);
 }
 
@@ -199,15 +200,15 @@ fn slice_assignment_in_place_and_into_a_new_array() {
         "_slice_assign",
         &[lhs.clone(), rhs],
         &region,
-        &[lhs.clone()],
+        from_ref(&lhs),
     );
     assert_eq!(vals(&lhs), want);
     let last_row = [("begin", "(2,)"), ("end", "(3,)"), ("scalar", "7")];
     run(
         "_slice_assign_scalar",
-        &[lhs.clone()],
+        from_ref(&lhs),
         &last_row,
-        &[lhs.clone()],
+        from_ref(&lhs),
     );
     assert_eq!(vals(&lhs)[6..], [7.0; 3]);
     assert_eq!(vals(&lhs)[..6], want[..6]);
@@ -285,12 +286,12 @@ fn activations_and_their_gradients_in_place() {
     for dtype in FLOATS {
         let x = arr(&[4], &[-2.0, -1.0, 0.5, 2.0], dtype);
         assert_eq!(
-            one("Activation", &[x.clone()], &[("act_type", "relu")]),
+            one("Activation", from_ref(&x), &[("act_type", "relu")]),
             [0.0, 0.0, 0.5, 2.0]
         );
         let leaky = [("act_type", "leaky"), ("slope", "0.5")];
         assert_eq!(
-            one("LeakyReLU", &[x.clone()], &leaky),
+            one("LeakyReLU", from_ref(&x), &leaky),
             [-1.0, -0.5, 0.5, 2.0]
         );
         // dy = dy * relu'(y), written over dy
@@ -300,7 +301,7 @@ fn activations_and_their_gradients_in_place() {
             "_mxrt_activation_grad",
             &[dy.clone(), y],
             &[("act_type", "relu")],
-            &[dy.clone()],
+            from_ref(&dy),
         );
         assert_eq!(vals(&dy), [0.0, 0.0, 3.0, 3.0], "{dtype:?}");
         // rrelu's gradient reads the forward's slopes: a third input
@@ -309,7 +310,7 @@ fn activations_and_their_gradients_in_place() {
             "_mxrt_leaky_grad",
             &[g.clone(), x.clone(), arr(&[4], &[0.25; 4], dtype)],
             &[("act_type", "rrelu")],
-            &[g.clone()],
+            from_ref(&g),
         );
         assert_eq!(vals(&g), [1.0, 1.0, 4.0, 4.0], "{dtype:?}");
         let clip = [("a_min", "-1"), ("a_max", "1")];
@@ -328,7 +329,7 @@ fn softmax_and_its_gradient_staged_over_an_input() {
     let y = f32s(&[2, 2], &[0.25, 0.75, 0.5, 0.5]);
     let dy = f32s(&[2, 2], &[1.0, 0.0, 2.0, 2.0]);
     // not elementwise: an output that is an input goes through scratch memory
-    run("_mxrt_softmax_grad", &[dy.clone(), y], &[], &[dy.clone()]);
+    run("_mxrt_softmax_grad", &[dy.clone(), y], &[], from_ref(&dy));
     close(&vals(&dy), &[0.1875, -0.1875, 0.0, 0.0], 1e-6);
 }
 
@@ -379,7 +380,7 @@ fn optimizer_updates_write_the_weight_and_their_states() {
         "sgd_mom_update",
         &[w.clone(), g.clone(), mom.clone()],
         &p,
-        &[w.clone()],
+        from_ref(&w),
     );
     assert_eq!(vals(&mom), [-0.125, 0.5]);
     assert_eq!(vals(&w), [0.875, 2.5]);
@@ -391,7 +392,7 @@ fn optimizer_updates_write_the_weight_and_their_states() {
         "mp_sgd_update",
         &[w16.clone(), g16, w32.clone()],
         &[("lr", "0.5")],
-        &[w16.clone()],
+        from_ref(&w16),
     );
     assert_eq!(vals(&w16), [0.75, 2.5]);
     assert_eq!(vals(&w32), [0.75, 2.5]);
@@ -412,7 +413,7 @@ fn optimizer_updates_write_the_weight_and_their_states() {
         "adam_update",
         &[w.clone(), g, m.clone(), v.clone()],
         &p,
-        &[w.clone()],
+        from_ref(&w),
     );
     assert_eq!(vals(&m), [1.0, -2.0]);
     assert_eq!(vals(&v), [3.0, 12.0]);
@@ -451,7 +452,7 @@ fn lamb_phases_update_moments_then_the_weight() {
         "lamb_update_phase2",
         &[w.clone(), dir[0].clone(), r1, r2],
         &[("lr", "0.1")],
-        &[w.clone()],
+        from_ref(&w),
     );
     close(&vals(&w), &[0.95, 2.05], 1e-6);
 }
@@ -468,11 +469,11 @@ fn sparse_inputs_and_lazy_updates_run_on_dense_copies() {
     let w = f32s(&[3, 2], &[1.0; 6]);
     let g = rsp(&[3, 2], &[0.0, 0.0, 2.0, 2.0, 0.0, 0.0]);
     let p = [("lr", "0.5"), ("wd", "0.5")];
-    run("sgd_update", &[w.clone(), g.clone()], &p, &[w.clone()]);
+    run("sgd_update", &[w.clone(), g.clone()], &p, from_ref(&w));
     assert_eq!(vals(&w), [1.0, 1.0, -0.25, -0.25, 1.0, 1.0]);
     let eager = f32s(&[3, 2], &[1.0; 6]);
     let p = [("lr", "0.5"), ("wd", "0.5"), ("lazy_update", "False")];
-    run("sgd_update", &[eager.clone(), g], &p, &[eager.clone()]);
+    run("sgd_update", &[eager.clone(), g], &p, from_ref(&eager));
     assert_eq!(vals(&eager), [0.75, 0.75, -0.25, -0.25, 0.75, 0.75]);
     // a sparse output is written back from the kernel's dense result
     let dense = f32s(&[2, 2], &[0.0, 0.0, 5.0, 6.0]);
@@ -488,7 +489,7 @@ fn parameters_left_over_are_refused_only_by_ops_that_declare_some() {
     let err = invoke(Invoke {
         op: "_plus_scalar",
         called_as: "_plus_scalar",
-        inputs: std::slice::from_ref(&a),
+        inputs: from_ref(&a),
         params: vec![("scalar", "1"), ("no_such", "1")],
         outputs: None,
     })
