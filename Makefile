@@ -9,7 +9,8 @@
 #                 on the engine workloads, with OpenMP tasks (libgomp, libomp) and StarPU
 #                 (installs clang, libomp-dev, libstarpu-dev when missing; see bench/README.md)
 #   make bench-floor  line-transfer latency and the engine's own per-op costs on this machine
-#   make miri     engine, storage and handle-table unit tests under Miri (nightly; not in make test)
+#   make miri     the unit tests of every module that runs without foreign code, under Miri
+#                 (nightly; not in make test; docs/testing.md#miri)
 #   FEATURES=     build without the distributed kvstore (default FEATURES=dist: needs MPI, which
 #                 scripts/setup-mpi.sh installs from Debian's packages when missing)
 
@@ -97,17 +98,44 @@ rust-test: mxnet-venv lib
 python-test: mxnet-venv lib
 	MXRT_LIB=$(abspath $(LIB)) $(MXNET_VENV)/bin/python -m pytest -q tests/python
 
-# Miri (nightly toolchain with the miri component; not part of make test, ~25 min): the unit
-# tests of the engine, storage and the C handle table under the interpreter, which reports undefined behaviour (aliasing,
-# provenance, data races, use after free). Tests that call foreign functions (shm_open, fork,
-# sched_setscheduler) or wait on real time are #[cfg_attr(miri, ignore)]. Without mimalloc (a
-# foreign allocator); permissive provenance because parking_lot_core casts integers to pointers.
-MIRI_FILTERS ?= engine:: storage:: capi::handle
+# Miri (nightly toolchain with the miri component; not part of make test; about an hour on 2
+# shared cores): the unit tests under the interpreter, which reports undefined behaviour
+# (aliasing, bounds, provenance, data races, use after free). One filter per module that runs:
+# the engine, storage, the C API (handle table, completion slots, updaters), the operators (the
+# kernels, and operator/tests.rs: every op family's pointer loops on small arrays, outputs
+# aliasing inputs, mutated inputs, staged outputs, sparse fallbacks), ndarray, autograd, the
+# local kvstore, resources, the profiler, the parallel loops, the GPU module's host paths and
+# the small modules. Not run: dist (MPI is a foreign library; the feature is off) and the GPU
+# device code (the CUDA driver is foreign: under Miri the probe reports none). Single tests that
+# call foreign functions (shm_open, fork, sched_setscheduler), wait on real time or parse the
+# 700 KB op table (hours of JSON under the interpreter) are #[cfg_attr(miri, ignore)] with
+# their reason. Flags: no mimalloc (a foreign allocator); -Zmiri-disable-isolation lets tests
+# read the clock, environment and files; permissive provenance because parking_lot_core casts
+# integers to pointers. Three runs:
+# - MIRI_JOINED: tests that join every thread they start, so Miri's leak check runs too;
+# - the others use the process-wide engine and thread pools, whose workers live until the
+#   process exits (as MXNet's do): -Zmiri-ignore-leaks lets them outlive the main thread (it
+#   also skips the memory-leak report, which make sanitize's valgrind run covers);
+# - MIRI_TREE: tests that start rayon pools of their own, under Tree Borrows: crossbeam-epoch
+#   (rayon's deques) turns a list entry's reference into its container's, which Stacked Borrows
+#   rejects and Tree Borrows accepts (crossbeam's own Miri runs use Tree Borrows for it); tests
+#   the other runs have (resource::parallel) are skipped here.
+MIRI_FILTERS ?= engine:: storage:: capi:: operator:: ndarray:: autograd:: kvstore:: resource:: \
+  profiler:: parallel:: gpu:: allocator:: clock:: context:: dtype::
+MIRI_JOINED ?= engine:: storage:: resource:: profiler:: gpu:: allocator:: clock:: context:: dtype::
+MIRI_TREE ?= parallel::
+MIRI_RUN = $(CARGO) +nightly miri test --target-dir target/miri --no-default-features --lib --
+MIRI_FLAGS = -Zmiri-disable-isolation -Zmiri-permissive-provenance
+MIRI_SHARED = $(filter-out $(MIRI_JOINED) $(MIRI_TREE),$(MIRI_FILTERS))
 miri:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@rustup component list --toolchain nightly --installed | grep -q '^miri' || rustup component add miri --toolchain nightly
-	MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-permissive-provenance" $(CARGO) +nightly miri test \
-	  --target-dir target/miri --no-default-features --lib -- $(MIRI_FILTERS)
+	$(if $(filter $(MIRI_JOINED),$(MIRI_FILTERS)),MIRIFLAGS="$(MIRI_FLAGS)" \
+	  $(MIRI_RUN) $(filter $(MIRI_JOINED),$(MIRI_FILTERS)))
+	$(if $(MIRI_SHARED),MIRIFLAGS="$(MIRI_FLAGS) -Zmiri-ignore-leaks" $(MIRI_RUN) $(MIRI_SHARED))
+	$(if $(filter $(MIRI_TREE),$(MIRI_FILTERS)),MIRIFLAGS="$(MIRI_FLAGS) -Zmiri-ignore-leaks \
+	  -Zmiri-tree-borrows" $(MIRI_RUN) $(filter $(MIRI_TREE),$(MIRI_FILTERS)) \
+	  $(addprefix --skip ,$(filter-out $(MIRI_TREE),$(MIRI_FILTERS))))
 
 # Model checks (loom): the variables' queues with the engine's grant counting, every interleaving
 # of two pushing threads (src/engine/var_queue.rs), the worker pools' ready ring

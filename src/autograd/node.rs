@@ -35,6 +35,15 @@ impl GradReq {
             _ => None,
         }
     }
+
+    /// MXNet's code of the request (what a custom function's backward callback receives).
+    pub fn code(self) -> u32 {
+        match self {
+            GradReq::Null => 0,
+            GradReq::Write => 1,
+            GradReq::Add => 3,
+        }
+    }
 }
 
 /// A variable: a leaf of the graph that gets a gradient.

@@ -120,20 +120,7 @@ pub unsafe extern "C" fn MXAutogradComputeGradient(
 ) -> c_int {
     api_call("MXAutogradComputeGradient", || {
         // SAFETY: forwarded API contract.
-        unsafe {
-            backward_ex(
-                num_output,
-                output_handles,
-                std::ptr::null_mut(),
-                0,
-                std::ptr::null_mut(),
-                0,
-                0,
-                1,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        }
+        unsafe { backward(num_output, output_handles, std::ptr::null_mut(), 0) }
     })
 }
 
@@ -147,21 +134,32 @@ pub unsafe extern "C" fn MXAutogradBackward(
 ) -> c_int {
     api_call("MXAutogradBackward", || {
         // SAFETY: forwarded API contract.
-        unsafe {
-            backward_ex(
-                num_output,
-                output_handles,
-                ograd_handles,
-                0,
-                std::ptr::null_mut(),
-                retain_graph,
-                0,
-                1,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        }
+        unsafe { backward(num_output, output_handles, ograd_handles, retain_graph) }
     })
+}
+
+/// The body of MXAutogradBackward and MXAutogradComputeGradient: gradients into the variables'
+/// buffers, in training mode, without creating a graph.
+///
+/// # Safety
+/// The pointers follow `MXAutogradBackward`'s contract.
+unsafe fn backward(
+    num_output: u32,
+    output_handles: *mut NDArrayHandle,
+    ograd_handles: *mut NDArrayHandle,
+    retain_graph: c_int,
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let (heads, head_grads) = unsafe { heads(num_output, output_handles, ograd_handles)? };
+    autograd::backward(BackwardArgs {
+        heads,
+        head_grads,
+        variables: Vec::new(),
+        retain_graph: retain_graph != 0,
+        create_graph: false,
+        is_train: true,
+    })?;
+    Ok(())
 }
 
 /// A backward pass from the heads `output_handles[0..num_output)`, with head gradients
@@ -186,51 +184,67 @@ pub unsafe extern "C" fn MXAutogradBackwardEx(
     grad_stypes: *mut *mut c_int,
 ) -> c_int {
     api_call("MXAutogradBackwardEx", || {
-        // SAFETY: forwarded API contract.
-        unsafe {
-            backward_ex(
-                num_output,
-                output_handles,
-                ograd_handles,
-                num_variables,
-                var_handles,
-                retain_graph,
-                create_graph,
-                is_train,
-                grad_handles,
-                grad_stypes,
-            )
+        // SAFETY: API contract for the heads and their gradients.
+        let (heads, head_grads) = unsafe { heads(num_output, output_handles, ograd_handles)? };
+        let nv = num_variables as usize;
+        let variables = if nv == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: API contract: `num_variables` handles.
+            unsafe { arrays(var_handles.cast_const(), nv, "var_handles")? }
+        };
+        if nv > 0 && (grad_handles.is_null() || grad_stypes.is_null()) {
+            return Err(Error::invalid(
+                "grad_handles and grad_stypes must not be NULL when num_variables > 0",
+            ));
         }
+        let grads = autograd::backward(BackwardArgs {
+            heads,
+            head_grads,
+            variables,
+            retain_graph: retain_graph != 0,
+            create_graph: create_graph != 0,
+            is_train: is_train != 0,
+        })?;
+        if nv > 0 {
+            RETURNED.with(|r| {
+                let (handles, stypes) = &mut *r.borrow_mut();
+                stypes.clear();
+                stypes.extend(grads.iter().map(|g| g.stype().code()));
+                handles.clear();
+                handles.extend(grads.into_iter().map(new_handle));
+                // SAFETY: API contract: out-parameters (checked non-NULL above).
+                unsafe {
+                    *grad_handles = handles.as_mut_ptr();
+                    *grad_stypes = stypes.as_mut_ptr();
+                }
+            });
+        }
+        Ok(())
     })
 }
 
-/// The body of the backward functions.
+/// The heads of a backward pass and their gradients (none when `ograd_handles` is NULL; a NULL
+/// entry is a gradient of ones).
 ///
 /// # Safety
-/// The pointers follow `MXAutogradBackwardEx`'s contract.
-#[allow(clippy::too_many_arguments)] // MXNet's parameter list
-unsafe fn backward_ex(
+/// `output_handles` is NULL or points to `num_output` handles; `ograd_handles` is NULL or
+/// points to `num_output` handles, each of which may be NULL.
+unsafe fn heads(
     num_output: u32,
     output_handles: *mut NDArrayHandle,
     ograd_handles: *mut NDArrayHandle,
-    num_variables: u32,
-    var_handles: *mut NDArrayHandle,
-    retain_graph: c_int,
-    create_graph: c_int,
-    is_train: c_int,
-    grad_handles: *mut *mut NDArrayHandle,
-    grad_stypes: *mut *mut c_int,
-) -> Result<()> {
+) -> Result<(Vec<NDArray>, Vec<Option<NDArray>>)> {
     let n = num_output as usize;
     if n == 0 {
         return Err(Error::invalid("num_output is 0: no heads to differentiate"));
     }
-    // SAFETY: API contract: `num_output` head handles.
+    // SAFETY: per the contract: `num_output` head handles.
     let heads = unsafe { arrays(output_handles.cast_const(), n, "output_handles")? };
     let head_grads = if ograd_handles.is_null() {
         Vec::new()
     } else {
-        // SAFETY: API contract: `num_output` head-gradient handles, each may be NULL.
+        // SAFETY: per the contract: `num_output` head-gradient handles, each may be NULL.
         let hs = unsafe { args::slice(ograd_handles.cast_const(), n, "ograd_handles")? };
         hs.iter()
             .enumerate()
@@ -244,41 +258,7 @@ unsafe fn backward_ex(
             })
             .collect::<Result<Vec<_>>>()?
     };
-    let nv = num_variables as usize;
-    let variables = if nv == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: API contract: `num_variables` handles.
-        unsafe { arrays(var_handles.cast_const(), nv, "var_handles")? }
-    };
-    if nv > 0 && (grad_handles.is_null() || grad_stypes.is_null()) {
-        return Err(Error::invalid(
-            "grad_handles and grad_stypes must not be NULL when num_variables > 0",
-        ));
-    }
-    let grads = autograd::backward(BackwardArgs {
-        heads,
-        head_grads,
-        variables,
-        retain_graph: retain_graph != 0,
-        create_graph: create_graph != 0,
-        is_train: is_train != 0,
-    })?;
-    if nv > 0 {
-        RETURNED.with(|r| {
-            let (handles, stypes) = &mut *r.borrow_mut();
-            stypes.clear();
-            stypes.extend(grads.iter().map(|g| g.stype().code()));
-            handles.clear();
-            handles.extend(grads.into_iter().map(new_handle));
-            // SAFETY: API contract: out-parameters (checked non-NULL above).
-            unsafe {
-                *grad_handles = handles.as_mut_ptr();
-                *grad_stypes = stypes.as_mut_ptr();
-            }
-        });
-    }
-    Ok(())
+    Ok((heads, head_grads))
 }
 
 /// The symbol of an array's recorded graph: not built yet (-1 saying so).
@@ -373,14 +353,7 @@ impl autograd::CustomBackward for CFunction {
         let (n_o, n_i) = (ograds.len(), igrads.len());
         // new handles owned by the callee, as in MXNet
         let mut ptrs: Vec<*mut c_void> = ograds.into_iter().chain(igrads).map(new_handle).collect();
-        let reqs: Vec<c_int> = reqs
-            .iter()
-            .map(|r| match r {
-                GradReq::Null => 0,
-                GradReq::Write => 1,
-                GradReq::Add => 3,
-            })
-            .collect();
+        let reqs: Vec<c_int> = reqs.iter().map(|r| r.code() as c_int).collect();
         // SAFETY: the callback's contract: `n_o + n_i` handles and `n_i` requests, its state.
         let ok = unsafe {
             (self.backward)(

@@ -147,6 +147,10 @@ pub(crate) unsafe fn complete(
 }
 
 /// The `callback` of every `CallbackOnComplete` mxrt hands out.
+///
+/// # Safety
+/// `error` is NULL or a NUL-terminated message. `engine` and `param` are only compared with the
+/// live completions' slots (a stale or foreign pair is an error, not a dereference).
 unsafe extern "C" fn complete_from_c(
     engine: *mut c_void,
     param: *mut c_void,

@@ -119,6 +119,10 @@ struct Exported {
     shape: Vec<i64>,
 }
 
+/// The `deleter` of every tensor MXNDArrayToDLPack hands out: frees the `Exported` behind it.
+///
+/// # Safety
+/// `t` is NULL or a tensor MXNDArrayToDLPack returned whose deleter has not run yet.
 unsafe extern "C" fn delete_exported(t: *mut DLManagedTensor) {
     if !t.is_null() {
         // SAFETY: `t` came from MXNDArrayToDLPack, which made it with Box::into_raw(Exported),

@@ -97,6 +97,13 @@ pub unsafe extern "C" fn MXImperativeInvokeEx(
 }
 
 /// The shared body of the invoke functions; returns the number of outputs.
+///
+/// # Safety
+/// The pointers follow MXImperativeInvokeEx's contract: `inputs` is NULL or points to
+/// `num_inputs` handles; `num_outputs` and `outputs` are NULL or valid for reads and writes, and
+/// when `*num_outputs > 0`, `*outputs` points to that many handles; `param_keys` and `param_vals`
+/// are NULL or point to `num_params` pointers, each NULL or a NUL-terminated string. Everything
+/// else (NULLs, counts, handles) is checked.
 #[allow(clippy::too_many_arguments)] // MXNet's parameter list
 unsafe fn invoke(
     creator: AtomicSymbolCreator,

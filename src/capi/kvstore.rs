@@ -861,6 +861,10 @@ mod tests {
 
     static LAST_KEY: AtomicI32 = AtomicI32::new(-100);
 
+    /// A C updater as MXNet's front ends register one.
+    ///
+    /// # Safety
+    /// `recv` and `local` are handles the store hands over; `user` points to an `i32` counter.
     unsafe extern "C" fn updater(
         key: c_int,
         recv: NDArrayHandle,

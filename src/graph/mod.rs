@@ -194,7 +194,7 @@ pub fn check_params(def: &'static OpDef, attrs: &BTreeMap<String, String>) -> Re
     let Some(info) = reg.lookup(def.name).map(|id| reg.op(id)) else {
         return Ok(());
     };
-    if !def.declares_params {
+    if !def.declares_params() {
         return Ok(());
     }
     let described = || {

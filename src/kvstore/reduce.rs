@@ -384,7 +384,9 @@ mod tests {
 
     #[test]
     fn broadcast_fills_every_destination() {
-        let src: Vec<u32> = (0..100_000).collect();
+        // several tasks of 64 KiB (fewer under Miri, which is slow)
+        let n = if cfg!(miri) { 2 * TASK + 7 } else { 100_000 };
+        let src: Vec<u32> = (0..n as u32).collect();
         let mut d1 = vec![0u32; src.len()];
         let mut d2 = vec![7u32; src.len()];
         let cfg = ReduceConfig {

@@ -208,9 +208,6 @@ pub struct OpDef {
     pub forward: &'static dyn Operator,
     pub grad: Gradient,
     pub stype: StorageRule,
-    /// Whether MXNet's table declares parameters for the op (set when the table is built): an
-    /// op without any ignores the parameters it is given, as MXNet's do.
-    pub declares_params: bool,
     /// How the op appears in a symbolic graph: its inputs' and outputs' names, the inputs it
     /// mutates (auxiliary states), and the backward shape and dtype rules of graph inference.
     pub graph: GraphDef,
@@ -361,6 +358,14 @@ impl Default for GraphDef {
 }
 
 impl OpDef {
+    /// Whether MXNet's table declares parameters for the op (mxrt's internal ops do): an op
+    /// without any ignores the parameters it is given, as MXNet's do.
+    pub fn declares_params(&self) -> bool {
+        let reg = super::registry::Registry::global();
+        reg.lookup(self.name)
+            .is_none_or(|id| reg.op(id).parameters().next().is_some())
+    }
+
     /// The op's gradient as operators.
     pub fn grad(&mut self, f: GradFn) -> &mut OpDef {
         self.grad = Gradient::Ops(f);
@@ -416,7 +421,6 @@ impl Entries {
             forward,
             grad: Gradient::None,
             stype: StorageRule::Dense,
-            declares_params: true,
             graph: GraphDef::default(),
         });
         self.0.last_mut().expect("just pushed")

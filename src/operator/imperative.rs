@@ -85,8 +85,10 @@ pub fn infer_outputs(
         training: false,
         state: None,
     })?;
-    if def.declares_params {
-        params.finish()?;
+    if let Err(e) = params.finish()
+        && def.declares_params()
+    {
+        return Err(e);
     }
     Ok(plan.outputs)
 }
@@ -156,10 +158,12 @@ pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
         state: call.state.as_ref(),
     })?;
     // MXNet parses parameters only for ops that declare some: an op without any ignores
-    // whatever it is given (Gluon passes `axis` to `broadcast_maximum`)
-    let declares_params = def.declares_params;
-    if declares_params {
-        params.finish()?;
+    // whatever it is given (Gluon passes `axis` to `broadcast_maximum`). MXNet's table is read
+    // only when a parameter is left over.
+    if let Err(e) = params.finish()
+        && def.declares_params()
+    {
+        return Err(e);
     }
     let ctx = plan.ctx.or(input_ctx).unwrap_or(Context::cpu(0));
     if on_gpu.is_none() && !ctx.is_host() {

@@ -22,3 +22,5 @@ pub mod registry;
 pub mod stype;
 pub mod table;
 pub mod tensor;
+#[cfg(test)]
+mod tests;

@@ -125,9 +125,70 @@ fn mode(call: &Call<'_>, default: &str) -> Result<String> {
     }
 }
 
-fn take(call: &Call<'_>) -> Result<Plan> {
-    let ins = inputs(call, 2)?;
-    let (a, idx) = (&ins[0], &ins[1]);
+/// The indices of `t` (any dtype) as positions on an axis of `n`, per `mode`.
+fn read_indices(t: &Tensor, n: usize, mode: &str) -> Result<Vec<usize>> {
+    crate::with_element!(t.dtype, I => {
+        t.slice::<I>().iter().map(|v| index_of(v.to_f64(), n, mode)).collect::<std::result::Result<_, _>>()
+    })
+    .map_err(Error::invalid)
+}
+
+/// The values of an index array (any dtype) as numbers.
+fn index_values(t: &Tensor) -> Vec<f64> {
+    crate::with_element!(t.dtype, I => t.slice::<I>().iter().map(|v| v.to_f64()).collect())
+}
+
+/// A shape seen around one axis: the product of the axes before it, its length and the product
+/// of the axes after it.
+#[derive(Clone, Copy)]
+struct AroundAxis {
+    outer: usize,
+    n: usize,
+    inner: usize,
+}
+
+impl AroundAxis {
+    fn new(shape: &[i64], axis: usize) -> AroundAxis {
+        let product = |s: &[i64]| s.iter().map(|&d| d as usize).product();
+        AroundAxis {
+            outer: product(&shape[..axis]),
+            n: shape[axis] as usize,
+            inner: product(&shape[axis + 1..]),
+        }
+    }
+
+    /// The slices `take` copies, `inner` elements each, given its `indices` on the axis: the
+    /// offset of each in take's output and the offset of the slice of the input it reads.
+    fn taken(self, indices: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let AroundAxis { outer, n, inner } = self;
+        let m = indices.len();
+        (0..outer).flat_map(move |r| {
+            indices
+                .iter()
+                .enumerate()
+                .map(move |(j, &i)| ((r * m + j) * inner, (r * n + i) * inner))
+        })
+    }
+
+    /// The elements `pick` reads, given one index per output element: each output position
+    /// with the input position it reads.
+    fn picked(self, indices: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let AroundAxis { outer, n, inner } = self;
+        (0..outer).flat_map(move |r| {
+            (0..inner).map(move |c| {
+                let j = r * inner + c;
+                (j, (r * n + indices[j]) * inner + c)
+            })
+        })
+    }
+}
+
+/// take's axis (normalised), mode and output shape for data `a` and indices `idx`.
+fn take_geometry(
+    call: &Call<'_>,
+    a: &TensorDesc,
+    idx: &TensorDesc,
+) -> Result<(usize, String, Vec<i64>)> {
     let axis = norm_axis(
         call,
         call.params.or("axis", param::int, "an integer", 0)?,
@@ -137,39 +198,36 @@ fn take(call: &Call<'_>) -> Result<Plan> {
     let mut out = a.shape[..axis].to_vec();
     out.extend_from_slice(&idx.shape);
     out.extend_from_slice(&a.shape[axis + 1..]);
-    let outer: usize = a.shape[..axis].iter().map(|&d| d as usize).product();
-    let n = a.shape[axis] as usize;
-    let inner: usize = a.shape[axis + 1..].iter().map(|&d| d as usize).product();
-    if n == 0 && idx.size() > 0 {
+    Ok((axis, mode, out))
+}
+
+fn take(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (a, idx) = (&ins[0], &ins[1]);
+    let (axis, mode, out) = take_geometry(call, a, idx)?;
+    let around = AroundAxis::new(&a.shape, axis);
+    if around.n == 0 && idx.size() > 0 {
         return Err(Error::invalid(format!(
             "operator {}: cannot take from an empty axis",
             call.name
         )));
     }
-    let (dtype, itype) = (a.dtype, idx.dtype);
+    let (dtype, inner) = (a.dtype, around.inner);
     Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
-        let indices: Vec<usize> = crate::with_element!(itype, I => {
-            k.inputs[1].slice::<I>().iter().map(|v| index_of(v.to_f64(), n, &mode)).collect::<std::result::Result<_, _>>()
-        }).map_err(Error::invalid)?;
+        let indices = read_indices(&k.inputs[1], around.n, &mode)?;
         crate::with_element!(dtype, T => {
             let src = k.inputs[0].slice::<T>();
             let o = k.outputs[0].slice_mut::<T>();
-            let m = indices.len();
-            for r in 0..outer {
-                for (j, &i) in indices.iter().enumerate() {
-                    let dst = (r * m + j) * inner;
-                    let s = (r * n + i) * inner;
-                    o[dst..dst + inner].copy_from_slice(&src[s..s + inner]);
-                }
+            for (dst, s) in around.taken(&indices) {
+                o[dst..dst + inner].copy_from_slice(&src[s..s + inner]);
             }
         });
         Ok(())
     }))
 }
 
-fn pick(call: &Call<'_>) -> Result<Plan> {
-    let ins = inputs(call, 2)?;
-    let (x, idx) = (&ins[0], &ins[1]);
+/// pick's axis (normalised), mode and output shape for data `x`.
+fn pick_geometry(call: &Call<'_>, x: &TensorDesc) -> Result<(usize, String, Vec<i64>)> {
     let p = call.params;
     let axis = p.optional("axis", param::int, "an integer")?.unwrap_or(-1);
     let keepdims = p.or("keepdims", param::boolean, "a boolean", false)?;
@@ -181,6 +239,13 @@ fn pick(call: &Call<'_>) -> Result<Plan> {
     } else {
         out.remove(a);
     }
+    Ok((a, mode, out))
+}
+
+fn pick(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (x, idx) = (&ins[0], &ins[1]);
+    let (a, mode, out) = pick_geometry(call, x)?;
     if idx.size() != out.iter().product::<i64>() as usize {
         return Err(Error::invalid(format!(
             "operator {}: index shape {:?} does not match the output shape {out:?}",
@@ -188,78 +253,93 @@ fn pick(call: &Call<'_>) -> Result<Plan> {
             &idx.shape[..]
         )));
     }
-    let outer: usize = x.shape[..a].iter().map(|&d| d as usize).product();
-    let n = x.shape[a] as usize;
-    let inner: usize = x.shape[a + 1..].iter().map(|&d| d as usize).product();
-    let (dtype, itype) = (x.dtype, idx.dtype);
+    let around = AroundAxis::new(&x.shape, a);
+    let dtype = x.dtype;
     Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
-        let indices: Vec<usize> = crate::with_element!(itype, I => {
-            k.inputs[1].slice::<I>().iter().map(|v| index_of(v.to_f64(), n, &mode)).collect::<std::result::Result<_, _>>()
-        }).map_err(Error::invalid)?;
+        let indices = read_indices(&k.inputs[1], around.n, &mode)?;
         crate::with_element!(dtype, T => {
             let src = k.inputs[0].slice::<T>();
             let o = k.outputs[0].slice_mut::<T>();
-            for r in 0..outer {
-                for c in 0..inner {
-                    let j = r * inner + c;
-                    o[j] = src[(r * n + indices[j]) * inner + c];
-                }
+            for (j, s) in around.picked(&indices) {
+                o[j] = src[s];
             }
         });
         Ok(())
     }))
 }
 
-/// The row-major position, over the leading axes `lead`, of index tuple `j` of `ids` (laid out
-/// as gather_nd's indices: axis-major, `count` tuples); negative indices count from the end.
-fn nd_position(ids: &[f64], lead: &[usize], count: usize, j: usize) -> Result<usize> {
-    let mut flat = 0usize;
-    for (d, &n) in lead.iter().enumerate() {
-        let i = ids[d * count + j] as i64;
-        let i = if i < 0 { i + n as i64 } else { i };
-        if i < 0 || i as usize >= n {
+/// How gather_nd's indices (shape `(M, ...)`) address an array: its leading `M` axes, the
+/// number of index tuples, the elements each tuple selects, and the shape of what they select.
+struct NdIndex {
+    lead: Vec<usize>,
+    count: usize,
+    inner: usize,
+    selected: Vec<i64>,
+}
+
+impl NdIndex {
+    fn new(call: &Call<'_>, idx: &TensorDesc, shape: &[i64]) -> Result<NdIndex> {
+        let m = *idx.shape.first().ok_or_else(|| {
+            Error::invalid(format!(
+                "operator {}: indices must have at least one dimension",
+                call.name
+            ))
+        })? as usize;
+        if m > shape.len() {
             return Err(Error::invalid(format!(
-                "index {i} is out of bounds for axis {d} of size {n}"
+                "operator {}: indices address {m} dimensions of a {}-dimensional array",
+                call.name,
+                shape.len()
             )));
         }
-        flat = flat * n + i as usize;
+        let mut selected = idx.shape[1..].to_vec();
+        selected.extend_from_slice(&shape[m..]);
+        Ok(NdIndex {
+            lead: dims(&shape[..m]),
+            count: idx.shape[1..].iter().map(|&d| d as usize).product(),
+            inner: shape[m..].iter().map(|&d| d as usize).product(),
+            selected,
+        })
     }
-    Ok(flat)
+
+    /// The row-major position, over the leading axes, of each index tuple of `ids` (laid out
+    /// axis-major, `count` tuples); negative indices count from the end.
+    fn positions(&self, ids: &[f64]) -> Result<Vec<usize>> {
+        (0..self.count)
+            .map(|j| {
+                let mut flat = 0usize;
+                for (d, &n) in self.lead.iter().enumerate() {
+                    let i = ids[d * self.count + j] as i64;
+                    let i = if i < 0 { i + n as i64 } else { i };
+                    if i < 0 || i as usize >= n {
+                        return Err(Error::invalid(format!(
+                            "index {i} is out of bounds for axis {d} of size {n}"
+                        )));
+                    }
+                    flat = flat * n + i as usize;
+                }
+                Ok(flat)
+            })
+            .collect()
+    }
 }
 
 fn gather_nd(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 2)?;
     let (x, idx) = (&ins[0], &ins[1]);
-    let m = *idx.shape.first().ok_or_else(|| {
-        Error::invalid(format!(
-            "operator {}: indices must have at least one dimension",
-            call.name
-        ))
-    })? as usize;
-    if m > x.shape.len() {
-        return Err(Error::invalid(format!(
-            "operator {}: indices address {m} dimensions of a {}-dimensional array",
-            call.name,
-            x.shape.len()
-        )));
-    }
-    let mut out = idx.shape[1..].to_vec();
-    out.extend_from_slice(&x.shape[m..]);
-    let count: usize = idx.shape[1..].iter().map(|&d| d as usize).product();
-    let inner: usize = x.shape[m..].iter().map(|&d| d as usize).product();
-    let lead = dims(&x.shape[..m]);
-    let (dtype, itype) = (x.dtype, idx.dtype);
-    Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
-        let ids: Vec<f64> = crate::with_element!(itype, I => k.inputs[1].slice::<I>().iter().map(|v| v.to_f64()).collect());
+    let nd = NdIndex::new(call, idx, &x.shape)?;
+    let dtype = x.dtype;
+    Ok(Plan::new(vec![TensorDesc::new(&nd.selected, dtype)], move |k| {
+        let positions = nd.positions(&index_values(&k.inputs[1]))?;
+        let inner = nd.inner;
         crate::with_element!(dtype, T => {
             let src = k.inputs[0].slice::<T>();
             let o = k.outputs[0].slice_mut::<T>();
-            for j in 0..count {
-                let flat = nd_position(&ids, &lead, count, j)?;
+            for (j, &flat) in positions.iter().enumerate() {
                 o[j * inner..(j + 1) * inner].copy_from_slice(&src[flat * inner..(flat + 1) * inner]);
             }
-            Ok(())
-        })
+        });
+        Ok(())
     }))
 }
 
@@ -277,44 +357,28 @@ fn scatter_set_nd(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     same_dtype(call, 0, 1)?;
-    let m = *idx.shape.first().ok_or_else(|| {
-        Error::invalid(format!(
-            "operator {}: indices must have at least one dimension",
-            call.name
-        ))
-    })? as usize;
-    if m > lhs.shape.len() {
+    let nd = NdIndex::new(call, idx, &lhs.shape)?;
+    if rhs.shape[..] != nd.selected[..] {
         return Err(Error::invalid(format!(
-            "operator {}: indices address {m} dimensions of a {}-dimensional array",
+            "operator {}: rhs has shape {:?}, the indices select {:?}",
             call.name,
-            lhs.shape.len()
+            &rhs.shape[..],
+            nd.selected
         )));
     }
-    let mut want = idx.shape[1..].to_vec();
-    want.extend_from_slice(&lhs.shape[m..]);
-    if rhs.shape[..] != want[..] {
-        return Err(Error::invalid(format!(
-            "operator {}: rhs has shape {:?}, the indices select {want:?}",
-            call.name,
-            &rhs.shape[..]
-        )));
-    }
-    let count: usize = idx.shape[1..].iter().map(|&d| d as usize).product();
-    let inner: usize = lhs.shape[m..].iter().map(|&d| d as usize).product();
-    let lead = dims(&lhs.shape[..m]);
-    let (dtype, itype) = (lhs.dtype, idx.dtype);
+    let dtype = lhs.dtype;
     Ok(Plan::new(vec![TensorDesc::new(&lhs.shape, dtype)], move |k| {
-        let ids: Vec<f64> = crate::with_element!(itype, I => k.inputs[2].slice::<I>().iter().map(|v| v.to_f64()).collect());
+        let positions = nd.positions(&index_values(&k.inputs[2]))?;
+        let inner = nd.inner;
         crate::with_element!(dtype, T => {
             let (base, vals) = (k.inputs[0].slice::<T>(), k.inputs[1].slice::<T>());
             let o = k.outputs[0].slice_mut::<T>();
             o.copy_from_slice(base);
-            for j in 0..count {
-                let flat = nd_position(&ids, &lead, count, j)?;
+            for (j, &flat) in positions.iter().enumerate() {
                 o[flat * inner..(flat + 1) * inner].copy_from_slice(&vals[j * inner..(j + 1) * inner]);
             }
-            Ok(())
-        })
+        });
+        Ok(())
     }))
 }
 
@@ -333,9 +397,8 @@ fn one_hot(call: &Call<'_>) -> Result<Plan> {
     }
     let mut out = idx.shape.to_vec();
     out.push(depth);
-    let itype = idx.dtype;
     Ok(Plan::new(vec![TensorDesc::new(&out, dtype)], move |k| {
-        let ids: Vec<f64> = crate::with_element!(itype, I => k.inputs[0].slice::<I>().iter().map(|v| v.to_f64()).collect());
+        let ids = index_values(&k.inputs[0]);
         crate::with_element!(dtype, T => {
             let o = k.outputs[0].slice_mut::<T>();
             o.fill(T::from_f64(off));
@@ -514,35 +577,18 @@ fn histogram(call: &Call<'_>) -> Result<Plan> {
 fn take_grad(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 3)?;
     let (dy, idx, a) = (&ins[0], &ins[1], &ins[2]);
-    let axis = norm_axis(
-        call,
-        call.params.or("axis", param::int, "an integer", 0)?,
-        a.shape.len(),
-    )?;
-    let mode = mode(call, "clip")?;
-    let mut want = a.shape[..axis].to_vec();
-    want.extend_from_slice(&idx.shape);
-    want.extend_from_slice(&a.shape[axis + 1..]);
+    let (axis, mode, want) = take_geometry(call, a, idx)?;
     grad_shape_check(call, dy, &want)?;
-    let outer: usize = a.shape[..axis].iter().map(|&d| d as usize).product();
-    let n = a.shape[axis] as usize;
-    let inner: usize = a.shape[axis + 1..].iter().map(|&d| d as usize).product();
-    let (dtype, itype) = (dy.dtype, idx.dtype);
+    let around = AroundAxis::new(&a.shape, axis);
+    let (dtype, inner) = (dy.dtype, around.inner);
     Ok(Plan::new(vec![TensorDesc::new(&a.shape, dtype)], move |k| {
-        let indices: Vec<usize> = crate::with_element!(itype, I => {
-            k.inputs[1].slice::<I>().iter().map(|v| index_of(v.to_f64(), n, &mode)).collect::<std::result::Result<_, _>>()
-        }).map_err(Error::invalid)?;
-        let m = indices.len();
+        let indices = read_indices(&k.inputs[1], around.n, &mode)?;
         crate::with_element!(dtype, T => {
             let g = k.inputs[0].slice::<T>();
             let mut acc = vec![0f64; k.outputs[0].len()];
-            for r in 0..outer {
-                for (j, &i) in indices.iter().enumerate() {
-                    let src = (r * m + j) * inner;
-                    let dst = (r * n + i) * inner;
-                    for c in 0..inner {
-                        acc[dst + c] += g[src + c].to_f64();
-                    }
+            for (src, dst) in around.taken(&indices) {
+                for c in 0..inner {
+                    acc[dst + c] += g[src + c].to_f64();
                 }
             }
             store(&acc, k.outputs[0].slice_mut::<T>());
@@ -556,17 +602,7 @@ fn take_grad(call: &Call<'_>) -> Result<Plan> {
 fn pick_grad(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 3)?;
     let (dy, idx, x) = (&ins[0], &ins[1], &ins[2]);
-    let p = call.params;
-    let axis = p.optional("axis", param::int, "an integer")?.unwrap_or(-1);
-    let keepdims = p.or("keepdims", param::boolean, "a boolean", false)?;
-    let mode = mode(call, "clip")?;
-    let a = norm_axis(call, axis, x.shape.len())?;
-    let mut want = x.shape.to_vec();
-    if keepdims {
-        want[a] = 1;
-    } else {
-        want.remove(a);
-    }
+    let (a, mode, want) = pick_geometry(call, x)?;
     grad_shape_check(call, dy, &want)?;
     if idx.size() != dy.size() {
         return Err(Error::invalid(format!(
@@ -576,23 +612,16 @@ fn pick_grad(call: &Call<'_>) -> Result<Plan> {
             &dy.shape[..]
         )));
     }
-    let outer: usize = x.shape[..a].iter().map(|&d| d as usize).product();
-    let n = x.shape[a] as usize;
-    let inner: usize = x.shape[a + 1..].iter().map(|&d| d as usize).product();
-    let (dtype, itype) = (dy.dtype, idx.dtype);
+    let around = AroundAxis::new(&x.shape, a);
+    let dtype = dy.dtype;
     Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
-        let indices: Vec<usize> = crate::with_element!(itype, I => {
-            k.inputs[1].slice::<I>().iter().map(|v| index_of(v.to_f64(), n, &mode)).collect::<std::result::Result<_, _>>()
-        }).map_err(Error::invalid)?;
+        let indices = read_indices(&k.inputs[1], around.n, &mode)?;
         crate::with_element!(dtype, T => {
             let g = k.inputs[0].slice::<T>();
             let o = k.outputs[0].slice_mut::<T>();
             o.fill(T::zero());
-            for r in 0..outer {
-                for c in 0..inner {
-                    let j = r * inner + c;
-                    o[(r * n + indices[j]) * inner + c] = g[j];
-                }
+            for (j, d) in around.picked(&indices) {
+                o[d] = g[j];
             }
         });
         Ok(())
@@ -605,40 +634,23 @@ fn pick_grad(call: &Call<'_>) -> Result<Plan> {
 fn gather_nd_grad(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 3)?;
     let (dy, idx, x) = (&ins[0], &ins[1], &ins[2]);
-    let m = *idx.shape.first().ok_or_else(|| {
-        Error::invalid(format!(
-            "operator {}: indices must have at least one dimension",
-            call.name
-        ))
-    })? as usize;
-    if m > x.shape.len() {
-        return Err(Error::invalid(format!(
-            "operator {}: indices address {m} dimensions of a {}-dimensional array",
-            call.name,
-            x.shape.len()
-        )));
-    }
-    let mut want = idx.shape[1..].to_vec();
-    want.extend_from_slice(&x.shape[m..]);
-    grad_shape_check(call, dy, &want)?;
-    let count: usize = idx.shape[1..].iter().map(|&d| d as usize).product();
-    let inner: usize = x.shape[m..].iter().map(|&d| d as usize).product();
-    let lead = dims(&x.shape[..m]);
-    let (dtype, itype) = (dy.dtype, idx.dtype);
+    let nd = NdIndex::new(call, idx, &x.shape)?;
+    grad_shape_check(call, dy, &nd.selected)?;
+    let dtype = dy.dtype;
     Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
-        let ids: Vec<f64> = crate::with_element!(itype, I => k.inputs[1].slice::<I>().iter().map(|v| v.to_f64()).collect());
+        let positions = nd.positions(&index_values(&k.inputs[1]))?;
+        let inner = nd.inner;
         crate::with_element!(dtype, T => {
             let g = k.inputs[0].slice::<T>();
             let mut acc = vec![0f64; k.outputs[0].len()];
-            for j in 0..count {
-                let flat = nd_position(&ids, &lead, count, j)?;
+            for (j, &flat) in positions.iter().enumerate() {
                 for c in 0..inner {
                     acc[flat * inner + c] += g[j * inner + c].to_f64();
                 }
             }
             store(&acc, k.outputs[0].slice_mut::<T>());
-            Ok(())
-        })
+        });
+        Ok(())
     }))
 }
 

@@ -127,6 +127,27 @@ fn float_map(
     }
 }
 
+/// How PReLU's `gamma` applies to `x`: per channel (axis 1, when it has more than one value)
+/// or one value for all; with the number of elements per channel and of channels.
+fn prelu_channels(
+    call: &Call<'_>,
+    x: &TensorDesc,
+    gamma: &TensorDesc,
+) -> Result<(bool, usize, usize)> {
+    let per_channel = gamma.size() > 1;
+    if per_channel && (x.shape.len() < 2 || gamma.size() as i64 != x.shape[1]) {
+        return Err(Error::invalid(format!(
+            "operator {}: gamma of shape {:?} does not match the channels of {:?}",
+            call.name,
+            &gamma.shape[..],
+            &x.shape[..]
+        )));
+    }
+    let inner: usize = x.shape.iter().skip(2).map(|&d| d.max(0) as usize).product();
+    let ch = if per_channel { x.shape[1] as usize } else { 1 };
+    Ok((per_channel, inner, ch))
+}
+
 fn leaky_relu(call: &Call<'_>) -> Result<Plan> {
     let p = call.params;
     let act = p.or(
@@ -142,19 +163,8 @@ fn leaky_relu(call: &Call<'_>) -> Result<Plan> {
         let ins = inputs(call, 2)?;
         same_dtype(call, 0, 1)?;
         float_only(call, ins[0].dtype)?;
-        let (x, g) = (ins[0].clone(), &ins[1]);
-        // gamma per channel (axis 1) or one value
-        let per_channel = g.size() > 1;
-        if per_channel && (x.shape.len() < 2 || g.size() as i64 != x.shape[1]) {
-            return Err(Error::invalid(format!(
-                "operator {}: gamma of shape {:?} does not match the channels of {:?}",
-                call.name,
-                &g.shape[..],
-                &x.shape[..]
-            )));
-        }
-        let inner: usize = x.shape.iter().skip(2).map(|&d| d as usize).product();
-        let ch = if per_channel { x.shape[1] as usize } else { 1 };
+        let x = ins[0].clone();
+        let (per_channel, inner, ch) = prelu_channels(call, &x, &ins[1])?;
         let dtype = x.dtype;
         return Ok(Plan::new(vec![x], move |k| {
             crate::with_element!(dtype, T => {
@@ -724,6 +734,30 @@ fn zip_float(
     }
 }
 
+/// An elementwise plan over two inputs of `x`'s shape and dtype: [`zip_float`] of them, into an
+/// output that may be either input.
+fn zip_plan(
+    x: TensorDesc,
+    cost: usize,
+    f32f: impl Fn(f32, f32) -> f32 + Send + Sync + 'static,
+    f64f: impl Fn(f64, f64) -> f64 + Send + Sync + 'static,
+) -> Plan {
+    let dtype = x.dtype;
+    Plan::new(vec![x], move |k| {
+        zip_float(
+            &k.inputs[0],
+            &k.inputs[1],
+            &k.outputs[0],
+            dtype,
+            cost,
+            f32f,
+            f64f,
+        );
+        Ok(())
+    })
+    .elementwise()
+}
+
 /// [`zip_float`] with a third input.
 #[allow(clippy::too_many_arguments)]
 fn zip3_float(
@@ -836,13 +870,12 @@ impl Act {
 fn activation_backward(call: &Call<'_>) -> Result<Plan> {
     let x = same_inputs(call, 2)?;
     let act = Act::parse(call)?;
-    let dtype = x.dtype;
-    Ok(Plan::new(vec![x], move |k| {
-        zip_float(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype, 4,
-            move |g: f32, v: f32| g * act.d(v), move |g: f64, v: f64| g * act.d(v));
-        Ok(())
-    })
-    .elementwise())
+    Ok(zip_plan(
+        x,
+        4,
+        move |g: f32, v: f32| g * act.d(v),
+        move |g: f64, v: f64| g * act.d(v),
+    ))
 }
 
 fn activation_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
@@ -891,14 +924,19 @@ fn activation_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
             _ => None,
         }
     };
-    let dv = match h {
+    Ok(vec![ddy, times_both(g, go, dy, h)?])
+}
+
+/// `go * dy * h` where there is an `h`: the input's part of a second-order gradient whose first
+/// derivative's own derivative is `h`.
+fn times_both(g: &mut GradCtx<'_>, go: Val, dy: Val, h: Option<Val>) -> Result<Option<Val>> {
+    match h {
         Some(h) => {
             let t = g.mul(go, dy)?;
-            Some(g.mul(t, h)?)
+            Ok(Some(g.mul(t, h)?))
         }
-        None => None,
-    };
-    Ok(vec![ddy, dv])
+        None => Ok(None),
+    }
 }
 
 const SELU_LAMBDA: f64 = 1.0507009873554805;
@@ -981,13 +1019,12 @@ fn leaky_backward(call: &Call<'_>) -> Result<Plan> {
             )));
         }
     };
-    let dtype = x.dtype;
-    Ok(Plan::new(vec![x], move |k| {
-        zip_float(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype, 8,
-            move |g: f32, x: f32| g * d.d(x), move |g: f64, x: f64| g * d.d(x));
-        Ok(())
-    })
-    .elementwise())
+    Ok(zip_plan(
+        x,
+        8,
+        move |g: f32, x: f32| g * d.d(x),
+        move |g: f64, x: f64| g * d.d(x),
+    ))
 }
 
 fn leaky_relu_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
@@ -1051,14 +1088,7 @@ fn leaky_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
             _ => None,
         }
     };
-    let dx = match h {
-        Some(h) => {
-            let t = g.mul(go, dy)?;
-            Some(g.mul(t, h)?)
-        }
-        None => None,
-    };
-    let mut out = vec![ddy, dx];
+    let mut out = vec![ddy, times_both(g, go, dy, h)?];
     if g.inputs.len() > 2 {
         out.push(None);
     }
@@ -1080,17 +1110,7 @@ fn prelu_backward(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     let (x, gm) = (ins[1].clone(), ins[2].clone());
-    let per_channel = gm.size() > 1;
-    if per_channel && (x.shape.len() < 2 || gm.size() as i64 != x.shape[1]) {
-        return Err(Error::invalid(format!(
-            "operator {}: gamma of shape {:?} does not match the channels of {:?}",
-            call.name,
-            &gm.shape[..],
-            &x.shape[..]
-        )));
-    }
-    let inner: usize = x.shape.iter().skip(2).map(|&d| d.max(0) as usize).product();
-    let ch = if per_channel { x.shape[1] as usize } else { 1 };
+    let (per_channel, inner, ch) = prelu_channels(call, &x, &gm)?;
     let dtype = x.dtype;
     Ok(Plan::new(vec![x, gm], move |k| {
         crate::with_element!(dtype, T => {
@@ -1405,15 +1425,13 @@ fn clip_backward(call: &Call<'_>) -> Result<Plan> {
     let x = same_inputs(call, 2)?;
     let lo = call.params.required("a_min", param::float, "a number")?;
     let hi = call.params.required("a_max", param::float, "a number")?;
-    let dtype = x.dtype;
     let (l32, h32) = (lo as f32, hi as f32);
-    Ok(Plan::new(vec![x], move |k| {
-        zip_float(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype, 1,
-            move |g: f32, v: f32| if v >= l32 && v <= h32 { g } else { 0.0 },
-            move |g: f64, v: f64| if v >= lo && v <= hi { g } else { 0.0 });
-        Ok(())
-    })
-    .elementwise())
+    Ok(zip_plan(
+        x,
+        1,
+        move |g: f32, v: f32| if v >= l32 && v <= h32 { g } else { 0.0 },
+        move |g: f64, v: f64| if v >= lo && v <= hi { g } else { 0.0 },
+    ))
 }
 
 /// Dropout's gradient: `dy` times the forward's mask (its hidden output) where it dropped, else
