@@ -98,8 +98,8 @@ rust-test: mxnet-venv lib
 python-test: mxnet-venv lib
 	MXRT_LIB=$(abspath $(LIB)) $(MXNET_VENV)/bin/python -m pytest -q tests/python
 
-# Miri (nightly toolchain with the miri component; not part of make test; about an hour on 2
-# shared cores): the unit tests under the interpreter, which reports undefined behaviour
+# Miri (nightly toolchain with the miri component; not part of make test; about a quarter of an
+# hour on 2 idle cores, an hour on busy ones): the unit tests under the interpreter, which reports undefined behaviour
 # (aliasing, bounds, provenance, data races, use after free). One filter per module that runs:
 # the engine, storage, the C API (handle table, completion slots, updaters), the operators (the
 # kernels, and operator/tests.rs: every op family's pointer loops on small arrays, outputs
