@@ -84,6 +84,7 @@ fn run(
         inputs,
         params: params.to_vec(),
         outputs: (!out.is_empty()).then(|| out.to_vec()),
+        state: None,
     })
     .unwrap_or_else(|e| panic!("{op}: {e}"))
 }
@@ -272,6 +273,7 @@ fn gathers_scatters_and_their_gradients() {
         inputs: &[a, bad],
         params: vec![],
         outputs: None,
+        state: None,
     })
     .and_then(|o| o[0].to_bytes())
     .unwrap_err();
@@ -492,6 +494,7 @@ fn parameters_left_over_are_refused_only_by_ops_that_declare_some() {
         inputs: from_ref(&a),
         params: vec![("scalar", "1"), ("no_such", "1")],
         outputs: None,
+        state: None,
     })
     .err()
     .expect("an unknown parameter is refused");
