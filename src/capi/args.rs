@@ -27,13 +27,22 @@ pub(crate) unsafe fn reference<'a, T>(ptr: *const T, name: &str) -> Result<&'a T
 /// # Safety
 /// A non-NULL `ptr` must point to a NUL-terminated string that lives for `'a`.
 pub(crate) unsafe fn c_str<'a>(ptr: *const c_char, name: &str) -> Result<&'a str> {
+    // SAFETY: forwarded contract.
+    unsafe { c_str_named(ptr, || name.to_string()) }
+}
+
+/// [`c_str`] with the argument's name made only for an error.
+///
+/// # Safety
+/// As for [`c_str`].
+unsafe fn c_str_named<'a>(ptr: *const c_char, name: impl Fn() -> String) -> Result<&'a str> {
     if ptr.is_null() {
-        return Err(Error::invalid(format!("{name} is NULL")));
+        return Err(Error::invalid(format!("{} is NULL", name())));
     }
     // SAFETY: non-NULL and NUL-terminated per the caller's contract.
     let s = unsafe { CStr::from_ptr(ptr) };
     s.to_str()
-        .map_err(|_| Error::invalid(format!("{name} is not valid UTF-8")))
+        .map_err(|_| Error::invalid(format!("{} is not valid UTF-8", name())))
 }
 
 /// Element `i` of the string array `name` (`name[i]` in messages, formatted only on error:
@@ -42,13 +51,8 @@ pub(crate) unsafe fn c_str<'a>(ptr: *const c_char, name: &str) -> Result<&'a str
 /// # Safety
 /// As for [`c_str`].
 pub(crate) unsafe fn c_str_at<'a>(ptr: *const c_char, name: &str, i: usize) -> Result<&'a str> {
-    if ptr.is_null() {
-        return Err(Error::invalid(format!("{name}[{i}] is NULL")));
-    }
-    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
-    let s = unsafe { CStr::from_ptr(ptr) };
-    s.to_str()
-        .map_err(|_| Error::invalid(format!("{name}[{i}] is not valid UTF-8")))
+    // SAFETY: forwarded contract.
+    unsafe { c_str_named(ptr, || format!("{name}[{i}]")) }
 }
 
 /// Like [`c_str`], but NULL gives `None`.
@@ -113,4 +117,24 @@ pub(crate) unsafe fn slice_mut<'a, T>(ptr: *mut T, len: usize, name: &str) -> Re
     }
     // SAFETY: non-NULL, size fits isize, and the caller promises `len` writable elements.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
+/// Hands C a list that lives for the whole process (the registry's tables): its length to
+/// `out_size`, its first element to `out_array` (an empty list gives a dangling, non-NULL
+/// pointer, as MXNet's empty vectors do).
+///
+/// # Safety
+/// Non-NULL `out_size` and `out_array` must be valid for writes.
+pub(crate) unsafe fn static_list<T, N: TryFrom<usize>>(
+    out_size: *mut N,
+    out_array: *mut *mut T,
+    list: &'static [T],
+) -> Result<()> {
+    // SAFETY: forwarded contract for both out-parameters.
+    let (size, array) = unsafe { (out(out_size, "out_size")?, out(out_array, "out_array")?) };
+    *size = N::try_from(list.len())
+        .map_err(|_| Error::invalid(format!("{} entries do not fit out_size", list.len())))?;
+    // C's pointer is mutable by type only: the caller reads the list
+    *array = list.as_ptr().cast_mut();
+    Ok(())
 }

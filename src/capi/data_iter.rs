@@ -50,16 +50,7 @@ pub unsafe extern "C" fn MXListDataIters(
 ) -> c_int {
     api_call("MXListDataIters", || {
         // SAFETY: API contract: out-parameters.
-        let (size, array) = unsafe {
-            (
-                args::out(out_size, "out_size")?,
-                args::out(out_array, "out_array")?,
-            )
-        };
-        let t = table();
-        *size = t.iter_ptrs.len() as u32;
-        *array = t.iter_ptrs.as_ptr().cast_mut();
-        Ok(())
+        unsafe { args::static_list(out_size, out_array, &table().iter_ptrs) }
     })
 }
 

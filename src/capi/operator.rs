@@ -242,16 +242,7 @@ pub unsafe extern "C" fn MXListAllOpNames(
 ) -> c_int {
     api_call("MXListAllOpNames", || {
         // SAFETY: API contract: out-parameters.
-        let (size, array) = unsafe {
-            (
-                args::out(out_size, "out_size")?,
-                args::out(out_array, "out_array")?,
-            )
-        };
-        let t = table();
-        *size = t.name_ptrs.len() as u32;
-        *array = t.name_ptrs.as_ptr().cast_mut();
-        Ok(())
+        unsafe { args::static_list(out_size, out_array, &table().name_ptrs) }
     })
 }
 
@@ -322,15 +313,7 @@ pub unsafe extern "C" fn MXListFunctions(
 ) -> c_int {
     api_call("MXListFunctions", || {
         // SAFETY: API contract: out-parameters.
-        let (size, array) = unsafe {
-            (
-                args::out(out_size, "out_size")?,
-                args::out(out_array, "out_array")?,
-            )
-        };
-        *size = 0;
-        *array = std::ptr::NonNull::dangling().as_ptr();
-        Ok(())
+        unsafe { args::static_list(out_size, out_array, &[]) }
     })
 }
 
@@ -343,15 +326,7 @@ pub unsafe extern "C" fn MXNetFuncListGlobalNames(
 ) -> c_int {
     api_call("MXNetFuncListGlobalNames", || {
         // SAFETY: API contract: out-parameters.
-        let (size, array) = unsafe {
-            (
-                args::out(out_size, "out_size")?,
-                args::out(out_array, "out_array")?,
-            )
-        };
-        *size = 0;
-        *array = std::ptr::NonNull::dangling().as_ptr();
-        Ok(())
+        unsafe { args::static_list(out_size, out_array, &[]) }
     })
 }
 

@@ -112,16 +112,7 @@ pub unsafe extern "C" fn MXSymbolListAtomicSymbolCreators(
 ) -> c_int {
     api_call("MXSymbolListAtomicSymbolCreators", || {
         // SAFETY: API contract: out-parameters.
-        let (size, array) = unsafe {
-            (
-                args::out(out_size, "out_size")?,
-                args::out(out_array, "out_array")?,
-            )
-        };
-        let list = super::operator::creators();
-        *size = list.len() as u32;
-        *array = list.as_ptr().cast_mut();
-        Ok(())
+        unsafe { args::static_list(out_size, out_array, super::operator::creators()) }
     })
 }
 
