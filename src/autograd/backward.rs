@@ -5,7 +5,8 @@ use super::record;
 use crate::error::{Error, Result};
 use crate::ndarray::NDArray;
 use crate::operator::def::{GradCtx, GradGraph, Gradient, Val};
-use crate::operator::imperative::Invoke;
+use crate::engine::Engine;
+use crate::operator::imperative::{self, Invoke, Resolved};
 use crate::operator::mode::ModeGuard;
 use crate::operator::op::OpState;
 use crate::operator::table;
@@ -34,17 +35,89 @@ pub struct BackwardArgs {
 
 /// The gradient graph on the tape: values are NDArrays, operators are invoked (and recorded
 /// when a higher-order gradient is asked for: recording is then on).
+///
+/// While a gradient definition runs for a node one of whose inputs is a variable that gets
+/// exactly this gradient (`defer`), the newest single-output op is held back (planned, not
+/// run): if the definition returns its value for that input, it runs once, writing straight
+/// into the variable's gradient buffer, instead of into a new array that is then copied there.
 pub struct TapeGraph {
-    pub vals: Vec<NDArray>,
+    /// `None`: the held-back op's output.
+    vals: Vec<Option<NDArray>>,
+    defer: bool,
+    pending: Option<Pending>,
+}
+
+/// An op planned and held back, and the value that stands for its output.
+struct Pending {
+    op: &'static str,
+    inputs: Vec<NDArray>,
+    params: Vec<(String, String)>,
+    resolved: Resolved,
+    val: u32,
+}
+
+impl Pending {
+    fn invoke(&self, outputs: Option<Vec<NDArray>>) -> Invoke<'_> {
+        Invoke {
+            op: self.op,
+            called_as: self.op,
+            inputs: &self.inputs,
+            params: self.params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            outputs,
+            state: None,
+        }
+    }
 }
 
 impl TapeGraph {
+    fn new() -> TapeGraph {
+        TapeGraph { vals: Vec::new(), defer: false, pending: None }
+    }
     fn val(&mut self, a: NDArray) -> Val {
-        self.vals.push(a);
+        self.vals.push(Some(a));
         Val(self.vals.len() as u32 - 1)
     }
-    fn get(&self, v: Val) -> &NDArray {
-        &self.vals[v.0 as usize]
+    fn get(&mut self, v: Val) -> Result<&NDArray> {
+        if self.vals[v.0 as usize].is_none() {
+            self.flush()?;
+        }
+        Ok(self.vals[v.0 as usize].as_ref().expect("a flushed value is set"))
+    }
+    /// Runs the held-back op, if any, into a new array.
+    fn flush(&mut self) -> Result<()> {
+        let Some(p) = self.pending.take() else { return Ok(()) };
+        let call = p.invoke(None);
+        let mut outs = imperative::allocate(&call, &p.resolved)?;
+        imperative::dispatch(Engine::global()?, p.resolved, &p.inputs, &outs)?;
+        self.vals[p.val as usize] = Some(outs.swap_remove(0));
+        Ok(())
+    }
+    /// If `v` is the held-back op's output and that output has `buffer`'s shape, dtype and
+    /// device, runs the op into `buffer` and returns true.
+    fn finish_into(&mut self, v: Val, buffer: &NDArray) -> Result<bool> {
+        let fits = self.pending.as_ref().is_some_and(|p| {
+            let d = &p.resolved.plan.outputs[0];
+            p.val == v.0
+                && d.shape[..] == *buffer.shape()
+                && d.dtype == buffer.dtype()
+                && buffer.ctx() == Some(p.resolved.ctx)
+        });
+        if !fits {
+            return Ok(false);
+        }
+        let p = self.pending.take().expect("checked above");
+        match imperative::invoke(p.invoke(Some(vec![buffer.clone()]))) {
+            Ok(_) => {
+                self.vals[p.val as usize] = Some(buffer.clone());
+                Ok(true)
+            }
+            // the op refuses the buffer: it runs as it would have
+            Err(_) => {
+                self.pending = Some(p);
+                self.flush()?;
+                Ok(false)
+            }
+        }
     }
     fn run(&mut self, op: &'static str, inputs: &[&NDArray], params: &[(&str, &str)]) -> Result<Vec<NDArray>> {
         self.run_with(op, inputs, params, None)
@@ -66,11 +139,36 @@ impl TapeGraph {
             state,
         })
     }
+    fn inputs(&mut self, inputs: &[Val]) -> Result<Vec<NDArray>> {
+        self.flush()?;
+        inputs.iter().map(|&v| self.get(v).cloned()).collect()
+    }
 }
 
 impl GradGraph for TapeGraph {
     fn apply(&mut self, op: &'static str, inputs: &[Val], params: &[(&str, &str)]) -> Result<Vec<Val>> {
-        let ins: Vec<NDArray> = inputs.iter().map(|&v| self.get(v).clone()).collect();
+        let ins = self.inputs(inputs)?;
+        if self.defer && !ins.iter().any(NDArray::is_sparse) {
+            let call = Invoke { op, called_as: op, inputs: &ins, params: params.to_vec(), outputs: None, state: None };
+            let resolved = imperative::resolve(&call)?;
+            if resolved.plan.outputs.len() == 1 && resolved.plan.launch.is_none() {
+                self.vals.push(None);
+                let val = self.vals.len() as u32 - 1;
+                self.pending = Some(Pending {
+                    op,
+                    params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                    inputs: ins,
+                    resolved,
+                    val,
+                });
+                return Ok(vec![Val(val)]);
+            }
+            let mut outs = imperative::allocate(&call, &resolved)?;
+            let visible = resolved.plan.num_visible();
+            imperative::dispatch(Engine::global()?, resolved, &ins, &outs)?;
+            outs.truncate(visible);
+            return Ok(outs.into_iter().map(|a| self.val(a)).collect());
+        }
         let refs: Vec<&NDArray> = ins.iter().collect();
         let outs = self.run(op, &refs, params)?;
         Ok(outs.into_iter().map(|a| self.val(a)).collect())
@@ -83,7 +181,7 @@ impl GradGraph for TapeGraph {
         params: &[(&str, &str)],
         state: &OpState,
     ) -> Result<Vec<Val>> {
-        let ins: Vec<NDArray> = inputs.iter().map(|&v| self.get(v).clone()).collect();
+        let ins = self.inputs(inputs)?;
         let refs: Vec<&NDArray> = ins.iter().collect();
         let outs = self.run_with(op, &refs, params, Some(state.clone()))?;
         Ok(outs.into_iter().map(|a| self.val(a)).collect())
@@ -226,7 +324,7 @@ pub fn backward(args: BackwardArgs) -> Result<Vec<NDArray>> {
     }
 
     let _modes = ModeGuard::set(args.is_train, args.create_graph);
-    let mut tape = TapeGraph { vals: Vec::new() };
+    let mut tape = TapeGraph::new();
     // gradient contributions per (node, output)
     let mut grads: HashMap<(usize, u32), Vec<NDArray>> = HashMap::new();
     for (i, (e, h)) in heads.iter().zip(&args.heads).enumerate() {
@@ -236,7 +334,13 @@ pub fn backward(args: BackwardArgs) -> Result<Vec<NDArray>> {
         };
         grads.entry(e.key()).or_default().push(g);
     }
-    let result = run_backward(&args, &order, &needs, &mut tape, &mut grads, &targets, grad_mode);
+    let direct = if grad_mode || args.create_graph {
+        Direct::default()
+    } else {
+        Direct::find(&order, &needs, &heads, &args.head_grads)
+    };
+    let result =
+        run_backward(&args, &order, &needs, &direct, &mut tape, &mut grads, &targets, grad_mode);
     if !args.retain_graph {
         for node in &order {
             node.free();
@@ -260,12 +364,15 @@ fn run_backward(
     args: &BackwardArgs,
     order: &[Arc<Node>],
     needs: &HashMap<usize, bool>,
+    direct: &Direct,
     tape: &mut TapeGraph,
     grads: &mut HashMap<(usize, u32), Vec<NDArray>>,
     targets: &[Entry],
     grad_mode: bool,
 ) -> Result<Vec<NDArray>> {
     let mut results: Vec<Option<NDArray>> = vec![None; targets.len()];
+    // variables whose buffer already holds their gradient (written by their one contribution)
+    let mut written: Vec<usize> = Vec::new();
     for node in order.iter().rev() {
         let key = Arc::as_ptr(node) as usize;
         if !needs[&key] {
@@ -328,6 +435,13 @@ fn run_backward(
                     Gradient::Ops(f) => f,
                 };
                 tape.vals.clear();
+                // the buffers this node's gradient may go straight into, per input
+                let into: Vec<Option<&NDArray>> = rec
+                    .inputs
+                    .iter()
+                    .map(|e| e.as_ref().and_then(|e| direct.single(Arc::as_ptr(&e.node) as usize)))
+                    .collect();
+                tape.defer = into.iter().any(Option::is_some);
                 // With create_graph the gradient's ops are recorded: the forward's values they
                 // read must then stand in the graph where the forward's did (its inputs' entries,
                 // its own outputs), so the recorded gradient depends on them. These are
@@ -385,9 +499,23 @@ fn run_backward(
                         training,
                         state: state.as_ref(),
                     };
-                    f(&mut ctx).map_err(|e| {
+                    let wrap = |e: Error| {
                         Error::invalid(format!("gradient of operator {called_as}: {}", e.message()))
-                    })?
+                    };
+                    let mut dx = f(&mut ctx).map_err(wrap)?;
+                    // the held-back op writes into a buffer if its value is that input's gradient
+                    for (i, d) in dx.iter_mut().enumerate() {
+                        if let (Some(d), Some(Some(buffer))) = (d, into.get(i))
+                            && need.get(i) == Some(&true)
+                            && tape.finish_into(*d, buffer).map_err(wrap)?
+                        {
+                            let e = in_entries[i].as_ref().expect("a buffer belongs to an entry");
+                            written.push(Arc::as_ptr(&e.node) as usize);
+                        }
+                    }
+                    tape.flush().map_err(wrap)?;
+                    tape.defer = false;
+                    dx
                 };
                 if dx.len() != in_entries.len() {
                     return Err(Error::invalid(format!(
@@ -398,7 +526,7 @@ fn run_backward(
                 }
                 for ((d, e), &n) in dx.into_iter().zip(&in_entries).zip(&need) {
                     if let (Some(d), Some(e), true) = (d, e, n) {
-                        let a = tape.get(d).clone();
+                        let a = tape.get(d)?.clone();
                         grads.entry(e.key()).or_default().push(a);
                     }
                 }
@@ -407,7 +535,22 @@ fn run_backward(
                 }
             }
             NodeKind::Variable(var) => {
-                let g = match grads.remove(&(key, 0)) {
+                if written.contains(&key) {
+                    grads.remove(&(key, 0));
+                    var.fresh.store(true, Ordering::Release);
+                    continue;
+                }
+                let parts = grads.remove(&(key, 0));
+                // several contributions: summed straight into the buffer where that is safe
+                if let Some(p) = &parts
+                    && p.len() > 1
+                    && direct.contains(key)
+                    && sum_into(p, &var.grad).is_ok()
+                {
+                    var.fresh.store(true, Ordering::Release);
+                    continue;
+                }
+                let g = match parts {
                     Some(p) => sum(tape, p)?,
                     None => tape.run("zeros_like", &[&var.grad], &[])?.remove(0),
                 };
@@ -424,6 +567,90 @@ fn run_backward(
         }
     }
     Ok(results.into_iter().map(|r| r.expect("every target was reached")).collect())
+}
+
+/// `add_n` of `parts` into `buffer`.
+fn sum_into(parts: &[NDArray], buffer: &NDArray) -> Result<()> {
+    let n = parts.len().to_string();
+    imperative::invoke(Invoke {
+        op: "add_n",
+        called_as: "add_n",
+        inputs: parts,
+        params: vec![("num_args", &n)],
+        outputs: Some(vec![buffer.clone()]),
+        state: None,
+    })?;
+    Ok(())
+}
+
+/// The variables whose gradients may be computed straight into their buffers (`write`
+/// requests, dense buffers, no higher-order graph, no `autograd.grad` results), with how many
+/// gradient contributions each receives. A buffer that an array of the graph or a head gradient
+/// shares memory with is left out: ops pushed later in the walk may still read it.
+#[derive(Default)]
+struct Direct {
+    /// variable node -> (its buffer, contributions)
+    vars: HashMap<usize, (NDArray, u32)>,
+}
+
+/// The identity of an array's memory (its chunk's engine variable).
+fn memory_of(a: &NDArray) -> Option<usize> {
+    a.var().map(|v| v as *const _ as usize)
+}
+
+impl Direct {
+    fn find(
+        order: &[Arc<Node>],
+        needs: &HashMap<usize, bool>,
+        heads: &[Entry],
+        head_grads: &[Option<NDArray>],
+    ) -> Direct {
+        let mut vars: HashMap<usize, (NDArray, u32)> = order
+            .iter()
+            .filter_map(|n| {
+                let v = n.as_variable()?;
+                (v.req == GradReq::Write && !v.grad.is_sparse() && !v.grad.is_none())
+                    .then(|| (Arc::as_ptr(n) as usize, (v.grad.clone(), 0)))
+            })
+            .collect();
+        if vars.is_empty() {
+            return Direct::default();
+        }
+        // buffers other arrays of the backward pass share memory with
+        let mut shared: Vec<usize> = head_grads.iter().flatten().filter_map(memory_of).collect();
+        for h in heads {
+            if let Some(v) = vars.get_mut(&(Arc::as_ptr(&h.node) as usize)) {
+                v.1 += 1;
+            }
+        }
+        for node in order {
+            let NodeKind::Op(rec) = &node.kind else { continue };
+            let rec = rec.lock();
+            let Some(rec) = rec.as_ref() else { continue };
+            shared.extend(rec.saved_inputs.iter().chain(&rec.saved_outputs).filter_map(memory_of));
+            if needs.get(&(Arc::as_ptr(node) as usize)) == Some(&true) {
+                for e in rec.inputs.iter().flatten() {
+                    if let Some(v) = vars.get_mut(&(Arc::as_ptr(&e.node) as usize)) {
+                        v.1 += 1;
+                    }
+                }
+            }
+        }
+        shared.sort_unstable();
+        vars.retain(|_, (buffer, _)| {
+            memory_of(buffer).is_some_and(|m| shared.binary_search(&m).is_err())
+        });
+        Direct { vars }
+    }
+
+    /// The buffer of variable `key` if its gradient is one contribution.
+    fn single(&self, key: usize) -> Option<&NDArray> {
+        self.vars.get(&key).filter(|v| v.1 == 1).map(|v| &v.0)
+    }
+
+    fn contains(&self, key: usize) -> bool {
+        self.vars.contains_key(&key)
+    }
 }
 
 /// Writes a variable's gradient into its buffer per its request.
@@ -458,5 +685,74 @@ fn write_grad(tape: &mut TapeGraph, var: &super::node::Variable, g: NDArray, cre
             })?;
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autograd::{mark_variables, set_recording};
+    use crate::context::Context;
+    use crate::dtype::DType;
+
+    fn arr(v: &[f32]) -> NDArray {
+        let a = NDArray::new(&[v.len() as i64], Context::cpu(0), DType::F32, false).unwrap();
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        a.sync_copy_from_bytes(&bytes).unwrap();
+        a
+    }
+
+    fn op(name: &'static str, inputs: &[NDArray]) -> NDArray {
+        record::invoke(Invoke {
+            op: name,
+            called_as: name,
+            inputs,
+            params: vec![],
+            outputs: None,
+            state: None,
+        })
+        .unwrap()
+        .remove(0)
+    }
+
+    /// Which variables the pass may write straight into, for `heads` recorded from `vars`.
+    fn plan(heads: &[NDArray], head_grads: &[Option<NDArray>], vars: &[NDArray]) -> Vec<Option<u32>> {
+        let entries: Vec<Entry> = heads.iter().map(|h| entry_of(h).unwrap()).collect();
+        let order = topo_order(&entries).unwrap();
+        let needs = order.iter().map(|n| (Arc::as_ptr(n) as usize, true)).collect();
+        let d = Direct::find(&order, &needs, &entries, head_grads);
+        vars.iter()
+            .map(|v| {
+                let key = Arc::as_ptr(&entry_of(v).unwrap().node) as usize;
+                d.vars.get(&key).map(|v| v.1)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gradient_buffers_written_directly_only_where_nothing_reads_them() {
+        let was = set_recording(true);
+        let (x, w, c) = (arr(&[1.0, 2.0]), arr(&[3.0, 4.0]), arr(&[5.0, 6.0]));
+        let (gx, gw, gc) = (arr(&[0.0; 2]), arr(&[0.0; 2]), arr(&[0.0; 2]));
+        mark_variables(
+            &[x.clone(), w.clone(), c.clone()],
+            &[GradReq::Write, GradReq::Write, GradReq::Add],
+            &[gx.clone(), gw.clone(), gc.clone()],
+        )
+        .unwrap();
+        // x once, w twice (w * w), c asks to add: x single, w two contributions, c never
+        let y = op("elemwise_add", &[op("exp", &[x.clone()]), op("elemwise_mul", &[w.clone(), w.clone()])]);
+        let y = op("elemwise_add", &[y, c.clone()]);
+        assert_eq!(plan(&[y.clone()], &[], &[x.clone(), w.clone(), c.clone()]), [Some(1), Some(2), None]);
+        // the head gradient is x's buffer: x is left out
+        assert_eq!(
+            plan(&[y.clone()], &[Some(gx.clone())], &[x.clone(), w.clone()]),
+            [None, Some(2)]
+        );
+        // w's buffer is an input of the graph: w is left out
+        let z = op("elemwise_mul", &[op("exp", &[x.clone()]), gw.clone()]);
+        let z = op("elemwise_add", &[z, w.clone()]);
+        assert_eq!(plan(&[z], &[], &[x.clone(), w.clone()]), [Some(1), None]);
+        set_recording(was);
     }
 }

@@ -61,6 +61,46 @@ def grad_req_add_accumulates():
 
 
 @scenario
+def gradients_written_into_buffers_the_graph_reads():
+    # the gradient buffer is read by the graph (a constant input, a head gradient) or
+    # receives several contributions: each result is as if written after the whole pass
+    out = {}
+    x = nd.array([1.0, -2.0, 3.0])
+    x.attach_grad()
+    x.grad[:] = 5
+    with ag.record():
+        y = nd.exp(x) * x.grad + x * x
+    y.backward()
+    out["constant"] = v(x.grad)
+    x.grad[:] = 0.5
+    with ag.record():
+        y = nd.sigmoid(x) * 3
+    y.backward(x.grad)
+    out["head_grad"] = v(x.grad)
+    w = nd.array([[0.5, -1.0], [2.0, 0.25]])
+    w.attach_grad()
+    with ag.record():
+        h = nd.tanh(nd.dot(w, w)) + nd.relu(w) * w
+    h.backward(nd.array([[1.0, 2.0], [-1.0, 0.5]]))
+    out["shared"] = v(w.grad)
+    a = nd.array([0.3, 0.6])
+    b = nd.array([1.5, -0.5])
+    a.attach_grad()
+    b.attach_grad()
+    with ag.record():
+        c = nd.exp(a) * 2 + nd.sigmoid(b) * a
+    c.backward()
+    out["two_vars"] = [v(a.grad), v(b.grad)]
+    # a view of the buffer stays a view of it
+    g = x.grad
+    with ag.record():
+        y = x * 4
+    y.backward()
+    out["same_buffer"] = [v(g), v(x.grad)]
+    return out
+
+
+@scenario
 def multiple_heads_and_retain_graph():
     x = nd.array([0.5, -1.0])
     x.attach_grad()

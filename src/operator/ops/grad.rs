@@ -6,6 +6,7 @@
 use super::{Entries, dims, inputs};
 use crate::error::{Error, Result};
 use crate::operator::kernel::Element;
+use crate::operator::kernel::map::map1;
 use crate::operator::kernel::strided::{broadcast_shape, broadcast_strides, gather, reduce};
 use crate::operator::op::{Call, Plan, TensorDesc};
 
@@ -37,6 +38,17 @@ fn sum_to_like(call: &Call<'_>) -> Result<Plan> {
         vec![TensorDesc::new(&like.shape, dtype)],
         move |k| {
             let (x, out) = (&k.inputs[0], &mut k.outputs[0]);
+            if !mask.contains(&true) {
+                // nothing was broadcast (the gradient of a same-shape broadcasting op): a
+                // parallel copy
+                let n = out.len();
+                // SAFETY: input and output hold `n` elements of `dtype` (`like` has `a`'s
+                // shape here); the runner gives the output its own buffer (not elementwise).
+                crate::with_element!(dtype, T => unsafe {
+                    map1(x.ptr::<T>(), out.ptr::<T>(), n, 1, |v: T| v)
+                });
+                return Ok(());
+            }
             crate::with_element!(dtype, T => {
                 reduce(x.slice::<T>(), &shape, &mask, out.slice_mut::<T>(), 0f64,
                     |acc, v: T, _| acc + v.to_f64(), |acc, _| T::from_f64(acc));

@@ -5,7 +5,7 @@
 use super::{Entries, inputs};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::operator::kernel::map::map1;
+use crate::operator::kernel::map::{map1, map2};
 use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, Operator, Plan};
 use crate::operator::def::ShapeRule;
@@ -89,9 +89,15 @@ macro_rules! unary_ops {
 /// The gradient part of a unary op's definition:
 /// - `zero`: every gradient is zero; `same`: the gradient passes through (`dy`);
 ///   `neg`: `-dy`; `ones`: `ones_like(x)` whatever arrives (`make_loss`);
-/// - `(|x| f', |x| f'')`: `dy * f'(x)`, where `f'` is the internal op `_mxrt_d_<name>` (one
-///   elementwise pass), itself differentiable through `f''` (`_mxrt_dd_<name>`), so second-order
-///   gradients work for every such op.
+/// - `times_output`: `dy * y` (`exp`: its derivative is its output, as MXNet's), a product whose
+///   own gradient is general, so gradients of every order follow;
+/// - `(|x| f', |x| f'')`: `dy * f'(x)` in one pass over memory, the internal op
+///   `_mxrt_d_<name>(dy, x)`, itself differentiable through `f''` (`_mxrt_dd_<name>(a, x) =
+///   a * f''(x)`), so second-order gradients work for every such op;
+/// - `(out: |y| g, |y| g')`: the derivative written in terms of the output, `f'(x) = g(y)`, so
+///   the backward pass reads `y` instead of recomputing the function (`sigmoid`, `tanh`, as
+///   MXNet's): `_mxrt_dout_<name>(dy, y) = dy * g(y)`, differentiable through
+///   `_mxrt_ddout_<name>(a, y) = a * g'(y)` (the tape carries `y`'s gradient on to `x`).
 macro_rules! unary_grad {
     ($t:ident, $d:ident, $name:literal, $cost:literal, zero) => { $d.zero_grad(); };
     ($t:ident, $d:ident, $name:literal, $cost:literal, same) => {
@@ -103,37 +109,114 @@ macro_rules! unary_grad {
     ($t:ident, $d:ident, $name:literal, $cost:literal, ones) => {
         $d.grad(|g| Ok(vec![Some(g.ones_like(g.x(0))?)]));
     };
+    ($t:ident, $d:ident, $name:literal, $cost:literal, times_output) => {
+        $d.grad(|g| Ok(vec![Some(g.mul(g.dy(0), g.y(0))?)]));
+    };
     ($t:ident, $d:ident, $name:literal, $cost:literal, (|$x:ident| $d1:expr, |$x2:ident| $d2:expr)) => {{
+        chain_rule_ops!($t, $d, $cost, concat!("_mxrt_d_", $name), concat!("_mxrt_dd_", $name),
+            x, |$x| $d1, |$x2| $d2);
+    }};
+    ($t:ident, $d:ident, $name:literal, $cost:literal, (out: |$y:ident| $d1:expr, |$y2:ident| $d2:expr)) => {{
+        chain_rule_ops!($t, $d, $cost, concat!("_mxrt_dout_", $name), concat!("_mxrt_ddout_", $name),
+            y, |$y| $d1, |$y2| $d2);
+    }};
+}
+
+/// Registers the fused chain-rule ops of a unary op whose derivative is `d1` of `$v` (the
+/// forward's input `x` or output `y`): the gradient `dy * d1(v)` is the op `$n1(dy, v)`, whose
+/// gradient is `$n1(go, v)` for `dy` and `$n2(go * dy, v)` for `v`, with `$n2(a, v) = a *
+/// d2(v)`.
+macro_rules! chain_rule_ops {
+    ($t:ident, $d:ident, $cost:literal, $n1:expr, $n2:expr, $v:ident, |$a:ident| $d1:expr, |$b:ident| $d2:expr) => {{
         struct D1;
         impl Math for D1 {
             const COST: usize = $cost;
             #[inline(always)]
-            fn f<R: Real>($x: R) -> R { $d1 }
+            fn f<R: Real>($a: R) -> R { $d1 }
         }
         impl Operator for D1 {
-            fn plan(&self, call: &Call<'_>) -> Result<Plan> { plan::<D1>(call) }
+            fn plan(&self, call: &Call<'_>) -> Result<Plan> { plan_times::<D1>(call) }
         }
         struct D2;
         impl Math for D2 {
             const COST: usize = $cost;
             #[inline(always)]
-            fn f<R: Real>($x2: R) -> R { $d2 }
+            fn f<R: Real>($b: R) -> R { $d2 }
         }
         impl Operator for D2 {
-            fn plan(&self, call: &Call<'_>) -> Result<Plan> { plan::<D2>(call) }
+            fn plan(&self, call: &Call<'_>) -> Result<Plan> { plan_times::<D2>(call) }
         }
-        const D1_NAME: &str = concat!("_mxrt_d_", $name);
-        const D2_NAME: &str = concat!("_mxrt_dd_", $name);
+        const D1_NAME: &str = $n1;
+        const D2_NAME: &str = $n2;
         $d.grad(|g| {
-            let d = g.op(D1_NAME, &[g.x(0)], &[])?;
-            Ok(vec![Some(g.mul(g.dy(0), d)?)])
+            let v = chain_rule_ops!(@value g, $v);
+            Ok(vec![Some(g.op(D1_NAME, &[g.dy(0), v], &[])?)])
         });
-        $t.def(D1_NAME, &D1).grad(|g| {
-            let d = g.op(D2_NAME, &[g.x(0)], &[])?;
-            Ok(vec![Some(g.mul(g.dy(0), d)?)])
+        $t.def(D1_NAME, &D1).shape_rule(ShapeRule::Same).grad(|g| {
+            let (dy, v, go) = (g.x(0), g.x(1), g.dy(0));
+            let ddy = if g.needs(0) { Some(g.op(D1_NAME, &[go, v], &[])?) } else { None };
+            let dv = if g.needs(1) {
+                let a = g.mul(go, dy)?;
+                Some(g.op(D2_NAME, &[a, v], &[])?)
+            } else {
+                None
+            };
+            Ok(vec![ddy, dv])
         });
-        $t.def(D2_NAME, &D2);
+        $t.def(D2_NAME, &D2).shape_rule(ShapeRule::Same);
     }};
+    (@value $g:ident, x) => { $g.x(0) };
+    (@value $g:ident, y) => { $g.y(0) };
+}
+
+/// The plan of a fused chain-rule op `out = a * M(v)`: two inputs of one shape and dtype.
+fn plan_times<M: Math>(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (a, v) = (&ins[0], &ins[1]);
+    if a.dtype != v.dtype || a.shape != v.shape {
+        return Err(crate::error::Error::invalid(format!(
+            "operator {}: the gradient ({:?}, {}) and the value ({:?}, {}) differ in shape or dtype",
+            call.name,
+            &a.shape[..],
+            a.dtype.name(),
+            &v.shape[..],
+            v.dtype.name()
+        )));
+    }
+    let dtype = a.dtype;
+    Ok(Plan::new(vec![a.clone()], move |k| {
+        apply_times::<M>(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype);
+        Ok(())
+    })
+    .elementwise())
+}
+
+/// `out = a * M(v)` over three tensors of one dtype (`out` may be `a` or `v`): float32 and
+/// float16 compute in f32, float64 in f64; other dtypes take `M(v)` in f64 converted to the
+/// dtype (a C cast, as the unfused derivative op gives) before the product.
+fn apply_times<M: Math>(a: &Tensor, v: &Tensor, out: &Tensor, dtype: DType) {
+    let n = out.len();
+    // SAFETY (all arms): the three tensors hold `n` elements of `dtype` (planned with one shape
+    // and dtype); the plan is elementwise, so `out` may be exactly an input, which `map2` allows.
+    match dtype {
+        DType::F32 => unsafe {
+            map2(a.ptr::<f32>(), v.ptr::<f32>(), out.ptr::<f32>(), n, M::COST, |a, v| a * M::f(v))
+        },
+        DType::F64 => unsafe {
+            map2(a.ptr::<f64>(), v.ptr::<f64>(), out.ptr::<f64>(), n, M::COST, |a, v| a * M::f(v))
+        },
+        DType::F16 => unsafe {
+            map2(a.ptr::<f16>(), v.ptr::<f16>(), out.ptr::<f16>(), n, M::COST, |a: f16, v: f16| {
+                f16::from_f32(a.to_f32() * M::f(v.to_f32()))
+            })
+        },
+        other => crate::with_element!(other, T => unsafe {
+            map2(a.ptr::<T>(), v.ptr::<T>(), out.ptr::<T>(), n, M::COST, |a: T, v: T| {
+                let d = T::from_f64(M::f::<f64>(v.to_f64()));
+                T::from_f64(a.to_f64() * d.to_f64())
+            })
+        }),
+    }
 }
 
 /// MXNet's `rint`: the nearer integer, halves down (`rint(1.5) = 1`, `rint(-1.5) = -2`).
@@ -218,7 +301,7 @@ unary_ops! {
     Rsqrt "rsqrt" 4 |x| R::ONE / x.sqrt(); grad (|x| c::<R>(-0.5) / (x * x.sqrt()), |x| c::<R>(0.75) / (x * x * x.sqrt()));
     Cbrt "cbrt" 8 |x| x.cbrt(); grad (|x| R::ONE / (c::<R>(3.0) * x.cbrt() * x.cbrt()), |x| c::<R>(-2.0 / 9.0) / (x * x.cbrt() * x.cbrt()));
     Rcbrt "rcbrt" 8 |x| R::ONE / x.cbrt(); grad (|x| c::<R>(-1.0 / 3.0) / (x * x.cbrt()), |x| c::<R>(4.0 / 9.0) / (x * x * x.cbrt()));
-    Exp "exp" 8 |x| x.exp(); grad (|x| x.exp(), |x| x.exp());
+    Exp "exp" 8 |x| x.exp(); grad times_output;
     Log "log" 8 |x| x.ln(); grad (|x| R::ONE / x, |x| -R::ONE / (x * x));
     Log10 "log10" 8 |x| x.log10(); grad (|x| c::<R>(1.0 / std::f64::consts::LN_10) / x, |x| c::<R>(-1.0 / std::f64::consts::LN_10) / (x * x));
     Log2 "log2" 8 |x| x.log2(); grad (|x| c::<R>(1.0 / std::f64::consts::LN_2) / x, |x| c::<R>(-1.0 / std::f64::consts::LN_2) / (x * x));
@@ -233,25 +316,20 @@ unary_ops! {
     Arctan "arctan" 8 zp |x| x.atan(); grad (|x| R::ONE / (R::ONE + x * x), |x| c::<R>(-2.0) * x / ((R::ONE + x * x) * (R::ONE + x * x)));
     Sinh "sinh" 8 zp |x| x.sinh(); grad (|x| x.cosh(), |x| x.sinh());
     Cosh "cosh" 8 |x| x.cosh(); grad (|x| x.sinh(), |x| x.cosh());
-    Tanh "tanh" 8 zp |x| x.tanh(); grad (|x| R::ONE - x.tanh() * x.tanh(), |x| c::<R>(-2.0) * x.tanh() * (R::ONE - x.tanh() * x.tanh()));
+    Tanh "tanh" 8 zp |x| x.tanh(); grad (out: |y| R::ONE - y * y, |y| c::<R>(-2.0) * y);
     Arcsinh "arcsinh" 8 zp |x| x.asinh(); grad (|x| R::ONE / (x * x + R::ONE).sqrt(), |x| -x / ((x * x + R::ONE) * (x * x + R::ONE).sqrt()));
     Arccosh "arccosh" 8 |x| x.acosh(); grad (|x| R::ONE / (x * x - R::ONE).sqrt(), |x| -x / ((x * x - R::ONE) * (x * x - R::ONE).sqrt()));
     Arctanh "arctanh" 8 zp |x| x.atanh(); grad (|x| R::ONE / (R::ONE - x * x), |x| c::<R>(2.0) * x / ((R::ONE - x * x) * (R::ONE - x * x)));
     Degrees "degrees" 1 zp |x| x.to_degrees(); grad (|x| x * R::ZERO + c(180.0 / PI), |x| x * R::ZERO);
     Radians "radians" 1 zp |x| x.to_radians(); grad (|x| x * R::ZERO + c(PI / 180.0), |x| x * R::ZERO);
     Relu "relu" 1 zp |x| if x > R::ZERO { x } else if x.is_nan() { x } else { R::ZERO }; grad (|x| if x > R::ZERO { R::ONE } else { R::ZERO }, |x| x * R::ZERO);
-    Sigmoid "sigmoid" 8 |x| R::ONE / (R::ONE + (-x).exp()); grad (|x| sigmoid_d(x), |x| { let s = Sigmoid::f(x); sigmoid_d(x) * (R::ONE - s - s) });
+    Sigmoid "sigmoid" 8 |x| R::ONE / (R::ONE + (-x).exp()); grad (out: |y| y * (R::ONE - y), |y| R::ONE - y - y);
     Softsign "softsign" 2 |x| x / (R::ONE + x.abs()); grad (|x| R::ONE / ((R::ONE + x.abs()) * (R::ONE + x.abs())), |x| c::<R>(-2.0) * sign(x) / ((R::ONE + x.abs()) * (R::ONE + x.abs()) * (R::ONE + x.abs())));
     Erf "erf" 8 |x| x.erf(); grad (|x| c::<R>(2.0 / PI.sqrt()) * (-x * x).exp(), |x| c::<R>(-4.0 / PI.sqrt()) * x * (-x * x).exp());
     Erfinv "erfinv" 16 |x| x.erfinv(); grad (|x| c::<R>(PI.sqrt() / 2.0) * (x.erfinv() * x.erfinv()).exp(), |x| { let y = x.erfinv(); let d = c::<R>(PI.sqrt() / 2.0) * (y * y).exp(); c::<R>(2.0) * y * d * d });
     Gamma "gamma" 16 |x| x.tgamma(); grad (|x| x.tgamma() * digamma(x), |x| x.tgamma() * (digamma(x) * digamma(x) + trigamma(x)));
     Gammaln "gammaln" 16 |x| x.lgamma(); grad (|x| digamma(x), |x| trigamma(x));
     LogicalNot "logical_not" 1 |x| if x == R::ZERO { R::ONE } else { R::ZERO }; grad zero;
-}
-
-fn sigmoid_d<R: Real>(x: R) -> R {
-    let s = Sigmoid::f(x);
-    s * (R::ONE - s)
 }
 
 #[cfg(test)]
