@@ -259,10 +259,13 @@ pub fn scalar<B: Binary>(x: &Tensor, out: &Tensor, dtype: DType, s: f64, reverse
             let sv: $R = s as $R;
             let f = $f;
             // SAFETY: both tensors hold `n` elements of `dtype`; `out` may be exactly `x`.
+            // (The operand order is chosen outside the loop, which keeps it vectorisable.)
             unsafe {
-                map1(x.ptr::<$T>(), out.ptr::<$T>(), n, B::COST, |v: $T| {
-                    if reversed { f(sv, v) } else { f(v, sv) }
-                })
+                if reversed {
+                    map1(x.ptr::<$T>(), out.ptr::<$T>(), n, B::COST, |v: $T| f(sv, v))
+                } else {
+                    map1(x.ptr::<$T>(), out.ptr::<$T>(), n, B::COST, |v: $T| f(v, sv))
+                }
             }
         }};
     }
