@@ -35,6 +35,10 @@ pub struct PoolGeom {
     pub channels_last: bool,
     pub kind: PoolKind,
     pub count_include_pad: bool,
+    /// `Pooling_v1`'s semantics (mshadow's pooling of the zero-padded array): averages divide by
+    /// the kernel's size, a window's maximum includes the padding's zeros, and the gradient of
+    /// max pooling goes to every element equal to the maximum.
+    pub v1: bool,
 }
 
 impl PoolGeom {
@@ -53,9 +57,9 @@ impl PoolGeom {
             (p * sp, 1)
         }
     }
-    /// Output position `o`'s window on each axis: (start, end) inside the array and the divisor
-    /// of average pooling.
-    fn window(&self, o: [usize; 3]) -> ([(usize, usize); 3], usize) {
+    /// Output position `o`'s window on each axis: (start, end) inside the array, the divisor of
+    /// average pooling and whether the window covers padding.
+    fn window(&self, o: [usize; 3]) -> ([(usize, usize); 3], usize, bool) {
         let mut r = [(0, 0); 3];
         let (mut padded, mut inside) = (1usize, 1usize);
         for a in 0..3 {
@@ -68,21 +72,23 @@ impl PoolGeom {
             r[a] = (s, e);
         }
         let div = match self.kind {
+            PoolKind::Avg if self.v1 => self.kernel.iter().product(),
             PoolKind::Avg if self.count_include_pad => padded,
             PoolKind::Avg => inside,
             _ => 1,
         };
-        (r, div)
+        (r, div, padded > inside)
     }
-    /// Calls `f(output index, [window], divisor)` for every output position of a plane.
-    fn each_window(&self, mut f: impl FnMut(usize, [(usize, usize); 3], usize)) {
+    /// Calls `f(output index, [window], divisor, covers padding)` for every output position of a
+    /// plane.
+    fn each_window(&self, mut f: impl FnMut(usize, [(usize, usize); 3], usize, bool)) {
         let [od, oh, ow] = self.output;
         let mut i = 0;
         for z in 0..od {
             for y in 0..oh {
                 for x in 0..ow {
-                    let (w, div) = self.window([z, y, x]);
-                    f(i, w, div);
+                    let (w, div, padded) = self.window([z, y, x]);
+                    f(i, w, div, padded);
                     i += 1;
                 }
             }
@@ -140,10 +146,10 @@ pub fn forward<T: Element>(g: &PoolGeom, x: &[T], y: &mut [T]) {
             let (xb, xs) = g.plane(p, in_sp);
             let (yb, ys) = g.plane(p, out_sp);
             let at = |i: usize| x[xb + i * xs].to_f64();
-            g.each_window(|o, w, div| {
+            g.each_window(|o, w, div, padded| {
                 let v = match g.kind {
                     PoolKind::Max => {
-                        let mut m = lowest::<T>();
+                        let mut m = if g.v1 && padded { 0.0 } else { lowest::<T>() };
                         each_in(g, w, |i| {
                             let v = at(i);
                             if v > m {
@@ -185,9 +191,17 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
             let (yb, ys) = g.plane(p, out_sp);
             let at = |i: usize| x[xb + i * xs].to_f64();
             acc.fill(0.0);
-            g.each_window(|o, w, div| {
+            g.each_window(|o, w, div, _| {
                 let d = dy[yb + o * ys].to_f64();
                 match g.kind {
+                    PoolKind::Max if g.v1 => {
+                        let m = y[yb + o * ys].to_f64();
+                        each_in(g, w, |i| {
+                            if at(i) == m {
+                                acc[i] += d;
+                            }
+                        });
+                    }
                     PoolKind::Max => {
                         let mut best: Option<(usize, f64)> = None;
                         each_in(g, w, |i| {
@@ -239,6 +253,7 @@ mod tests {
             batch: 1, channels: 1, input: [1, 5, 5], output: [1, 4, 4], kernel: [1, 2, 2],
             stride: [1, 2, 2], pad: [0, 1, 1], channels_last: false, kind: PoolKind::Avg,
             count_include_pad: true,
+            v1: false,
         };
         let mut y = vec![0.0f32; 16];
         forward(&g, &x, &mut y);

@@ -143,6 +143,7 @@ fn geometry(call: &Call<'_>, x: &TensorDesc, v1: bool) -> Result<(PoolGeom, Vec<
         channels_last,
         kind,
         count_include_pad: include_pad,
+        v1,
     };
     for i in 0..nd {
         let a = off + i;
