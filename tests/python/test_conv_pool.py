@@ -40,7 +40,7 @@ def close(a, b, rtol, atol):
     if isinstance(a, list):
         return isinstance(b, list) and len(a) == len(b) and all(close(x, y, rtol, atol) for x, y in zip(a, b))
     if isinstance(a, dict):
-        return isinstance(b, dict) and all(close(a[k], b[k], rtol, atol) for k in b if k not in ("reference", "adjoint_gap"))
+        return isinstance(b, dict) and all(close(a[k], b[k], rtol, atol) for k in b if k != "adjoint_gap")
     if isinstance(a, float) and isinstance(b, float):
         return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= atol + rtol * abs(b)
     return a == b
@@ -76,8 +76,8 @@ def test_forward_and_gradients_match_mxnet(both, case):
         assert MXNET_REFUSES[case] in real[case].get("error", ""), real[case]
     else:
         assert "ok" in real[case], real[case]
-    if "reference" in got["ok"]:
-        assert close(got["ok"], got["ok"]["reference"], 1e-4, 2e-5), "mxrt differs from the direct reference"
+    if case.startswith("deconv_"):
+        assert close(got["ok"], got["reference"], 1e-4, 2e-5), "mxrt differs from the direct reference"
     if case in MXNET_REFUSES:
         return
     want = real[case]["ok"]
