@@ -194,6 +194,39 @@ run("pool_v1_full_global", lambda: [forward_backward(
     nd.Pooling_v1, [X2], kernel=(2, 2), stride=(2, 2), pool_type="avg",
     pooling_convention="full"), forward_backward(nd.Pooling_v1, [X2], global_pool=True)])
 
+# ---- second order: with L = <op(x, w), hv> and dx = dL/dx recorded, z = <dx, r> is
+# <hv, op(r, w)>, so dz/dhv = op(r, w) and dz/dw is op's first-order weight gradient at (r, hv)
+def second_order(op, x, w, **params):
+    x, w = nd.array(x), nd.array(w)
+    y0 = op(x, w, **params)
+    hv, r = nd.array(rand(y0.shape, 41)), nd.array(rand(x.shape, 42))
+    for a in (x, w, hv):
+        a.attach_grad()
+    with ag.record():
+        loss = (op(x, w, **params) * hv).sum()
+        dx = ag.grad(loss, [x], create_graph=True)[0]
+        z = (dx * r).sum()
+    z.backward()
+    got_hv, got_w = hv.grad.asnumpy(), w.grad.asnumpy()
+    w2 = nd.array(w.asnumpy())
+    w2.attach_grad()
+    with ag.record():
+        y = op(r, w2, **params)
+    y.backward(hv)
+    return {"hv_gap": float(np.abs(got_hv - y.asnumpy()).max()),
+            "w_gap": float(np.abs(got_w - w2.grad.asnumpy()).max())}
+
+
+run("second_order_conv", lambda: second_order(
+    nd.Convolution, rand((2, 4, 7, 6), 43), rand((6, 2, 3, 2), 44), kernel=(3, 2), stride=(2, 1),
+    pad=(1, 1), num_filter=6, num_group=2, no_bias=True))
+run("second_order_deconv", lambda: second_order(
+    nd.Deconvolution, rand((2, 3, 4, 5), 45), rand((3, 2, 3, 3), 46), kernel=(3, 3), stride=(2, 2),
+    pad=(1, 1), adj=(1, 0), num_filter=2))
+run("second_order_pool_avg", lambda: second_order(
+    lambda x, w, **p: nd.Pooling(x, **p) * w, rand((2, 3, 7, 6), 47), rand((1,), 48),
+    kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg"))
+
 # ---- errors of bad parameters
 x4 = nd.ones((2, 3, 5, 5))
 w4 = nd.ones((4, 3, 3, 3))
