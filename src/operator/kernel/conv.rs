@@ -21,11 +21,11 @@ use super::element::Element;
 use super::gemm::{Operand, matmul, matmul_serial};
 use super::map::Ptr;
 use crate::parallel;
-use std::ops::Add;
+use std::ops::{Add, Mul};
 
 /// The element types the convolution kernels compute in.
-pub trait ConvElement: Element + Add<Output = Self> {}
-impl<T: Element + Add<Output = T>> ConvElement for T {}
+pub trait ConvElement: Element + Add<Output = Self> + Mul<Output = Self> {}
+impl<T: Element + Add<Output = T> + Mul<Output = T>> ConvElement for T {}
 
 /// One convolution's sizes (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,6 +164,34 @@ fn col2im<T: ConvElement>(g: &ConvGeom, col: &[T], x: &mut [T]) {
     });
 }
 
+
+/// A depthwise convolution (one input and one output channel per group) runs as direct loops
+/// over each channel's plane: its GEMMs would be one row each.
+fn depthwise(g: &ConvGeom) -> bool {
+    g.in_g() == 1 && g.out_g() == 1
+}
+
+/// The one-channel geometry a depthwise convolution's planes share.
+fn plane_geom(g: &ConvGeom) -> ConvGeom {
+    ConvGeom { batch: 1, groups: 1, in_ch: 1, out_ch: 1, ..*g }
+}
+
+/// Calls `f(out position, in position)` for every (kernel offset `k`, output, input) triple of
+/// a one-channel plane: `f(k, out, in)`.
+#[inline(always)]
+fn each_tap(p: &ConvGeom, mut f: impl FnMut(usize, usize, usize)) {
+    let (l, s2) = (p.out_sp(), p.stride[2]);
+    for_each_run(p, |dst, lo, hi, _ow, off, src| {
+        if src == usize::MAX {
+            return;
+        }
+        let (k, o) = (dst / l, dst % l);
+        for xo in lo..hi {
+            f(k, o + xo, (src as isize + (xo * s2) as isize + off) as usize);
+        }
+    });
+}
+
 /// Runs `f(images, serial)` over ranges of the batch: split over the pool (each call with a
 /// serial GEMM) when there are several images and enough work, else one call whose GEMMs use
 /// the pool themselves.
@@ -227,6 +255,22 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
     assert!(y.len() >= g.batch * g.out_ch * out_sp);
     let yp = Ptr(y.as_mut_ptr());
+    if depthwise(g) {
+        let pg = plane_geom(g);
+        let kk: usize = g.kernel.iter().product();
+        split(g.batch * g.in_ch, |planes| {
+            for q in planes {
+                let c = q % g.in_ch;
+                let xs = &x[q * in_sp..][..in_sp];
+                let wc = &w[c * kk..][..kk];
+                // SAFETY: plane q of `y` is written by this range only; in bounds (asserted).
+                let ys = unsafe { std::slice::from_raw_parts_mut(yp.get().add(q * out_sp), out_sp) };
+                ys.fill(T::zero());
+                each_tap(&pg, |k, o, i| ys[o] = ys[o] + wc[k] * xs[i]);
+            }
+        });
+        return;
+    }
     over_images(g, |images, serial| {
         let mut col = vec![T::zero(); g.col_len()];
         for n in images {
@@ -257,6 +301,22 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
     assert!(y.len() >= g.batch * g.out_ch * out_sp);
     let xp = Ptr(x.as_mut_ptr());
+    if depthwise(g) {
+        let pg = plane_geom(g);
+        let kk: usize = g.kernel.iter().product();
+        split(g.batch * g.in_ch, |planes| {
+            for q in planes {
+                let c = q % g.in_ch;
+                let ys = &y[q * out_sp..][..out_sp];
+                let wc = &w[c * kk..][..kk];
+                // SAFETY: plane q of `x` is written by this range only; in bounds (asserted).
+                let xs = unsafe { std::slice::from_raw_parts_mut(xp.get().add(q * in_sp), in_sp) };
+                xs.fill(T::zero());
+                each_tap(&pg, |k, o, i| xs[i] = xs[i] + wc[k] * ys[o]);
+            }
+        });
+        return;
+    }
     over_images(g, |images, serial| {
         let mut col = vec![T::zero(); g.col_len()];
         for n in images {
@@ -289,6 +349,26 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
     assert!(dy.len() >= g.batch * g.out_ch * out_sp);
     let wl = g.weight_len();
     let partials = std::sync::Mutex::new(Vec::<(usize, Vec<T>)>::new());
+    if depthwise(g) {
+        // each channel's taps summed over the images, channels split over the pool
+        let pg = plane_geom(g);
+        let kk: usize = g.kernel.iter().product();
+        let dwp = Ptr(dw.as_mut_ptr());
+        split(g.in_ch, |channels| {
+            for c in channels {
+                let mut acc = vec![T::zero(); kk];
+                for n in 0..g.batch {
+                    let q = n * g.in_ch + c;
+                    let (xs, ys) = (&x[q * in_sp..][..in_sp], &dy[q * out_sp..][..out_sp]);
+                    each_tap(&pg, |k, o, i| acc[k] = acc[k] + xs[i] * ys[o]);
+                }
+                // SAFETY: channel c's taps of `dw` are written by this range only; in bounds
+                // (asserted).
+                unsafe { std::slice::from_raw_parts_mut(dwp.get().add(c * kk), kk) }.copy_from_slice(&acc);
+            }
+        });
+        return;
+    }
     over_images(g, |images, serial| {
         let mut col = vec![T::zero(); g.col_len()];
         let mut acc = vec![T::zero(); wl];
@@ -384,6 +464,9 @@ mod tests {
                 kernel: [1, 1, 1], stride: [1; 3], dilate: [1; 3], pad: [0; 3] },
             ConvGeom { batch: 1, groups: 3, in_ch: 3, out_ch: 3, input: [1, 5, 5], output: [1, 5, 5],
                 kernel: [1, 3, 3], stride: [1; 3], dilate: [1; 3], pad: [0, 1, 1] },
+            // depthwise with stride, dilation and uneven padding (direct loops)
+            ConvGeom { batch: 3, groups: 4, in_ch: 4, out_ch: 4, input: [1, 9, 8], output: [1, 4, 3],
+                kernel: [1, 3, 2], stride: [1, 2, 3], dilate: [1, 2, 1], pad: [0, 1, 1] },
         ];
         for g in geoms {
             let xl = g.batch * g.in_ch * g.in_sp();

@@ -57,38 +57,49 @@ impl PoolGeom {
             (p * sp, 1)
         }
     }
-    /// Output position `o`'s window on each axis: (start, end) inside the array, the divisor of
-    /// average pooling and whether the window covers padding.
-    fn window(&self, o: [usize; 3]) -> ([(usize, usize); 3], usize, bool) {
-        let mut r = [(0, 0); 3];
-        let (mut padded, mut inside) = (1usize, 1usize);
-        for a in 0..3 {
-            let start = (o[a] * self.stride[a]) as isize - self.pad[a] as isize;
-            let end = (start + self.kernel[a] as isize).min((self.input[a] + self.pad[a]) as isize);
-            padded *= (end - start).max(0) as usize;
-            let (s, e) = (start.max(0) as usize, (end.max(0) as usize).min(self.input[a]));
-            let e = e.max(s);
-            inside *= e - s;
-            r[a] = (s, e);
-        }
-        let div = match self.kind {
-            PoolKind::Avg if self.v1 => self.kernel.iter().product(),
-            PoolKind::Avg if self.count_include_pad => padded,
-            PoolKind::Avg => inside,
-            _ => 1,
-        };
-        (r, div, padded > inside)
+    /// Each output position's window on axis `a`: (start, end) inside the array and the
+    /// window's length including padding (MXNet's: it starts at `o * stride - pad` and ends at
+    /// `min(start + kernel, size + pad)`).
+    fn axis_windows(&self, a: usize) -> Vec<(usize, usize, usize)> {
+        (0..self.output[a])
+            .map(|o| {
+                let start = (o * self.stride[a]) as isize - self.pad[a] as isize;
+                let end = (start + self.kernel[a] as isize).min((self.input[a] + self.pad[a]) as isize);
+                let padded = (end - start).max(0) as usize;
+                let s = start.max(0) as usize;
+                let e = (end.max(0) as usize).min(self.input[a]).max(s);
+                (s, e, padded)
+            })
+            .collect()
     }
-    /// Calls `f(output index, [window], divisor, covers padding)` for every output position of a
-    /// plane.
-    fn each_window(&self, mut f: impl FnMut(usize, [(usize, usize); 3], usize, bool)) {
-        let [od, oh, ow] = self.output;
+}
+
+/// The per-axis windows of a pooling, and the walk over a plane's windows.
+struct Windows {
+    axes: [Vec<(usize, usize, usize)>; 3],
+}
+
+impl Windows {
+    fn new(g: &PoolGeom) -> Windows {
+        Windows { axes: [g.axis_windows(0), g.axis_windows(1), g.axis_windows(2)] }
+    }
+    /// Calls `f(output index, [window], divisor, covers padding)` for every output position of
+    /// a plane, in order.
+    #[inline]
+    fn each(&self, g: &PoolGeom, mut f: impl FnMut(usize, [(usize, usize); 3], usize, bool)) {
         let mut i = 0;
-        for z in 0..od {
-            for y in 0..oh {
-                for x in 0..ow {
-                    let (w, div, padded) = self.window([z, y, x]);
-                    f(i, w, div, padded);
+        for &(z0, z1, pz) in &self.axes[0] {
+            for &(y0, y1, py) in &self.axes[1] {
+                for &(x0, x1, px) in &self.axes[2] {
+                    let padded = pz * py * px;
+                    let inside = (z1 - z0) * (y1 - y0) * (x1 - x0);
+                    let div = match g.kind {
+                        PoolKind::Avg if g.v1 => g.kernel.iter().product(),
+                        PoolKind::Avg if g.count_include_pad => padded,
+                        PoolKind::Avg => inside,
+                        _ => 1,
+                    };
+                    f(i, [(z0, z1), (y0, y1), (x0, x1)], div, padded > inside);
                     i += 1;
                 }
             }
@@ -97,7 +108,7 @@ impl PoolGeom {
 }
 
 /// Calls `f(spatial index)` over a window in row-major order.
-#[inline]
+#[inline(always)]
 fn each_in(g: &PoolGeom, w: [(usize, usize); 3], mut f: impl FnMut(usize)) {
     let [_, ih, iw] = g.input;
     for z in w[0].0..w[0].1 {
@@ -135,44 +146,71 @@ fn lowest<T: Element>() -> f64 {
     }
 }
 
+/// Copies plane `p` of `src` (`sp` positions per plane) into `buf` as f64.
+fn load<T: Element>(g: &PoolGeom, src: &[T], p: usize, sp: usize, buf: &mut [f64]) {
+    let (base, step) = g.plane(p, sp);
+    if step == 1 {
+        for (b, v) in buf.iter_mut().zip(&src[base..base + sp]) {
+            *b = v.to_f64();
+        }
+    } else {
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = src[base + i * step].to_f64();
+        }
+    }
+}
+
+/// Writes `buf` into plane `p` of `dst` through `ptr`.
+///
+/// # Safety
+/// `ptr` must address an array of at least `planes × sp` elements of `T` of which the caller
+/// writes plane `p` alone.
+unsafe fn store<T: Element>(g: &PoolGeom, ptr: Ptr<T>, p: usize, sp: usize, buf: &[f64]) {
+    let (base, step) = g.plane(p, sp);
+    for (i, v) in buf.iter().enumerate() {
+        // SAFETY: in bounds and this plane's own (the caller's contract).
+        unsafe { ptr.get().add(base + i * step).write(T::from_f64(*v)) };
+    }
+}
+
 /// `y = pool(x)`.
 pub fn forward<T: Element>(g: &PoolGeom, x: &[T], y: &mut [T]) {
     let planes = g.batch * g.channels;
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     assert!(x.len() >= planes * in_sp && y.len() >= planes * out_sp);
     let yp = Ptr(y.as_mut_ptr());
+    let windows = Windows::new(g);
+    let low = lowest::<T>();
     split(planes, |range| {
+        let (mut xin, mut out) = (vec![0.0f64; in_sp], vec![0.0f64; out_sp]);
         for p in range {
-            let (xb, xs) = g.plane(p, in_sp);
-            let (yb, ys) = g.plane(p, out_sp);
-            let at = |i: usize| x[xb + i * xs].to_f64();
-            g.each_window(|o, w, div, padded| {
-                let v = match g.kind {
+            load(g, x, p, in_sp, &mut xin);
+            windows.each(g, |o, w, div, padded| {
+                out[o] = match g.kind {
                     PoolKind::Max => {
-                        let mut m = if g.v1 && padded { 0.0 } else { lowest::<T>() };
+                        let mut m = if g.v1 && padded { 0.0 } else { low };
                         each_in(g, w, |i| {
-                            let v = at(i);
-                            if v > m {
-                                m = v;
+                            if xin[i] > m {
+                                m = xin[i];
                             }
                         });
                         m
                     }
                     PoolKind::Avg | PoolKind::Sum => {
                         let mut s = 0.0;
-                        each_in(g, w, |i| s += at(i));
+                        each_in(g, w, |i| s += xin[i]);
                         if div > 0 { s / div as f64 } else { s }
                     }
                     PoolKind::Lp(q) => {
                         let mut s = 0.0;
-                        each_in(g, w, |i| s += pow_p(at(i), q));
+                        each_in(g, w, |i| s += pow_p(xin[i], q));
                         root_p(s, q)
                     }
                 };
-                // SAFETY: plane p's outputs are written by this range only; the index lies in
-                // `y` (asserted above).
-                unsafe { yp.get().add(yb + o * ys).write(T::from_f64(v)) };
             });
+            // SAFETY: `y` holds `planes × out_sp` elements (asserted) and plane p is written by
+            // this range only.
+            unsafe { store(g, yp, p, out_sp, &out) };
         }
     });
 }
@@ -184,30 +222,39 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
     assert!(x.len() >= planes * in_sp && dx.len() >= planes * in_sp);
     assert!(y.len() >= planes * out_sp && dy.len() >= planes * out_sp);
     let dxp = Ptr(dx.as_mut_ptr());
+    let windows = Windows::new(g);
+    let needs_y = matches!(g.kind, PoolKind::Lp(_)) || (g.v1 && g.kind == PoolKind::Max);
+    let needs_x = !matches!(g.kind, PoolKind::Avg | PoolKind::Sum);
     split(planes, |range| {
         let mut acc = vec![0.0f64; in_sp];
+        let mut xin = vec![0.0f64; if needs_x { in_sp } else { 0 }];
+        let (mut d, mut yo) = (vec![0.0f64; out_sp], vec![0.0f64; if needs_y { out_sp } else { 0 }]);
         for p in range {
-            let (xb, xs) = g.plane(p, in_sp);
-            let (yb, ys) = g.plane(p, out_sp);
-            let at = |i: usize| x[xb + i * xs].to_f64();
+            load(g, dy, p, out_sp, &mut d);
+            if needs_x {
+                load(g, x, p, in_sp, &mut xin);
+            }
+            if needs_y {
+                load(g, y, p, out_sp, &mut yo);
+            }
             acc.fill(0.0);
-            g.each_window(|o, w, div, _| {
-                let d = dy[yb + o * ys].to_f64();
+            windows.each(g, |o, w, div, _| {
+                let d = d[o];
                 match g.kind {
                     PoolKind::Max if g.v1 => {
-                        let m = y[yb + o * ys].to_f64();
+                        let m = yo[o];
                         each_in(g, w, |i| {
-                            if at(i) == m {
+                            if xin[i] == m {
                                 acc[i] += d;
                             }
                         });
                     }
                     PoolKind::Max => {
+                        // the first maximum of the window
                         let mut best: Option<(usize, f64)> = None;
                         each_in(g, w, |i| {
-                            let v = at(i);
-                            if best.is_none_or(|(_, m)| v > m) {
-                                best = Some((i, v));
+                            if best.is_none_or(|(_, m)| xin[i] > m) {
+                                best = Some((i, xin[i]));
                             }
                         });
                         if let Some((i, _)) = best {
@@ -219,23 +266,21 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
                         each_in(g, w, |i| acc[i] += d);
                     }
                     PoolKind::Lp(q) => {
-                        let out = y[yb + o * ys].to_f64();
+                        let out = yo[o];
                         each_in(g, w, |i| {
                             acc[i] += match q {
                                 1 => d,
                                 _ if out == 0.0 => 0.0,
-                                2 => d * at(i) / out,
-                                _ => d * (at(i) / out) * (at(i) / out),
+                                2 => d * xin[i] / out,
+                                _ => d * (xin[i] / out) * (xin[i] / out),
                             }
                         });
                     }
                 }
             });
-            for (i, v) in acc.iter().enumerate() {
-                // SAFETY: plane p's elements of `dx` are written by this range only; in bounds
-                // (asserted above).
-                unsafe { dxp.get().add(xb + i * xs).write(T::from_f64(*v)) };
-            }
+            // SAFETY: `dx` holds `planes × in_sp` elements (asserted) and plane p is written by
+            // this range only.
+            unsafe { store(g, dxp, p, in_sp, &acc) };
         }
     });
 }
