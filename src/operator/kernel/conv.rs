@@ -176,20 +176,32 @@ fn plane_geom(g: &ConvGeom) -> ConvGeom {
     ConvGeom { batch: 1, groups: 1, in_ch: 1, out_ch: 1, ..*g }
 }
 
-/// Calls `f(out position, in position)` for every (kernel offset `k`, output, input) triple of
-/// a one-channel plane: `f(k, out, in)`.
+/// Calls `f(k, out, in, len)` for every run of a one-channel plane: kernel offset `k` maps the
+/// `len` outputs from `out` on to the inputs from `in` at the plane's x stride.
 #[inline(always)]
-fn each_tap(p: &ConvGeom, mut f: impl FnMut(usize, usize, usize)) {
+fn each_tap(p: &ConvGeom, mut f: impl FnMut(usize, usize, usize, usize)) {
     let (l, s2) = (p.out_sp(), p.stride[2]);
     for_each_run(p, |dst, lo, hi, _ow, off, src| {
-        if src == usize::MAX {
+        if src == usize::MAX || hi == lo {
             return;
         }
         let (k, o) = (dst / l, dst % l);
-        for xo in lo..hi {
-            f(k, o + xo, (src as isize + (xo * s2) as isize + off) as usize);
-        }
+        f(k, o + lo, (src as isize + (lo * s2) as isize + off) as usize, hi - lo);
     });
+}
+
+/// `y[o..o + len] += w · x[i], x[i + s], ...`.
+#[inline(always)]
+fn axpy_to<T: ConvElement>(y: &mut [T], w: T, x: &[T], s: usize) {
+    if s == 1 {
+        for (a, b) in y.iter_mut().zip(x) {
+            *a = *a + w * *b;
+        }
+    } else {
+        for (a, b) in y.iter_mut().zip(x.iter().step_by(s)) {
+            *a = *a + w * *b;
+        }
+    }
 }
 
 /// Runs `f(images, serial)` over ranges of the batch: split over the pool (each call with a
@@ -266,7 +278,8 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
                 // SAFETY: plane q of `y` is written by this range only; in bounds (asserted).
                 let ys = unsafe { std::slice::from_raw_parts_mut(yp.get().add(q * out_sp), out_sp) };
                 ys.fill(T::zero());
-                each_tap(&pg, |k, o, i| ys[o] = ys[o] + wc[k] * xs[i]);
+                let s2 = pg.stride[2];
+                each_tap(&pg, |k, o, i, n| axpy_to(&mut ys[o..o + n], wc[k], &xs[i..i + (n - 1) * s2 + 1], s2));
             }
         });
         return;
@@ -312,7 +325,16 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
                 // SAFETY: plane q of `x` is written by this range only; in bounds (asserted).
                 let xs = unsafe { std::slice::from_raw_parts_mut(xp.get().add(q * in_sp), in_sp) };
                 xs.fill(T::zero());
-                each_tap(&pg, |k, o, i| xs[i] = xs[i] + wc[k] * ys[o]);
+                let s2 = pg.stride[2];
+                each_tap(&pg, |k, o, i, n| {
+                    if s2 == 1 {
+                        axpy_to(&mut xs[i..i + n], wc[k], &ys[o..o + n], 1);
+                    } else {
+                        for j in 0..n {
+                            xs[i + j * s2] = xs[i + j * s2] + wc[k] * ys[o + j];
+                        }
+                    }
+                });
             }
         });
         return;
@@ -360,7 +382,14 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
                 for n in 0..g.batch {
                     let q = n * g.in_ch + c;
                     let (xs, ys) = (&x[q * in_sp..][..in_sp], &dy[q * out_sp..][..out_sp]);
-                    each_tap(&pg, |k, o, i| acc[k] = acc[k] + xs[i] * ys[o]);
+                    let s2 = pg.stride[2];
+                    each_tap(&pg, |k, o, i, n| {
+                        let mut sum = T::zero();
+                        for (a, b) in ys[o..o + n].iter().zip(xs[i..i + (n - 1) * s2 + 1].iter().step_by(s2)) {
+                            sum = sum + *a * *b;
+                        }
+                        acc[k] = acc[k] + sum;
+                    });
                 }
                 // SAFETY: channel c's taps of `dw` are written by this range only; in bounds
                 // (asserted).

@@ -110,13 +110,17 @@ impl Windows {
 /// Calls `f(spatial index)` over a window in row-major order.
 #[inline(always)]
 fn each_in(g: &PoolGeom, w: [(usize, usize); 3], mut f: impl FnMut(usize)) {
+    each_row(g, w, |a, b| (a..b).for_each(&mut f));
+}
+
+/// Calls `f(start, end)` for each row of a window (its elements `start..end` of the plane).
+#[inline(always)]
+fn each_row(g: &PoolGeom, w: [(usize, usize); 3], mut f: impl FnMut(usize, usize)) {
     let [_, ih, iw] = g.input;
     for z in w[0].0..w[0].1 {
         for y in w[1].0..w[1].1 {
             let row = (z * ih + y) * iw;
-            for x in w[2].0..w[2].1 {
-                f(row + x);
-            }
+            f(row + w[2].0, row + w[2].1);
         }
     }
 }
@@ -189,16 +193,18 @@ pub fn forward<T: Element>(g: &PoolGeom, x: &[T], y: &mut [T]) {
                 out[o] = match g.kind {
                     PoolKind::Max => {
                         let mut m = if g.v1 && padded { 0.0 } else { low };
-                        each_in(g, w, |i| {
-                            if xin[i] > m {
-                                m = xin[i];
+                        each_row(g, w, |a, b| {
+                            for &v in &xin[a..b] {
+                                if v > m {
+                                    m = v;
+                                }
                             }
                         });
                         m
                     }
                     PoolKind::Avg | PoolKind::Sum => {
                         let mut s = 0.0;
-                        each_in(g, w, |i| s += xin[i]);
+                        each_row(g, w, |a, b| s += xin[a..b].iter().sum::<f64>());
                         if div > 0 { s / div as f64 } else { s }
                     }
                     PoolKind::Lp(q) => {
@@ -263,7 +269,7 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
                     }
                     PoolKind::Avg | PoolKind::Sum => {
                         let d = if div > 0 { d / div as f64 } else { d };
-                        each_in(g, w, |i| acc[i] += d);
+                        each_row(g, w, |a, b| acc[a..b].iter_mut().for_each(|v| *v += d));
                     }
                     PoolKind::Lp(q) => {
                         let out = yo[o];
