@@ -227,6 +227,21 @@ run("second_order_pool_avg", lambda: second_order(
     lambda x, w, **p: nd.Pooling(x, **p) * w, rand((2, 3, 7, 6), 47), rand((1,), 48),
     kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg"))
 
+# ---- graph inference: argument names and the weights' shapes from the data's
+def symbol_inference():
+    d = mx.sym.var("data")
+    c = mx.sym.Convolution(d, kernel=(3, 3), num_filter=4, num_group=2, name="c")
+    dc = mx.sym.Deconvolution(c, kernel=(2, 2), stride=(2, 2), num_filter=3, name="dc")
+    c3 = mx.sym.Convolution(mx.sym.var("v"), kernel=(2, 3, 1), num_filter=5, no_bias=True, name="c3")
+    p = mx.sym.Pooling(dc, kernel=(2, 2), pool_type="avg", pooling_convention="full", name="p")
+    out = {"args": p.list_arguments() + c3.list_arguments(), "outputs": p.list_outputs()}
+    out["shapes"] = [list(map(list, s)) for s in p.infer_shape(data=(2, 6, 9, 9))]
+    out["shapes3d"] = [list(map(list, s)) for s in c3.infer_shape(v=(1, 2, 4, 5, 6))]
+    return out
+
+
+run("symbol_inference", symbol_inference)
+
 # ---- errors of bad parameters
 x4 = nd.ones((2, 3, 5, 5))
 w4 = nd.ones((4, 3, 3, 3))
