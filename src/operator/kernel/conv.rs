@@ -63,14 +63,21 @@ impl ConvGeom {
     }
     /// The columns are the image itself.
     fn pointwise(&self) -> bool {
-        self.kernel == [1; 3] && self.stride == [1; 3] && self.pad == [0; 3] && self.input == self.output
+        self.kernel == [1; 3]
+            && self.stride == [1; 3]
+            && self.pad == [0; 3]
+            && self.input == self.output
     }
     /// Elements of the weight.
     pub fn weight_len(&self) -> usize {
         self.out_ch * self.k_rows()
     }
     fn col_len(&self) -> usize {
-        if self.pointwise() { 0 } else { self.k_rows() * self.out_sp() }
+        if self.pointwise() {
+            0
+        } else {
+            self.k_rows() * self.out_sp()
+        }
     }
     /// Multiply-adds of one image.
     fn image_flops(&self) -> usize {
@@ -81,8 +88,16 @@ impl ConvGeom {
 /// The range of output positions `o` whose input index `o * stride + off` lies in `0..len`.
 #[inline]
 fn valid_range(out: usize, stride: usize, off: isize, len: usize) -> (usize, usize) {
-    let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(stride) };
-    let hi = if (len as isize) <= off { 0 } else { ((len as isize - off) as usize).div_ceil(stride) };
+    let lo = if off >= 0 {
+        0
+    } else {
+        ((-off) as usize).div_ceil(stride)
+    };
+    let hi = if (len as isize) <= off {
+        0
+    } else {
+        ((len as isize - off) as usize).div_ceil(stride)
+    };
     let lo = lo.min(out);
     (lo, hi.min(out).max(lo))
 }
@@ -164,7 +179,6 @@ fn col2im<T: ConvElement>(g: &ConvGeom, col: &[T], x: &mut [T]) {
     });
 }
 
-
 /// A depthwise convolution (one input and one output channel per group) runs as direct loops
 /// over each channel's plane: its GEMMs would be one row each.
 fn depthwise(g: &ConvGeom) -> bool {
@@ -173,7 +187,13 @@ fn depthwise(g: &ConvGeom) -> bool {
 
 /// The one-channel geometry a depthwise convolution's planes share.
 fn plane_geom(g: &ConvGeom) -> ConvGeom {
-    ConvGeom { batch: 1, groups: 1, in_ch: 1, out_ch: 1, ..*g }
+    ConvGeom {
+        batch: 1,
+        groups: 1,
+        in_ch: 1,
+        out_ch: 1,
+        ..*g
+    }
 }
 
 /// Calls `f(k, out, in, len)` for every run of a one-channel plane: kernel offset `k` maps the
@@ -186,7 +206,12 @@ fn each_tap(p: &ConvGeom, mut f: impl FnMut(usize, usize, usize, usize)) {
             return;
         }
         let (k, o) = (dst / l, dst % l);
-        f(k, o + lo, (src as isize + (lo * s2) as isize + off) as usize, hi - lo);
+        f(
+            k,
+            o + lo,
+            (src as isize + (lo * s2) as isize + off) as usize,
+            hi - lo,
+        );
     });
 }
 
@@ -276,10 +301,13 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
                 let xs = &x[q * in_sp..][..in_sp];
                 let wc = &w[c * kk..][..kk];
                 // SAFETY: plane q of `y` is written by this range only; in bounds (asserted).
-                let ys = unsafe { std::slice::from_raw_parts_mut(yp.get().add(q * out_sp), out_sp) };
+                let ys =
+                    unsafe { std::slice::from_raw_parts_mut(yp.get().add(q * out_sp), out_sp) };
                 ys.fill(T::zero());
                 let s2 = pg.stride[2];
-                each_tap(&pg, |k, o, i, n| axpy_to(&mut ys[o..o + n], wc[k], &xs[i..i + (n - 1) * s2 + 1], s2));
+                each_tap(&pg, |k, o, i, n| {
+                    axpy_to(&mut ys[o..o + n], wc[k], &xs[i..i + (n - 1) * s2 + 1], s2)
+                });
             }
         });
         return;
@@ -298,10 +326,22 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
                 // SAFETY: image n's group grp is written by this call only (images are split
                 // between the calls); the range lies inside `y` (asserted above).
                 let ys = unsafe {
-                    std::slice::from_raw_parts_mut(yp.get().add((n * g.out_ch + grp * out_g) * out_sp), out_g * out_sp)
+                    std::slice::from_raw_parts_mut(
+                        yp.get().add((n * g.out_ch + grp * out_g) * out_sp),
+                        out_g * out_sp,
+                    )
                 };
                 let wg = &w[grp * out_g * kr..][..out_g * kr];
-                mm(serial, out_g, out_sp, kr, op(wg, false), op(cols, false), ys, false);
+                mm(
+                    serial,
+                    out_g,
+                    out_sp,
+                    kr,
+                    op(wg, false),
+                    op(cols, false),
+                    ys,
+                    false,
+                );
             }
         }
     });
@@ -346,14 +386,35 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
                 // SAFETY: image n's group grp of `x` is written by this call only; in bounds
                 // (asserted above).
                 let xs = unsafe {
-                    std::slice::from_raw_parts_mut(xp.get().add((n * g.in_ch + grp * in_g) * in_sp), in_g * in_sp)
+                    std::slice::from_raw_parts_mut(
+                        xp.get().add((n * g.in_ch + grp * in_g) * in_sp),
+                        in_g * in_sp,
+                    )
                 };
                 let ys = &y[(n * g.out_ch + grp * out_g) * out_sp..][..out_g * out_sp];
                 let wg = &w[grp * out_g * kr..][..out_g * kr];
                 if g.pointwise() {
-                    mm(serial, kr, out_sp, out_g, op(wg, true), op(ys, false), xs, false);
+                    mm(
+                        serial,
+                        kr,
+                        out_sp,
+                        out_g,
+                        op(wg, true),
+                        op(ys, false),
+                        xs,
+                        false,
+                    );
                 } else {
-                    mm(serial, kr, out_sp, out_g, op(wg, true), op(ys, false), &mut col, false);
+                    mm(
+                        serial,
+                        kr,
+                        out_sp,
+                        out_g,
+                        op(wg, true),
+                        op(ys, false),
+                        &mut col,
+                        false,
+                    );
                     xs.fill(T::zero());
                     col2im(g, &col, xs);
                 }
@@ -385,7 +446,10 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
                     let s2 = pg.stride[2];
                     each_tap(&pg, |k, o, i, n| {
                         let mut sum = T::zero();
-                        for (a, b) in ys[o..o + n].iter().zip(xs[i..i + (n - 1) * s2 + 1].iter().step_by(s2)) {
+                        for (a, b) in ys[o..o + n]
+                            .iter()
+                            .zip(xs[i..i + (n - 1) * s2 + 1].iter().step_by(s2))
+                        {
                             sum = sum + *a * *b;
                         }
                         acc[k] = acc[k] + sum;
@@ -393,7 +457,8 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
                 }
                 // SAFETY: channel c's taps of `dw` are written by this range only; in bounds
                 // (asserted).
-                unsafe { std::slice::from_raw_parts_mut(dwp.get().add(c * kk), kk) }.copy_from_slice(&acc);
+                unsafe { std::slice::from_raw_parts_mut(dwp.get().add(c * kk), kk) }
+                    .copy_from_slice(&acc);
             }
         });
         return;
@@ -413,10 +478,22 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
                 };
                 let ys = &dy[(n * g.out_ch + grp * out_g) * out_sp..][..out_g * out_sp];
                 let a = &mut acc[grp * out_g * kr..][..out_g * kr];
-                mm(serial, out_g, kr, out_sp, op(ys, false), op(cols, true), a, i > 0);
+                mm(
+                    serial,
+                    out_g,
+                    kr,
+                    out_sp,
+                    op(ys, false),
+                    op(cols, true),
+                    a,
+                    i > 0,
+                );
             }
         }
-        partials.lock().unwrap_or_else(|e| e.into_inner()).push((first, acc));
+        partials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((first, acc));
     });
     let mut partials = partials.into_inner().unwrap_or_else(|e| e.into_inner());
     // summed in image order, so the result does not depend on which thread finished first
@@ -450,23 +527,37 @@ mod tests {
                                 for a in 0..kd {
                                     for b in 0..kh {
                                         for e in 0..kw {
-                                            let iz = (z * g.stride[0] + a * g.dilate[0]) as isize - g.pad[0] as isize;
-                                            let iy = (yy * g.stride[1] + b * g.dilate[1]) as isize - g.pad[1] as isize;
-                                            let ix = (xx * g.stride[2] + e * g.dilate[2]) as isize - g.pad[2] as isize;
-                                            if iz < 0 || iy < 0 || ix < 0 || iz >= g.input[0] as isize
-                                                || iy >= g.input[1] as isize || ix >= g.input[2] as isize
+                                            let iz = (z * g.stride[0] + a * g.dilate[0]) as isize
+                                                - g.pad[0] as isize;
+                                            let iy = (yy * g.stride[1] + b * g.dilate[1]) as isize
+                                                - g.pad[1] as isize;
+                                            let ix = (xx * g.stride[2] + e * g.dilate[2]) as isize
+                                                - g.pad[2] as isize;
+                                            if iz < 0
+                                                || iy < 0
+                                                || ix < 0
+                                                || iz >= g.input[0] as isize
+                                                || iy >= g.input[1] as isize
+                                                || ix >= g.input[2] as isize
                                             {
                                                 continue;
                                             }
-                                            let xi = (((n * g.in_ch + grp * in_g + c) * g.input[0] + iz as usize)
-                                                * g.input[1] + iy as usize) * g.input[2] + ix as usize;
+                                            let xi = (((n * g.in_ch + grp * in_g + c)
+                                                * g.input[0]
+                                                + iz as usize)
+                                                * g.input[1]
+                                                + iy as usize)
+                                                * g.input[2]
+                                                + ix as usize;
                                             let wi = (((o * in_g + c) * kd + a) * kh + b) * kw + e;
                                             s += x[xi] * w[wi];
                                         }
                                     }
                                 }
                             }
-                            y[(((n * g.out_ch + o) * g.output[0] + z) * g.output[1] + yy) * g.output[2] + xx] = s;
+                            y[(((n * g.out_ch + o) * g.output[0] + z) * g.output[1] + yy)
+                                * g.output[2]
+                                + xx] = s;
                         }
                     }
                 }
@@ -483,25 +574,77 @@ mod tests {
     fn products_match_a_direct_convolution_and_are_transposes() {
         let geoms = [
             // 2-D, stride 2, dilation, padding, groups
-            ConvGeom { batch: 3, groups: 2, in_ch: 4, out_ch: 6, input: [1, 7, 6], output: [1, 3, 3],
-                kernel: [1, 3, 2], stride: [1, 2, 2], dilate: [1, 1, 2], pad: [0, 1, 1] },
+            ConvGeom {
+                batch: 3,
+                groups: 2,
+                in_ch: 4,
+                out_ch: 6,
+                input: [1, 7, 6],
+                output: [1, 3, 3],
+                kernel: [1, 3, 2],
+                stride: [1, 2, 2],
+                dilate: [1, 1, 2],
+                pad: [0, 1, 1],
+            },
             // 3-D
-            ConvGeom { batch: 2, groups: 1, in_ch: 2, out_ch: 3, input: [4, 3, 5], output: [3, 3, 5],
-                kernel: [2, 3, 3], stride: [1, 1, 1], dilate: [1, 1, 1], pad: [0, 1, 1] },
+            ConvGeom {
+                batch: 2,
+                groups: 1,
+                in_ch: 2,
+                out_ch: 3,
+                input: [4, 3, 5],
+                output: [3, 3, 5],
+                kernel: [2, 3, 3],
+                stride: [1, 1, 1],
+                dilate: [1, 1, 1],
+                pad: [0, 1, 1],
+            },
             // pointwise, depthwise
-            ConvGeom { batch: 2, groups: 1, in_ch: 3, out_ch: 2, input: [1, 1, 5], output: [1, 1, 5],
-                kernel: [1, 1, 1], stride: [1; 3], dilate: [1; 3], pad: [0; 3] },
-            ConvGeom { batch: 1, groups: 3, in_ch: 3, out_ch: 3, input: [1, 5, 5], output: [1, 5, 5],
-                kernel: [1, 3, 3], stride: [1; 3], dilate: [1; 3], pad: [0, 1, 1] },
+            ConvGeom {
+                batch: 2,
+                groups: 1,
+                in_ch: 3,
+                out_ch: 2,
+                input: [1, 1, 5],
+                output: [1, 1, 5],
+                kernel: [1, 1, 1],
+                stride: [1; 3],
+                dilate: [1; 3],
+                pad: [0; 3],
+            },
+            ConvGeom {
+                batch: 1,
+                groups: 3,
+                in_ch: 3,
+                out_ch: 3,
+                input: [1, 5, 5],
+                output: [1, 5, 5],
+                kernel: [1, 3, 3],
+                stride: [1; 3],
+                dilate: [1; 3],
+                pad: [0, 1, 1],
+            },
             // depthwise with stride, dilation and uneven padding (direct loops)
-            ConvGeom { batch: 3, groups: 4, in_ch: 4, out_ch: 4, input: [1, 9, 8], output: [1, 4, 3],
-                kernel: [1, 3, 2], stride: [1, 2, 3], dilate: [1, 2, 1], pad: [0, 1, 1] },
+            ConvGeom {
+                batch: 3,
+                groups: 4,
+                in_ch: 4,
+                out_ch: 4,
+                input: [1, 9, 8],
+                output: [1, 4, 3],
+                kernel: [1, 3, 2],
+                stride: [1, 2, 3],
+                dilate: [1, 2, 1],
+                pad: [0, 1, 1],
+            },
         ];
         for g in geoms {
             let xl = g.batch * g.in_ch * g.in_sp();
             let yl = g.batch * g.out_ch * g.out_sp();
             let x: Vec<f64> = (0..xl).map(|i| ((i * 7) % 11) as f64 - 5.0).collect();
-            let w: Vec<f64> = (0..g.weight_len()).map(|i| ((i * 5) % 7) as f64 - 3.0).collect();
+            let w: Vec<f64> = (0..g.weight_len())
+                .map(|i| ((i * 5) % 7) as f64 - 3.0)
+                .collect();
             let dy: Vec<f64> = (0..yl).map(|i| ((i * 3) % 13) as f64 - 6.0).collect();
             let mut y = vec![0.0; yl];
             lower(&g, &x, &w, &mut y);

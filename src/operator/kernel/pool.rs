@@ -64,7 +64,8 @@ impl PoolGeom {
         (0..self.output[a])
             .map(|o| {
                 let start = (o * self.stride[a]) as isize - self.pad[a] as isize;
-                let end = (start + self.kernel[a] as isize).min((self.input[a] + self.pad[a]) as isize);
+                let end =
+                    (start + self.kernel[a] as isize).min((self.input[a] + self.pad[a]) as isize);
                 let padded = (end - start).max(0) as usize;
                 let s = start.max(0) as usize;
                 let e = (end.max(0) as usize).min(self.input[a]).max(s);
@@ -81,7 +82,9 @@ struct Windows {
 
 impl Windows {
     fn new(g: &PoolGeom) -> Windows {
-        Windows { axes: [g.axis_windows(0), g.axis_windows(1), g.axis_windows(2)] }
+        Windows {
+            axes: [g.axis_windows(0), g.axis_windows(1), g.axis_windows(2)],
+        }
     }
     /// Calls `f(output index, [window], divisor, covers padding)` for every output position of
     /// a plane, in order.
@@ -234,7 +237,10 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
     split(planes, |range| {
         let mut acc = vec![0.0f64; in_sp];
         let mut xin = vec![0.0f64; if needs_x { in_sp } else { 0 }];
-        let (mut d, mut yo) = (vec![0.0f64; out_sp], vec![0.0f64; if needs_y { out_sp } else { 0 }]);
+        let (mut d, mut yo) = (
+            vec![0.0f64; out_sp],
+            vec![0.0f64; if needs_y { out_sp } else { 0 }],
+        );
         for p in range {
             load(g, dy, p, out_sp, &mut d);
             if needs_x {
@@ -301,8 +307,15 @@ mod tests {
         // column outside the array (0 for an average, as MXNet gives)
         let x: Vec<f32> = (1..=25).map(|v| v as f32).collect();
         let mut g = PoolGeom {
-            batch: 1, channels: 1, input: [1, 5, 5], output: [1, 4, 4], kernel: [1, 2, 2],
-            stride: [1, 2, 2], pad: [0, 1, 1], channels_last: false, kind: PoolKind::Avg,
+            batch: 1,
+            channels: 1,
+            input: [1, 5, 5],
+            output: [1, 4, 4],
+            kernel: [1, 2, 2],
+            stride: [1, 2, 2],
+            pad: [0, 1, 1],
+            channels_last: false,
+            kind: PoolKind::Avg,
             count_include_pad: true,
             v1: false,
         };
@@ -313,8 +326,15 @@ mod tests {
         forward(&g, &x, &mut y);
         assert_eq!(&y[..4], &[1.0, 2.5, 4.5, 0.0]);
         // max: the gradient goes to the first maximum of each window
-        let g = PoolGeom { kind: PoolKind::Max, input: [1, 1, 4], output: [1, 1, 3], kernel: [1, 1, 2],
-            stride: [1; 3], pad: [0; 3], ..g };
+        let g = PoolGeom {
+            kind: PoolKind::Max,
+            input: [1, 1, 4],
+            output: [1, 1, 3],
+            kernel: [1, 1, 2],
+            stride: [1; 3],
+            pad: [0; 3],
+            ..g
+        };
         let ones = [1.0f32; 4];
         let mut y = [0.0f32; 3];
         forward(&g, &ones, &mut y);

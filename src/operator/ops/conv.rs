@@ -13,7 +13,9 @@ use super::nn::as_refs;
 use super::{Entries, inputs};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::operator::def::{GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param_flag};
+use crate::operator::def::{
+    GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param_flag,
+};
 use crate::operator::kernel::conv::{ConvElement, ConvGeom, lower, raise, weight_grad};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
@@ -69,13 +71,21 @@ fn fmt_tuple(v: &[usize]) -> String {
 /// Parses the parameters through `get` (a raw value by key; `None` when absent).
 fn parse(op: &str, kind: Kind, get: &dyn Fn(&str) -> Option<String>) -> Result<ConvParams> {
     let bad = |msg: String| Error::invalid(format!("operator {op}: {msg}"));
-    let value = |key: &str| get(key).map(|v| v.trim().to_string()).filter(|v| v != "None");
+    let value = |key: &str| {
+        get(key)
+            .map(|v| v.trim().to_string())
+            .filter(|v| v != "None")
+    };
     let shape = |key: &str| -> Result<Option<Vec<usize>>> {
         match value(key) {
             None => Ok(None),
             Some(v) => match param::shape(&v) {
-                Some(s) if s.iter().all(|&d| d >= 0) => Ok(Some(s.iter().map(|&d| d as usize).collect())),
-                _ => Err(bad(format!("parameter '{key}' must be a shape of non-negative integers, got '{v}'"))),
+                Some(s) if s.iter().all(|&d| d >= 0) => {
+                    Ok(Some(s.iter().map(|&d| d as usize).collect()))
+                }
+                _ => Err(bad(format!(
+                    "parameter '{key}' must be a shape of non-negative integers, got '{v}'"
+                ))),
             },
         }
     };
@@ -84,14 +94,17 @@ fn parse(op: &str, kind: Kind, get: &dyn Fn(&str) -> Option<String>) -> Result<C
             None => Ok(default),
             Some(v) => match param::int(&v) {
                 Some(i) if i >= min => Ok(i),
-                _ => Err(bad(format!("parameter '{key}' must be an integer of at least {min}, got '{v}'"))),
+                _ => Err(bad(format!(
+                    "parameter '{key}' must be an integer of at least {min}, got '{v}'"
+                ))),
             },
         }
     };
     let boolean = |key: &str, default: bool| -> Result<bool> {
         match value(key) {
             None => Ok(default),
-            Some(v) => param::boolean(&v).ok_or_else(|| bad(format!("parameter '{key}' must be a boolean, got '{v}'"))),
+            Some(v) => param::boolean(&v)
+                .ok_or_else(|| bad(format!("parameter '{key}' must be a boolean, got '{v}'"))),
         }
     };
     let kernel = shape("kernel")?.ok_or_else(|| {
@@ -99,16 +112,27 @@ fn parse(op: &str, kind: Kind, get: &dyn Fn(&str) -> Option<String>) -> Result<C
     })?;
     let nd = kernel.len();
     if kind == Kind::ConvV1 && nd == 1 {
-        return Err(bad("1D convolution not supported (parameter 'kernel' has 1 dimension)".into()));
+        return Err(bad(
+            "1D convolution not supported (parameter 'kernel' has 1 dimension)".into(),
+        ));
     }
     if kind == Kind::ConvV1 && nd == 3 {
-        return Err(bad("Volume convolution is not implmented in mshadow (parameter 'kernel' has 3 dimensions)".into()));
+        return Err(bad(
+            "Volume convolution is not implmented in mshadow (parameter 'kernel' has 3 dimensions)"
+                .into(),
+        ));
     }
     if nd == 0 || nd > 3 {
-        return Err(bad(format!("{nd}D convolution not supported (parameter 'kernel' is {})", fmt_tuple(&kernel))));
+        return Err(bad(format!(
+            "{nd}D convolution not supported (parameter 'kernel' is {})",
+            fmt_tuple(&kernel)
+        )));
     }
     if kernel.contains(&0) {
-        return Err(bad(format!("incorrect kernel size: parameter 'kernel' is {}", fmt_tuple(&kernel))));
+        return Err(bad(format!(
+            "incorrect kernel size: parameter 'kernel' is {}",
+            fmt_tuple(&kernel)
+        )));
     }
     let off = 3 - nd;
     let mut p = ConvParams {
@@ -150,7 +174,10 @@ fn parse(op: &str, kind: Kind, get: &dyn Fn(&str) -> Option<String>) -> Result<C
             )));
         }
         if matches!(key, "stride" | "dilate") && v.contains(&0) {
-            return Err(bad(format!("incorrect {key} size: parameter '{key}' is {}", fmt_tuple(&v))));
+            return Err(bad(format!(
+                "incorrect {key} size: parameter '{key}' is {}",
+                fmt_tuple(&v)
+            )));
         }
         let slot = match key {
             "stride" => &mut p.stride,
@@ -173,7 +200,9 @@ fn parse(op: &str, kind: Kind, get: &dyn Fn(&str) -> Option<String>) -> Result<C
     } else {
         p.num_filter = match value("num_filter") {
             None => {
-                return Err(bad("required parameter 'num_filter' (an integer of at least 1) is missing".into()));
+                return Err(bad(
+                    "required parameter 'num_filter' (an integer of at least 1) is missing".into(),
+                ));
             }
             Some(_) => int("num_filter", 0, 1)? as usize,
         };
@@ -214,7 +243,9 @@ fn parse_call(call: &Call<'_>, kind: Kind) -> Result<ConvParams> {
 
 fn parse_list(p: &ParamList, kind: Kind) -> Result<ConvParams> {
     parse("", kind, &|k| {
-        p.iter().find(|(key, _)| key == k).map(|(_, v)| v.trim_matches(|c| c == '\'' || c == '"').to_string())
+        p.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.trim_matches(|c| c == '\'' || c == '"').to_string())
     })
 }
 
@@ -231,7 +262,12 @@ fn float_dtype(call: &Call<'_>, d: DType) -> Result<()> {
 }
 
 /// Checks the inputs' dtypes (one float dtype) and ranks (`nd + 2`).
-fn check_inputs(call: &Call<'_>, p: &ConvParams, ins: &[TensorDesc], names: &[&str]) -> Result<DType> {
+fn check_inputs(
+    call: &Call<'_>,
+    p: &ConvParams,
+    ins: &[TensorDesc],
+    names: &[&str],
+) -> Result<DType> {
     let dtype = ins[0].dtype;
     float_dtype(call, dtype)?;
     for (i, t) in ins.iter().enumerate() {
@@ -248,13 +284,22 @@ fn check_inputs(call: &Call<'_>, p: &ConvParams, ins: &[TensorDesc], names: &[&s
     }
     let want = p.nd + 2;
     if ins[0].shape.len() != want {
-        let axes = ["batch-num_filter-x", "batch-num_filter-y-x", "batch-num_filter-depth-y-x"][p.nd - 1];
+        let axes = [
+            "batch-num_filter-x",
+            "batch-num_filter-y-x",
+            "batch-num_filter-depth-y-x",
+        ][p.nd - 1];
         return Err(Error::invalid(format!(
             "operator {}: Input data should be {want}D in {axes} ({} has shape {:?}, kernel {})",
             call.name,
             names[0],
             &ins[0].shape[..],
-            fmt_tuple(&p.kernel_dims().iter().map(|&d| d as usize).collect::<Vec<_>>())
+            fmt_tuple(
+                &p.kernel_dims()
+                    .iter()
+                    .map(|&d| d as usize)
+                    .collect::<Vec<_>>()
+            )
         )));
     }
     Ok(dtype)
@@ -382,8 +427,14 @@ fn convolution(call: &Call<'_>, kind: Kind) -> Result<Plan> {
 
 /// Deconvolution's padding and adjustment for data of spatial sizes `input`: from
 /// `target_shape` when it is set, else the parameters.
-fn deconv_pad(call_name: &str, p: &ConvParams, input: [usize; 3]) -> Result<([usize; 3], [usize; 3])> {
-    let Some(target) = p.target else { return Ok((p.pad, p.adj)) };
+fn deconv_pad(
+    call_name: &str,
+    p: &ConvParams,
+    input: [usize; 3],
+) -> Result<([usize; 3], [usize; 3])> {
+    let Some(target) = p.target else {
+        return Ok((p.pad, p.adj));
+    };
     let (mut pad, mut adj) = ([0; 3], [0; 3]);
     for a in p.axes() {
         let full = p.stride[a] * input[a].saturating_sub(1) + p.dilated(a);
@@ -489,13 +540,24 @@ fn product(call: &Call<'_>, which: Product) -> Result<Plan> {
     let dtype = ins[0].dtype;
     float_dtype(call, dtype)?;
     if ins[..2].iter().any(|t| t.dtype != dtype) {
-        return Err(Error::invalid(format!("operator {}: inputs of different dtypes", call.name)));
+        return Err(Error::invalid(format!(
+            "operator {}: inputs of different dtypes",
+            call.name
+        )));
     }
     let rank = p.nd + 2;
-    if big.shape.len() != rank || small.shape.len() != rank || w.shape.len() != rank || big.shape[0] != small.shape[0] {
+    if big.shape.len() != rank
+        || small.shape.len() != rank
+        || w.shape.len() != rank
+        || big.shape[0] != small.shape[0]
+    {
         return Err(Error::invalid(format!(
             "operator {}: shapes {:?}, {:?} and weight {:?} do not fit a {}-D convolution",
-            call.name, &big.shape[..], &small.shape[..], &w.shape[..], p.nd
+            call.name,
+            &big.shape[..],
+            &small.shape[..],
+            &w.shape[..],
+            p.nd
         )));
     }
     let (cb, cs) = (big.shape[1].max(0) as usize, small.shape[1].max(0) as usize);
@@ -531,18 +593,21 @@ fn product(call: &Call<'_>, which: Product) -> Result<Plan> {
         dilate: p.dilate,
         pad,
     };
-    Ok(Plan::new(vec![TensorDesc::new(&out.shape, dtype)], move |k| {
-        let i: &[Tensor] = k.inputs;
-        with_float!(dtype, T => {
-            let o = k.outputs[0].slice_mut::<T>();
-            match which {
-                Product::Lower => lower(&g, i[0].slice::<T>(), i[1].slice::<T>(), o),
-                Product::Raise => raise(&g, i[0].slice::<T>(), i[1].slice::<T>(), o),
-                Product::WeightGrad => weight_grad(&g, i[0].slice::<T>(), i[1].slice::<T>(), o),
-            }
-        });
-        Ok(())
-    }))
+    Ok(Plan::new(
+        vec![TensorDesc::new(&out.shape, dtype)],
+        move |k| {
+            let i: &[Tensor] = k.inputs;
+            with_float!(dtype, T => {
+                let o = k.outputs[0].slice_mut::<T>();
+                match which {
+                    Product::Lower => lower(&g, i[0].slice::<T>(), i[1].slice::<T>(), o),
+                    Product::Raise => raise(&g, i[0].slice::<T>(), i[1].slice::<T>(), o),
+                    Product::WeightGrad => weight_grad(&g, i[0].slice::<T>(), i[1].slice::<T>(), o),
+                }
+            });
+            Ok(())
+        },
+    ))
 }
 
 /// The geometry parameters the products take from a forward.
@@ -551,8 +616,12 @@ fn geometry_params(g: &GradCtx<'_>, deconv: bool) -> Vec<(String, String)> {
     if deconv {
         keys.extend(["adj", "target_shape"]);
     }
-    let mut p: Vec<(String, String)> =
-        g.params.iter().filter(|(k, _)| keys.contains(&k.as_str())).cloned().collect();
+    let mut p: Vec<(String, String)> = g
+        .params
+        .iter()
+        .filter(|(k, _)| keys.contains(&k.as_str()))
+        .cloned()
+        .collect();
     if deconv {
         p.push(("deconv".into(), "True".into()));
     }
@@ -564,8 +633,14 @@ fn bias_grad(g: &mut GradCtx<'_>) -> Result<Option<Val>> {
     if g.inputs.len() < 3 || !g.needs(2) {
         return Ok(None);
     }
-    let nd = g.param("kernel").and_then(param::shape).map_or(2, |k| k.len());
-    let axes: Vec<String> = std::iter::once(0).chain(2..nd + 2).map(|a| a.to_string()).collect();
+    let nd = g
+        .param("kernel")
+        .and_then(param::shape)
+        .map_or(2, |k| k.len());
+    let axes: Vec<String> = std::iter::once(0)
+        .chain(2..nd + 2)
+        .map(|a| a.to_string())
+        .collect();
     let axes = format!("({})", axes.join(", "));
     Ok(Some(g.op("sum", &[g.dy(0)], &[("axis", &axes)])?))
 }
@@ -575,8 +650,16 @@ fn convolution_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
     let p = geometry_params(g, false);
     let p = as_refs(&p);
     let (x, w, dy) = (g.x(0), g.x(1), g.dy(0));
-    let dx = if g.needs(0) { Some(g.op("_mxrt_conv_raise", &[dy, w, x], &p)?) } else { None };
-    let dw = if g.needs(1) { Some(g.op("_mxrt_conv_wgrad", &[x, dy, w], &p)?) } else { None };
+    let dx = if g.needs(0) {
+        Some(g.op("_mxrt_conv_raise", &[dy, w, x], &p)?)
+    } else {
+        None
+    };
+    let dw = if g.needs(1) {
+        Some(g.op("_mxrt_conv_wgrad", &[x, dy, w], &p)?)
+    } else {
+        None
+    };
     let mut out = vec![dx, dw];
     if g.inputs.len() > 2 {
         out.push(bias_grad(g)?);
@@ -589,8 +672,16 @@ fn deconvolution_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
     let p = geometry_params(g, true);
     let p = as_refs(&p);
     let (x, w, dy) = (g.x(0), g.x(1), g.dy(0));
-    let dx = if g.needs(0) { Some(g.op("_mxrt_conv_lower", &[dy, w, x], &p)?) } else { None };
-    let dw = if g.needs(1) { Some(g.op("_mxrt_conv_wgrad", &[dy, x, w], &p)?) } else { None };
+    let dx = if g.needs(0) {
+        Some(g.op("_mxrt_conv_lower", &[dy, w, x], &p)?)
+    } else {
+        None
+    };
+    let dw = if g.needs(1) {
+        Some(g.op("_mxrt_conv_wgrad", &[dy, x, w], &p)?)
+    } else {
+        None
+    };
     let mut out = vec![dx, dw];
     if g.inputs.len() > 2 {
         out.push(bias_grad(g)?);
@@ -606,19 +697,40 @@ fn product_grad(g: &mut GradCtx<'_>, which: Product) -> Result<Vec<Option<Val>>>
     let (a, b) = (g.x(0), g.x(1));
     let (first, second) = match which {
         // lower(big, w): d big = raise(go, w), d w = wgrad(big, go)
-        Product::Lower => (("_mxrt_conv_raise", [go, b, a]), ("_mxrt_conv_wgrad", [a, go, b])),
+        Product::Lower => (
+            ("_mxrt_conv_raise", [go, b, a]),
+            ("_mxrt_conv_wgrad", [a, go, b]),
+        ),
         // raise(small, w): d small = lower(go, w), d w = wgrad(go, small)
-        Product::Raise => (("_mxrt_conv_lower", [go, b, a]), ("_mxrt_conv_wgrad", [go, a, b])),
+        Product::Raise => (
+            ("_mxrt_conv_lower", [go, b, a]),
+            ("_mxrt_conv_wgrad", [go, a, b]),
+        ),
         // wgrad(big, small): d big = raise(small, go), d small = lower(big, go)
-        Product::WeightGrad => (("_mxrt_conv_raise", [b, go, a]), ("_mxrt_conv_lower", [a, go, b])),
+        Product::WeightGrad => (
+            ("_mxrt_conv_raise", [b, go, a]),
+            ("_mxrt_conv_lower", [a, go, b]),
+        ),
     };
-    let da = if g.needs(0) { Some(g.op(first.0, &first.1, &p)?) } else { None };
-    let db = if g.needs(1) { Some(g.op(second.0, &second.1, &p)?) } else { None };
+    let da = if g.needs(0) {
+        Some(g.op(first.0, &first.1, &p)?)
+    } else {
+        None
+    };
+    let db = if g.needs(1) {
+        Some(g.op(second.0, &second.1, &p)?)
+    } else {
+        None
+    };
     Ok(vec![da, db, None])
 }
 
 /// Weight and bias shapes in graph inference, from the data's shape and the parameters.
-fn weight_shapes(p: &ParamList, ins: &[PartialShape], deconv: bool) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+fn weight_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    deconv: bool,
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
     let mut out: Vec<PartialShape> = vec![None; ins.len()];
     let Some(x) = ins.first().cloned().flatten().filter(|x| x.len() >= 2) else {
         return Ok((out, Vec::new()));
@@ -653,18 +765,26 @@ pub(crate) fn register(t: &mut Entries) {
         .grad(convolution_grad)
         .signature(|p| signature(p, false))
         .shape_rule(ShapeRule::Rule(|p, ins, _| weight_shapes(p, ins, false)));
-    t.def("Convolution_v1", &|c: &Call<'_>| convolution(c, Kind::ConvV1))
-        .grad(convolution_grad)
-        .signature(|p| signature(p, false))
-        .shape_rule(ShapeRule::Rule(|p, ins, _| weight_shapes(p, ins, false)));
+    t.def("Convolution_v1", &|c: &Call<'_>| {
+        convolution(c, Kind::ConvV1)
+    })
+    .grad(convolution_grad)
+    .signature(|p| signature(p, false))
+    .shape_rule(ShapeRule::Rule(|p, ins, _| weight_shapes(p, ins, false)));
     t.def("Deconvolution", &deconvolution)
         .grad(deconvolution_grad)
         .signature(|p| signature(p, true))
         .shape_rule(ShapeRule::Rule(|p, ins, _| weight_shapes(p, ins, true)));
-    t.def("_mxrt_conv_lower", &|c: &Call<'_>| product(c, Product::Lower))
-        .grad(|g| product_grad(g, Product::Lower));
-    t.def("_mxrt_conv_raise", &|c: &Call<'_>| product(c, Product::Raise))
-        .grad(|g| product_grad(g, Product::Raise));
-    t.def("_mxrt_conv_wgrad", &|c: &Call<'_>| product(c, Product::WeightGrad))
-        .grad(|g| product_grad(g, Product::WeightGrad));
+    t.def("_mxrt_conv_lower", &|c: &Call<'_>| {
+        product(c, Product::Lower)
+    })
+    .grad(|g| product_grad(g, Product::Lower));
+    t.def("_mxrt_conv_raise", &|c: &Call<'_>| {
+        product(c, Product::Raise)
+    })
+    .grad(|g| product_grad(g, Product::Raise));
+    t.def("_mxrt_conv_wgrad", &|c: &Call<'_>| {
+        product(c, Product::WeightGrad)
+    })
+    .grad(|g| product_grad(g, Product::WeightGrad));
 }

@@ -24,23 +24,46 @@ fn geometry(call: &Call<'_>, x: &TensorDesc, v1: bool) -> Result<(PoolGeom, Vec<
     let name = call.name;
     let bad = |msg: String| Error::invalid(format!("operator {name}: {msg}"));
     let kernel = p.or("kernel", param::shape, "a shape", Vec::new())?;
-    let types = if v1 { "max, avg or sum" } else { "max, avg, sum or lp" };
-    let kind = match p.or("pool_type", param::choice, types, "max".into())?.as_str() {
+    let types = if v1 {
+        "max, avg or sum"
+    } else {
+        "max, avg, sum or lp"
+    };
+    let kind = match p
+        .or("pool_type", param::choice, types, "max".into())?
+        .as_str()
+    {
         "max" => PoolKind::Max,
         "avg" => PoolKind::Avg,
         "sum" => PoolKind::Sum,
         "lp" if !v1 => PoolKind::Lp(0),
-        other => return Err(bad(format!("parameter 'pool_type' must be {types}, got '{other}'"))),
+        other => {
+            return Err(bad(format!(
+                "parameter 'pool_type' must be {types}, got '{other}'"
+            )));
+        }
     };
     let global = p.or("global_pool", param::boolean, "a boolean", false)?;
-    let convention = match p.or("pooling_convention", param::choice, "valid, full or same", "valid".into())?.as_str() {
+    let convention = match p
+        .or(
+            "pooling_convention",
+            param::choice,
+            "valid, full or same",
+            "valid".into(),
+        )?
+        .as_str()
+    {
         "valid" => Convention::Valid,
         "full" => Convention::Full,
         "same" if !v1 => Convention::Same,
         other => {
             return Err(bad(format!(
                 "parameter 'pooling_convention' must be {}, got '{other}'",
-                if v1 { "valid or full" } else { "valid, full or same" }
+                if v1 {
+                    "valid or full"
+                } else {
+                    "valid, full or same"
+                }
             )));
         }
     };
@@ -58,7 +81,9 @@ fn geometry(call: &Call<'_>, x: &TensorDesc, v1: bool) -> Result<(PoolGeom, Vec<
             return Err(bad("parameter 'p_value' is required for lp pooling".into()));
         };
         if !(1..=3).contains(&q) {
-            return Err(bad(format!("parameter 'p_value' is {q}: lp pooling takes p = 1, 2 or 3")));
+            return Err(bad(format!(
+                "parameter 'p_value' is {q}: lp pooling takes p = 1, 2 or 3"
+            )));
         }
     }
     let kind = match kind {
@@ -69,7 +94,11 @@ fn geometry(call: &Call<'_>, x: &TensorDesc, v1: bool) -> Result<(PoolGeom, Vec<
     if !(3..=5).contains(&rank) || (v1 && rank == 3) {
         return Err(bad(format!(
             "Input data should be {} (batch, channel, y, x) Or 5D in (batch, channel, d, y, x); data has shape {:?}",
-            if v1 { "4D in" } else { "3D in (batch, channel, x) Or 4D in" },
+            if v1 {
+                "4D in"
+            } else {
+                "3D in (batch, channel, x) Or 4D in"
+            },
             &x.shape[..]
         )));
     }
@@ -91,7 +120,9 @@ fn geometry(call: &Call<'_>, x: &TensorDesc, v1: bool) -> Result<(PoolGeom, Vec<
     };
     if !global {
         if kernel.is_empty() {
-            return Err(bad("required parameter 'kernel' is missing (0D pooling not supported)".into()));
+            return Err(bad(
+                "required parameter 'kernel' is missing (0D pooling not supported)".into(),
+            ));
         }
         if kernel.len() != nd {
             return Err(bad(format!(
@@ -207,7 +238,10 @@ fn pooling_backward(call: &Call<'_>) -> Result<Plan> {
     let v1 = call.params.or("v1", param::boolean, "a boolean", false)?;
     float_only(call, ins[1].dtype)?;
     let (g, out) = geometry(call, &ins[1], v1)?;
-    if ins[0].shape[..] != out[..] || ins[2].shape[..] != out[..] || ins.iter().any(|t| t.dtype != ins[1].dtype) {
+    if ins[0].shape[..] != out[..]
+        || ins[2].shape[..] != out[..]
+        || ins.iter().any(|t| t.dtype != ins[1].dtype)
+    {
         return Err(Error::invalid(format!(
             "operator {}: gradient {:?} and output {:?} do not fit the pooling of data {:?}",
             call.name,
@@ -244,14 +278,26 @@ fn pooling_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
             "the gradient of {kind} pooling's gradient is not implemented (operator _mxrt_pool_grad is not differentiable for pool_type={kind})"
         )));
     }
-    let p: Vec<(String, String)> = g.params.iter().filter(|(k, _)| k != "v1").cloned().collect();
-    let op = if g.flag("v1", false) { "Pooling_v1" } else { "Pooling" };
+    let p: Vec<(String, String)> = g
+        .params
+        .iter()
+        .filter(|(k, _)| k != "v1")
+        .cloned()
+        .collect();
+    let op = if g.flag("v1", false) {
+        "Pooling_v1"
+    } else {
+        "Pooling"
+    };
     let ddy = g.op(op, &[g.dy(0)], &as_refs(&p))?;
     Ok(vec![Some(ddy), None, None])
 }
 
 pub(crate) fn register(t: &mut Entries) {
-    t.def("Pooling", &|c: &Call<'_>| pooling(c, false)).grad(pooling_grad);
-    t.def("Pooling_v1", &|c: &Call<'_>| pooling(c, true)).grad(pooling_grad);
-    t.def("_mxrt_pool_grad", &pooling_backward).grad(pooling_backward_grad);
+    t.def("Pooling", &|c: &Call<'_>| pooling(c, false))
+        .grad(pooling_grad);
+    t.def("Pooling_v1", &|c: &Call<'_>| pooling(c, true))
+        .grad(pooling_grad);
+    t.def("_mxrt_pool_grad", &pooling_backward)
+        .grad(pooling_backward_grad);
 }
