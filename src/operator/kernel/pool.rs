@@ -180,6 +180,173 @@ unsafe fn store<T: Element>(g: &PoolGeom, ptr: Ptr<T>, p: usize, sp: usize, buf:
     }
 }
 
+/// Max, average and sum pooling are separable: each input row is reduced over every x window
+/// first (`r`: rows × output columns), then each output row reduces the rows of its (z, y)
+/// window elementwise across the output columns, a loop the compiler vectorises.
+fn row_pass(
+    g: &PoolGeom,
+    win: &Windows,
+    xin: &[f64],
+    max: bool,
+    low: f64,
+    r: &mut [f64],
+    mut at: Option<&mut [usize]>,
+) {
+    let (iw, ow) = (g.input[2], g.output[2]);
+    for row in 0..g.input[0] * g.input[1] {
+        let xr = &xin[row * iw..][..iw];
+        for (ox, &(x0, x1, _)) in win.axes[2].iter().enumerate() {
+            let k = row * ow + ox;
+            if max {
+                // the maximum (from `low`, as the forward) and the first maximum's position
+                let (mut m, mut i, mut first) = (low, x0, f64::NAN);
+                for (j, &v) in xr[x0..x1].iter().enumerate() {
+                    if j == 0 || v > first {
+                        first = v;
+                        i = x0 + j;
+                    }
+                    if v > m {
+                        m = v;
+                    }
+                }
+                r[k] = m;
+                if let Some(at) = at.as_deref_mut() {
+                    at[k] = i;
+                }
+            } else {
+                r[k] = xr[x0..x1].iter().sum();
+            }
+        }
+    }
+}
+
+/// The divisor of average pooling for output columns of window rows (z, y).
+#[inline]
+fn divisor(g: &PoolGeom, win: &Windows, z: usize, y: usize, ox: usize) -> f64 {
+    let ((z0, z1, pz), (y0, y1, py), (x0, x1, px)) =
+        (win.axes[0][z], win.axes[1][y], win.axes[2][ox]);
+    match g.kind {
+        PoolKind::Avg if g.v1 => g.kernel.iter().product::<usize>() as f64,
+        PoolKind::Avg if g.count_include_pad => (pz * py * px) as f64,
+        PoolKind::Avg => ((z1 - z0) * (y1 - y0) * (x1 - x0)) as f64,
+        _ => 1.0,
+    }
+}
+
+fn forward_separable(
+    g: &PoolGeom,
+    win: &Windows,
+    xin: &[f64],
+    r: &mut [f64],
+    out: &mut [f64],
+    low: f64,
+) {
+    let max = g.kind == PoolKind::Max;
+    row_pass(g, win, xin, max, low, r, None);
+    let (ih, oh, ow) = (g.input[1], g.output[1], g.output[2]);
+    for (z, &(z0, z1, _)) in win.axes[0].iter().enumerate() {
+        for (y, &(y0, y1, _)) in win.axes[1].iter().enumerate() {
+            let o = &mut out[(z * oh + y) * ow..][..ow];
+            o.fill(if max { low } else { 0.0 });
+            for zz in z0..z1 {
+                for yy in y0..y1 {
+                    let rr = &r[(zz * ih + yy) * ow..][..ow];
+                    if max {
+                        for (a, &b) in o.iter_mut().zip(rr) {
+                            if b > *a {
+                                *a = b;
+                            }
+                        }
+                    } else {
+                        for (a, &b) in o.iter_mut().zip(rr) {
+                            *a += b;
+                        }
+                    }
+                }
+            }
+            if g.kind == PoolKind::Avg {
+                for (ox, a) in o.iter_mut().enumerate() {
+                    let d = divisor(g, win, z, y, ox);
+                    if d > 0.0 {
+                        *a /= d;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward_separable(
+    g: &PoolGeom,
+    win: &Windows,
+    d: &[f64],
+    xin: &[f64],
+    r: &mut [f64],
+    at: &mut [usize],
+    acc: &mut [f64],
+    low: f64,
+) {
+    let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
+    if g.kind == PoolKind::Max {
+        row_pass(g, win, xin, true, low, r, Some(at));
+        for (z, &(z0, z1, _)) in win.axes[0].iter().enumerate() {
+            for (y, &(y0, y1, _)) in win.axes[1].iter().enumerate() {
+                for (ox, &(x0, x1, _)) in win.axes[2].iter().enumerate() {
+                    if x1 == x0 {
+                        continue;
+                    }
+                    let mut best: Option<(usize, f64)> = None;
+                    for zz in z0..z1 {
+                        for yy in y0..y1 {
+                            let k = (zz * ih + yy) * ow + ox;
+                            if best.is_none_or(|(_, m)| r[k] > m) {
+                                best = Some(((zz * ih + yy) * iw + at[k], r[k]));
+                            }
+                        }
+                    }
+                    if let Some((i, _)) = best {
+                        acc[i] += d[(z * oh + y) * ow + ox];
+                    }
+                }
+            }
+        }
+        return;
+    }
+    // average and sum: the transposes of the two passes
+    let t = r;
+    t.fill(0.0);
+    let mut dd = vec![0.0; ow];
+    for (z, &(z0, z1, _)) in win.axes[0].iter().enumerate() {
+        for (y, &(y0, y1, _)) in win.axes[1].iter().enumerate() {
+            for (ox, v) in dd.iter_mut().enumerate() {
+                let div = divisor(g, win, z, y, ox);
+                let dv = d[(z * oh + y) * ow + ox];
+                *v = if div > 0.0 { dv / div } else { dv };
+            }
+            for zz in z0..z1 {
+                for yy in y0..y1 {
+                    for (a, &b) in t[(zz * ih + yy) * ow..][..ow].iter_mut().zip(&dd) {
+                        *a += b;
+                    }
+                }
+            }
+        }
+    }
+    for row in 0..g.input[0] * ih {
+        let ar = &mut acc[row * iw..][..iw];
+        for (ox, &(x0, x1, _)) in win.axes[2].iter().enumerate() {
+            let v = t[row * ow + ox];
+            ar[x0..x1].iter_mut().for_each(|a| *a += v);
+        }
+    }
+}
+
+/// Whether the separable passes compute this pooling.
+fn separable(g: &PoolGeom) -> bool {
+    !g.v1 && matches!(g.kind, PoolKind::Max | PoolKind::Avg | PoolKind::Sum)
+}
+
 /// `y = pool(x)`.
 pub fn forward<T: Element>(g: &PoolGeom, x: &[T], y: &mut [T]) {
     let planes = g.batch * g.channels;
@@ -190,8 +357,16 @@ pub fn forward<T: Element>(g: &PoolGeom, x: &[T], y: &mut [T]) {
     let low = lowest::<T>();
     split(planes, |range| {
         let (mut xin, mut out) = (vec![0.0f64; in_sp], vec![0.0f64; out_sp]);
+        let rows = g.input[0] * g.input[1] * g.output[2];
+        let mut r = vec![0.0f64; if separable(g) { rows } else { 0 }];
         for p in range {
             load(g, x, p, in_sp, &mut xin);
+            if separable(g) {
+                forward_separable(g, &windows, &xin, &mut r, &mut out, low);
+                // SAFETY: as below.
+                unsafe { store(g, yp, p, out_sp, &out) };
+                continue;
+            }
             windows.each(g, |o, w, div, padded| {
                 out[o] = match g.kind {
                     PoolKind::Max => {
@@ -241,6 +416,13 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
             vec![0.0f64; out_sp],
             vec![0.0f64; if needs_y { out_sp } else { 0 }],
         );
+        let rows = if separable(g) {
+            g.input[0] * g.input[1] * g.output[2]
+        } else {
+            0
+        };
+        let (mut r, mut at) = (vec![0.0f64; rows], vec![0usize; rows]);
+        let low = lowest::<T>();
         for p in range {
             load(g, dy, p, out_sp, &mut d);
             if needs_x {
@@ -250,6 +432,13 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
                 load(g, y, p, out_sp, &mut yo);
             }
             acc.fill(0.0);
+            if separable(g) {
+                backward_separable(g, &windows, &d, &xin, &mut r, &mut at, &mut acc, low);
+                // SAFETY: `dx` holds `planes × in_sp` elements (asserted) and plane p is written
+                // by this range only.
+                unsafe { store(g, dxp, p, in_sp, &acc) };
+                continue;
+            }
             windows.each(g, |o, w, div, _| {
                 let d = d[o];
                 match g.kind {
