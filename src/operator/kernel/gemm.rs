@@ -109,6 +109,7 @@ unsafe fn cast_mut<T, U>(c: &mut [T]) -> &mut [U] {
 
 /// # Safety
 /// The operands must hold the sizes `matmul` asserted.
+#[allow(clippy::too_many_arguments)]
 unsafe fn blas<T: Element>(
     threads: usize,
     m: usize,

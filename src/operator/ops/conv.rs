@@ -324,13 +324,13 @@ fn expect_shape(call: &Call<'_>, name: &str, got: &[i64], want: &[i64]) -> Resul
 }
 
 fn check_groups(call: &Call<'_>, p: &ConvParams, channels: usize) -> Result<()> {
-    if channels % p.groups != 0 {
+    if !channels.is_multiple_of(p.groups) {
         return Err(Error::invalid(format!(
             "operator {}: input num_filter must divide group size ({channels} input channels, parameter 'num_group' is {})",
             call.name, p.groups
         )));
     }
-    if p.num_filter % p.groups != 0 {
+    if !p.num_filter.is_multiple_of(p.groups) {
         return Err(Error::invalid(format!(
             "operator {}: output num_filter must divide group size (parameter 'num_filter' is {}, 'num_group' {})",
             call.name, p.num_filter, p.groups
