@@ -260,3 +260,28 @@ grad("multinomial_log_likelihood", ["_sample_multinomial"], [ONE_HOT])(
     lambda p: nd.sample_multinomial(p, shape=(3,), get_prob=True)[1])
 zero_grad("multinomial_draws", ["_sample_multinomial"], [ONE_HOT])(
     lambda p: nd.sample_multinomial(p, dtype="float32"))
+
+# Convolution, Deconvolution, Pooling (odd sizes; more combinations in test_conv_pool.py)
+CX = rand(2, 4, 6, 5, seed=20)
+grad("convolution_2d", ["Convolution"], [CX, rand(3, 2, 3, 2, seed=21), rand(3, seed=22)])(
+    lambda x, w, b: nd.Convolution(x, w, b, kernel=(3, 2), stride=(2, 1), pad=(1, 1), dilate=(1, 2),
+                                   num_filter=3, num_group=2))
+grad("convolution_1d_no_bias", ["Convolution"], [rand(2, 3, 9, seed=23), rand(2, 3, 3, seed=24)])(
+    lambda x, w: nd.Convolution(x, w, kernel=(3,), stride=(2,), num_filter=2, no_bias=True))
+grad("convolution_3d_depthwise", ["Convolution"], [rand(1, 3, 4, 3, 5, seed=25), rand(3, 1, 2, 2, 3, seed=26)])(
+    lambda x, w: nd.Convolution(x, w, kernel=(2, 2, 3), pad=(1, 0, 1), num_filter=3, num_group=3, no_bias=True))
+grad("convolution_f64", ["Convolution"], [CX, rand(2, 4, 1, 1, seed=27), rand(2, seed=28)], dtypes=("float64",))(
+    lambda x, w, b: nd.Convolution(x, w, b, kernel=(1, 1), stride=(2, 2), num_filter=2))
+grad("deconvolution_2d", ["Deconvolution"], [rand(2, 4, 3, 4, seed=29), rand(4, 3, 3, 2, seed=30), rand(6, seed=31)])(
+    lambda x, w, b: nd.Deconvolution(x, w, b, kernel=(3, 2), stride=(2, 2), pad=(1, 0), adj=(1, 1),
+                                     num_filter=6, num_group=2, no_bias=False))
+for pool_type in ["max", "avg", "sum"]:
+    grad("pooling_2d_" + pool_type, ["Pooling"], [CX])(
+        lambda x, t=pool_type: nd.Pooling(x, kernel=(3, 2), stride=(2, 2), pad=(1, 1), pool_type=t,
+                                          pooling_convention="full" if t == "sum" else "valid"))
+grad("pooling_lp2", ["Pooling"], [pos(2, 3, 5, 4, seed=32)])(
+    lambda x: nd.Pooling(x, kernel=(2, 2), pool_type="lp", p_value=2))
+grad("pooling_global_avg_3d", ["Pooling"], [rand(2, 2, 3, 4, 3, seed=33)])(
+    lambda x: nd.Pooling(x, global_pool=True, pool_type="avg"))
+grad("pooling_v1_max", ["Pooling_v1"], [CX])(
+    lambda x: nd.Pooling_v1(x, kernel=(2, 2), stride=(2, 1), pool_type="max"))

@@ -43,6 +43,34 @@ pub fn matmul<T: Element>(
     c: &mut [T],
     accumulate: bool,
 ) {
+    matmul_threads(parallel::max_threads(), m, n, k, a, b, c, accumulate)
+}
+
+/// [`matmul`] on the calling thread only: for callers that already split their work over the
+/// pool (a convolution's images).
+pub fn matmul_serial<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    c: &mut [T],
+    accumulate: bool,
+) {
+    matmul_threads(1, m, n, k, a, b, c, accumulate)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_threads<T: Element>(
+    threads: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    c: &mut [T],
+    accumulate: bool,
+) {
     assert!(a.data.len() >= m * k && b.data.len() >= k * n && c.len() >= m * n);
     if m == 0 || n == 0 {
         return;
@@ -50,13 +78,13 @@ pub fn matmul<T: Element>(
     let t = std::any::TypeId::of::<T>();
     if t == std::any::TypeId::of::<f32>() {
         // SAFETY: `T` is f32 (checked by type id), so the casts are identities.
-        unsafe { blas::<f32>(m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
+        unsafe { blas::<f32>(threads, m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
     } else if t == std::any::TypeId::of::<f64>() {
         // SAFETY: `T` is f64.
-        unsafe { blas::<f64>(m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
+        unsafe { blas::<f64>(threads, m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
     } else if t == std::any::TypeId::of::<f16>() {
         // SAFETY: `T` is half::f16, the type `gemm` uses for f16.
-        unsafe { blas::<f16>(m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
+        unsafe { blas::<f16>(threads, m, n, k, cast(a), cast(b), cast_mut(c), accumulate) }
     } else {
         naive(m, n, k, a, b, c, accumulate)
     }
@@ -81,7 +109,9 @@ unsafe fn cast_mut<T, U>(c: &mut [T]) -> &mut [U] {
 
 /// # Safety
 /// The operands must hold the sizes `matmul` asserted.
+#[allow(clippy::too_many_arguments)]
 unsafe fn blas<T: Element>(
+    threads: usize,
     m: usize,
     n: usize,
     k: usize,
@@ -126,7 +156,6 @@ unsafe fn blas<T: Element>(
             )
         }
     };
-    let threads = parallel::max_threads();
     if threads > 1 && flops >= PARALLEL_FLOPS {
         parallel::pool().install(|| run(gemm::Parallelism::Rayon(threads)));
     } else {

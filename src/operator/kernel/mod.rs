@@ -6,11 +6,13 @@
 //!
 //! - [`element`]: the element types and dtype dispatch; [`real`]: the float types math runs in.
 //! - [`map`]: elementwise maps; [`strided`]: broadcasting, gathers and reductions by strides.
-//! - [`gemm`]: matrix products.
+//! - [`gemm`]: matrix products; [`conv`]: convolutions on it (im2col); [`pool`]: pooling.
 
+pub mod conv;
 pub mod element;
 pub mod gemm;
 pub mod map;
+pub mod pool;
 pub mod real;
 pub mod strided;
 

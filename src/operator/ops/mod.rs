@@ -3,6 +3,7 @@
 
 pub mod binary;
 pub mod contrib;
+pub mod conv;
 pub mod creation;
 pub mod grad;
 pub mod index;
@@ -13,6 +14,7 @@ pub mod linalg;
 pub mod nn;
 pub mod optimizer;
 pub mod pad;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod shape;
@@ -30,6 +32,8 @@ pub fn register_all(t: &mut Entries) {
     index::register(t);
     linalg::register(t);
     nn::register(t);
+    conv::register(t);
+    pool::register(t);
     pad::register(t);
     legacy::register(t);
     storage::register(t);
