@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod contrib;
 pub mod creation;
+pub mod embed;
 pub mod grad;
 pub mod index;
 pub mod lamb;
@@ -11,6 +12,7 @@ pub mod lars;
 pub mod legacy;
 pub mod linalg;
 pub mod nn;
+pub mod norm;
 pub mod optimizer;
 pub mod pad;
 pub mod random;
@@ -30,6 +32,8 @@ pub fn register_all(t: &mut Entries) {
     index::register(t);
     linalg::register(t);
     nn::register(t);
+    embed::register(t);
+    norm::register(t);
     pad::register(t);
     legacy::register(t);
     storage::register(t);
