@@ -11,6 +11,7 @@ pub mod lamb;
 pub mod lars;
 pub mod legacy;
 pub mod linalg;
+pub mod loss;
 pub mod nn;
 pub mod norm;
 pub mod optimizer;
@@ -34,6 +35,7 @@ pub fn register_all(t: &mut Entries) {
     nn::register(t);
     embed::register(t);
     norm::register(t);
+    loss::register(t);
     pad::register(t);
     legacy::register(t);
     storage::register(t);
