@@ -4,7 +4,7 @@ gradients are their losses' gradients, not derivatives of their forwards, so the
 with MXNet's only (numeric=False)."""
 import numpy as np
 
-from gradlib import grad, nd, rand
+from gradlib import grad, nd, nondiff, rand
 
 IDX = np.array([[0, 4, 2], [6, 1, 4]], dtype=np.float64)
 grad("embedding", ["Embedding"], [(IDX, False), rand(7, 3, seed=1)])(
@@ -51,3 +51,22 @@ grad("softmax_cross_entropy", ["softmax_cross_entropy"], [D, (L, False)])(
 SM = np.array([[-2.3, -0.9, -0.3, 0.2], [0.5, 0.95, 1.6, 3.0]])
 grad("smooth_l1", ["smooth_l1"], [SM])(lambda x: [nd.smooth_l1(x), nd.smooth_l1(x, scalar=2.0)])
 grad("hard_sigmoid", ["hard_sigmoid"], [SM * 2])(lambda x: nd.hard_sigmoid(x, alpha=0.3, beta=0.4))
+
+SQ = rand(4, 3, 2, seed=17)
+SL = np.array([2, 4, 1], dtype=np.float64)
+grad("sequence_mask", ["SequenceMask"], [SQ, (SL, False)])(
+    lambda x, n: [nd.SequenceMask(x, n, use_sequence_length=True, value=0.5), nd.SequenceMask(x)])
+grad("sequence_last", ["SequenceLast"], [SQ, (SL, False)])(
+    lambda x, n: [nd.SequenceLast(x, n, use_sequence_length=True),
+                  nd.SequenceLast(x, n, use_sequence_length=True, axis=1)])
+grad("sequence_reverse", ["SequenceReverse"], [SQ, (SL, False)])(
+    lambda x, n: [nd.SequenceReverse(x, n, use_sequence_length=True), nd.SequenceReverse(x)])
+
+grad("div_sqrt_dim", ["_contrib_div_sqrt_dim"], [rand(2, 5, seed=18)])(lambda x: nd.contrib.div_sqrt_dim(x))
+grad("moments", ["moments"], [rand(3, 4, seed=19)])(
+    lambda x: list(nd.moments(x, axes=(1,))) + list(nd.moments(x, axes=(0,), keepdims=True)))
+nondiff("arange_like", ["_contrib_arange_like"], [rand(2, 3, seed=20)])(
+    lambda x: nd.contrib.arange_like(x) * x)
+nondiff("batch_take", ["batch_take"], [rand(3, 4, seed=21)])(
+    lambda x: nd.batch_take(x, nd.array([0, 3, 1], dtype="int32")))
+grad("lrn", ["LRN"], [rand(2, 4, 2, 2, lo=-2, hi=2, seed=22)])(lambda x: nd.LRN(x, nsize=3, alpha=0.05))

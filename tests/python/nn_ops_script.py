@@ -30,9 +30,14 @@ def flat(a):
 
 
 def case(name, fn, inputs, needs=None, dtype="float32", train=True):
-    """`inputs`: numpy arrays; `needs`: which get a gradient (default: every float one)."""
+    """`inputs`: numpy arrays; `needs`: which get a gradient (default: every one; none at all:
+    the forward alone, for ops MXNet does not differentiate)."""
     try:
         xs = [nd.array(v, dtype=dtype if v.dtype.kind == "f" else v.dtype) for v in inputs]
+        if needs is not None and not any(needs):
+            cases[name] = {"out": [flat(o) for o in (lambda r: r if isinstance(r, list) else [r])(fn(*xs))],
+                           "grads": []}
+            return
         needs = needs if needs is not None else [True] * len(xs)
         for x, n in zip(xs, needs):
             if n:
@@ -147,6 +152,44 @@ case("hard_sigmoid", lambda x: nd.hard_sigmoid(x), [rand(4, 5, lo=-4, hi=4, seed
 case("hard_sigmoid_params", lambda x: nd.hard_sigmoid(x, alpha=0.3, beta=0.2), [rand(4, 5, lo=-4, hi=4, seed=58)])
 case("stop_gradient", lambda x: nd.stop_gradient(x) * x, [rand(3, 4, seed=59)])
 
+# --- sequence operators ----------------------------------------------------------------------
+SQ = rand(5, 3, 2, seed=62)
+SQB = rand(3, 5, 2, seed=63)
+LEN = np.array([2, 5, 3.7], dtype=np.float32)
+case("sequence_mask_plain", lambda x: nd.SequenceMask(x), [SQ])
+case("sequence_mask", lambda x, n: nd.SequenceMask(x, n, use_sequence_length=True, value=-2.5), [SQ, LEN],
+     needs=[True, False])
+case("sequence_mask_axis1", lambda x, n: nd.SequenceMask(x, n, use_sequence_length=True, axis=1), [SQB, LEN],
+     needs=[True, False])
+case("sequence_mask_2d", lambda x, n: nd.SequenceMask(x, n, use_sequence_length=True, value=1.0),
+     [rand(5, 3, seed=64), LEN], needs=[True, False])
+# MXNet 1.9.1 crashes (segfault) differentiating SequenceLast without sequence_length: its
+# forward is compared here, its gradient checked on libmxrt alone (last_step_gradient below)
+case("sequence_last_plain", lambda x: nd.SequenceLast(x), [SQ], needs=[False])
+case("sequence_last_plain_axis1", lambda x: nd.SequenceLast(x, axis=1), [SQB], needs=[False])
+case("sequence_last", lambda x, n: nd.SequenceLast(x, n, use_sequence_length=True), [SQ, LEN], needs=[True, False])
+case("sequence_last_axis1", lambda x, n: nd.SequenceLast(x, n, use_sequence_length=True, axis=1), [SQB, LEN],
+     needs=[True, False])
+case("sequence_reverse_plain", lambda x: nd.SequenceReverse(x), [SQ])
+case("sequence_reverse", lambda x, n: nd.SequenceReverse(x, n, use_sequence_length=True), [SQ, LEN],
+     needs=[True, False])
+case("sequence_reverse_4d", lambda x, n: nd.SequenceReverse(x, n, use_sequence_length=True),
+     [rand(4, 3, 2, 3, seed=65), np.array([1, 4, 2], dtype=np.float32)], needs=[True, False])
+
+for nsize, extra in [(3, {}), (5, dict(alpha=0.01, beta=0.5, knorm=1.0)), (1, {}), (4, dict(alpha=0.1))]:
+    case(f"lrn_{nsize}", lambda x, n=nsize, e=extra: nd.LRN(x, nsize=n, **e), [rand(2, 6, 3, 2, lo=-3, hi=3, seed=73)])
+
+# --- attention and statistics building blocks --------------------------------------------------
+case("div_sqrt_dim", lambda x: nd.contrib.div_sqrt_dim(x), [rand(2, 3, 7, seed=66)])
+case("moments_all", lambda x: list(nd.moments(x, axes=(0, 1, 2))), [rand(3, 4, 2, seed=67)])
+case("moments_axes", lambda x: list(nd.moments(x, axes=(0, 2))), [rand(3, 4, 2, seed=68)])
+case("moments_keepdims", lambda x: list(nd.moments(x, axes=(1,), keepdims=True)), [rand(3, 4, 2, seed=69)])
+case("arange_like", lambda x: nd.contrib.arange_like(x, start=1.5, step=0.5, repeat=2), [rand(3, 4, seed=70)],
+     needs=[False])
+case("arange_like_axis", lambda x: nd.contrib.arange_like(x, axis=-1), [rand(3, 4, seed=71)], needs=[False])
+case("batch_take", lambda a, i: nd.batch_take(a, i),
+     [rand(4, 3, seed=72), np.array([0, 2, 5, -1], dtype=np.int32)], needs=[False, False])
+
 # --- bad parameters ---------------------------------------------------------------------------
 E = nd.array(IDX)
 error("embedding_weight_shape", lambda: nd.Embedding(E, nd.ones((6, 5)), input_dim=7, output_dim=5))
@@ -156,6 +199,9 @@ error("layernorm_gamma", lambda: nd.LayerNorm(nd.ones((2, 3)), nd.ones(2), nd.on
 error("groupnorm_num_groups", lambda: nd.GroupNorm(nd.ones((2, 6, 3)), nd.ones(4), nd.ones(4), num_groups=4))
 error("l2norm_mode", lambda: nd.L2Normalization(nd.ones((2, 3, 4)), mode="pixel"))
 error("softmax_output_normalization", lambda: nd.SoftmaxOutput(nd.ones((2, 3)), nd.ones(2), normalization="all"))
+error("sequence_reverse_axis", lambda: nd.SequenceReverse(nd.ones((2, 3)), axis=1))
+error("sequence_mask_length", lambda: nd.SequenceMask(nd.ones((4, 3)), nd.ones(2), use_sequence_length=True))
+error("moments_axes", lambda: nd.moments(nd.ones((2, 3)))[0])
 error("makeloss_normalization", lambda: nd.MakeLoss(nd.ones((2, 3)), normalization="sum"))
 
 
@@ -172,6 +218,29 @@ def sparse_grad():
         g = w.grad
         out[name] = {"out": flat(y), "stype": g.stype, "indices": g.indices.asnumpy().tolist(),
                      "dense": flat(g.tostype("default"))}
+    return out
+
+
+def last_step_gradient():
+    """SequenceLast's gradient without sequence_length (libmxrt only): the head gradient at the
+    last step, zeros elsewhere."""
+    import os
+    if not os.environ.get("MXNET_LIBRARY_PATH"):
+        return None
+    out = []
+    for axis, data in [(0, SQ), (1, SQB)]:
+        x = nd.array(data)
+        x.attach_grad()
+        with ag.record():
+            y = nd.SequenceLast(x, axis=axis)
+        head = rand(*y.shape, lo=0.5, hi=1.5, seed=74)
+        y.backward(nd.array(head))
+        want = np.zeros(data.shape)
+        if axis == 0:
+            want[-1] = head
+        else:
+            want[:, -1] = head
+        out.append(bool(np.allclose(x.grad.asnumpy(), want, rtol=1e-6)))
     return out
 
 
@@ -213,4 +282,5 @@ def gluon_steps():
     return losses
 
 
-print(json.dumps({"cases": cases, "errors": errors, "sparse_grad": sparse_grad(), "gluon": gluon_steps()}))
+print(json.dumps({"cases": cases, "errors": errors, "sparse_grad": sparse_grad(), "gluon": gluon_steps(),
+                  "last_step_gradient": last_step_gradient()}))
