@@ -69,4 +69,5 @@ nondiff("arange_like", ["_contrib_arange_like"], [rand(2, 3, seed=20)])(
     lambda x: nd.contrib.arange_like(x) * x)
 nondiff("batch_take", ["batch_take"], [rand(3, 4, seed=21)])(
     lambda x: nd.batch_take(x, nd.array([0, 3, 1], dtype="int32")))
-grad("lrn", ["LRN"], [rand(2, 4, 2, 2, lo=-2, hi=2, seed=22)])(lambda x: nd.LRN(x, nsize=3, alpha=0.05))
+grad("lrn", ["LRN"], [rand(2, 4, 2, 2, lo=-2, hi=2, seed=22)])(
+    lambda x: [nd.LRN(x, nsize=3, alpha=0.05), nd.LRN(x, nsize=4, alpha=0.1, beta=0.6)])

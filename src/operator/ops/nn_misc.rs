@@ -5,7 +5,7 @@
 
 use super::{Entries, axis as norm_axis, inputs};
 use crate::error::{Error, Result};
-use crate::operator::def::{Signature, ShapeRule};
+use crate::operator::def::{ShapeRule, Signature};
 use crate::operator::kernel::Element;
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
@@ -107,7 +107,9 @@ fn batch_take(call: &Call<'_>) -> Result<Plan> {
 
 /// Which axes `moments` reduces (`axes` must name them, as in MXNet).
 fn reduced_axes(call: &Call<'_>, nd: usize) -> Result<Vec<bool>> {
-    let axes = call.params.optional("axes", param::shape, "a tuple of axes")?;
+    let axes = call
+        .params
+        .optional("axes", param::shape, "a tuple of axes")?;
     match axes {
         Some(list) if !list.is_empty() => {
             let mut m = vec![false; nd];
@@ -164,11 +166,17 @@ struct Moments {
 }
 
 fn moments_geometry(call: &Call<'_>, x: &TensorDesc) -> Result<Moments> {
-    let keepdims = call.params.or("keepdims", param::boolean, "a boolean", false)?;
+    let keepdims = call
+        .params
+        .or("keepdims", param::boolean, "a boolean", false)?;
     let mask = reduced_axes(call, x.shape.len())?;
     let (out_shape, index) = reduction(&x.shape, &mask, keepdims);
     let out_n: usize = out_shape.iter().map(|&d| d.max(0) as usize).product();
-    let count = if out_n == 0 { 1.0 } else { (x.size() / out_n).max(1) as f64 };
+    let count = if out_n == 0 {
+        1.0
+    } else {
+        (x.size() / out_n).max(1) as f64
+    };
     Ok(Moments {
         out_shape,
         index,
@@ -280,16 +288,11 @@ fn lrn_params(call: &Call<'_>, x: &TensorDesc) -> Result<Lrn> {
 }
 
 impl Lrn {
-    /// The channels of `c`'s window: `(nsize - 1) / 2` before it, the rest after it.
+    /// The channels of `c`'s window: `(nsize - 1) / 2` on each side (an even `nsize` sums one
+    /// channel fewer than it names, as MXNet's CPU kernel does, still scaling by `alpha / nsize`).
     fn window(&self, c: usize) -> std::ops::Range<usize> {
-        let before = (self.nsize - 1) / 2;
-        c.saturating_sub(before)..(c + self.nsize - before).min(self.c)
-    }
-    /// The channels whose windows hold `c` (the window mirrored).
-    fn holders(&self, c: usize) -> std::ops::Range<usize> {
-        let before = (self.nsize - 1) / 2;
-        let after = self.nsize - 1 - before;
-        c.saturating_sub(after)..(c + before + 1).min(self.c)
+        let h = (self.nsize - 1) / 2;
+        c.saturating_sub(h)..(c + h + 1).min(self.c)
     }
     /// `knorm + alpha / nsize · Σ_window x²` for every element.
     fn norms(&self, x: &[f64]) -> Vec<f64> {
@@ -318,7 +321,11 @@ fn lrn(call: &Call<'_>) -> Result<Plan> {
     Ok(Plan::new(vec![x.clone(), x], move |k| {
         let xs = read_f64(&k.inputs[0]);
         let norm = l.norms(&xs);
-        let out: Vec<f64> = xs.iter().zip(&norm).map(|(v, s)| v * s.powf(-l.beta)).collect();
+        let out: Vec<f64> = xs
+            .iter()
+            .zip(&norm)
+            .map(|(v, s)| v * s.powf(-l.beta))
+            .collect();
         write_f64(&mut k.outputs[0], &out);
         write_f64(&mut k.outputs[1], &norm);
         Ok(())
@@ -327,7 +334,7 @@ fn lrn(call: &Call<'_>) -> Result<Plan> {
 }
 
 /// `_mxrt_lrn_grad(dy, data)`: `dy · norm^-beta - 2 beta alpha / nsize · x · Σ dy · x ·
-/// norm^(-beta-1)` over the channels whose windows hold x's.
+/// norm^(-beta-1)` over x's window (windows are symmetric).
 fn lrn_backward(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 2)?;
     let x = ins[1].clone();
@@ -352,7 +359,7 @@ fn lrn_backward(call: &Call<'_>) -> Result<Plan> {
             for c in 0..l.c {
                 for r in 0..l.rest {
                     let i = (b * l.c + c) * l.rest + r;
-                    let pooled: f64 = l.holders(c).map(|j| t[(b * l.c + j) * l.rest + r]).sum();
+                    let pooled: f64 = l.window(c).map(|j| t[(b * l.c + j) * l.rest + r]).sum();
                     g[i] = dy[i] * norm[i].powf(-l.beta) - 2.0 * l.beta * sa * xs[i] * pooled;
                 }
             }
@@ -367,7 +374,11 @@ pub(crate) fn register(t: &mut Entries) {
         .signature(|_| Ok(Signature::simple(&["data"]).named_outputs(&["output", "tmp_norm"], 1)))
         .grad(|g| {
             let p = super::nn::passed(g, &["alpha", "beta", "knorm", "nsize"]);
-            let dx = g.op("_mxrt_lrn_grad", &[g.dy(0), g.x(0)], &super::nn::as_refs(&p))?;
+            let dx = g.op(
+                "_mxrt_lrn_grad",
+                &[g.dy(0), g.x(0)],
+                &super::nn::as_refs(&p),
+            )?;
             Ok(vec![Some(dx)])
         });
     t.def("_mxrt_lrn_grad", &lrn_backward);

@@ -9,7 +9,9 @@
 use super::nn::{as_refs, passed};
 use super::{Entries, inputs};
 use crate::error::{Error, Result};
-use crate::operator::def::{GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param_flag, param_int};
+use crate::operator::def::{
+    GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param_flag, param_int,
+};
 use crate::operator::kernel::Element;
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
@@ -59,10 +61,15 @@ fn seq_call(call: &Call<'_>, axis_one_ok: bool) -> Result<SeqCall> {
     if d.len() < 2 {
         return Err(Error::invalid(format!(
             "operator {}: data must have at least 2 dimensions, got shape {:?}",
-            call.name, &d[..]
+            call.name,
+            &d[..]
         )));
     }
-    let (t, n) = if axis == 0 { (d[0], d[1]) } else { (d[1], d[0]) };
+    let (t, n) = if axis == 0 {
+        (d[0], d[1])
+    } else {
+        (d[1], d[0])
+    };
     let seq = Seq {
         t: t.max(0) as usize,
         n: n.max(0) as usize,
