@@ -244,6 +244,38 @@ def last_step_gradient():
     return out
 
 
+# --- graph inference: argument names and shapes from the data's ------------------------------
+def inferred():
+    sym = mx.sym
+    d = sym.var("data")
+    nets = {
+        "embedding": (sym.Embedding(d, input_dim=11, output_dim=4, name="emb"), (3, 5)),
+        "layernorm": (sym.LayerNorm(d, name="ln"), (2, 3, 7)),
+        "layernorm_axis": (sym.LayerNorm(d, axis=1, output_mean_var=True, name="ln"), (2, 3, 7)),
+        "instancenorm": (sym.InstanceNorm(d, name="in"), (2, 3, 7)),
+        "groupnorm": (sym.GroupNorm(d, num_groups=3, name="gn"), (2, 6, 7)),
+        "l2norm": (sym.L2Normalization(d, mode="channel", name="l2"), (2, 3, 4)),
+        "softmax_output": (sym.SoftmaxOutput(d, name="softmax"), (4, 10)),
+        "softmax_output_multi": (sym.SoftmaxOutput(d, multi_output=True, name="softmax"), (4, 10, 3)),
+        "softmax_output_preserve": (sym.SoftmaxOutput(d, preserve_shape=True, name="softmax"), (4, 5, 3)),
+        "linear_regression": (sym.LinearRegressionOutput(d, name="lro"), (4, 2)),
+        "svm": (sym.SVMOutput(d, name="svm"), (4, 3)),
+        "sequence_mask": (sym.SequenceMask(d, use_sequence_length=True, name="sm"), (5, 3, 2)),
+        "sequence_last_axis1": (sym.SequenceLast(d, use_sequence_length=True, axis=1, name="sl"), (5, 3, 2)),
+        "lrn": (sym.LRN(d, nsize=3, name="lrn"), (2, 4, 3, 3)),
+        "moments": (sym.moments(d, axes=(1,), name="mo"), (2, 4, 3)),
+    }
+    out = {}
+    for name, (net, shape) in nets.items():
+        try:
+            args, outs, aux = net.infer_shape(data=shape)
+            out[name] = {"arguments": net.list_arguments(), "outputs": net.list_outputs(),
+                         "arg_shapes": [list(a) for a in args], "out_shapes": [list(o) for o in outs]}
+        except Exception as e:  # noqa: BLE001
+            out[name] = {"error": str(e).strip().splitlines()[-1][:300]}
+    return out
+
+
 # --- a small Gluon model ----------------------------------------------------------------------
 def gluon_steps():
     from mxnet import gluon
@@ -283,4 +315,4 @@ def gluon_steps():
 
 
 print(json.dumps({"cases": cases, "errors": errors, "sparse_grad": sparse_grad(), "gluon": gluon_steps(),
-                  "last_step_gradient": last_step_gradient()}))
+                  "last_step_gradient": last_step_gradient(), "inferred": inferred()}))

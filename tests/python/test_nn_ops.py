@@ -87,3 +87,16 @@ def test_gluon_embedding_layernorm_dense_training_matches_mxnet():
 def test_sequence_last_gradient_without_lengths():
     # MXNet 1.9.1 crashes here; mxrt gives the head gradient at the last step
     assert ours()["last_step_gradient"] == [True, True]
+
+
+def inferred_names():
+    return sorted(theirs()["inferred"])
+
+
+@pytest.mark.parametrize("name", inferred_names())
+def test_graph_inference_matches_mxnet(name):
+    # argument names (the Module API binds `softmax_label` by them) and the shapes inferred
+    # from the data's (Gluon's deferred initialisation)
+    real, got = theirs()["inferred"][name], ours()["inferred"][name]
+    assert "error" not in real, real
+    assert got == real
