@@ -118,19 +118,30 @@ fn embedding_backward(call: &Call<'_>) -> Result<Plan> {
     let gdt = dy.dtype;
     Ok(Plan::new(vec![weight.clone()], move |k| {
         let idx = indices(&k.inputs[1], rows);
-        let mut acc = vec![0f64; rows * width];
-        crate::with_element!(gdt, G => {
-            let g = k.inputs[0].slice::<G>();
-            for (i, &r) in idx.iter().enumerate() {
-                let dst = &mut acc[r * width..(r + 1) * width];
-                for (a, v) in dst.iter_mut().zip(&g[i * width..(i + 1) * width]) {
-                    *a += v.to_f64();
-                }
-            }
-        });
+        // rows no index picks stay zero; the picked ones sum their gradients in place
+        let (inp, outs) = (&k.inputs[0], &mut k.outputs[0]);
         crate::with_element!(dtype, T => {
-            for (o, &v) in k.outputs[0].slice_mut::<T>().iter_mut().zip(&acc) {
-                *o = T::from_f64(v);
+            let dw = outs.slice_mut::<T>();
+            dw.fill(T::zero());
+            if gdt == dtype && matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+                // float32 sums, as MXNet's kernel does
+                let g = inp.slice::<T>();
+                for (i, &r) in idx.iter().enumerate() {
+                    let dst = &mut dw[r * width..(r + 1) * width];
+                    for (a, v) in dst.iter_mut().zip(&g[i * width..(i + 1) * width]) {
+                        *a = T::from_f32(a.to_f32() + v.to_f32());
+                    }
+                }
+            } else {
+                crate::with_element!(gdt, G => {
+                    let g = inp.slice::<G>();
+                    for (i, &r) in idx.iter().enumerate() {
+                        let dst = &mut dw[r * width..(r + 1) * width];
+                        for (a, v) in dst.iter_mut().zip(&g[i * width..(i + 1) * width]) {
+                            *a = T::from_f64(a.to_f64() + v.to_f64());
+                        }
+                    }
+                });
             }
         });
         Ok(())
