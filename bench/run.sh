@@ -210,6 +210,11 @@ for round in $(seq 1 "$rounds"); do
         MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" MXBENCH_IO_DIR="$out/io" \
           timeout "${MXBENCH_TIMEOUT:-600}" "$venv_python" bench/python_io.py >> "$raw" 2>> "$raw.stderr" || prc=$?
         [ "$prc" -eq 0 ] || { log "${names[$i]} nt=$nt: bench/python_io.py exit $prc"; status=1; }
+        # Embedding and LayerNorm forward + backward (bench/python_nnops.py)
+        prc=0
+        MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" timeout "${MXBENCH_TIMEOUT:-600}" \
+          "$venv_python" bench/python_nnops.py >> "$raw" 2>> "$raw.stderr" || prc=$?
+        [ "$prc" -eq 0 ] || { log "${names[$i]} nt=$nt: bench/python_nnops.py exit $prc"; status=1; }
       fi
       collect "${names[$i]}" "$nt" "$round" "$raw"
     done

@@ -13,6 +13,8 @@ BEYOND_MXNET = {
     # MXNet's _square_sum takes row_sparse arrays only
     "square_sum": "Operator not implemented: operator = _square_sum",
     "sort": "Invalid Parameter format for axis expect int or None but value=''",
+    # MXNet has no backward for SparseEmbedding's weight as a dense array
+    "sparse_embedding": "Operator not implemented: operator = _backward_SparseEmbedding",
 }
 
 
@@ -20,6 +22,8 @@ BEYOND_MXNET = {
 # only (case name: why).
 DIFFERS_FROM_MXNET = {
     "leaky_selu": "MXNet's selu backward gives λ(α + y) below zero; the derivative is y + λα",
+    "softmax_activation_instance_3d": "MXNet's backward of instance mode normalises along axis 1, "
+                                      "its forward along the last axis",
 }
 
 
