@@ -14,6 +14,7 @@
 //! A graph is a DAG: composition refuses to close a cycle and the JSON reader only lets a node
 //! read nodes listed before it, so every walk terminates.
 
+pub mod exec;
 pub mod infer;
 pub mod json;
 #[cfg(test)]
