@@ -19,7 +19,7 @@ use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ndarray::NDArray;
-use crate::operator::def::OpDef;
+use crate::operator::def::{Gradient, OpDef};
 use crate::operator::imperative::{self, Invoke};
 use crate::operator::mode::ModeGuard;
 use std::collections::HashMap;
@@ -857,8 +857,10 @@ impl Executor {
         }
         if head_grads.is_empty() {
             for e in &self.runner.symbol.outputs {
-                let is_loss = e.node.op().is_some_and(|d| LOSS_OPS.contains(&d.name));
-                if !is_loss {
+                let no_head = e.node.op().is_some_and(|d| {
+                    LOSS_OPS.contains(&d.name) || matches!(d.grad, Gradient::Zero)
+                });
+                if !no_head {
                     return Err(Error::invalid(
                         "Because the last operator is not Loss function, head_gradient is \
                          required when calling backward. If you are attempting to minimize the \
