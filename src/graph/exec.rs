@@ -608,7 +608,19 @@ impl Executor {
             shapes.push((n.clone(), a.shape().to_vec()));
             dtypes.push((n.clone(), a.dtype()));
         }
-        let inferred = infer_shapes(symbol, &Known::Named(shapes))?;
+        let inferred = match infer_shapes(symbol, &Known::Named(shapes.clone())) {
+            Ok(i) => i,
+            Err(e) => {
+                // name the first array whose shape the ones before it contradict
+                for k in 1..=shapes.len() {
+                    if infer_shapes(symbol, &Known::Named(shapes[..k].to_vec())).is_err() {
+                        let (n, s) = &shapes[k - 1];
+                        return Err(e.context(format!("the array bound to {n} (shape {s:?})")));
+                    }
+                }
+                return Err(e);
+            }
+        };
         for (what, names, arrays, got) in [
             ("argument", &arg_names, &args, &inferred.args),
             ("auxiliary state", &aux_names, &aux, &inferred.aux),
