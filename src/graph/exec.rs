@@ -305,6 +305,17 @@ pub fn copy_into(src: &NDArray, dst: &NDArray) -> Result<()> {
     Ok(())
 }
 
+/// A view of `old`'s memory with `shape` when it holds enough elements of the dtype (MXNet's
+/// reshaped executors share memory with the original), a new zero-filled array otherwise.
+fn view_or_new(old: &NDArray, shape: &[i64], dtype: DType, ctx: Context) -> Result<NDArray> {
+    let n: i64 = shape.iter().product();
+    if old.dtype() == dtype && n >= 0 && n as usize <= old.size() {
+        old.reshape(shape)
+    } else {
+        zeros(shape, dtype, ctx)
+    }
+}
+
 /// A new zero-filled array.
 pub fn zeros(shape: &[i64], dtype: DType, ctx: Context) -> Result<NDArray> {
     let a = NDArray::new(shape, ctx, dtype, false)?;
@@ -637,7 +648,17 @@ impl Executor {
             }
         }
         infer_types(symbol, &Known::Named(dtypes))?;
-        Self::assemble(symbol, ctx, arg_names, aux_names, args, grads, reqs, aux)
+        Self::assemble(
+            symbol,
+            ctx,
+            arg_names,
+            aux_names,
+            args,
+            grads,
+            reqs,
+            aux,
+            &[],
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -650,6 +671,7 @@ impl Executor {
         grads: Vec<Option<NDArray>>,
         reqs: Vec<GradReq>,
         aux: Vec<NDArray>,
+        share: &[NDArray],
     ) -> Result<Executor> {
         let runner = GraphRunner::new(symbol)?;
         let (mut ai, mut xi) = (0, 0);
@@ -687,7 +709,11 @@ impl Executor {
                 .ok_or_else(|| {
                     Error::invalid(format!("cannot infer the shape of output {}", names[k]))
                 })?;
-            outputs.push(zeros(&sh, dt.unwrap_or(DType::F32), ctx)?);
+            let dt = dt.unwrap_or(DType::F32);
+            outputs.push(match share.get(k) {
+                Some(old) => view_or_new(old, &sh, dt, ctx)?,
+                None => zeros(&sh, dt, ctx)?,
+            });
         }
         Ok(Executor {
             runner,
@@ -768,7 +794,7 @@ impl Executor {
             }
         }
         Self::assemble(
-            symbol, ctx, arg_names, aux_names, args, grads, req_list, aux,
+            symbol, ctx, arg_names, aux_names, args, grads, req_list, aux, &[],
         )
     }
 
@@ -797,14 +823,16 @@ impl Executor {
             + grads
     }
 
-    /// Runs the graph; in training mode with gradients requested, records it for `backward`.
+    /// Runs the graph (`is_train`: training mode for its ops); with gradients bound, records it
+    /// for `backward`.
     pub fn forward(&mut self, is_train: bool) -> Result<()> {
-        let wants_grad = is_train
-            && self
-                .reqs
-                .iter()
-                .zip(&self.grads)
-                .any(|(r, g)| *r != GradReq::Null && g.is_some());
+        // recorded whenever gradients are bound: MXNet allows a backward after a forward with
+        // is_train=False too
+        let wants_grad = self
+            .reqs
+            .iter()
+            .zip(&self.grads)
+            .any(|(r, g)| *r != GradReq::Null && g.is_some());
         let inputs: Vec<NDArray> = self
             .input_map
             .iter()
@@ -856,9 +884,7 @@ impl Executor {
             {
                 return Ok(());
             }
-            return Err(Error::invalid(
-                "backward needs a forward with is_train=True before it",
-            ));
+            return Err(Error::invalid("backward needs a forward before it"));
         }
         if !head_grads.is_empty() && head_grads.len() != self.heads.len() {
             return Err(Error::invalid(format!(
@@ -952,9 +978,9 @@ impl Executor {
                      arrays."
                 )));
             }
-            args.push(zeros(&new, old.dtype(), self.ctx)?);
+            args.push(view_or_new(old, &new, old.dtype(), self.ctx)?);
             grads.push(match &self.grads[i] {
-                Some(_) => Some(zeros(&new, old.dtype(), self.ctx)?),
+                Some(g) => Some(view_or_new(g, &new, old.dtype(), self.ctx)?),
                 None => None,
             });
         }
@@ -969,7 +995,7 @@ impl Executor {
             if new.as_slice() == old.shape() {
                 aux.push(old.clone());
             } else {
-                aux.push(zeros(&new, old.dtype(), self.ctx)?);
+                aux.push(view_or_new(old, &new, old.dtype(), self.ctx)?);
             }
         }
         let mut e = Self::assemble(
@@ -981,6 +1007,7 @@ impl Executor {
             grads,
             self.reqs.clone(),
             aux,
+            &self.outputs,
         )?;
         e.monitor = self.monitor.clone();
         Ok(e)
