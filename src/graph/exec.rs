@@ -794,7 +794,15 @@ impl Executor {
             }
         }
         Self::assemble(
-            symbol, ctx, arg_names, aux_names, args, grads, req_list, aux, &[],
+            symbol,
+            ctx,
+            arg_names,
+            aux_names,
+            args,
+            grads,
+            req_list,
+            aux,
+            &[],
         )
     }
 
@@ -1017,4 +1025,84 @@ impl Executor {
 /// The name of a graph entry (`<node>_<output>`), re-exported for callers of this module.
 pub fn output_name(e: &Entry) -> String {
     entry_name(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn array(v: &[f32]) -> NDArray {
+        let a = NDArray::new(&[v.len() as i64], Context::cpu(0), DType::F32, false).unwrap();
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        a.sync_copy_from_bytes(&bytes).unwrap();
+        a
+    }
+
+    fn values(a: &NDArray) -> Vec<f32> {
+        let mut bytes = vec![0u8; a.nbytes()];
+        a.sync_copy_to_bytes(&mut bytes).unwrap();
+        bytes
+            .chunks(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    /// `exp(a) * b` built as the Python package builds it.
+    fn graph() -> Symbol {
+        let mut e = Symbol::atomic(Symbol::op_def("exp").unwrap(), &[]).unwrap();
+        e.compose("e", &[Symbol::variable("a")], &[]).unwrap();
+        let mut m = Symbol::atomic(Symbol::op_def("elemwise_mul").unwrap(), &[]).unwrap();
+        m.compose("m", &[e, Symbol::variable("b")], &[]).unwrap();
+        m
+    }
+
+    #[test]
+    fn runner_and_executor_match_a_serial_computation() {
+        let (av, bv) = ([0.5f32, -1.0, 2.0], [3.0f32, 0.25, -1.5]);
+        let op = CachedOp::new(
+            &graph(),
+            CachedOpFlags::parse(&[("static_alloc", "True")]).unwrap(),
+        )
+        .unwrap();
+        let out = op.invoke(&[array(&av), array(&bv)], None).unwrap();
+        let want: Vec<f32> = av.iter().zip(&bv).map(|(a, b)| a.exp() * b).collect();
+        for (g, w) in values(&out[0]).iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} vs {w}");
+        }
+        let Err(e) = op.invoke(&[array(&av)], None) else {
+            panic!("a call with one input of two ran")
+        };
+        assert!(e.message().contains("requires 2 inputs but got 1"), "{e}");
+
+        let (ga, gb) = (array(&[0.0; 3]), array(&[1.0; 3]));
+        let mut ex = Executor::bind(
+            &graph(),
+            Context::cpu(0),
+            vec![array(&av), array(&bv)],
+            vec![Some(ga.clone()), Some(gb.clone())],
+            vec![GradReq::Write, GradReq::Add],
+            Vec::new(),
+        )
+        .unwrap();
+        ex.forward(true).unwrap();
+        ex.backward(&[array(&[1.0; 3])], true).unwrap();
+        for i in 0..3 {
+            let da = av[i].exp() * bv[i];
+            let db = 1.0 + av[i].exp();
+            assert!((values(&ga)[i] - da).abs() < 1e-5 * da.abs().max(1.0));
+            assert!((values(&gb)[i] - db).abs() < 1e-5 * db.abs().max(1.0));
+        }
+        // no head gradient for an output that is not a loss
+        let e = ex.backward(&[], true).unwrap_err();
+        assert!(e.message().contains("head_gradient is required"), "{e}");
+    }
+
+    #[test]
+    fn flags_are_checked() {
+        assert!(CachedOpFlags::parse(&[("static_shape", "True")]).is_err());
+        assert!(CachedOpFlags::parse(&[("bogus", "1")]).is_err());
+        let f = CachedOpFlags::parse(&[("data_indices", "[0, 2]"), ("inline_limit", "3")]).unwrap();
+        assert_eq!(f.data_indices, vec![0, 2]);
+        assert_eq!(f.inline_limit, 3);
+    }
 }
