@@ -262,6 +262,21 @@ typedef struct MXCallbackList MXCallbackList;
 typedef void *NDArrayHandle;
 
 /**
+ * A Symbol (a graph's output list).
+ */
+typedef void *SymbolHandle;
+
+/**
+ * A CachedOp.
+ */
+typedef void *CachedOpHandle;
+
+/**
+ * Called per op output of a CachedOp run: `(node name, op name, new array handle)`.
+ */
+typedef void (*CachedOpMonitorCallback)(const char*, const char*, NDArrayHandle);
+
+/**
  * A custom operator's property creator (`MXCustomOpRegister`), as MXNet declares it.
  */
 typedef int (*CustomOpPropCreator)(const char*, int, const char**, const char**, MXCallbackList*);
@@ -310,6 +325,16 @@ typedef const void *ContextHandle;
  * Body of a sync op: `(RunContext *run_ctx, void *param)`.
  */
 typedef void (*EngineSyncFunc)(void*, void*);
+
+/**
+ * An executor.
+ */
+typedef void *ExecutorHandle;
+
+/**
+ * Called per op output of a monitored forward: `(name, new array handle, callback_handle)`.
+ */
+typedef void (*ExecutorMonitorCallback)(const char*, NDArrayHandle, void*);
 
 /**
  * MXNet's name for an op handle in the symbol and imperative functions.
@@ -406,11 +431,6 @@ typedef struct {
   uint64_t allocs;
   uint64_t frees;
 } MXStorageStats;
-
-/**
- * A Symbol (a graph's output list).
- */
-typedef void *SymbolHandle;
 
 /**
  * MXNet's `engine::CallbackOnComplete`, as C code sees it.
@@ -569,6 +589,70 @@ int MXCustomFunctionRecord(int num_inputs,
                            int num_outputs,
                            NDArrayHandle *outputs,
                            MXCallbackList *callbacks);
+
+/**
+ * Creates a CachedOp of `handle`'s symbol with default flags.
+ */
+int MXCreateCachedOp(SymbolHandle handle, CachedOpHandle *out);
+
+/**
+ * Creates a CachedOp with flags as strings (`static_alloc`, `static_shape`, `inline_limit`,
+ * `forward_bulk_size`, `backward_bulk_size`, `data_indices`, `param_indices`); an unknown key
+ * is -1 naming it. The graph's inputs are its variables in `list_inputs()` order.
+ */
+int MXCreateCachedOpEx(SymbolHandle handle,
+                       int num_flags,
+                       const char **keys,
+                       const char **vals,
+                       CachedOpHandle *out);
+
+/**
+ * [`MXCreateCachedOpEx`]; `thread_safe` is accepted (invokes of one CachedOp from several
+ * threads are safe in mxrt either way).
+ */
+int MXCreateCachedOpEX(SymbolHandle handle,
+                       int num_flags,
+                       const char **keys,
+                       const char **vals,
+                       CachedOpHandle *out,
+                       bool thread_safe);
+
+/**
+ * Frees a CachedOp handle (graphs recorded through it keep what they need); NULL is a no-op,
+ * as in MXNet (the Python package frees the handle of a CachedOp whose creation failed).
+ */
+int MXFreeCachedOp(CachedOpHandle handle);
+
+/**
+ * Runs the CachedOp on `inputs` (its input count, in `list_inputs()` order). With `*outputs`
+ * NULL the library allocates the outputs and sets `*outputs` (valid until this thread's next
+ * invoke) and `*num_outputs`; otherwise `*num_outputs` must be the output count and results
+ * are written into the given arrays. While the thread records, the graph's ops are recorded.
+ */
+int MXInvokeCachedOp(CachedOpHandle handle,
+                     int num_inputs,
+                     NDArrayHandle *inputs,
+                     int *num_outputs,
+                     NDArrayHandle **outputs);
+
+/**
+ * [`MXInvokeCachedOp`]; `*out_stypes` receives the outputs' storage types.
+ */
+int MXInvokeCachedOpEx(CachedOpHandle handle,
+                       int num_inputs,
+                       NDArrayHandle *inputs,
+                       int *num_outputs,
+                       NDArrayHandle **outputs,
+                       const int **out_stypes);
+
+/**
+ * Installs (or with a NULL callback removes) a monitor called with `(node name, op name, new
+ * array handle)` for every op output of later invokes, and for inputs with `monitor_all`. The
+ * handle argument is the CachedOpHandle (MXNet declares it as an NDArrayHandle).
+ */
+int MXCachedOpRegisterOpHook(NDArrayHandle handle,
+                             CachedOpMonitorCallback callback,
+                             bool monitor_all);
 
 /**
  * Registers a custom operator's property creator under `op_type` (MXNet 1.9.1;
@@ -828,6 +912,116 @@ int MXEnginePushSyncND(EngineSyncFunc sync_func,
                        EngineFnPropertyHandle prop_handle,
                        int priority,
                        const char *opr_name);
+
+/**
+ * Binds `symbol_handle` to `in_args` (in `list_arguments()` order, used directly, not
+ * copied), gradient arrays (NULL entries: no gradient) with request codes (0 null, 1 write,
+ * 3 add) and auxiliary states. The group-to-context map and `shared_exec` are accepted.
+ */
+int MXExecutorBindEX(SymbolHandle symbol_handle,
+                     int dev_type,
+                     int dev_id,
+                     uint32_t num_map_keys,
+                     const char **map_keys,
+                     const int *map_dev_types,
+                     const int *map_dev_ids,
+                     uint32_t len,
+                     NDArrayHandle *in_args,
+                     NDArrayHandle *arg_grad_store,
+                     uint32_t *grad_req_type,
+                     uint32_t aux_states_len,
+                     NDArrayHandle *aux_states,
+                     ExecutorHandle shared_exec,
+                     ExecutorHandle *out);
+
+/**
+ * [`MXExecutorBindEX`] without a shared executor.
+ */
+int MXExecutorBindX(SymbolHandle symbol_handle,
+                    int dev_type,
+                    int dev_id,
+                    uint32_t num_map_keys,
+                    const char **map_keys,
+                    const int *map_dev_types,
+                    const int *map_dev_ids,
+                    uint32_t len,
+                    NDArrayHandle *in_args,
+                    NDArrayHandle *arg_grad_store,
+                    uint32_t *grad_req_type,
+                    uint32_t aux_states_len,
+                    NDArrayHandle *aux_states,
+                    ExecutorHandle *out);
+
+/**
+ * [`MXExecutorBindEX`] without a group-to-context map or shared executor.
+ */
+int MXExecutorBind(SymbolHandle symbol_handle,
+                   int dev_type,
+                   int dev_id,
+                   uint32_t len,
+                   NDArrayHandle *in_args,
+                   NDArrayHandle *arg_grad_store,
+                   uint32_t *grad_req_type,
+                   uint32_t aux_states_len,
+                   NDArrayHandle *aux_states,
+                   ExecutorHandle *out);
+
+/**
+ * Frees an executor (the arrays it handed out stay valid); NULL is a no-op, as in MXNet.
+ */
+int MXExecutorFree(ExecutorHandle handle);
+
+/**
+ * Runs the graph on the bound arrays; `is_train` sets training mode for its ops and records
+ * the run for a following backward.
+ */
+int MXExecutorForward(ExecutorHandle handle, int is_train);
+
+/**
+ * Computes the gradients of the last training forward into the bound gradient arrays, with
+ * `head_grads` one per output (none: only when every output is a loss layer's).
+ */
+int MXExecutorBackwardEx(ExecutorHandle handle,
+                         uint32_t len,
+                         NDArrayHandle *head_grads,
+                         int is_train);
+
+/**
+ * [`MXExecutorBackwardEx`] in training mode.
+ */
+int MXExecutorBackward(ExecutorHandle handle, uint32_t len, NDArrayHandle *head_grads);
+
+/**
+ * New handles to the executor's output arrays (the next forward overwrites them in place).
+ */
+int MXExecutorOutputs(ExecutorHandle handle, uint32_t *out_size, NDArrayHandle **out);
+
+/**
+ * The symbol's debug string followed by the memory the executor holds, in MXNet's layout
+ * (Module parses the third line from the end).
+ */
+int MXExecutorPrint(ExecutorHandle handle, const char **out_str);
+
+/**
+ * Calls `callback(name, new array handle, callback_handle)` for every op output of later
+ * forwards (`<node>_<output>`); a NULL callback removes it.
+ */
+int MXExecutorSetMonitorCallback(ExecutorHandle handle,
+                                 ExecutorMonitorCallback callback,
+                                 void *callback_handle);
+
+/**
+ * [`MXExecutorSetMonitorCallback`]; with `monitor_all` also every op's inputs.
+ */
+int MXExecutorSetMonitorCallbackEX(ExecutorHandle handle,
+                                   ExecutorMonitorCallback callback,
+                                   void *callback_handle,
+                                   bool monitor_all);
+
+/**
+ * A copy of the executor's graph (mxrt runs the graph as bound, unchanged).
+ */
+int MXExecutorGetOptimizedSymbol(ExecutorHandle handle, SymbolHandle *out);
 
 /**
  * Returns the message of the last failed call on this thread (an empty string if none failed).

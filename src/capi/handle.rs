@@ -42,6 +42,8 @@ pub(crate) enum HandleKind {
     RecordIOWriter,
     RecordIOReader,
     DataIter,
+    CachedOp,
+    Executor,
 }
 
 impl HandleKind {
@@ -56,6 +58,8 @@ impl HandleKind {
             HandleKind::RecordIOWriter => "RecordIO writer",
             HandleKind::RecordIOReader => "RecordIO reader",
             HandleKind::DataIter => "data iterator",
+            HandleKind::CachedOp => "CachedOp",
+            HandleKind::Executor => "Executor",
         }
     }
 }

@@ -11,6 +11,7 @@
 
 pub(crate) mod args;
 pub mod autograd;
+pub mod cached_op;
 pub mod completion;
 pub mod constants;
 pub mod custom_op;
@@ -18,6 +19,7 @@ pub mod data_iter;
 pub mod dlpack;
 pub mod engine;
 pub mod engine_push;
+pub mod executor;
 pub mod error;
 pub mod global;
 pub(crate) mod handle;

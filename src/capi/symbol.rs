@@ -29,11 +29,11 @@ impl Handle for CSymbol {
     const KIND: HandleKind = HandleKind::Symbol;
 }
 
-fn sym(h: SymbolHandle, arg: &str) -> Result<Symbol> {
+pub(crate) fn sym(h: SymbolHandle, arg: &str) -> Result<Symbol> {
     Ok(handle::borrow::<CSymbol>(h, arg)?.0.lock().clone())
 }
 
-fn new_handle(s: Symbol) -> SymbolHandle {
+pub(crate) fn new_handle(s: Symbol) -> SymbolHandle {
     handle::into_handle(Arc::new(CSymbol(Mutex::new(s))))
 }
 

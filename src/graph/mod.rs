@@ -14,6 +14,7 @@
 //! A graph is a DAG: composition refuses to close a cycle and the JSON reader only lets a node
 //! read nodes listed before it, so every walk terminates.
 
+pub mod exec;
 pub mod infer;
 pub mod json;
 #[cfg(test)]
@@ -404,7 +405,9 @@ impl Symbol {
             .first()
             .map(|e| e.node.clone())
             .ok_or_else(|| Error::invalid("cannot compose an empty symbol"))?;
-        if head.is_variable() {
+        // a group may list variables among its outputs (`get_internals()`): those are
+        // replaced like the graph's other variables
+        if head.is_variable() && self.outputs.len() == 1 {
             return Err(Error::invalid("Variable cannot be composed"));
         }
         for (i, a) in args.iter().enumerate() {
@@ -595,6 +598,11 @@ impl Symbol {
             if changed {
                 let sig = n.signature()?;
                 update_versions(n, &sig)?;
+            }
+        }
+        for e in &mut self.outputs {
+            if let Some(r) = replace.get(&Arc::as_ptr(&e.node)) {
+                *e = r.clone();
             }
         }
         Ok(())

@@ -1,0 +1,94 @@
+"""Symbolic execution through MXNet's Python package on the library MXNET_LIBRARY_PATH names
+(the wheel's libmxnet.so when unset):
+
+- a hybridized MLP training step (784-512-512-10, relu, batch 128, SoftmaxCrossEntropyLoss,
+  autograd.record/backward, Trainer(sgd)) with static_alloc and static_shape;
+- calls of a CachedOp of a 20-op graph of small ops (a chain of elementwise ops on 16 floats).
+
+Each figure is the median of MXBENCH_REPEATS timed runs; the step checks that the loss falls,
+the CachedOp that its result equals the same ops run one by one.
+
+Prints mxbench's result lines: name, value, unit, check, note (tab-separated).
+"""
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import mxnet as mx
+from mxnet import autograd as ag, gluon, nd, sym
+
+repeats = int(os.environ.get("MXBENCH_REPEATS", "3"))
+status = 0
+
+# hybridized MLP training step
+net = gluon.nn.HybridSequential()
+net.add(gluon.nn.Dense(512, in_units=784, activation="relu"),
+        gluon.nn.Dense(512, in_units=512, activation="relu"),
+        gluon.nn.Dense(10, in_units=512))
+net.initialize(mx.init.Xavier())
+net.hybridize(static_alloc=True, static_shape=True)
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05})
+loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+rng = np.random.RandomState(0)
+x = nd.array(rng.normal(size=(128, 784)))
+y = nd.array(rng.randint(0, 10, size=128))
+
+
+def step():
+    with ag.record():
+        loss = loss_fn(net(x), y)
+    loss.backward()
+    trainer.step(128)
+    return loss
+
+
+first = float(step().mean().asscalar())
+for _ in range(5):
+    step()
+nd.waitall()
+n = 30
+rates = []
+for _ in range(repeats):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    nd.waitall()
+    rates.append(n / (time.perf_counter() - t0))
+last = float(step().mean().asscalar())
+check = "ok" if np.isfinite(last) and last < first else f"FAIL: loss {first} -> {last}"
+if check != "ok":
+    status = 1
+print(f"python.hybrid_mlp_step\t{statistics.median(rates):.4g}\tsteps/s\t{check}\t"
+      "784-512-512-10, batch 128, static_alloc")
+
+# a CachedOp of 20 small ops
+a = sym.var("a")
+h = a
+ops = ["exp", "tanh", "sigmoid", "negative", "abs"]
+for i in range(20):
+    h = getattr(sym, ops[i % len(ops)])(h)
+op = nd.CachedOp(h)
+v = nd.array(rng.uniform(-1, 1, 16))
+want = v
+for i in range(20):
+    want = getattr(nd, ops[i % len(ops)])(want)
+got = op(v)
+ccheck = "ok" if np.allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5) else "FAIL: result differs"
+if ccheck != "ok":
+    status = 1
+for _ in range(100):
+    op(v)
+nd.waitall()
+n = 2000
+rates = []
+for _ in range(repeats):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        op(v)
+    nd.waitall()
+    rates.append(n / (time.perf_counter() - t0))
+print(f"python.cachedop_20_small_ops\t{statistics.median(rates):.4g}\tcalls/s\t{ccheck}\t"
+      "20 elementwise ops on 16 floats")
+sys.exit(status)
