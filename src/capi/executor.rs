@@ -324,26 +324,28 @@ unsafe fn shapes<D: Copy + Into<i64>>(
     Ok(out)
 }
 
-/// Hands the executor's arrays back to C.
+/// Hands a new executor to C: its arrays through the out-parameters, then its handle in `out`.
 ///
 /// # Safety
-/// The out-parameters are valid for writes.
-unsafe fn return_arrays(
-    e: &Executor,
+/// The out-parameters are NULL or valid for writes.
+unsafe fn return_executor(
+    e: Executor,
     num_in_args: *mut u32,
     in_args: *mut *mut NDArrayHandle,
     arg_grads: *mut *mut NDArrayHandle,
     num_aux_states: *mut u32,
     aux_states: *mut *mut NDArrayHandle,
+    out: *mut ExecutorHandle,
 ) -> Result<()> {
     // SAFETY: per the contract.
-    let (num_in, ins, grads, num_aux, aux) = unsafe {
+    let (num_in, ins, grads, num_aux, aux, out) = unsafe {
         (
             args::out(num_in_args, "num_in_args")?,
             args::out(in_args, "in_args")?,
             args::out(arg_grads, "arg_grads")?,
             args::out(num_aux_states, "num_aux_states")?,
             args::out(aux_states, "aux_states")?,
+            args::out(out, "out")?,
         )
     };
     with_returned(|r| {
@@ -360,6 +362,7 @@ unsafe fn return_arrays(
         *num_aux = r.aux.len() as u32;
         *aux = r.aux.as_mut_ptr();
     });
+    *out = handle::into_handle(Arc::new(CExecutor(Mutex::new(e))));
     Ok(())
 }
 
@@ -564,19 +567,8 @@ unsafe fn simple_bind<D: Copy + Into<i64>>(
     }
     // SAFETY: API contract: out-parameters.
     unsafe {
-        return_arrays(
-            &e,
-            num_in_args,
-            in_args,
-            arg_grads,
-            num_aux_states,
-            aux_states,
-        )?
-    };
-    // SAFETY: API contract: out-parameter.
-    let out = unsafe { args::out(out, "out")? };
-    *out = handle::into_handle(Arc::new(CExecutor(Mutex::new(e))));
-    Ok(())
+        return_executor(e, num_in_args, in_args, arg_grads, num_aux_states, aux_states, out)
+    }
 }
 
 macro_rules! simple_bind_fn {
@@ -895,19 +887,8 @@ unsafe fn reshape<D: Copy + Into<i64>>(
         .reshape(shapes, partial_shaping != 0, allow_up_sizing != 0)?;
     // SAFETY: API contract: out-parameters.
     unsafe {
-        return_arrays(
-            &e,
-            num_in_args,
-            in_args,
-            arg_grads,
-            num_aux_states,
-            aux_states,
-        )?
-    };
-    // SAFETY: API contract: out-parameter.
-    let out = unsafe { args::out(out, "out")? };
-    *out = handle::into_handle(Arc::new(CExecutor(Mutex::new(e))));
-    Ok(())
+        return_executor(e, num_in_args, in_args, arg_grads, num_aux_states, aux_states, out)
+    }
 }
 
 macro_rules! reshape_fn {

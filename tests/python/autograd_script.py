@@ -101,6 +101,20 @@ def gradients_written_into_buffers_the_graph_reads():
 
 
 @scenario
+def nan_in_relu_gradients():
+    # relu's gradient is NaN where its input is; Activation's (MXNet's oneDNN kernel) is 0
+    out = []
+    for f in (nd.relu, lambda x: nd.Activation(x, act_type="relu")):
+        x = nd.array([[np.nan, 1.0], [-1.0, 2.0]])
+        x.attach_grad()
+        with ag.record():
+            y = f(x)
+        y.backward()
+        out.append([[None if np.isnan(g) else float(g) for g in row] for row in x.grad.asnumpy()])
+    return out
+
+
+@scenario
 def multiple_heads_and_retain_graph():
     x = nd.array([0.5, -1.0])
     x.attach_grad()

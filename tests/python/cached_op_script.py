@@ -177,6 +177,32 @@ def batchnorm_dropout_modes():
             "train_finite": mask_ok, "after": arr(net(x))}
 
 
+def small_cnn(prefix):
+    net = nn.HybridSequential(prefix=prefix)
+    with net.name_scope():
+        net.add(nn.Conv2D(6, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
+                nn.MaxPool2D(2), nn.Conv2D(8, 3, strides=2), nn.GlobalAvgPool2D(),
+                nn.Flatten(), nn.Dense(4))
+    return net
+
+
+@scenario
+def hybrid_cnn_train_and_export():
+    # convolution, BatchNorm (moving statistics as aux states) and pooling in a static graph,
+    # trained, then exported and imported
+    r = rng(5)
+    x = nd.array(r.uniform(-1, 1, (4, 3, 12, 12)))
+    y = nd.array(r.randint(0, 4, 4))
+    net = small_cnn("cnn_")
+    result = train(net, x, y, steps=3, static_alloc=True)
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "cnn")
+    net.export(path)
+    blk = gluon.SymbolBlock.imports(path + "-symbol.json", ["data"], path + "-0000.params")
+    result["imported"] = arr(blk(x))
+    return result
+
+
 @scenario
 def export_and_import():
     x, _ = data()

@@ -38,6 +38,8 @@ case("arange")(lambda: nd.arange(1, 10, 2.5))
 case("arange_repeat")(lambda: nd.arange(0, 3, repeat=2, dtype="int64"))
 case("eye")(lambda: nd.eye(3, 4, k=1))
 case("linspace")(lambda: nd.linspace(0, 1, 5, endpoint=False))
+case("linspace_endpoints")(lambda: nd.concat(nd.linspace(3.5, 50.25, 7), nd.linspace(3.5, 50.25, 1),
+                                               nd.linspace(2, 9, 4, dtype="int32").astype("float32"), dim=0))
 case("zeros_like")(lambda: nd.zeros_like(A()))
 case("ones_like")(lambda: nd.ones_like(A()))
 case("empty_shape")(lambda: nd.empty((2, 0)).shape)

@@ -139,7 +139,8 @@ fn linspace(call: &Call<'_>) -> Result<Plan> {
         let out = &mut k.outputs[0];
         crate::with_element!(dtype, T => {
             for (i, o) in out.slice_mut::<T>().iter_mut().enumerate() {
-                let v = if endpoint && i as i64 == num - 1 { stop } else { start + i as f64 * step };
+                // the last point is `stop` exactly (a single point is `start`, as in MXNet)
+                let v = if endpoint && num > 1 && i as i64 == num - 1 { stop } else { start + i as f64 * step };
                 *o = T::from_f64(v);
             }
         });

@@ -322,7 +322,7 @@ unary_ops! {
     Arctanh "arctanh" 8 zp |x| x.atanh(); grad (|x| R::ONE / (R::ONE - x * x), |x| c::<R>(2.0) * x / ((R::ONE - x * x) * (R::ONE - x * x)));
     Degrees "degrees" 1 zp |x| x.to_degrees(); grad (|x| x * R::ZERO + c(180.0 / PI), |x| x * R::ZERO);
     Radians "radians" 1 zp |x| x.to_radians(); grad (|x| x * R::ZERO + c(PI / 180.0), |x| x * R::ZERO);
-    Relu "relu" 1 zp |x| if x > R::ZERO { x } else if x.is_nan() { x } else { R::ZERO }; grad (|x| if x > R::ZERO { R::ONE } else { R::ZERO }, |x| x * R::ZERO);
+    Relu "relu" 1 zp |x| if x > R::ZERO { x } else if x.is_nan() { x } else { R::ZERO }; grad (|x| if x > R::ZERO { R::ONE } else if x.is_nan() { x } else { R::ZERO }, |x| x * R::ZERO);
     Sigmoid "sigmoid" 8 |x| R::ONE / (R::ONE + (-x).exp()); grad (out: |y| y * (R::ONE - y), |y| R::ONE - y - y);
     Softsign "softsign" 2 |x| x / (R::ONE + x.abs()); grad (|x| R::ONE / ((R::ONE + x.abs()) * (R::ONE + x.abs())), |x| c::<R>(-2.0) * sign(x) / ((R::ONE + x.abs()) * (R::ONE + x.abs()) * (R::ONE + x.abs())));
     Erf "erf" 8 |x| x.erf(); grad (|x| c::<R>(2.0 / PI.sqrt()) * (-x * x).exp(), |x| c::<R>(-4.0 / PI.sqrt()) * x * (-x * x).exp());
