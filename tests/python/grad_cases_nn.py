@@ -272,6 +272,8 @@ grad("convolution_3d_depthwise", ["Convolution"], [rand(1, 3, 4, 3, 5, seed=25),
     lambda x, w: nd.Convolution(x, w, kernel=(2, 2, 3), pad=(1, 0, 1), num_filter=3, num_group=3, no_bias=True))
 grad("convolution_f64", ["Convolution"], [CX, rand(2, 4, 1, 1, seed=27), rand(2, seed=28)], dtypes=("float64",))(
     lambda x, w, b: nd.Convolution(x, w, b, kernel=(1, 1), stride=(2, 2), num_filter=2))
+grad("convolution_v1_2d", ["Convolution_v1"], [CX, rand(3, 4, 2, 2, seed=32), rand(3, seed=33)])(
+    lambda x, w, b: nd.Convolution_v1(x, w, b, kernel=(2, 2), stride=(1, 2), pad=(1, 0), num_filter=3))
 grad("deconvolution_2d", ["Deconvolution"], [rand(2, 4, 3, 4, seed=29), rand(4, 3, 3, 2, seed=30), rand(6, seed=31)])(
     lambda x, w, b: nd.Deconvolution(x, w, b, kernel=(3, 2), stride=(2, 2), pad=(1, 0), adj=(1, 1),
                                      num_filter=6, num_group=2, no_bias=False))
