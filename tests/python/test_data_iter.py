@@ -8,6 +8,8 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
+
 from conftest import HERE, libmxrt, run_script
 
 
@@ -21,23 +23,31 @@ def names():
 
 @functools.lru_cache(maxsize=None)
 def results(library):
-    """Every scenario's outcome on `library`. libmxnet.so crashes now and then in its
-    LibSVMIter (a race in its threads); scenarios lost that way are run again on their own, up to
-    3 times. mxrt must run them all in one process."""
+    """Every scenario's outcome on `library`, all in one process. libmxnet.so crashes now and then
+    in its iterators' threads (LibSVMIter, CSVIter); there, each scenario lost that way runs again
+    in a process of its own, up to 5 times, and one that still crashes it is marked
+    `mxnet_crashed` (its test is skipped: there is nothing to compare with). mxrt must run them
+    all in one process."""
     d = tempfile.mkdtemp(prefix="mxrt-data-iter-")
-    out, tries = {}, 0
-    while True:
-        missing = [n for n in names() if n not in out]
-        if not missing:
-            return out
-        tries += 1
-        proc = run_script("data_iter_script.py", library,
-                          args=(d, *(missing if out else ())))
+    out = {}
+
+    def run(only=()):
+        proc = run_script("data_iter_script.py", library, args=(d, *only))
         for line in proc.stdout.splitlines():
             out.update(json.loads(line))
-        if proc.returncode != 0:
-            assert library == "mxnet" and tries < 4, \
-                f"data_iter_script.py failed on {library}:\n{proc.stderr[-4000:]}"
+        return proc
+
+    proc = run()
+    if proc.returncode == 0:
+        return out
+    assert library == "mxnet", f"data_iter_script.py failed on {library}:\n{proc.stderr[-4000:]}"
+    for name in [n for n in names() if n not in out]:
+        for _ in range(5):
+            if run((name,)).returncode == 0 and name in out:
+                break
+        else:
+            out[name] = {"mxnet_crashed": proc.stderr[-500:]}
+    return out
 
 
 def pytest_generate_tests(metafunc):
@@ -48,6 +58,9 @@ def pytest_generate_tests(metafunc):
 def test_scenario_matches_mxnet(scenario):
     real = results("mxnet")[scenario]
     ours = results(str(libmxrt()))[scenario]
+    if "mxnet_crashed" in real:
+        assert "ok" in ours or "error" in ours, ours
+        pytest.skip(f"libmxnet.so crashed in {scenario} five times: {real['mxnet_crashed']}")
     if "error" in real:
         assert "error" in ours, f"MXNet fails ({real['error']}), mxrt gives {ours}"
         return
@@ -63,6 +76,8 @@ def test_scenario_matches_mxnet(scenario):
 
 
 def test_bad_input_is_refused_with_a_message():
+    if "mxnet_crashed" in results("mxnet")["errors"]:
+        pytest.skip("libmxnet.so crashed in the bad-input scenario five times")
     real = results("mxnet")["errors"]["ok"]
     ours = results(str(libmxrt()))["errors"]["ok"]
     for case, r in ours.items():
