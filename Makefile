@@ -4,6 +4,8 @@
 #                 (-Werror), install + pkg-config check, the layering check
 #   make check-layers  arrows between src/ modules against docs/architecture.md's allowed list
 #   make install PREFIX=/usr/local DESTDIR=   library with SONAME links, header, mxrt.pc
+#   make wheel    a pip-installable wheel (build/wheel/dist/mxrt-*.whl; docs/wheel.md)
+#   make test-wheel  builds the wheel, installs it into a fresh venv and checks it from there
 #   make bench    compare with MXNet 1.9.1's libmxnet.so (installs the wheel into .venv-mxnet; the
 #                 distributed KVStore against its ps-lite store and a bare MPI allreduce) and,
 #                 on the engine workloads, with OpenMP tasks (libgomp, libomp) and StarPU
@@ -40,7 +42,7 @@ WITH_DIST := $(findstring dist,$(FEATURES))
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: check-layers mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: wheel test-wheel check-layers mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -174,11 +176,18 @@ ptx:
 check-ptx:
 	@bash scripts/ptx.sh check
 
-test: check-layers rust-test python-test dist-test gpu-test loom check-header check-ptx run-examples $(BUILD)/engine_floor test-install check-abi sanitize
+test: check-layers rust-test python-test dist-test gpu-test loom check-header check-ptx run-examples $(BUILD)/engine_floor test-install test-wheel check-abi sanitize
 	@echo "make test: all passed"
 
 test-install: lib
 	@sh scripts/test-install.sh
+
+# the wheel holds the MPI build `lib` makes and a build without MPI (target/nompi)
+wheel: lib
+	@$(if $(WITH_DIST),bash scripts/build-wheel.sh,echo "make wheel needs FEATURES=dist (the wheel holds the MPI build)"; exit 1)
+
+test-wheel: lib
+	@$(if $(WITH_DIST),bash tests/wheel/run.sh,echo "test-wheel: skipped (FEATURES has no dist)")
 
 install: lib
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(BINDIR)

@@ -246,9 +246,11 @@ pub fn create(type_name: &str) -> Result<Box<dyn KeyValueStore>> {
              it with mxrt::dist::create (which registers the distributed kinds here)"
         ))),
         None => Err(Error::not_supported(format!(
-            "kvstore type '{type_name}' is a distributed store, which this build of mxrt does \
-             not have: rebuild with the cargo feature `dist` (cargo build --release --features \
-             dist; needs an MPI library such as OpenMPI)"
+            "kvstore type '{type_name}' is a distributed store and needs MPI, which this build \
+             of libmxrt does not have. Install Open MPI (Debian/Ubuntu: apt-get install \
+             openmpi-bin; it provides libmpi.so.40): the mxrt Python package then loads its MPI \
+             build by itself (mxrt.activate, python -m mxrt, mxrt-launch). From source, build \
+             with the cargo feature `dist` (make lib, or cargo build --release --features dist)"
         ))),
     }
 }
