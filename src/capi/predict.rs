@@ -123,7 +123,7 @@ unsafe fn spec<'a>(
     dev_type: c_int,
     dev_id: c_int,
     num_input_nodes: u32,
-    input_keys: *const *const c_char,
+    input_keys: *mut *const c_char,
     input_shape_indptr: *const u32,
     input_shape_data: *const u32,
 ) -> Result<PredictorSpec<'a>> {
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn MXPredCreate(
     dev_type: c_int,
     dev_id: c_int,
     num_input_nodes: u32,
-    input_keys: *const *const c_char,
+    input_keys: *mut *const c_char,
     input_shape_indptr: *const u32,
     input_shape_data: *const u32,
     out: *mut PredictorHandle,
@@ -207,11 +207,11 @@ pub unsafe extern "C" fn MXPredCreateEx(
     dev_type: c_int,
     dev_id: c_int,
     num_input_nodes: u32,
-    input_keys: *const *const c_char,
+    input_keys: *mut *const c_char,
     input_shape_indptr: *const u32,
     input_shape_data: *const u32,
     num_provided_arg_dtypes: u32,
-    provided_arg_dtype_names: *const *const c_char,
+    provided_arg_dtype_names: *mut *const c_char,
     provided_arg_dtypes: *const c_int,
     out: *mut PredictorHandle,
 ) -> c_int {
@@ -258,11 +258,11 @@ pub unsafe extern "C" fn MXPredCreatePartialOut(
     dev_type: c_int,
     dev_id: c_int,
     num_input_nodes: u32,
-    input_keys: *const *const c_char,
+    input_keys: *mut *const c_char,
     input_shape_indptr: *const u32,
     input_shape_data: *const u32,
     num_output_nodes: u32,
-    output_keys: *const *const c_char,
+    output_keys: *mut *const c_char,
     out: *mut PredictorHandle,
 ) -> c_int {
     api_call("MXPredCreatePartialOut", || {
@@ -307,7 +307,7 @@ pub unsafe extern "C" fn MXPredCreateMultiThread(
     dev_type: c_int,
     dev_id: c_int,
     num_input_nodes: u32,
-    input_keys: *const *const c_char,
+    input_keys: *mut *const c_char,
     input_shape_indptr: *const u32,
     input_shape_data: *const u32,
     num_threads: c_int,
@@ -347,7 +347,7 @@ pub unsafe extern "C" fn MXPredCreateMultiThread(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXPredReshape(
     num_input_nodes: u32,
-    input_keys: *const *const c_char,
+    input_keys: *mut *const c_char,
     input_shape_indptr: *const u32,
     input_shape_data: *const u32,
     handle: PredictorHandle,

@@ -345,7 +345,7 @@ pub fn copy_into(src: &NDArray, dst: &NDArray) -> Result<()> {
 
 /// A view of `old`'s memory with `shape` when it holds enough elements of the dtype (MXNet's
 /// reshaped executors share memory with the original), a new zero-filled array otherwise.
-fn view_or_new(old: &NDArray, shape: &[i64], dtype: DType, ctx: Context) -> Result<NDArray> {
+pub fn view_or_new(old: &NDArray, shape: &[i64], dtype: DType, ctx: Context) -> Result<NDArray> {
     let n: i64 = shape.iter().product();
     if old.dtype() == dtype && n >= 0 && n as usize <= old.size() {
         old.reshape(shape)

@@ -8,7 +8,7 @@
 //! Predictors made by [`Predictor::reshape`] or [`Predictor::create_many`] share the parameter
 //! and auxiliary arrays and have input and output arrays of their own.
 
-use super::exec::{Executor, Monitor, copy_into, zeros};
+use super::exec::{Executor, Monitor, copy_into, view_or_new, zeros};
 use super::infer::{Known, infer_shapes, infer_types};
 use super::json::from_json;
 use super::{InputKind, Symbol};
@@ -279,10 +279,11 @@ impl Predictor {
             let old = &self.exec.args[i];
             let new = s.args[i].clone().unwrap_or_default();
             let given = input_shapes.iter().any(|(k, _)| k == n);
-            if new.as_slice() == old.shape() && !self.input_keys.contains(n) {
+            if new.as_slice() == old.shape() && !given {
                 args.push(old.clone());
-            } else if given || (self.input_keys.contains(n) && new.as_slice() == old.shape()) {
-                args.push(zeros(&new, old.dtype(), self.exec.ctx)?);
+            } else if given {
+                // as in MXNet, the new input shares the old one's memory when it fits
+                args.push(view_or_new(old, &new, old.dtype(), self.exec.ctx)?);
             } else {
                 return Err(Error::invalid(format!(
                     "arg {n} shape has been changed ({:?} to {new:?}), only allow to change the \
