@@ -32,6 +32,11 @@ NETS = {
     "mobilenetv2_0.25": 64,
     "squeezenet1.1": 224,
     "densenet121": 224,
+    # further networks for manual runs (large parameter files or slow on small machines)
+    "vgg11_bn": 32,
+    "alexnet": 224,
+    "inceptionv3": 299,
+    "resnet50_v2": 64,
 }
 
 
