@@ -426,7 +426,43 @@ def mxrt_only():
     res["null_forward"] = err(_LIB.MXPredForward(None))
     res["null_free"] = err(_LIB.MXPredFree(None))
     res["ndlist_freed"] = err(_LIB.MXNDListFree(h))
+    res["threads_agree"] = threads_agree()
     return res
+
+
+def threads_agree():
+    """MXPredCreateMultiThread's handles forward on their own threads at once (MXNet needs the
+    NaiveEngine for this; mxrt runs them with any engine) with each thread's own results."""
+    import threading
+    js, blob = model()
+    n, keys, indptr, data = shape_args({"data": (2, 3, 8, 8)})
+    hs = (ctypes.c_void_p * 4)()
+    check(_LIB.MXPredCreateMultiThread(js.encode(), blob, len(blob), 1, 0, n, keys, indptr,
+                                       data, 4, hs))
+    handles = [ctypes.c_void_p(hs[i]) for i in range(4)]
+    alone = []
+    for i, h in enumerate(handles):
+        set_input(h, "data", inputs((2, 3, 8, 8), seed=20 + i))
+        check(_LIB.MXPredForward(h))
+        alone.append(outputs(h, 1))
+    together = [[] for _ in handles]
+
+    def work(i):
+        for _ in range(10):
+            set_input(handles[i], "data", inputs((2, 3, 8, 8), seed=20 + i))
+            check(_LIB.MXPredForward(handles[i]))
+            together[i].append(outputs(handles[i], 1))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for h in handles:
+        check(_LIB.MXPredFree(h))
+    distinct = len({json.dumps(a) for a in alone})
+    return (distinct == 4 and all(len(rs) == 10 for rs in together)
+            and all(r == alone[i] for i, rs in enumerate(together) for r in rs))
 
 
 def main():

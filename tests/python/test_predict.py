@@ -75,6 +75,7 @@ def test_mxrt_refusals_name_function_and_argument():
     assert r["null_free"] == [0, ""]
     assert r["type_of_output_1"] == [0, 0]
     assert r["step_past_end"] == [0, 0]
+    assert r["threads_agree"] is True
 
 
 def test_c_example_reproduces_mxnet(tmp_path):
