@@ -13,8 +13,7 @@ import sys
 import numpy as np
 
 os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")
-import mxnet as mx  # noqa: E402
-from mxnet import gluon, nd  # noqa: E402
+from mxnet import nd  # noqa: E402
 from mxnet.gluon import nn  # noqa: E402
 
 CLASSES = 10
@@ -42,11 +41,11 @@ def main(out):
         else:
             p.set_data(nd.array(rng.uniform(-0.5, 0.5, p.shape)))
     net.hybridize()
-    prob = nd.softmax(net(x))
-    net.export(os.path.join(out, "cnn"))
-    # the exported graph ends at the Dense layer; the example adds nothing, it applies softmax
-    # itself, so the expected output is the logits
+    # the exported graph ends at the Dense layer: the C example compares these logits and
+    # applies the softmax itself
     logits = net(x)
+    prob = nd.softmax(logits)
+    net.export(os.path.join(out, "cnn"))
     nd.save(os.path.join(out, "input.nd"), {"data": x})
     nd.save(os.path.join(out, "expected.nd"), {"logits": logits, "prob": prob})
 
