@@ -383,6 +383,19 @@ def autograd_get_symbol():
         res[label] = {"num_args": len(args), "expected_args": leaves,
                       "num_outputs": len(s.list_outputs()),
                       "value": rounded(ex.forward()[0].asnumpy()), "recorded": rounded(y.asnumpy())}
+    # a recorded Gluon network: BatchNorm's statistics (constants when recorded) are the
+    # graph's auxiliary states; the JSON loads again
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(4, in_units=3), mx.gluon.nn.BatchNorm(in_channels=4),
+            mx.gluon.nn.Activation("relu"))
+    net.initialize()
+    x = nd.array(np.random.RandomState(0).uniform(size=(2, 3)))
+    with autograd.record():
+        z = (net(x) ** 2).sum()
+    s = autograd.get_symbol(z)
+    res["gluon"] = {"args": len(s.list_arguments()), "aux": len(s.list_auxiliary_states()),
+                    "ops": [n["op"] for n in json.loads(s.tojson())["nodes"]],
+                    "reloaded_args": len(sym.load_json(s.tojson()).list_arguments())}
     try:
         autograd.get_symbol(nd.ones((2,)))
         res["not_recorded"] = "no error"

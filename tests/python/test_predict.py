@@ -44,6 +44,10 @@ def test_scenarios_check_something():
     assert steps == list(range(len(steps) - 1, -1, -1))
     sym = real["autograd_get_symbol"]["ok"]
     assert sym.pop("not_recorded") == "error"
+    gluon = sym.pop("gluon")
+    assert (gluon["args"], gluon["aux"], gluon["reloaded_args"]) == (5, 2, 5), gluon
+    assert [op for op in gluon["ops"] if op != "null"][:3] == \
+        ["FullyConnected", "BatchNorm", "Activation"], gluon
     for case in sym.values():
         assert case["num_args"] == case["expected_args"] and case["value"] == case["recorded"]
 
