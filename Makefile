@@ -60,8 +60,14 @@ $(BUILD)/examples/%: c_examples/%.c c_examples/common.h include/mxrt.h | lib
 
 examples: lib $(EXAMPLES)
 
+# The model c_examples/predict.c runs and MXNet's own outputs for it: examples/predict_model.py
+# in the reference venv, on MXNet's libmxnet.so (MXNET_LIBRARY_PATH unset)
+$(BUILD)/predict_model/expected.nd: examples/predict_model.py | mxnet-venv
+	@mkdir -p $(dir $@)
+	env -u MXNET_LIBRARY_PATH $(MXNET_VENV)/bin/python examples/predict_model.py $(dir $@)
+
 # kvstore_dist runs as a job of 1 server and 2 workers under tools/mxrt-launch
-run-examples: examples
+run-examples: examples $(BUILD)/predict_model/expected.nd
 	@set -e; cd $(BUILD); for e in $(EXAMPLES:$(BUILD)/%=%); do \
 	  case $$e in \
 	    examples/kvstore_dist) \
@@ -238,8 +244,8 @@ clean:
 #                        (make test runs the same tests at bounded sizes)
 .PHONY: sanitize sanitize-tsan soak
 
-sanitize:
-	bash scripts/sanitize.sh
+sanitize: mxnet-venv
+	MXNET_VENV=$(MXNET_VENV) bash scripts/sanitize.sh
 
 sanitize-tsan:
 	bash scripts/sanitize.sh tsan

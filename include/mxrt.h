@@ -391,6 +391,21 @@ typedef const void *FunctionHandle;
 typedef void *MXNetFunctionHandle;
 
 /**
+ * A predictor (`MXPredCreate`).
+ */
+typedef void *PredictorHandle;
+
+/**
+ * Called per op output of a monitored forward: `(name, new array handle, callback_handle)`.
+ */
+typedef void (*PredMonitorCallback)(const char*, NDArrayHandle, void*);
+
+/**
+ * A list of arrays loaded as float32 values (`MXNDListCreate`).
+ */
+typedef void *NDListHandle;
+
+/**
  * A profiler object (domain, task, frame, event or counter).
  */
 typedef void *ProfileHandle;
@@ -552,7 +567,7 @@ int MXAutogradBackwardEx(uint32_t num_output,
                          int **grad_stypes);
 
 /**
- * The symbol of an array's recorded graph: not built yet (-1 saying so).
+ * `*out` = a new symbol of the recorded graph that computes the array (`autograd.get_symbol`).
  */
 int MXAutogradGetSymbol(NDArrayHandle handle, void **out);
 
@@ -1729,6 +1744,156 @@ int MXNetFuncListGlobalNames(int *out_size, const char ***out_array);
  * Looks up a global function of MXNet's FFI by name: an error, since mxrt lists none.
  */
 int MXNetFuncGetGlobal(const char *name, MXNetFunctionHandle *out);
+
+/**
+ * Loads a graph (`symbol_json_str`) and its parameters (`param_bytes`, a `.params` file in
+ * memory: `arg:`/`aux:` names) and binds them on the device for the given input shapes.
+ */
+int MXPredCreate(const char *symbol_json_str,
+                 const void *param_bytes,
+                 int param_size,
+                 int dev_type,
+                 int dev_id,
+                 uint32_t num_input_nodes,
+                 const char **input_keys,
+                 const uint32_t *input_shape_indptr,
+                 const uint32_t *input_shape_data,
+                 PredictorHandle *out);
+
+/**
+ * [`MXPredCreate`] with the dtypes of arguments the parameters do not give.
+ */
+int MXPredCreateEx(const char *symbol_json_str,
+                   const void *param_bytes,
+                   int param_size,
+                   int dev_type,
+                   int dev_id,
+                   uint32_t num_input_nodes,
+                   const char **input_keys,
+                   const uint32_t *input_shape_indptr,
+                   const uint32_t *input_shape_data,
+                   uint32_t num_provided_arg_dtypes,
+                   const char **provided_arg_dtype_names,
+                   const int *provided_arg_dtypes,
+                   PredictorHandle *out);
+
+/**
+ * [`MXPredCreate`] whose outputs are the first outputs of the nodes named by `output_keys`.
+ */
+int MXPredCreatePartialOut(const char *symbol_json_str,
+                           const void *param_bytes,
+                           int param_size,
+                           int dev_type,
+                           int dev_id,
+                           uint32_t num_input_nodes,
+                           const char **input_keys,
+                           const uint32_t *input_shape_indptr,
+                           const uint32_t *input_shape_data,
+                           uint32_t num_output_nodes,
+                           const char **output_keys,
+                           PredictorHandle *out);
+
+/**
+ * `num_threads` predictors sharing one copy of the parameters, each with input and output
+ * arrays of its own, into `out[0..num_threads]`. mxrt does not need MXNet's NaiveEngine for
+ * them: each handle may run on its own thread with any engine.
+ */
+int MXPredCreateMultiThread(const char *symbol_json_str,
+                            const void *param_bytes,
+                            int param_size,
+                            int dev_type,
+                            int dev_id,
+                            uint32_t num_input_nodes,
+                            const char **input_keys,
+                            const uint32_t *input_shape_indptr,
+                            const uint32_t *input_shape_data,
+                            int num_threads,
+                            PredictorHandle *out);
+
+/**
+ * A new predictor for new input shapes that shares `handle`'s parameters.
+ */
+int MXPredReshape(uint32_t num_input_nodes,
+                  const char **input_keys,
+                  const uint32_t *input_shape_indptr,
+                  const uint32_t *input_shape_data,
+                  PredictorHandle handle,
+                  PredictorHandle *out);
+
+/**
+ * The shape of output `index`: `*shape_data` points to `*shape_ndim` dimensions owned by the
+ * predictor (valid until its next `MXPredGetOutputShape` or its free).
+ */
+int MXPredGetOutputShape(PredictorHandle handle,
+                         uint32_t index,
+                         uint32_t **shape_data,
+                         uint32_t *shape_ndim);
+
+/**
+ * The dtype code of output `out_index` into `*out_dtype` (MXNet 1.9.1 writes
+ * `out_dtype[out_index]`, past a single int for any index but 0; mxrt writes `*out_dtype`).
+ */
+int MXPredGetOutputType(PredictorHandle handle, uint32_t out_index, int *out_dtype);
+
+/**
+ * Copies `size` float32 values into the argument named `key` (an input, or any parameter).
+ */
+int MXPredSetInput(PredictorHandle handle, const char *key, const float *data, uint32_t size);
+
+/**
+ * Runs the graph on the inputs set.
+ */
+int MXPredForward(PredictorHandle handle);
+
+/**
+ * Runs node `step` of the graph (variables count as nodes, as in MXNet);
+ * `*step_left` = the nodes after it. The last step fills the outputs.
+ */
+int MXPredPartialForward(PredictorHandle handle, int step, int *step_left);
+
+/**
+ * Copies output `index` as float32 values into `data`, which holds exactly `size` of them.
+ */
+int MXPredGetOutput(PredictorHandle handle, uint32_t index, float *data, uint32_t size);
+
+/**
+ * Calls `callback(name, new array handle, callback_handle)` for every op output of later
+ * forwards (with `monitor_all`, every op input too); a NULL callback removes it.
+ */
+int MXPredSetMonitorCallback(PredictorHandle handle,
+                             PredMonitorCallback callback,
+                             void *callback_handle,
+                             bool monitor_all);
+
+/**
+ * Frees a predictor (NULL is a no-op); predictors sharing its parameters keep them.
+ */
+int MXPredFree(PredictorHandle handle);
+
+/**
+ * Loads an array list file held in memory (`nd_file_size` bytes) as float32 values;
+ * `*out_length` = the number of arrays.
+ */
+int MXNDListCreate(const char *nd_file_bytes,
+                   int nd_file_size,
+                   NDListHandle *out,
+                   uint32_t *out_length);
+
+/**
+ * Array `index` of a list: its name (empty when the file has none), its float32 values and
+ * its shape, all owned by the list until it is freed.
+ */
+int MXNDListGet(NDListHandle handle,
+                uint32_t index,
+                const char **out_key,
+                const float **out_data,
+                const uint32_t **out_shape,
+                uint32_t *out_ndim);
+
+/**
+ * Frees a list (NULL is a no-op).
+ */
+int MXNDListFree(NDListHandle handle);
 
 /**
  * Sets the profiler configuration of this process; see [`MXSetProcessProfilerConfig`].

@@ -4,7 +4,7 @@
 #     and by MXNet 1.9.1's libmxnet.so (so the list names only real MXNet functions);
 #  2. include/mxrt.h and MXNet's own mxnet/c_api.h (from the mxnet==1.9.1 wheel, installed by
 #     scripts/setup-mxnet.sh) compile together in both orders with -Werror, so every function in
-#     both has the same prototype;
+#     both has the same prototype; likewise mxnet/c_predict_api.h;
 #  3. the MXRT_* constants of include/mxrt.h have MXNet's values: scripts/check-constants.cc
 #     static_asserts them against the enums of MXNet's C++ headers (when a C++ compiler is
 #     installed), scripts/check-constants.py compares the profiler codes with MXNet's Python package.
@@ -43,6 +43,15 @@ printf '#include <mxnet/c_api.h>\n#include "mxrt.h"\nint main(void) { return 0; 
 for f in a b; do
   cc -std=c11 -Wall -Wextra -Werror -Iinclude -I"$inc" -c "$tmp/$f.c" -o "$tmp/$f.o"
 done
+# MXNet's c_predict_api.h needs <stdint.h> and <stdbool.h> before it in C; with c_api.h too
+printf '#include "mxrt.h"\n#include <mxnet/c_predict_api.h>\nint main(void) { return 0; }\n' > "$tmp/c.c"
+printf '#include <stdint.h>\n#include <stdbool.h>\n#include <mxnet/c_api.h>\n#include <mxnet/c_predict_api.h>\n#include "mxrt.h"\nint main(void) { return 0; }\n' > "$tmp/d.c"
+for f in c d; do
+  cc -std=c11 -Wall -Wextra -Werror -Iinclude -I"$inc" -c "$tmp/$f.c" -o "$tmp/$f.o"
+done
+pred=$(comm -12 <(grep -oE '^(const char \*|int) MX[A-Za-z0-9_]+\(' include/mxrt.h | grep -oE 'MX[A-Za-z0-9_]+' | sort -u) \
+                <(grep -oE 'MXNET_DLL [a-z ]+\*? ?MX[A-Za-z0-9_]+\(' "$inc/mxnet/c_predict_api.h" | grep -oE 'MX[A-Za-z0-9_]+' | sort -u) | wc -l)
+echo "check-abi: mxrt.h and mxnet/c_predict_api.h compile together ($pred shared prototypes agree)"
 both=$(comm -12 <(grep -oE '^(const char \*|int) MX[A-Za-z0-9_]+\(' include/mxrt.h | grep -oE 'MX[A-Za-z0-9_]+' | sort -u) \
                 <(grep -oE 'MXNET_DLL [a-z ]+\*? ?MX[A-Za-z0-9_]+\(' "$inc/mxnet/c_api.h" | grep -oE 'MX[A-Za-z0-9_]+' | sort -u) | wc -l)
 echo "check-abi: mxrt.h and mxnet/c_api.h compile together in both orders ($both shared prototypes agree)"

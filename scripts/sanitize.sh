@@ -17,7 +17,7 @@
 #
 # Needs gcc with libasan/libubsan and valgrind; installs them with apt-get when missing and root.
 # Environment: CC (default gcc), CARGO (default cargo), SANITIZE_TARGET_DIR (default
-# target/sanitize), VALGRIND_FLAGS (extra flags).
+# target/sanitize), VALGRIND_FLAGS (extra flags), MXNET_VENV (default .venv-mxnet).
 set -euo pipefail
 
 mode="${1:-all}"
@@ -28,6 +28,12 @@ CARGO="${CARGO:-cargo}"
 tdir="${SANITIZE_TARGET_DIR:-$root/target/sanitize}"
 out="$root/build/sanitize"
 mkdir -p "$out"
+# c_examples/predict.c reads a model and MXNet's outputs for it from predict_model/, written by
+# examples/predict_model.py in MXNet's reference venv (MXNET_VENV, default .venv-mxnet)
+if [ ! -f "$out/predict_model/expected.nd" ]; then
+  env -u MXNET_LIBRARY_PATH "${MXNET_VENV:-$root/.venv-mxnet}/bin/python" \
+    examples/predict_model.py "$out/predict_model" >/dev/null
+fi
 
 need_pkg() { # need_pkg <check command> <debian package>
   if ! eval "$1" >/dev/null 2>&1; then

@@ -103,6 +103,11 @@ pub struct Node {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
+/// A node number no node has (names of graph inputs made for constants).
+pub fn fresh_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 impl Node {
     pub fn variable(v: Variable) -> Arc<Node> {
         Arc::new(Node {

@@ -261,16 +261,16 @@ unsafe fn heads(
     Ok((heads, head_grads))
 }
 
-/// The symbol of an array's recorded graph: not built yet (-1 saying so).
+/// `*out` = a new symbol of the recorded graph that computes the array (`autograd.get_symbol`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXAutogradGetSymbol(handle: NDArrayHandle, out: *mut *mut c_void) -> c_int {
     api_call("MXAutogradGetSymbol", || {
-        nd(handle, "handle")?;
+        let a = nd(handle, "handle")?;
         // SAFETY: API contract: out-parameter.
-        unsafe { args::out(out, "out")? };
-        Err(Error::not_supported(
-            "the symbol of a recorded graph (autograd.get_symbol) is not implemented by mxrt yet",
-        ))
+        let out = unsafe { args::out(out, "out")? };
+        let s = crate::graph::tape::recorded_symbol(&a).map_err(|e| e.context("handle"))?;
+        *out = super::symbol::new_handle(s);
+        Ok(())
     })
 }
 

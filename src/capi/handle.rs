@@ -44,6 +44,8 @@ pub(crate) enum HandleKind {
     DataIter,
     CachedOp,
     Executor,
+    Predictor,
+    NDList,
 }
 
 impl HandleKind {
@@ -60,6 +62,8 @@ impl HandleKind {
             HandleKind::DataIter => "data iterator",
             HandleKind::CachedOp => "CachedOp",
             HandleKind::Executor => "Executor",
+            HandleKind::Predictor => "Predictor",
+            HandleKind::NDList => "NDList",
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod ndarray_io;
 pub mod ndarray_shared;
 pub mod ndarray_sparse;
 pub mod operator;
+pub mod predict;
 pub mod profiler;
 pub mod recordio;
 pub mod resource;

@@ -189,6 +189,15 @@ impl GraphRunner {
         inputs: &[NDArray],
         monitor: Option<(&Monitor, bool)>,
     ) -> Result<Vec<NDArray>> {
+        self.check_inputs(inputs)?;
+        // the arrays each node produced; freed after their last reader would be a refinement
+        let mut values: Vec<Vec<NDArray>> = Vec::with_capacity(self.steps.len());
+        self.run_steps(inputs, &mut values, self.steps.len(), monitor)?;
+        self.collect_outputs(&values)
+    }
+
+    /// Checks that `inputs` are one array per graph input, all on one device.
+    pub fn check_inputs(&self, inputs: &[NDArray]) -> Result<()> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::invalid(format!(
                 "the graph has {} inputs ({}), {} were given",
@@ -215,10 +224,27 @@ impl GraphRunner {
                 )));
             }
         }
-        // the arrays each node produced; freed after their last reader would be a refinement
-        let mut values: Vec<Vec<NDArray>> = Vec::with_capacity(self.steps.len());
-        for step in &self.steps {
-            match step {
+        Ok(())
+    }
+
+    /// Number of nodes (variables and ops) a run walks: MXNet's `num_forward_nodes`, the
+    /// steps of a partial forward.
+    pub fn num_steps(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Runs the nodes from `values.len()` up to (not including) `until`, pushing each node's
+    /// arrays onto `values` (a partial forward runs one node per call).
+    pub fn run_steps(
+        &self,
+        inputs: &[NDArray],
+        values: &mut Vec<Vec<NDArray>>,
+        until: usize,
+        monitor: Option<(&Monitor, bool)>,
+    ) -> Result<()> {
+        let until = until.min(self.steps.len());
+        while values.len() < until {
+            match &self.steps[values.len()] {
                 Step::Input(i) => values.push(vec![inputs[*i].clone()]),
                 Step::Op(op) => {
                     let args: Vec<NDArray> = op
@@ -253,6 +279,18 @@ impl GraphRunner {
                     values.push(outs);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The graph's outputs from the arrays of a complete run (see [`run`](Self::run)).
+    pub fn collect_outputs(&self, values: &[Vec<NDArray>]) -> Result<Vec<NDArray>> {
+        if values.len() < self.steps.len() {
+            return Err(Error::invalid(format!(
+                "the graph has run {} of its {} nodes",
+                values.len(),
+                self.steps.len()
+            )));
         }
         let mut result: Vec<NDArray> = Vec::with_capacity(self.outputs.len());
         for (k, &(n, o)) in self.outputs.iter().enumerate() {
@@ -307,7 +345,7 @@ pub fn copy_into(src: &NDArray, dst: &NDArray) -> Result<()> {
 
 /// A view of `old`'s memory with `shape` when it holds enough elements of the dtype (MXNet's
 /// reshaped executors share memory with the original), a new zero-filled array otherwise.
-fn view_or_new(old: &NDArray, shape: &[i64], dtype: DType, ctx: Context) -> Result<NDArray> {
+pub fn view_or_new(old: &NDArray, shape: &[i64], dtype: DType, ctx: Context) -> Result<NDArray> {
     let n: i64 = shape.iter().product();
     if old.dtype() == dtype && n >= 0 && n as usize <= old.size() {
         old.reshape(shape)
@@ -554,6 +592,8 @@ pub struct Executor {
     /// The last training forward's recorded outputs.
     heads: Vec<NDArray>,
     monitor: Option<(Monitor, bool)>,
+    /// The node arrays of a partial forward in progress.
+    partial: Vec<Vec<NDArray>>,
 }
 
 impl Executor {
@@ -728,6 +768,7 @@ impl Executor {
             outputs,
             heads: Vec::new(),
             monitor: None,
+            partial: Vec::new(),
         })
     }
 
@@ -814,6 +855,11 @@ impl Executor {
         self.monitor = m.map(|m| (m, all));
     }
 
+    /// Takes `other`'s monitor (a reshaped executor keeps its original's).
+    pub fn copy_monitor_from(&mut self, other: &Executor) {
+        self.monitor = other.monitor.clone();
+    }
+
     /// Bytes of the bound and output arrays (what `MXExecutorPrint` reports).
     pub fn bytes_allocated(&self) -> usize {
         let grads = self
@@ -878,6 +924,49 @@ impl Executor {
             self.heads = results;
         }
         Ok(())
+    }
+
+    /// Runs node `step` of the graph's post order (MXNet's `PartialForward`: variables count
+    /// as nodes) and returns how many nodes are left; the last step fills the output arrays.
+    /// Steps run in order: a step past the ones run so far runs those before it first, and
+    /// step 0 (or a step already run) starts over. A step past the last is 0 left, nothing run.
+    pub fn partial_forward(&mut self, is_train: bool, step: usize) -> Result<usize> {
+        let n = self.runner.num_steps();
+        if step >= n {
+            return Ok(0);
+        }
+        if step < self.partial.len() {
+            self.partial.clear();
+        }
+        let inputs: Vec<NDArray> = self
+            .input_map
+            .iter()
+            .map(|m| match *m {
+                Ok(i) => self.args[i].detach(),
+                Err(i) => self.aux[i].detach(),
+            })
+            .collect();
+        let ran = (|| {
+            if self.partial.is_empty() {
+                self.runner.check_inputs(&inputs)?;
+            }
+            let _modes = ModeGuard::set(is_train, false);
+            let monitor = self.monitor.as_ref().map(|(m, all)| (m, *all));
+            self.runner
+                .run_steps(&inputs, &mut self.partial, step + 1, monitor)?;
+            if step + 1 == n {
+                let results = self.runner.collect_outputs(&self.partial)?;
+                for (r, o) in results.iter().zip(&self.outputs) {
+                    copy_into(r, o)?;
+                }
+                self.partial.clear();
+            }
+            Ok(())
+        })();
+        if ran.is_err() {
+            self.partial.clear();
+        }
+        ran.map(|()| n - step - 1)
     }
 
     /// Gradients of the last training forward into the gradient arrays; `head_grads` one per

@@ -17,6 +17,8 @@
 pub mod exec;
 pub mod infer;
 pub mod json;
+pub mod predict;
+pub mod tape;
 #[cfg(test)]
 mod tests;
 
