@@ -163,7 +163,10 @@ def csv_kept_arrays_stay_valid():
     it = mx.io.CSVIter(data_csv=path("data.csv"), data_shape=(6,), batch_size=2,
                        round_batch=False, prefetch_buffer=1)
     kept = [b.data[0] for b in it]
-    return [arr(a) for a in kept]
+    # the file's rows, batch by batch: what each kept array must still hold
+    rows = np.loadtxt(path("data.csv"), delimiter=",", ndmin=2)
+    rows = [rows[i:i + 2].round(5).tolist() for i in range(0, len(rows) - 1, 2)]
+    return {"kept": [arr(a) for a in kept], "rows": rows}
 
 
 for bs in (7, 10, 64):

@@ -66,6 +66,12 @@ def test_scenario_matches_mxnet(scenario):
         return
     assert "ok" in ours, f"mxrt fails: {ours['error']}"
     ours = ours["ok"]
+    if scenario == "csv_kept_arrays_stay_valid":
+        # libmxnet.so's prefetcher refills buffers the caller still holds (its kept arrays change
+        # from run to run); mxrt's must hold their own batch
+        assert ours["rows"] == real["ok"]["rows"]
+        assert ours["kept"] == ours["rows"]
+        return
     if isinstance(ours, dict) and "mxrt_after" in ours:
         # a reset in the middle of an epoch starts the data over on mxrt
         ours = dict(ours)
