@@ -154,6 +154,8 @@ for dt in ["float32", "float64"]:
 
 # singular input to det: the gradient is zero
 case("det_singular", lambda a: la.det(a), [np.array([[1.0, 2.0], [2.0, 4.0]])], dtype="float64")
+case("slogdet_singular", lambda a: list(la.slogdet(a)), [np.array([[[1.0, 2.0], [2.0, 4.0]], [[2.0, 1.0], [1.0, 3.0]]])],
+     dtype="float64")
 # a chain: gelqf's factors multiplied back, syevd's recomposition (as MXNet's test_laop_2 does)
 case("gelqf_recompose", lambda a: (lambda q, l: [la.syrk(q), la.trmm(l, q)])(*la.gelqf(a)),
      [rand(3, 5, seed=43)], dtype="float64")
@@ -212,6 +214,7 @@ error("trsm_not_square", lambda: la.trsm(f(3, 2), f(2, 2)))
 error("syevd_not_square", lambda: la.syevd(f(2, 3)))
 error("gelqf_tall", lambda: la.gelqf(f(4, 3)))
 error("inverse_not_square", lambda: la.inverse(f(2, 3)))
+error("inverse_singular", lambda: la.inverse(nd.array([[1.0, 2.0], [2.0, 4.0]])))
 error("det_not_square", lambda: la.det(f(2, 3)))
 error("extractdiag_offset", lambda: la.extractdiag(f(3, 3), offset=3))
 error("maketrian_length", lambda: la.maketrian(f(2, 5)))
