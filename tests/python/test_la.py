@@ -23,7 +23,7 @@ def close(a, b, rtol, atol):
     if a is None or b is None:
         return a is b
     return len(a) == len(b) and all(
-        (math.isnan(x) and math.isnan(y)) or abs(x - y) <= atol + rtol * abs(y) for x, y in zip(a, b))
+        x == y or (math.isnan(x) and math.isnan(y)) or abs(x - y) <= atol + rtol * abs(y) for x, y in zip(a, b))
 
 
 def tolerances(name):
