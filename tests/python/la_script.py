@@ -152,6 +152,14 @@ for dt in ["float32", "float64"]:
     case("slogdet" + s, lambda a: list(la.slogdet(a)), [rand(3, 3, 3, seed=41) - 2 * np.eye(3)], dtype=dt)
     case("slogdet_2d" + s, lambda a: list(la.slogdet(a)), [rand(4, 4, seed=42) + 2 * np.eye(4)], dtype=dt)
 
+# MXNet's test_laop: 1x1 matrices in a 4-D batch
+ONE = rand(4, 4, 1, 1, lo=1, hi=10, seed=45)
+for lower in [True, False]:
+    case(f"laop_1x1_potri_{lower}", lambda a, lw=lower: la.potri(a, lower=lw), [ONE], dtype="float64")
+    case(f"laop_1x1_trsm_{lower}", lambda a, b, lw=lower: la.trsm(a, b, alpha=7.0, lower=lw), [ONE * 7, ONE],
+         dtype="float64")
+    case(f"laop_1x1_trmm_{lower}", lambda a, b, lw=lower: la.trmm(a, b, alpha=7.0, transpose=True, rightside=True,
+                                                                  lower=lw), [1 / (ONE * 7), ONE], dtype="float64")
 # singular input to det: the gradient is zero
 case("det_singular", lambda a: la.det(a), [np.array([[1.0, 2.0], [2.0, 4.0]])], dtype="float64")
 case("slogdet_singular", lambda a: list(la.slogdet(a)), [np.array([[[1.0, 2.0], [2.0, 4.0]], [[2.0, 1.0], [1.0, 3.0]]])],
@@ -231,6 +239,9 @@ def symbolic():
         "potrf": (mx.sym.linalg.potrf(a), {"a": spd(2, n=3, seed=72)}),
         "trsm": (mx.sym.linalg.trsm(a, b, rightside=True), {"a": lower_tri(n=3, seed=73), "b": rand(2, 3, seed=74)}),
         "syevd": (mx.sym.Group(list(mx.sym.linalg.syevd(a))), {"a": spd(n=3, seed=75)}),
+        # MXNet's test_laop_2: Q Qᵀ and L Q from gelqf's outputs
+        "gelqf_combined": ((lambda q, l: mx.sym.Group([mx.sym.linalg.syrk(q), mx.sym.linalg.trmm(l, q)]))(
+            *mx.sym.linalg.gelqf(a)), {"a": rand(3, 5, seed=77)}),
         "slogdet": (mx.sym.linalg.slogdet(a)[1], {"a": rand(2, 3, 3, seed=76) + 2 * np.eye(3)}),
     }
     for name, (sym, vals) in syms.items():
