@@ -717,7 +717,16 @@ pub(crate) fn register(t: &mut Entries) {
     t.def("_mxrt_gather_nd_grad", &gather_nd_grad).grad(|g| {
         Ok(vec![Some(g.op("gather_nd", &[g.dy(0), g.x(1)], &[])?), None, None])
     });
-    t.push(("one_hot", &one_hot)).zero_grad();
+    // the output's dtype is the `dtype` parameter's (float32 by default), whatever the indices'
+    t.push(("one_hot", &one_hot))
+        .zero_grad()
+        .dtype_rule(crate::operator::def::TypeRule::Fixed(|p| {
+            Some(
+                crate::operator::def::param(p, "dtype")
+                    .and_then(param::dtype)
+                    .unwrap_or(DType::F32),
+            )
+        }));
     // x's gradient where the condition holds, y's elsewhere; the condition gets none
     t.push(("where", &where_op)).grad(|g| {
         let zero = g.zeros_like(g.dy(0))?;

@@ -8,6 +8,7 @@ pub mod creation;
 pub mod embed;
 pub mod grad;
 pub mod index;
+pub mod la;
 pub mod lamb;
 pub mod lars;
 pub mod legacy;
@@ -36,6 +37,7 @@ pub fn register_all(t: &mut Entries) {
     shape::register(t);
     index::register(t);
     linalg::register(t);
+    la::register(t);
     nn::register(t);
     conv::register(t);
     pool::register(t);
