@@ -535,7 +535,7 @@ impl CachedOp {
         let hook = self.hook.lock().clone();
         // without a monitor, an unrecorded call of plain dense kernels is one engine op
         let fast = match hook {
-            None => fast::try_run(&self.signatures, &self.runner, inputs)?,
+            None => fast::try_run(&self.signatures, &self.runner, inputs, self.flags.static_alloc)?,
             Some(_) => None,
         };
         let results = match fast {

@@ -6,9 +6,10 @@
 //! graph is planned once ([`Compiled`]): every node's definition, parameters and output
 //! descriptions, and where each value lives during a run: a graph input, a graph output (a new
 //! array the caller receives) or a scratch buffer, reused by later nodes once its last reader has
-//! run. A graph with a node that is not a plain dense kernel (one that pushes its own work, writes
-//! an input, needs a resource, runs on another device or may produce sparse storage) is not
-//! compiled: its calls take the per-op path.
+//! run. Scratch buffers are kept for the next calls (with `static_alloc`, or when they are
+//! small). A graph with a node that is not a plain dense kernel (one that pushes its own work,
+//! writes an input, needs a resource, runs on another device or may produce sparse storage) is
+//! not compiled: its calls take the per-op path.
 //!
 //! A call allocates the graph's outputs and pushes one engine op reading the inputs' variables and
 //! writing the outputs'. On the worker, each node is planned again (the kernel is made by
@@ -74,6 +75,8 @@ pub(super) struct Compiled {
     tmp_bytes: Vec<usize>,
     /// Scratch buffers of finished runs, for the next ones.
     pool: Mutex<Vec<Buffers>>,
+    /// How many sets of scratch buffers `pool` keeps.
+    pooled: usize,
 }
 
 /// The signatures a CachedOp has seen: `None` where the graph takes the per-op path.
@@ -95,6 +98,10 @@ const MAX_SIGNATURES: usize = 32;
 /// At most this many sets of scratch buffers are kept per signature.
 const MAX_POOLED: usize = 4;
 
+/// Scratch buffers of at most this many bytes in all are kept between calls even without
+/// `static_alloc`.
+const SMALL_SCRATCH: usize = 4 << 20;
+
 impl SignatureCache {
     /// The plan for `inputs` (dense host arrays on `ctx`), made on first sight.
     fn get(
@@ -103,6 +110,7 @@ impl SignatureCache {
         inputs: &[NDArray],
         ctx: Context,
         training: bool,
+        static_alloc: bool,
     ) -> Option<Arc<Compiled>> {
         let mut entries = self.entries.lock();
         let same = |e: &Entry| {
@@ -121,7 +129,15 @@ impl SignatureCache {
             .iter()
             .map(|a| TensorDesc::new(a.shape(), a.dtype()))
             .collect();
-        let compiled = compile(runner, &descs, ctx, training).map(Arc::new);
+        let compiled = compile(runner, &descs, ctx, training).map(|mut c| {
+            let total: usize = c.tmp_bytes.iter().sum();
+            c.pooled = if static_alloc || total <= SMALL_SCRATCH {
+                MAX_POOLED
+            } else {
+                0
+            };
+            Arc::new(c)
+        });
         if entries.len() >= MAX_SIGNATURES {
             entries.clear();
         }
@@ -309,6 +325,7 @@ fn compile(
         copies,
         tmp_bytes,
         pool: Mutex::new(Vec::new()),
+        pooled: 0,
     })
 }
 
@@ -327,6 +344,7 @@ pub(super) fn try_run(
     cache: &SignatureCache,
     runner: &GraphRunner,
     inputs: &[NDArray],
+    static_alloc: bool,
 ) -> Result<Option<Vec<NDArray>>> {
     if crate::profiler::ops_enabled() || inputs.is_empty() || inputs.iter().any(NDArray::is_sparse)
     {
@@ -346,7 +364,7 @@ pub(super) fn try_run(
         return Ok(None);
     }
     let training = crate::autograd::is_training();
-    let Some(c) = cache.get(runner, inputs, ctx, training) else {
+    let Some(c) = cache.get(runner, inputs, ctx, training, static_alloc) else {
         return Ok(None);
     };
     let engine = Engine::global()?;
@@ -394,7 +412,7 @@ impl Compiled {
         });
         let result = self.run_steps(ins, outs, &mut bufs);
         let mut pool = self.pool.lock();
-        if pool.len() < MAX_POOLED {
+        if pool.len() < self.pooled {
             pool.push(bufs);
         }
         result
