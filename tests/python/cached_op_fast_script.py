@@ -199,6 +199,28 @@ def training_mode_and_bulk():
     return {"train_err": err(t.asnumpy(), want), "bulk_err": max(err(o.asnumpy(), want) for o in outs)}
 
 
+@scenario
+def gluon_inference_static_alloc():
+    """A hybridized block (Dense, BatchNorm in inference, Dense) called outside recording, with
+    and without static_alloc, on two inputs in turn."""
+    from mxnet.gluon import nn
+    out = {}
+    for static in (False, True):
+        net = nn.HybridSequential()
+        net.add(nn.Dense(8, in_units=5, activation="relu"), nn.BatchNorm(in_channels=8),
+                nn.Dense(3, in_units=8))
+        net.initialize()
+        r = np.random.RandomState(4)
+        for name in sorted(net.collect_params().keys()):
+            p = net.collect_params()[name]
+            lo, hi = (0.5, 1.5) if name.endswith("var") else (-0.5, 0.5)
+            p.set_data(nd.array(r.uniform(lo, hi, p.shape)))
+        net.hybridize(static_alloc=static, static_shape=static)
+        xs = [nd.array(r.uniform(-1, 1, (4, 5))) for _ in range(2)]
+        out[str(static)] = [vals(net(x)) for x in xs + xs]
+    return out
+
+
 def main():
     if "--list" in sys.argv:
         print("\n".join(scenarios))
