@@ -25,6 +25,8 @@ use crate::operator::mode::ModeGuard;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod fast;
+
 /// Called after each op of a monitored run with `<node>_<output>` (or, for inputs, the input's
 /// name), the op's name and the array.
 pub type Monitor = Arc<dyn Fn(&str, &str, &NDArray) + Send + Sync>;
@@ -472,6 +474,8 @@ pub struct CachedOp {
     runner: GraphRunner,
     pub flags: CachedOpFlags,
     hook: parking_lot::Mutex<Option<(Monitor, bool)>>,
+    /// The fast path's plans, per input signature ([`fast`]).
+    signatures: fast::SignatureCache,
 }
 
 impl CachedOp {
@@ -492,6 +496,7 @@ impl CachedOp {
             runner,
             flags,
             hook: parking_lot::Mutex::new(None),
+            signatures: fast::SignatureCache::default(),
         })
     }
     pub fn num_inputs(&self) -> usize {
@@ -528,9 +533,17 @@ impl CachedOp {
             )));
         }
         let hook = self.hook.lock().clone();
-        let results = self
-            .runner
-            .run(inputs, hook.as_ref().map(|(m, all)| (m, *all)))?;
+        // without a monitor, an unrecorded call of plain dense kernels is one engine op
+        let fast = match hook {
+            None => fast::try_run(&self.signatures, &self.runner, inputs, self.flags.static_alloc)?,
+            Some(_) => None,
+        };
+        let results = match fast {
+            Some(r) => r,
+            None => self
+                .runner
+                .run(inputs, hook.as_ref().map(|(m, all)| (m, *all)))?,
+        };
         match outputs {
             None => Ok(results),
             Some(outs) => {

@@ -580,6 +580,35 @@ fn prepare(
     })
 }
 
+/// Runs a planned kernel on tensors (inside the engine op that orders their memory), catching a
+/// panic as an error naming the op.
+pub(crate) fn run_kernel(
+    kernel: super::op::Kernel,
+    inputs: &[Tensor],
+    outputs: &mut [Tensor],
+    resource: Option<&Resource>,
+    name: &str,
+) -> Result<()> {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        kernel(&mut KernelArgs {
+            inputs,
+            outputs,
+            resource,
+        })
+    }));
+    match ran {
+        Ok(r) => r,
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(Error::invalid(format!("kernel of {name} panicked: {what}")))
+        }
+    }
+}
+
 /// Runs a job's kernel (catching a panic as an error) and copies staged outputs back.
 fn execute(job: Job, name: &str) -> Result<()> {
     let Job {
@@ -590,24 +619,7 @@ fn execute(job: Job, name: &str) -> Result<()> {
         resource,
         _keep,
     } = job;
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        kernel(&mut KernelArgs {
-            inputs: &inputs,
-            outputs: &mut outputs,
-            resource: resource.as_ref(),
-        })
-    }));
-    match ran {
-        Ok(r) => r?,
-        Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            return Err(Error::invalid(format!("kernel of {name} panicked: {what}")));
-        }
-    }
+    run_kernel(kernel, &inputs, &mut outputs, resource.as_ref(), name)?;
     let first_output = _keep.len() - outputs.len();
     for s in &staged {
         let dst = &_keep[first_output + s.output];
