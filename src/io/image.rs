@@ -82,32 +82,52 @@ pub fn decode(bytes: &[u8], flag: i64, to_rgb: bool) -> Result<Image> {
 }
 
 fn decode_jpeg(bytes: &[u8], gray: bool) -> Result<Image> {
-    let space = if gray { ColorSpace::Luma } else { ColorSpace::RGB };
+    let space = if gray {
+        ColorSpace::Luma
+    } else {
+        ColorSpace::RGB
+    };
     let opts = options().jpeg_set_out_colorspace(space);
     let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), opts);
-    d.decode_headers().map_err(|e| invalid(format!("JPEG: {e:?}")))?;
-    let info = d.info().ok_or_else(|| invalid("JPEG without a frame header"))?;
+    d.decode_headers()
+        .map_err(|e| invalid(format!("JPEG: {e:?}")))?;
+    let info = d
+        .info()
+        .ok_or_else(|| invalid("JPEG without a frame header"))?;
     let (w, h) = (info.width as usize, info.height as usize);
     check_size(w, h)?;
     let data = d.decode().map_err(|e| invalid(format!("JPEG: {e:?}")))?;
     let c = if gray { 1 } else { 3 };
-    let out_c = d.output_colorspace().map(|s| s.num_components()).unwrap_or(c);
+    let out_c = d
+        .output_colorspace()
+        .map(|s| s.num_components())
+        .unwrap_or(c);
     if data.len() != w * h * out_c {
         return Err(invalid(format!(
             "JPEG: {} bytes decoded for a {w}x{h} image",
             data.len()
         )));
     }
-    Ok(Image { h, w, c, data: convert(data, out_c, c, w * h) })
+    Ok(Image {
+        h,
+        w,
+        c,
+        data: convert(data, out_c, c, w * h),
+    })
 }
 
 fn decode_png(bytes: &[u8], gray: bool) -> Result<Image> {
     let opts = options().png_set_strip_to_8bit(true);
     let mut d = zune_png::PngDecoder::new_with_options(ZCursor::new(bytes), opts);
-    d.decode_headers().map_err(|e| invalid(format!("PNG: {e:?}")))?;
-    let (w, h) = d.dimensions().ok_or_else(|| invalid("PNG without a header"))?;
+    d.decode_headers()
+        .map_err(|e| invalid(format!("PNG: {e:?}")))?;
+    let (w, h) = d
+        .dimensions()
+        .ok_or_else(|| invalid("PNG without a header"))?;
     check_size(w, h)?;
-    let space = d.colorspace().ok_or_else(|| invalid("PNG without a colour type"))?;
+    let space = d
+        .colorspace()
+        .ok_or_else(|| invalid("PNG without a colour type"))?;
     let raw = d.decode_raw().map_err(|e| invalid(format!("PNG: {e:?}")))?;
     let n = w * h;
     let in_c = space.num_components();
@@ -124,12 +144,18 @@ fn decode_png(bytes: &[u8], gray: bool) -> Result<Image> {
         )));
     }
     let c = if gray { 1 } else { 3 };
-    Ok(Image { h, w, c, data: convert(raw, in_c, c, n) })
+    Ok(Image {
+        h,
+        w,
+        c,
+        data: convert(raw, in_c, c, n),
+    })
 }
 
 /// Converts `n` pixels of `from` interleaved channels (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) to
-/// `to` channels (1 or 3): alpha dropped, gray replicated, colour to gray with libpng's
-/// fixed-point weights (0.299, 0.587, 0.114 in 15 bits), as OpenCV's decoders do.
+/// `to` channels (1 or 3): alpha dropped, gray replicated, colour to gray as libpng does for
+/// OpenCV (`png_set_rgb_to_gray` with 0.299 and 0.587: 15-bit weights 9797, 19234 and the
+/// remainder 3737, truncated).
 fn convert(data: Vec<u8>, from: usize, to: usize, n: usize) -> Vec<u8> {
     match (from, to) {
         (1, 1) | (3, 3) => data,
@@ -137,15 +163,12 @@ fn convert(data: Vec<u8>, from: usize, to: usize, n: usize) -> Vec<u8> {
             .chunks_exact(from)
             .flat_map(|p| p[..to].to_vec())
             .collect(),
-        (1, 3) | (2, 3) => data
-            .chunks_exact(from)
-            .flat_map(|p| [p[0]; 3])
-            .collect(),
+        (1, 3) | (2, 3) => data.chunks_exact(from).flat_map(|p| [p[0]; 3]).collect(),
         (3, 1) | (4, 1) => data
             .chunks_exact(from)
             .map(|p| {
-                let v = 9798 * p[0] as u32 + 19235 * p[1] as u32 + 3735 * p[2] as u32;
-                ((v + 16384) >> 15).min(255) as u8
+                let v = 9797 * p[0] as u32 + 19234 * p[1] as u32 + 3737 * p[2] as u32;
+                (v >> 15).min(255) as u8
             })
             .collect(),
         _ => {
@@ -369,7 +392,11 @@ pub fn border_index(p: i64, n: i64, kind: i64) -> Option<usize> {
                 let delta = i64::from(kind == BORDER_REFLECT_101);
                 let mut q = p;
                 while !(0..n).contains(&q) {
-                    q = if q < 0 { -q - 1 + delta } else { n - 1 - (q - n) - delta };
+                    q = if q < 0 {
+                        -q - 1 + delta
+                    } else {
+                        n - 1 - (q - n) - delta
+                    };
                 }
                 q
             }

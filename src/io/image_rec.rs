@@ -114,12 +114,22 @@ impl Aug {
         if !random_resized_crop
             && (min_ratio != 1.0 || max_ratio != 1.0 || min_scale != 1.0 || max_scale != 1.0)
         {
-            return Err(not_built(name, "max_aspect_ratio/min_random_scale/max_random_scale"));
+            return Err(not_built(
+                name,
+                "max_aspect_ratio/min_random_scale/max_random_scale",
+            ));
         }
         let rand_crop = p.bool("rand_crop", false)?;
-        let (min_crop, max_crop) = (p.int("min_crop_size", Some(-1))?, p.int("max_crop_size", Some(-1))?);
+        let (min_crop, max_crop) = (
+            p.int("min_crop_size", Some(-1))?,
+            p.int("max_crop_size", Some(-1))?,
+        );
         if random_resized_crop
-            && (min_scale != 1.0 || max_scale != 1.0 || min_crop != -1 || max_crop != -1 || rand_crop)
+            && (min_scale != 1.0
+                || max_scale != 1.0
+                || min_crop != -1
+                || max_crop != -1
+                || rand_crop)
         {
             return Err(Error::invalid(format!(
                 "{name}: Setting random_resized_crop to true conflicts with min_random_scale, \
@@ -158,8 +168,18 @@ impl Aug {
             pca_noise: f("pca_noise", 0.0)?,
             mirror: p.bool("mirror", false)?,
             rand_mirror: p.bool("rand_mirror", false)?,
-            mean: [f("mean_r", 0.0)?, f("mean_g", 0.0)?, f("mean_b", 0.0)?, f("mean_a", 0.0)?],
-            std: [f("std_r", 1.0)?, f("std_g", 1.0)?, f("std_b", 1.0)?, f("std_a", 1.0)?],
+            mean: [
+                f("mean_r", 0.0)?,
+                f("mean_g", 0.0)?,
+                f("mean_b", 0.0)?,
+                f("mean_a", 0.0)?,
+            ],
+            std: [
+                f("std_r", 1.0)?,
+                f("std_g", 1.0)?,
+                f("std_b", 1.0)?,
+                f("std_a", 1.0)?,
+            ],
             scale: f("scale", 1.0)?,
             max_random_contrast: f("max_random_contrast", 0.0)?,
             max_random_illumination: f("max_random_illumination", 0.0)?,
@@ -198,7 +218,12 @@ fn normal(r: &mut ChaCha8Rng) -> f32 {
 fn resized(src: &Image, h: usize, w: usize, interp: i64) -> Result<Image> {
     let mut data = vec![0u8; h * w * src.c];
     img::resize(&src.data, src.h, src.w, src.c, &mut data, h, w, interp)?;
-    Ok(Image { h, w, c: src.c, data })
+    Ok(Image {
+        h,
+        w,
+        c: src.c,
+        data,
+    })
 }
 
 fn cropped(src: &Image, x: usize, y: usize, w: usize, h: usize) -> Image {
@@ -220,7 +245,9 @@ fn sat_u8(v: f32) -> u8 {
 fn gray_of(im: &Image) -> Vec<u8> {
     im.data
         .chunks_exact(3)
-        .map(|p| ((p[0] as u32 * 4899 + p[1] as u32 * 9617 + p[2] as u32 * 1868 + (1 << 13)) >> 14) as u8)
+        .map(|p| {
+            ((p[0] as u32 * 4899 + p[1] as u32 * 9617 + p[2] as u32 * 1868 + (1 << 13)) >> 14) as u8
+        })
         .collect()
 }
 
@@ -229,7 +256,11 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
     let [_, dh, dw] = a.shape;
     if a.resize > 0 {
         let s = a.resize as usize;
-        let (h, w) = if res.h > res.w { (s * res.h / res.w, s) } else { (s, s * res.w / res.h) };
+        let (h, w) = if res.h > res.w {
+            (s * res.h / res.w, s)
+        } else {
+            (s, s * res.w / res.h)
+        };
         res = resized(&res, h.max(1), w.max(1), a.interp)?;
     }
     if a.pad > 0 {
@@ -300,7 +331,9 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
             res = resized(&res, rows.max(1), dw, a.interp)?;
         }
         if res.h < dh || res.w < dw {
-            return Err(Error::invalid("ImageRecordIter: input image size smaller than input shape"));
+            return Err(Error::invalid(
+                "ImageRecordIter: input image size smaller than input shape",
+            ));
         }
         let (mut y, mut x) = (res.h - dh, res.w - dw);
         if a.rand_crop {
@@ -324,12 +357,17 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
         }
         for step in order {
             match step {
-                0 => res.data.iter_mut().for_each(|v| *v = sat_u8(*v as f32 * ab)),
+                0 => res
+                    .data
+                    .iter_mut()
+                    .for_each(|v| *v = sat_u8(*v as f32 * ab)),
                 1 if res.c == 3 => {
                     let g = gray_of(&res);
                     let mean = g.iter().map(|&v| v as f64).sum::<f64>() / g.len().max(1) as f64;
                     let beta = (1.0 - ac) * mean as f32;
-                    res.data.iter_mut().for_each(|v| *v = sat_u8(*v as f32 * ac + beta));
+                    res.data
+                        .iter_mut()
+                        .for_each(|v| *v = sat_u8(*v as f32 * ac + beta));
                 }
                 2 if res.c == 3 => {
                     let g = gray_of(&res);
@@ -349,7 +387,11 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
             [55.46 * -0.5808, 4.794 * -0.0045, 1.148 * -0.8140],
             [55.46 * -0.5836, 4.794 * -0.6948, 1.148 * 0.4203],
         ];
-        let al = [normal(r) * a.pca_noise, normal(r) * a.pca_noise, normal(r) * a.pca_noise];
+        let al = [
+            normal(r) * a.pca_noise,
+            normal(r) * a.pca_noise,
+            normal(r) * a.pca_noise,
+        ];
         let mix = |e: &[f32; 3]| e[0] * al[0] + e[1] * al[1] + e[2] * al[2];
         // the image is BGR
         let pca = [mix(&EIG[2]), mix(&EIG[1]), mix(&EIG[0])];
@@ -489,12 +531,16 @@ fn record_start_from(path: &str, from: u64, len: u64) -> Result<u64> {
     if from == 0 || from >= len {
         return Ok(from.min(len));
     }
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(format!("cannot open {path}: {e}")))?;
+    let mut f =
+        std::fs::File::open(path).map_err(|e| Error::io(format!("cannot open {path}: {e}")))?;
     let mut pos = from;
     let mut buf = vec![0u8; 1 << 16];
     while pos < len {
-        f.seek(SeekFrom::Start(pos)).map_err(|e| Error::io(format!("{path}: {e}")))?;
-        let n = f.read(&mut buf).map_err(|e| Error::io(format!("{path}: {e}")))?;
+        f.seek(SeekFrom::Start(pos))
+            .map_err(|e| Error::io(format!("{path}: {e}")))?;
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| Error::io(format!("{path}: {e}")))?;
         if n < 8 {
             break;
         }
@@ -599,7 +645,9 @@ impl ImageRecordSource {
     /// The next record's bytes, or `None` at the end of the part.
     fn next_record(&mut self) -> Result<Option<Vec<u8>>> {
         if let Some(offs) = &self.offsets {
-            let Some(&off) = offs.get(self.at) else { return Ok(None) };
+            let Some(&off) = offs.get(self.at) else {
+                return Ok(None);
+            };
             self.at += 1;
             self.reader.seek(off)?;
             return Ok(self.reader.next_record()?.map(<[u8]>::to_vec));
@@ -642,7 +690,8 @@ impl ImageRecordSource {
                 ),
             }
         };
-        let mut out: Vec<Result<(Vec<u8>, Vec<f32>)>> = (0..recs.len()).map(|_| Ok(Default::default())).collect();
+        let mut out: Vec<Result<(Vec<u8>, Vec<f32>)>> =
+            (0..recs.len()).map(|_| Ok(Default::default())).collect();
         let work = |i: usize, rec: &[u8]| -> Result<(Vec<u8>, Vec<f32>)> {
             let mut data = vec![0u8; unit];
             let mut r = rng_for(i);
@@ -691,7 +740,9 @@ impl DenseSource for ImageRecordSource {
         if self.ready.is_empty() {
             self.fill()?;
         }
-        let Some((d, l)) = self.ready.pop_front() else { return Ok(None) };
+        let Some((d, l)) = self.ready.pop_front() else {
+            return Ok(None);
+        };
         data.copy_from_slice(&d);
         for (o, v) in label.chunks_exact_mut(4).zip(l) {
             o.copy_from_slice(&v.to_le_bytes());

@@ -21,7 +21,8 @@ grad("image_normalize_4d", ["_image_normalize"], [rand(2, 1, 3, 2, seed=42)])(
     lambda x: nd.image.normalize(x, mean=0.5, std=0.25))
 grad("image_crop", ["_image_crop"], [HWC])(lambda x: nd.image.crop(x, 1, 2, 3, 2))
 grad("image_crop_4d", ["_image_crop"], [rand(2, 4, 6, 1, seed=43)])(lambda x: nd.image.crop(x, 0, 1, 6, 3))
-grad("image_adjust_lighting", ["_image_adjust_lighting"], [HWC])(
+# MXNet computes lighting in float32 for every dtype: no central differences in float64
+grad("image_adjust_lighting", ["_image_adjust_lighting"], [HWC], numeric=False)(
     lambda x: nd.image.adjust_lighting(x, alpha=(0.1, 0.2, -0.3)))
 grad("image_flips", ["_image_flip_left_right", "_image_flip_top_bottom"], [HWC], numeric=False)(
     lambda x: [nd.image.flip_left_right(x) * 2, nd.image.flip_top_bottom(x)])

@@ -227,7 +227,8 @@ def iterate(d):
         facts[k] = [[(l.tolist(), p) for (_, l, p) in ep] for ep in eps]
         for e, ep in enumerate(eps):
             for b, (data, _, p) in enumerate(ep):
-                out[f"{k}_{e}_{b}"] = data[:data.shape[0] - p] if k == "no_round" else data
+                # the short last batch without round_batch: 3 records (MXNet's pad says 0)
+                out[f"{k}_{e}_{b}"] = data[:3] if k == "no_round" and b == 2 else data
     it = mx.io.ImageRecordUInt8Iter(path_imgrec=png, data_shape=(3, 16, 16), batch_size=5)
     b = next(iter(it))
     out["uint8"] = b.data[0].asnumpy()
@@ -269,7 +270,8 @@ def iterate(d):
             next(iter(it))
             errors[k] = None
         except Exception as e:  # noqa: BLE001
-            errors[k] = " ".join(l for l in str(e).split("\n") if "Error" in l or "Check" in l)[:600]
+            errors[k] = " ".join(l for l in str(e).split("\n") if "Error" in l or "Check" in l)[:600] \
+                or str(e)[:600]
     facts["errors"] = errors
     np.savez(os.path.join(d, "iter.npz"), **out)
     return facts

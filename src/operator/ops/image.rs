@@ -91,7 +91,9 @@ fn imdecode(call: &Invoke<'_>) -> Result<Vec<NDArray>> {
     match buf.ctx() {
         Some(c) if c.is_host() => {}
         _ => {
-            return Err(Error::invalid(format!("operator {name}: Only supports cpu input")));
+            return Err(Error::invalid(format!(
+                "operator {name}: Only supports cpu input"
+            )));
         }
     }
     if buf.dtype() != DType::U8 {
@@ -118,12 +120,16 @@ fn imread(call: &Invoke<'_>) -> Result<Vec<NDArray>> {
         .raw("filename")
         .map(|s| s.trim().to_owned())
         .ok_or_else(|| {
-            Error::invalid(format!("operator {name}: Required parameter filename is not presented"))
+            Error::invalid(format!(
+                "operator {name}: Required parameter filename is not presented"
+            ))
         })?;
     let (flag, to_rgb) = decode_params(&p, name)?;
     p.finish()?;
     let bytes = std::fs::read(&filename).map_err(|e| {
-        Error::io(format!("operator {name}: Imread: '{filename}' couldn't open file: {e}"))
+        Error::io(format!(
+            "operator {name}: Imread: '{filename}' couldn't open file: {e}"
+        ))
     })?;
     let image = img::decode(&bytes, flag, to_rgb)
         .map_err(|e| Error::invalid(format!("operator {name}: '{filename}': {}", e.message())))?;
@@ -148,7 +154,11 @@ fn nhwc(call: &Call<'_>, x: &TensorDesc, batch: bool) -> Result<(usize, usize, u
             call,
             format!(
                 "Input image must have shape (height, width, channels){}, but got {:?}",
-                if batch { ", or (N, height, width, channels)" } else { "" },
+                if batch {
+                    ", or (N, height, width, channels)"
+                } else {
+                    ""
+                },
                 &x.shape[..]
             ),
         ),
@@ -221,7 +231,10 @@ fn check_resize_dtype(call: &Call<'_>, d: DType) -> Result<()> {
         DType::F16 => fail(call, "opencv image mat doesn't support fp16"),
         _ => fail(
             call,
-            format!("resize supports uint8, float32 and float64 images, not {}", d.name()),
+            format!(
+                "resize supports uint8, float32 and float64 images, not {}",
+                d.name()
+            ),
         ),
     }
 }
@@ -236,7 +249,10 @@ fn cv_resize(call: &Call<'_>) -> Result<Plan> {
         return fail(call, format!("w={w} and h={h} must be at least 1"));
     }
     if x.shape.len() != 3 {
-        return fail(call, format!("the input must be (h, w, c), got {:?}", &x.shape[..]));
+        return fail(
+            call,
+            format!("the input must be (h, w, c), got {:?}", &x.shape[..]),
+        );
     }
     check_resize_dtype(call, x.dtype)?;
     if interp != img::INTER_NEAREST && interp != img::INTER_LINEAR {
@@ -276,7 +292,10 @@ fn copy_make_border(call: &Call<'_>) -> Result<Plan> {
         return fail(call, format!("unknown border type {kind} (0 to 4)"));
     }
     if x.shape.len() != 3 {
-        return fail(call, format!("the input must be (h, w, c), got {:?}", &x.shape[..]));
+        return fail(
+            call,
+            format!("the input must be (h, w, c), got {:?}", &x.shape[..]),
+        );
     }
     if x.dtype == DType::F16 {
         return fail(call, "imresize doesn't support fp16");
@@ -344,22 +363,25 @@ fn to_tensor(call: &Call<'_>) -> Result<Plan> {
         vec![n as i64, c as i64, h as i64, w as i64]
     };
     let dtype = x.dtype;
-    Ok(Plan::new(vec![TensorDesc::new(&out, DType::F32)], move |k| {
-        crate::with_element!(dtype, T => {
-            let src = k.inputs[0].slice::<T>();
-            let dst = k.outputs[0].slice_mut::<f32>();
-            let len = h * w;
-            for b in 0..n {
-                let (s, d) = (&src[b * len * c..], &mut dst[b * len * c..(b + 1) * len * c]);
-                for ch in 0..c {
-                    for i in 0..len {
-                        d[ch * len + i] = s[i * c + ch].to_f32() / 255.0;
+    Ok(Plan::new(
+        vec![TensorDesc::new(&out, DType::F32)],
+        move |k| {
+            crate::with_element!(dtype, T => {
+                let src = k.inputs[0].slice::<T>();
+                let dst = k.outputs[0].slice_mut::<f32>();
+                let len = h * w;
+                for b in 0..n {
+                    let (s, d) = (&src[b * len * c..], &mut dst[b * len * c..(b + 1) * len * c]);
+                    for ch in 0..c {
+                        for i in 0..len {
+                            d[ch * len + i] = s[i * c + ch].to_f32() / 255.0;
+                        }
                     }
                 }
-            }
-        });
-        Ok(())
-    }))
+            });
+            Ok(())
+        },
+    ))
 }
 
 /// `_image_normalize`'s channel count and per-channel (mean, std), MXNet's checks.
@@ -408,7 +430,11 @@ fn normalize_params(call: &Call<'_>, x: &TensorDesc) -> Result<(usize, usize, [f
         if v.len() == 1 {
             [v[0] as f32; 3]
         } else {
-            [v[0] as f32, v.get(1).copied().unwrap_or(0.0) as f32, v.get(2).copied().unwrap_or(0.0) as f32]
+            [
+                v[0] as f32,
+                v.get(1).copied().unwrap_or(0.0) as f32,
+                v.get(2).copied().unwrap_or(0.0) as f32,
+            ]
         }
     };
     Ok((c, outer, three(&mean), three(&std)))
@@ -418,18 +444,31 @@ fn normalize(call: &Call<'_>) -> Result<Plan> {
     let x = &inputs(call, 1)?[0];
     let (c, outer, mean, std) = normalize_params(call, x)?;
     let dtype = x.dtype;
-    let len = if c * outer == 0 { 0 } else { x.size() / (c * outer) };
-    Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
-        crate::with_element!(dtype, T => {
-            let src = k.inputs[0].slice::<T>();
-            let dst = k.outputs[0].slice_mut::<T>();
-            for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
-                let ch = (i / len.max(1)) % c;
-                *o = T::from_f32((v.to_f32() - mean[ch]) / std[ch]);
-            }
-        });
-        Ok(())
-    }))
+    let wide = dtype == DType::F64;
+    let len = if c * outer == 0 {
+        0
+    } else {
+        x.size() / (c * outer)
+    };
+    Ok(Plan::new(
+        vec![TensorDesc::new(&x.shape, dtype)],
+        move |k| {
+            crate::with_element!(dtype, T => {
+                let src = k.inputs[0].slice::<T>();
+                let dst = k.outputs[0].slice_mut::<T>();
+                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
+                    let ch = (i / len.max(1)) % c;
+                    // float arithmetic, double for double arrays (MXNet's `DType - float`)
+                    *o = if wide {
+                        T::from_f64((v.to_f64() - mean[ch] as f64) / std[ch] as f64)
+                    } else {
+                        T::from_f32((v.to_f32() - mean[ch]) / std[ch])
+                    };
+                }
+            });
+            Ok(())
+        },
+    ))
 }
 
 /// `_mxrt_image_normalize_grad(dy)` with `_image_normalize`'s parameters: `dy / std` per
@@ -438,18 +477,30 @@ fn normalize_grad(call: &Call<'_>) -> Result<Plan> {
     let dy = &inputs(call, 1)?[0];
     let (c, outer, _, std) = normalize_params(call, dy)?;
     let dtype = dy.dtype;
-    let len = if c * outer == 0 { 0 } else { dy.size() / (c * outer) };
-    Ok(Plan::new(vec![TensorDesc::new(&dy.shape, dtype)], move |k| {
-        crate::with_element!(dtype, T => {
-            let src = k.inputs[0].slice::<T>();
-            let dst = k.outputs[0].slice_mut::<T>();
-            for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
-                let ch = (i / len.max(1)) % c;
-                *o = T::from_f32(v.to_f32() / std[ch]);
-            }
-        });
-        Ok(())
-    }))
+    let wide = dtype == DType::F64;
+    let len = if c * outer == 0 {
+        0
+    } else {
+        dy.size() / (c * outer)
+    };
+    Ok(Plan::new(
+        vec![TensorDesc::new(&dy.shape, dtype)],
+        move |k| {
+            crate::with_element!(dtype, T => {
+                let src = k.inputs[0].slice::<T>();
+                let dst = k.outputs[0].slice_mut::<T>();
+                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
+                    let ch = (i / len.max(1)) % c;
+                    *o = if wide {
+                        T::from_f64(v.to_f64() / std[ch] as f64)
+                    } else {
+                        T::from_f32(v.to_f32() / std[ch])
+                    };
+                }
+            });
+            Ok(())
+        },
+    ))
 }
 
 /// `_image_resize`'s output height and width for an `h x w` image (MXNet's
@@ -462,7 +513,10 @@ fn resize_size(call: &Call<'_>, h: usize, w: usize) -> Result<(usize, usize, i64
     let out = match size.len() {
         1 => {
             if size[0] <= 0 {
-                return fail(call, format!("Input size should be greater than 0, but got {}", size[0]));
+                return fail(
+                    call,
+                    format!("Input size should be greater than 0, but got {}", size[0]),
+                );
             }
             let s = size[0] as usize;
             if !keep {
@@ -477,11 +531,19 @@ fn resize_size(call: &Call<'_>, h: usize, w: usize) -> Result<(usize, usize, i64
         }
         2 => {
             if size[0] <= 0 || size[1] <= 0 {
-                return fail(call, format!("Input width and height should be greater than 0, but got {size:?}"));
+                return fail(
+                    call,
+                    format!("Input width and height should be greater than 0, but got {size:?}"),
+                );
             }
             (size[1] as usize, size[0] as usize)
         }
-        n => return fail(call, format!("Input size dimension must be 1 or 2, but got {n}")),
+        n => {
+            return fail(
+                call,
+                format!("Input size dimension must be 1 or 2, but got {n}"),
+            );
+        }
     };
     Ok((out.0, out.1, interp))
 }
@@ -489,7 +551,13 @@ fn resize_size(call: &Call<'_>, h: usize, w: usize) -> Result<(usize, usize, i64
 fn image_resize(call: &Call<'_>) -> Result<Plan> {
     let x = &inputs(call, 1)?[0];
     if x.shape.len() != 3 && x.shape.len() != 4 {
-        return fail(call, format!("Input image dimension should be 3 or 4 but got {}", x.shape.len()));
+        return fail(
+            call,
+            format!(
+                "Input image dimension should be 3 or 4 but got {}",
+                x.shape.len()
+            ),
+        );
     }
     let (n, h, w, c) = nhwc(call, x, true)?;
     let (dh, dw, interp) = resize_size(call, h, w)?;
@@ -530,7 +598,10 @@ fn crop_window(call: &Call<'_>, x: &TensorDesc) -> Result<(usize, usize, usize, 
     }
     let c = x.shape[nd - 1];
     if c != 1 && c != 3 {
-        return fail(call, format!("Expect channel of the input image is 1 or 3, but got{c}"));
+        return fail(
+            call,
+            format!("Expect channel of the input image is 1 or 3, but got{c}"),
+        );
     }
     let p = call.params;
     let cx = p.required("x", param::int, "an integer")?;
@@ -601,15 +672,18 @@ fn crop_grad(call: &Call<'_>) -> Result<Plan> {
     let win = crop_window(call, x)?;
     let dims = nhwc(call, x, true)?;
     let dtype = dy.dtype;
-    Ok(Plan::new(vec![TensorDesc::new(&x.shape, dtype)], move |k| {
-        crate::with_element!(dtype, T => {
-            let mut g = k.inputs[0].slice::<T>().to_vec();
-            let out = k.outputs[0].slice_mut::<T>();
-            out.fill(T::zero());
-            crop_copy(out, &mut g, dims, win, true);
-        });
-        Ok(())
-    }))
+    Ok(Plan::new(
+        vec![TensorDesc::new(&x.shape, dtype)],
+        move |k| {
+            crate::with_element!(dtype, T => {
+                let mut g = k.inputs[0].slice::<T>().to_vec();
+                let out = k.outputs[0].slice_mut::<T>();
+                out.fill(T::zero());
+                crop_copy(out, &mut g, dims, win, true);
+            });
+            Ok(())
+        },
+    ))
 }
 
 /// `_mxrt_image_grad_copy(dy, x)`: MXNet's `_copy` gradient of the image ops, which fails when
@@ -629,15 +703,18 @@ fn grad_copy(call: &Call<'_>) -> Result<Plan> {
         );
     }
     let dtype = dy.dtype;
-    Ok(Plan::new(vec![TensorDesc::new(&dy.shape, dtype)], move |k| {
-        let n = k.outputs[0].nbytes();
-        let src = k.inputs[0].byte_ptr();
-        let dst = k.outputs[0].byte_ptr();
-        // SAFETY: both tensors hold `n` bytes (same shape and dtype) and the runner stages
-        // outputs that overlap inputs, so the ranges are distinct.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
-        Ok(())
-    }))
+    Ok(Plan::new(
+        vec![TensorDesc::new(&dy.shape, dtype)],
+        move |k| {
+            let n = k.outputs[0].nbytes();
+            let src = k.inputs[0].byte_ptr();
+            let dst = k.outputs[0].byte_ptr();
+            // SAFETY: both tensors hold `n` bytes (same shape and dtype) and the runner stages
+            // outputs that overlap inputs, so the ranges are distinct.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+            Ok(())
+        },
+    ))
 }
 
 /// MXNet's `saturate_cast` of a float result: clamped to 0..255 for `uint8`, a plain
@@ -683,7 +760,11 @@ fn augment(call: &Call<'_>, random: bool, params: Call2, f: Augment) -> Result<P
         });
         Ok(())
     });
-    Ok(if random { plan.with_resource(ResourceRequest::Random) } else { plan })
+    Ok(if random {
+        plan.with_resource(ResourceRequest::Random)
+    } else {
+        plan
+    })
 }
 
 fn uniform(g: &mut RandomGenerator, lo: f32, hi: f32) -> f32 {
@@ -720,7 +801,11 @@ fn flip_op(call: &Call<'_>, rows: bool, random: bool) -> Result<Plan> {
         });
         Ok(())
     });
-    Ok(if random { plan.with_resource(ResourceRequest::Random) } else { plan })
+    Ok(if random {
+        plan.with_resource(ResourceRequest::Random)
+    } else {
+        plan
+    })
 }
 
 fn brightness(px: &mut [f32], alpha: f32) {
@@ -774,7 +859,11 @@ fn rgb_to_hls(r: f32, g: f32, b: f32) -> (f32, f32, f32) {
     let l = (vmax + vmin) * 0.5;
     let (mut h, mut s) = (0f32, 0f32);
     if diff > f32::EPSILON {
-        s = if l < 0.5 { diff / (vmax + vmin) } else { diff / (2.0 - vmax - vmin) };
+        s = if l < 0.5 {
+            diff / (vmax + vmin)
+        } else {
+            diff / (2.0 - vmax - vmin)
+        };
         diff = 60.0 / diff;
         h = if vmax == r {
             (g - b) * diff
@@ -791,10 +880,21 @@ fn rgb_to_hls(r: f32, g: f32, b: f32) -> (f32, f32, f32) {
 }
 
 fn hls_to_rgb(h: f32, l: f32, s: f32) -> (f32, f32, f32) {
-    const SECTOR: [[usize; 3]; 6] = [[1, 3, 0], [1, 0, 2], [3, 0, 1], [0, 2, 1], [0, 1, 3], [2, 1, 0]];
+    const SECTOR: [[usize; 3]; 6] = [
+        [1, 3, 0],
+        [1, 0, 2],
+        [3, 0, 1],
+        [0, 2, 1],
+        [0, 1, 3],
+        [2, 1, 0],
+    ];
     let (mut r, mut g, mut b) = (l, l, l);
     if s != 0.0 {
-        let p2 = if l <= 0.5 { l * (1.0 + s) } else { l + s - l * s };
+        let p2 = if l <= 0.5 {
+            l * (1.0 + s)
+        } else {
+            l + s - l * s
+        };
         let p1 = 2.0 * l - p2;
         let mut h = h / 60.0;
         while h < 0.0 {
@@ -855,9 +955,16 @@ fn enhance_params(call: &Call<'_>) -> Result<Call2> {
         return fail(call, "min_factor and max_factor must be at least 0");
     }
     if lo > hi {
-        return fail(call, format!("min_factor {lo} is larger than max_factor {hi}"));
+        return fail(
+            call,
+            format!("min_factor {lo} is larger than max_factor {hi}"),
+        );
     }
-    Ok(Call2 { a: lo as f32, b: hi as f32, ..Default::default() })
+    Ok(Call2 {
+        a: lo as f32,
+        b: hi as f32,
+        ..Default::default()
+    })
 }
 
 fn random_brightness(call: &Call<'_>) -> Result<Plan> {
@@ -888,11 +995,21 @@ fn random_hue(call: &Call<'_>) -> Result<Plan> {
 fn random_color_jitter(call: &Call<'_>) -> Result<Plan> {
     let p = call.params;
     let mut v = [0f32; 4];
-    for (i, key) in ["brightness", "contrast", "saturation", "hue"].iter().enumerate() {
+    for (i, key) in ["brightness", "contrast", "saturation", "hue"]
+        .iter()
+        .enumerate()
+    {
         v[i] = p.required(key, param::float, "a number")? as f32;
     }
     let is_u8 = inputs(call, 1)?[0].dtype == DType::U8;
-    let params = Call2 { a: v[0], b: v[1], c: v[2], d: v[3], u8_steps: is_u8, alpha: vec![] };
+    let params = Call2 {
+        a: v[0],
+        b: v[1],
+        c: v[2],
+        d: v[3],
+        u8_steps: is_u8,
+        alpha: vec![],
+    };
     augment(call, true, params, |px, c, g, p| {
         let g = generator(g)?;
         let (hue_amt, u8_steps) = (p.d, p.u8_steps);
@@ -933,11 +1050,19 @@ fn random_color_jitter(call: &Call<'_>) -> Result<Plan> {
 }
 
 fn adjust_lighting(call: &Call<'_>) -> Result<Plan> {
-    let alpha = call.params.required("alpha", param::floats, "a tuple of numbers")?;
+    let alpha = call
+        .params
+        .required("alpha", param::floats, "a tuple of numbers")?;
     if alpha.len() < 3 {
-        return fail(call, format!("alpha needs 3 values (R, G, B), got {alpha:?}"));
+        return fail(
+            call,
+            format!("alpha needs 3 values (R, G, B), got {alpha:?}"),
+        );
     }
-    let params = Call2 { alpha: alpha.iter().map(|&a| a as f32).collect(), ..Default::default() };
+    let params = Call2 {
+        alpha: alpha.iter().map(|&a| a as f32).collect(),
+        ..Default::default()
+    };
     augment(call, false, params, |px, c, _, p| {
         lighting(px, c, [p.alpha[0], p.alpha[1], p.alpha[2]]);
         Ok(())
@@ -945,22 +1070,38 @@ fn adjust_lighting(call: &Call<'_>) -> Result<Plan> {
 }
 
 fn random_lighting(call: &Call<'_>) -> Result<Plan> {
-    let std = call.params.or("alpha_std", param::float, "a number", 0.05)? as f32;
-    augment(call, true, Call2 { a: std, ..Default::default() }, |px, c, g, p| {
-        let g = generator(g)?;
-        let mut a = [0f32; 3];
-        for v in &mut a {
-            let r = (-2.0 * (1.0 - g.next_unit()).ln()).sqrt();
-            *v = p.a * (r * (std::f64::consts::TAU * g.next_unit()).cos()) as f32;
-        }
-        lighting(px, c, a);
-        Ok(())
-    })
+    let std = call
+        .params
+        .or("alpha_std", param::float, "a number", 0.05)? as f32;
+    augment(
+        call,
+        true,
+        Call2 {
+            a: std,
+            ..Default::default()
+        },
+        |px, c, g, p| {
+            let g = generator(g)?;
+            let mut a = [0f32; 3];
+            for v in &mut a {
+                let r = (-2.0 * (1.0 - g.next_unit()).ln()).sqrt();
+                *v = p.a * (r * (std::f64::consts::TAU * g.next_unit()).cos()) as f32;
+            }
+            lighting(px, c, a);
+            Ok(())
+        },
+    )
 }
 
 /// MXNet's gradient of the augmenters: the output's gradient, copied.
-fn copy_grad(g: &mut crate::operator::def::GradCtx<'_>) -> Result<Vec<Option<crate::operator::def::Val>>> {
-    Ok(vec![Some(g.op("_mxrt_image_grad_copy", &[g.dy(0), g.x(0)], &[])?)])
+fn copy_grad(
+    g: &mut crate::operator::def::GradCtx<'_>,
+) -> Result<Vec<Option<crate::operator::def::Val>>> {
+    Ok(vec![Some(g.op(
+        "_mxrt_image_grad_copy",
+        &[g.dy(0), g.x(0)],
+        &[],
+    )?)])
 }
 
 pub(crate) fn register(t: &mut Entries) {
@@ -972,36 +1113,64 @@ pub(crate) fn register(t: &mut Entries) {
     t.def("_image_resize", &image_resize).grad(copy_grad);
     t.def("_image_normalize", &normalize).grad(|g| {
         let p = super::shape::some_params(g, &["mean", "std"]);
-        Ok(vec![Some(g.op("_mxrt_image_normalize_grad", &[g.dy(0)], &p)?)])
+        Ok(vec![Some(g.op(
+            "_mxrt_image_normalize_grad",
+            &[g.dy(0)],
+            &p,
+        )?)])
     });
-    t.def("_mxrt_image_normalize_grad", &normalize_grad).grad(|g| {
-        let p = super::shape::some_params(g, &["mean", "std"]);
-        Ok(vec![Some(g.op("_mxrt_image_normalize_grad", &[g.dy(0)], &p)?)])
-    });
+    t.def("_mxrt_image_normalize_grad", &normalize_grad)
+        .grad(|g| {
+            let p = super::shape::some_params(g, &["mean", "std"]);
+            Ok(vec![Some(g.op(
+                "_mxrt_image_normalize_grad",
+                &[g.dy(0)],
+                &p,
+            )?)])
+        });
     t.def("_image_crop", &crop).grad(|g| {
         let p = super::shape::all_params(g);
-        Ok(vec![Some(g.op("_mxrt_image_crop_grad", &[g.dy(0), g.x(0)], &p)?)])
+        Ok(vec![Some(g.op(
+            "_mxrt_image_crop_grad",
+            &[g.dy(0), g.x(0)],
+            &p,
+        )?)])
     });
     t.def("_mxrt_image_crop_grad", &crop_grad).grad(|g| {
         let p = super::shape::all_params(g);
         Ok(vec![Some(g.op("_image_crop", &[g.dy(0)], &p)?), None])
     });
-    t.def("_mxrt_image_grad_copy", &grad_copy).grad(|g| {
-        Ok(vec![Some(g.op("_copy", &[g.dy(0)], &[])?), None])
-    });
-    t.def("_image_flip_left_right", &|c: &Call<'_>| flip_op(c, false, false)).grad(copy_grad);
-    t.def("_image_flip_top_bottom", &|c: &Call<'_>| flip_op(c, true, false)).grad(copy_grad);
-    t.def("_image_random_flip_left_right", &|c: &Call<'_>| flip_op(c, false, true))
+    t.def("_mxrt_image_grad_copy", &grad_copy)
+        .grad(|g| Ok(vec![Some(g.op("_copy", &[g.dy(0)], &[])?), None]));
+    t.def("_image_flip_left_right", &|c: &Call<'_>| {
+        flip_op(c, false, false)
+    })
+    .grad(copy_grad);
+    t.def("_image_flip_top_bottom", &|c: &Call<'_>| {
+        flip_op(c, true, false)
+    })
+    .grad(copy_grad);
+    t.def("_image_random_flip_left_right", &|c: &Call<'_>| {
+        flip_op(c, false, true)
+    })
+    .grad(copy_grad);
+    t.def("_image_random_flip_top_bottom", &|c: &Call<'_>| {
+        flip_op(c, true, true)
+    })
+    .grad(copy_grad);
+    t.def("_image_random_brightness", &random_brightness)
         .grad(copy_grad);
-    t.def("_image_random_flip_top_bottom", &|c: &Call<'_>| flip_op(c, true, true))
+    t.def("_image_random_contrast", &random_contrast)
         .grad(copy_grad);
-    t.def("_image_random_brightness", &random_brightness).grad(copy_grad);
-    t.def("_image_random_contrast", &random_contrast).grad(copy_grad);
-    t.def("_image_random_saturation", &random_saturation).grad(copy_grad);
+    t.def("_image_random_saturation", &random_saturation)
+        .grad(copy_grad);
     t.def("_image_random_hue", &random_hue).grad(copy_grad);
-    t.def("_image_random_color_jitter", &random_color_jitter).grad(copy_grad);
-    t.def("_image_adjust_lighting", &adjust_lighting).grad(copy_grad);
-    t.def("_image_random_lighting", &random_lighting).grad(copy_grad);
+    t.def("_image_random_color_jitter", &random_color_jitter)
+        .grad(copy_grad);
+    t.def("_image_adjust_lighting", &adjust_lighting)
+        .grad(copy_grad);
+    t.def("_image_random_lighting", &random_lighting)
+        .grad(copy_grad);
 }
 
 #[cfg(test)]
@@ -1010,7 +1179,12 @@ mod tests {
 
     #[test]
     fn hls_round_trips() {
-        for &(r, g, b) in &[(10.0, 200.0, 30.0), (255.0, 0.0, 0.0), (90.0, 90.0, 90.0), (3.0, 40.0, 250.0)] {
+        for &(r, g, b) in &[
+            (10.0, 200.0, 30.0),
+            (255.0, 0.0, 0.0),
+            (90.0, 90.0, 90.0),
+            (3.0, 40.0, 250.0),
+        ] {
             let (h, l, s) = rgb_to_hls(r, g, b);
             let (r2, g2, b2) = hls_to_rgb(h, l, s);
             assert!((r - r2).abs() < 1e-3 && (g - g2).abs() < 1e-3 && (b - b2).abs() < 1e-3);
