@@ -54,23 +54,23 @@ struct Aug {
     max_random_illumination: f32,
 }
 
-fn not_built(name: &str, key: &str) -> Error {
+fn not_built(key: &str) -> Error {
     Error::not_supported(format!(
-        "{name}: parameter {key} is not implemented by mxrt (its augmenter is not built)"
+        "parameter {key} is not implemented by mxrt (its augmenter is not built)"
     ))
 }
 
 impl Aug {
-    fn new(p: &Params, name: &str, dtype: DType) -> Result<Aug> {
+    fn new(p: &Params, dtype: DType) -> Result<Aug> {
         let shape = p.shape("data_shape", None)?;
         if shape.len() != 3 {
             return Err(Error::invalid(format!(
-                "{name}: data_shape must have 3 dimensions (channels, height, width), got {shape:?}"
+                "data_shape must have 3 dimensions (channels, height, width), got {shape:?}"
             )));
         }
         if shape[0] != 1 && shape[0] != 3 {
             return Err(Error::invalid(format!(
-                "{name}: Invalid output shape {shape:?} (mxrt decodes 1 or 3 channels)"
+                "Invalid output shape {shape:?} (mxrt decodes 1 or 3 channels)"
             )));
         }
         let f = |k: &str, d: f64| -> Result<f32> { Ok(float(p, k, d)? as f32) };
@@ -83,19 +83,19 @@ impl Aug {
             ("random_l", 0.0),
         ] {
             if f(key, default)? != default as f32 {
-                return Err(not_built(name, key));
+                return Err(not_built(key));
             }
         }
         if f("rotate", -1.0)? > 0.0 {
-            return Err(not_built(name, "rotate"));
+            return Err(not_built("rotate"));
         }
         for key in ["rotate_list", "mean_img", "path_imglist"] {
             if p.get(key).is_some_and(|v| !v.is_empty()) {
-                return Err(not_built(name, key));
+                return Err(not_built(key));
             }
         }
         if f("max_img_size", 1e10)? != 1e10 || f("min_img_size", 0.0)? != 0.0 {
-            return Err(not_built(name, "max_img_size/min_img_size"));
+            return Err(not_built("max_img_size/min_img_size"));
         }
         let random_resized_crop = p.bool("random_resized_crop", false)?;
         let max_aspect = f("max_aspect_ratio", 0.0)?;
@@ -115,7 +115,6 @@ impl Aug {
             && (min_ratio != 1.0 || max_ratio != 1.0 || min_scale != 1.0 || max_scale != 1.0)
         {
             return Err(not_built(
-                name,
                 "max_aspect_ratio/min_random_scale/max_random_scale",
             ));
         }
@@ -132,14 +131,14 @@ impl Aug {
                 || rand_crop)
         {
             return Err(Error::invalid(format!(
-                "{name}: Setting random_resized_crop to true conflicts with min_random_scale, \
+                "Setting random_resized_crop to true conflicts with min_random_scale, \
                  max_random_scale, min_crop_size, max_crop_size, and rand_crop."
             )));
         }
         let interp = p.int("inter_method", Some(1))?;
         if interp != img::INTER_NEAREST && interp != img::INTER_LINEAR {
             return Err(Error::not_supported(format!(
-                "{name}: inter_method {interp} is not implemented by mxrt (0: nearest and 1: \
+                "inter_method {interp} is not implemented by mxrt (0: nearest and 1: \
                  bilinear are)"
             )));
         }
@@ -419,22 +418,34 @@ fn lay_out(a: &Aug, res: &Image, r: &mut ChaCha8Rng, out: &mut [u8]) {
     }
     let (c, h, w) = (res.c, res.h, res.w);
     let plane = h * w;
+    let col = |x: usize| if mirrored { w - 1 - x } else { x };
     for k in 0..c {
         let src_k = if c == 3 { 2 - k } else { k };
+        let mean_int = a.mean[k].round() as i32;
         for y in 0..h {
-            for x in 0..w {
-                let v = res.data[(y * w + x) * c + src_k];
-                let ox = if mirrored { w - 1 - x } else { x };
-                let at = k * plane + y * w + ox;
-                match a.dtype {
-                    DType::U8 => out[at] = v,
-                    DType::I8 => {
-                        let m = a.mean[k].round() as i32;
-                        out[at] = ((v as i32 - m).clamp(-128, 127) as i8) as u8;
+            let row = &res.data[y * w * c..(y + 1) * w * c];
+            let px = row.iter().skip(src_k).step_by(c);
+            let base = k * plane + y * w;
+            match a.dtype {
+                DType::U8 => {
+                    let o = &mut out[base..base + w];
+                    for (x, &v) in px.enumerate() {
+                        o[col(x)] = v;
                     }
-                    _ => {
-                        let f = (v as f32 - a.mean[k]) * mult[k] + bias[k];
-                        out[at * 4..at * 4 + 4].copy_from_slice(&f.to_le_bytes());
+                }
+                DType::I8 => {
+                    let o = &mut out[base..base + w];
+                    for (x, &v) in px.enumerate() {
+                        o[col(x)] = ((v as i32 - mean_int).clamp(-128, 127) as i8) as u8;
+                    }
+                }
+                _ => {
+                    let o = &mut out[base * 4..(base + w) * 4];
+                    let (m, mu, b) = (a.mean[k], mult[k], bias[k]);
+                    for (x, &v) in px.enumerate() {
+                        let f = (v as f32 - m) * mu + b;
+                        let at = col(x) * 4;
+                        o[at..at + 4].copy_from_slice(&f.to_le_bytes());
                     }
                 }
             }
@@ -553,11 +564,11 @@ fn record_start_from(path: &str, from: u64, len: u64) -> Result<u64> {
 }
 
 impl ImageRecordSource {
-    pub fn new(p: &Params, name: &str, dtype: DType, batch_size: usize) -> Result<Self> {
-        let aug = Aug::new(p, name, dtype)?;
+    pub fn new(p: &Params, dtype: DType, batch_size: usize) -> Result<Self> {
+        let aug = Aug::new(p, dtype)?;
         let path = p.string("path_imgrec", Some(""))?;
         if path.is_empty() {
-            return Err(Error::invalid(format!("{name}: path_imgrec is required")));
+            return Err(Error::invalid(format!("path_imgrec is required")));
         }
         let reader = RecordReader::open(&path)?;
         let len = std::fs::metadata(&path)
@@ -567,7 +578,7 @@ impl ImageRecordSource {
         let part_index = p.int("part_index", Some(0))?;
         if num_parts < 1 || part_index < 0 || part_index >= num_parts {
             return Err(Error::invalid(format!(
-                "{name}: part_index {part_index} must be in [0, num_parts) with num_parts \
+                "part_index {part_index} must be in [0, num_parts) with num_parts \
                  {num_parts} >= 1"
             )));
         }
@@ -578,14 +589,14 @@ impl ImageRecordSource {
         let idx = p.string("path_imgidx", Some(""))?;
         let offsets = if shuffle && !idx.is_empty() {
             let text = std::fs::read_to_string(&idx)
-                .map_err(|e| Error::io(format!("{name}: cannot read {idx}: {e}")))?;
+                .map_err(|e| Error::io(format!("cannot read {idx}: {e}")))?;
             let mut v = Vec::new();
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 let off = line
                     .split('\t')
                     .nth(1)
                     .and_then(|s| s.trim().parse::<u64>().ok())
-                    .ok_or_else(|| Error::format(format!("{name}: bad line in {idx}: {line:?}")))?;
+                    .ok_or_else(|| Error::format(format!("bad line in {idx}: {line:?}")))?;
                 if (begin..end).contains(&off) {
                     v.push(off);
                 }
@@ -777,7 +788,7 @@ pub fn loader(p: &Params, name: &str) -> Result<BatchLoader<ImageRecordSource>> 
             Some(DType::I8) => DType::I8,
             Some(d) => {
                 return Err(Error::invalid(format!(
-                    "{name}: unknown dtype {} for ImageRecordIter2 (float32, uint8 or int8)",
+                    "unknown dtype {} for ImageRecordIter2 (float32, uint8 or int8)",
                     d.name()
                 )));
             }
@@ -785,7 +796,7 @@ pub fn loader(p: &Params, name: &str) -> Result<BatchLoader<ImageRecordSource>> 
     };
     let batch_size = p.int_at_least("batch_size", None, 1)? as usize;
     let round_batch = p.bool("round_batch", true)?;
-    let src = ImageRecordSource::new(p, name, dtype, batch_size)?;
+    let src = ImageRecordSource::new(p, dtype, batch_size)?;
     BatchLoader::new(src, batch_size, round_batch)
 }
 
