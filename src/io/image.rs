@@ -60,6 +60,15 @@ pub fn is_png(bytes: &[u8]) -> bool {
 /// Decodes a JPEG or PNG file's bytes: `flag` 0 gives one gray channel, anything else three
 /// colour channels (RGB when `to_rgb`, else BGR).
 pub fn decode(bytes: &[u8], flag: i64, to_rgb: bool) -> Result<Image> {
+    // the decoders return errors for bad input; a panic in one is turned into an error too, so
+    // a decoding thread of an iterator never goes down with it
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decode_inner(bytes, flag, to_rgb)
+    }))
+    .unwrap_or_else(|_| Err(invalid("the decoder failed on this file")))
+}
+
+fn decode_inner(bytes: &[u8], flag: i64, to_rgb: bool) -> Result<Image> {
     let gray = flag == 0;
     let mut img = if is_jpeg(bytes) {
         decode_jpeg(bytes, gray)?
