@@ -140,7 +140,9 @@ static void csv_iter(const char *dir) {
   vals[2] = "two";
   EXPECT_ERROR(MXDataIterCreateIter(csv, 3, keys, vals, &it), "batch_size");
   EXPECT_ERROR(MXDataIterCreateIter(find_iter("ImageRecordIter"), 0, NULL, NULL, &it),
-               "ImageRecordIter: this data iterator is not implemented");
+               "ImageRecordIter: Required parameter");
+  EXPECT_ERROR(MXDataIterCreateIter(find_iter("ImageDetRecordIter"), 0, NULL, NULL, &it),
+               "ImageDetRecordIter: this data iterator is not implemented");
 }
 
 int main(int argc, char **argv) {

@@ -15,7 +15,10 @@ operations like +=, *=, relu(x, out=x), y[idx]=x, etc inside a record section.";
 
 /// Runs an operator, recording it when this thread records and an input is in a graph.
 pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
-    if !mode::is_recording() {
+    // NDArray functions (`_cvimdecode`) are never recorded, as in MXNet
+    if !mode::is_recording()
+        || crate::operator::ops::image::ndarray_function(call.op).is_some()
+    {
         return imperative::invoke(call);
     }
     let entries: Vec<Option<Entry>> = call.inputs.iter().map(entry_of).collect();

@@ -46,6 +46,10 @@ pub trait Loader: Send {
 /// A source of dense instances, each `data_len` and `label_len` elements of one dtype.
 pub trait DenseSource: Send {
     fn dtype(&self) -> DType;
+    /// The labels' dtype (the data's unless the source says otherwise).
+    fn label_dtype(&self) -> DType {
+        self.dtype()
+    }
     fn data_shape(&self) -> &[i64];
     fn label_shape(&self) -> &[i64];
     /// Writes the next instance into `data` and `label` (exactly one instance's bytes each) and
@@ -96,9 +100,8 @@ pub struct BatchLoader<S: DenseSource> {
 
 impl<S: DenseSource> BatchLoader<S> {
     pub fn new(source: S, batch_size: usize, round_batch: bool) -> Result<Self> {
-        let size = source.dtype().size();
-        let data_unit = elements(source.data_shape())? * size;
-        let label_unit = elements(source.label_shape())? * size;
+        let data_unit = elements(source.data_shape())? * source.dtype().size();
+        let label_unit = elements(source.label_shape())? * source.label_dtype().size();
         let total = |unit: usize| {
             unit.checked_mul(batch_size)
                 .ok_or_else(|| Error::invalid(format!("batch_size {batch_size} is too large")))
@@ -147,7 +150,7 @@ impl<S: DenseSource> BatchLoader<S> {
                 dtype,
                 &self.data,
             )?,
-            label: dense_array(&label_shape, dtype, &self.label)?,
+            label: dense_array(&label_shape, self.source.label_dtype(), &self.label)?,
             index: self.index.clone(),
             pad,
             wrapped,

@@ -4,11 +4,14 @@
 //! An iterator is a [`Loader`](batch::Loader) (the source and MXNet's batching rules) driven by a
 //! [`Prefetcher`](prefetch::Prefetcher) thread that keeps `prefetch_buffer` batches ready. Each
 //! batch is a fresh set of NDArrays on `cpu(0)`, so arrays the caller keeps are never
-//! overwritten. The image iterators (`ImageRecordIter` and its variants, `ImageDetRecordIter`)
-//! are listed but not built: creating one is an error naming it.
+//! overwritten. `ImageRecordIter` and its `uint8`/`int8` variants ([`image_rec`]) decode and
+//! augment images on their own threads; `ImageDetRecordIter` is listed but not built: creating
+//! one is an error naming it.
 
 pub mod batch;
 pub mod csv;
+pub mod image;
+pub mod image_rec;
 pub mod libsvm;
 pub mod mnist;
 pub mod params;
@@ -29,7 +32,17 @@ pub struct DataIter {
 }
 
 /// The iterators mxrt builds, by MXNet's name.
-pub const BUILT: [&str; 3] = ["MNISTIter", "CSVIter", "LibSVMIter"];
+pub const BUILT: [&str; 9] = [
+    "MNISTIter",
+    "CSVIter",
+    "LibSVMIter",
+    "ImageRecordIter",
+    "ImageRecordIter_v1",
+    "ImageRecordUInt8Iter",
+    "ImageRecordUInt8Iter_v1",
+    "ImageRecordInt8Iter",
+    "ImageRecordInt8Iter_v1",
+];
 
 impl DataIter {
     /// Creates the iterator MXNet registers as `name` from its keyword arguments (unknown
@@ -38,7 +51,7 @@ impl DataIter {
         let p = Params::new(kwargs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let prefetch_buffer = p.int_at_least("prefetch_buffer", Some(4), 0)? as usize;
         p.check_ctx()?;
-        let dtype = p.dtype("dtype")?;
+        let dtype = if image_rec::NAMES.contains(&name) { None } else { p.dtype("dtype")? };
         let check_dtype = |source: crate::dtype::DType| match dtype {
             Some(d) if d != source => Err(Error::invalid(format!(
                 "dtype {} is not the data's {}: {name} does not convert its output",
@@ -63,10 +76,10 @@ impl DataIter {
                 check_dtype(crate::dtype::DType::F32)?;
                 Box::new(libsvm::LibSvmLoader::new(&p, batch_size()?)?)
             }
+            n if image_rec::NAMES.contains(&n) => Box::new(image_rec::loader(&p, name)?),
             _ => {
                 return Err(Error::not_supported(format!(
-                    "this data iterator is not implemented by mxrt yet (it needs image decoding \
-                     and augmentation; {} are built)",
+                    "this data iterator is not implemented by mxrt yet ({} are built)",
                     BUILT.join(", ")
                 )));
             }

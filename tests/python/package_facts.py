@@ -46,6 +46,6 @@ with tempfile.TemporaryDirectory() as d:
     facts["load"] = {k: v.asnumpy().tolist() for k, v in mx.nd.load(path).items()}
 facts["zeros"] = outcome(lambda: mx.nd.zeros((2, 2)).asnumpy().tolist())
 facts["unimplemented"] = outcome(lambda: mx.nd.Correlation(a.reshape((1, 1, 2, 3)), a.reshape((1, 1, 2, 3)), kernel_size=1, max_displacement=0, pad_size=0).asnumpy().tolist())
-facts["data_iter"] = outcome(lambda: str(mx.io.ImageRecordIter(path_imgrec="/nonexistent.rec", data_shape=(3, 8, 8), batch_size=2)))
+facts["data_iter"] = outcome(lambda: str(mx.io.ImageDetRecordIter(path_imgrec="/nonexistent.rec", data_shape=(3, 8, 8), batch_size=2)))
 
 json.dump(facts, sys.stdout)

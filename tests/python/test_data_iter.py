@@ -96,5 +96,5 @@ def test_bad_input_is_refused_with_a_message():
     assert "row-length=2" in ours["csv_bad_row"]["error"]
     assert "nope.csv" in ours["csv_missing_file"]["error"]
     assert "out of range" in ours["mxrt_libsvm_index_out_of_range"]["error"]
-    assert "ImageRecordIter" in ours["image_record_iter"]["error"]
+    assert "nope.rec" in ours["image_record_iter"]["error"]  # a missing file, named
     assert "batch_size" in ours["csv_bad_batch_size"]["error"]

@@ -29,4 +29,4 @@ def test_what_is_not_built_fails_clearly(facts):
     assert ours["unimplemented"]["error"] == \
         "MXImperativeInvokeEx: operator Correlation is not implemented by mxrt"
     assert ours["data_iter"]["error"].startswith(
-        "MXDataIterCreateIter: ImageRecordIter: this data iterator is not implemented by mxrt yet")
+        "MXDataIterCreateIter: ImageDetRecordIter: this data iterator is not implemented by mxrt yet")

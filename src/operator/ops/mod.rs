@@ -7,6 +7,7 @@ pub mod conv;
 pub mod creation;
 pub mod embed;
 pub mod grad;
+pub mod image;
 pub mod index;
 pub mod la;
 pub mod lamb;
@@ -55,6 +56,7 @@ pub fn register_all(t: &mut Entries) {
     random::register(t);
     grad::register(t);
     contrib::register(t);
+    image::register(t);
     super::custom::register(t);
 }
 

@@ -1,0 +1,462 @@
+//! Images: JPEG and PNG decoding (zune-jpeg, zune-png) into OpenCV's layout, and the pixel
+//! kernels MXNet takes from OpenCV: `resize` (nearest and bilinear with OpenCV's pixel-centre
+//! mapping and its fixed-point arithmetic for 8-bit images) and `copy_make_border`.
+//!
+//! Images are HWC, row-major, channels interleaved. Decoding gives 1 channel (`flag` 0) or 3
+//! (`flag` 1, RGB, or BGR as OpenCV when `to_rgb` is false); an alpha channel is dropped, 16-bit
+//! PNGs keep their high byte, as OpenCV's `imdecode` does. An image larger than
+//! [`MAX_PIXELS`] is refused before anything is allocated for it.
+
+use crate::error::{Error, Result};
+use zune_core::bytestream::ZCursor;
+use zune_core::colorspace::ColorSpace;
+use zune_core::options::DecoderOptions;
+
+/// The largest image decoded: 2^27 pixels (a 384 MiB RGB image), each side at most 65535.
+pub const MAX_PIXELS: usize = 1 << 27;
+/// The longest side decoded.
+pub const MAX_SIDE: usize = 65535;
+
+/// A decoded image: `h * w * c` bytes, HWC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub data: Vec<u8>,
+}
+
+fn invalid(what: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("Decoding failed. Invalid image file: {what}"))
+}
+
+fn check_size(w: usize, h: usize) -> Result<()> {
+    if w == 0 || h == 0 {
+        return Err(invalid(format!("the image has no pixels ({w}x{h})")));
+    }
+    if w > MAX_SIDE || h > MAX_SIDE || w.saturating_mul(h) > MAX_PIXELS {
+        return Err(invalid(format!(
+            "a {w}x{h} image is larger than the {MAX_SIDE} pixels a side and {MAX_PIXELS} pixels \
+             in all mxrt decodes"
+        )));
+    }
+    Ok(())
+}
+
+fn options() -> DecoderOptions {
+    DecoderOptions::default()
+        .set_max_width(MAX_SIDE)
+        .set_max_height(MAX_SIDE)
+}
+
+/// Which format `bytes` hold, from their signature.
+pub fn is_jpeg(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0xFF, 0xD8])
+}
+pub fn is_png(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A])
+}
+
+/// Decodes a JPEG or PNG file's bytes: `flag` 0 gives one gray channel, anything else three
+/// colour channels (RGB when `to_rgb`, else BGR).
+pub fn decode(bytes: &[u8], flag: i64, to_rgb: bool) -> Result<Image> {
+    // the decoders return errors for bad input; a panic in one is turned into an error too, so
+    // a decoding thread of an iterator never goes down with it
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decode_inner(bytes, flag, to_rgb)
+    }))
+    .unwrap_or_else(|_| Err(invalid("the decoder failed on this file")))
+}
+
+fn decode_inner(bytes: &[u8], flag: i64, to_rgb: bool) -> Result<Image> {
+    let gray = flag == 0;
+    let mut img = if is_jpeg(bytes) {
+        decode_jpeg(bytes, gray)?
+    } else if is_png(bytes) {
+        decode_png(bytes, gray)?
+    } else {
+        let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        return Err(invalid(format!(
+            "{} bytes starting {} are neither a JPEG nor a PNG file",
+            bytes.len(),
+            head.join(" ")
+        )));
+    };
+    if !gray && !to_rgb {
+        for px in img.data.chunks_exact_mut(3) {
+            px.swap(0, 2);
+        }
+    }
+    Ok(img)
+}
+
+fn decode_jpeg(bytes: &[u8], gray: bool) -> Result<Image> {
+    let space = if gray {
+        ColorSpace::Luma
+    } else {
+        ColorSpace::RGB
+    };
+    let opts = options().jpeg_set_out_colorspace(space);
+    let mut d = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), opts);
+    d.decode_headers()
+        .map_err(|e| invalid(format!("JPEG: {e:?}")))?;
+    let info = d
+        .info()
+        .ok_or_else(|| invalid("JPEG without a frame header"))?;
+    let (w, h) = (info.width as usize, info.height as usize);
+    check_size(w, h)?;
+    let data = d.decode().map_err(|e| invalid(format!("JPEG: {e:?}")))?;
+    let c = if gray { 1 } else { 3 };
+    let out_c = d
+        .output_colorspace()
+        .map(|s| s.num_components())
+        .unwrap_or(c);
+    if data.len() != w * h * out_c {
+        return Err(invalid(format!(
+            "JPEG: {} bytes decoded for a {w}x{h} image",
+            data.len()
+        )));
+    }
+    Ok(Image {
+        h,
+        w,
+        c,
+        data: convert(data, out_c, c, w * h),
+    })
+}
+
+fn decode_png(bytes: &[u8], gray: bool) -> Result<Image> {
+    let opts = options().png_set_strip_to_8bit(true);
+    let mut d = zune_png::PngDecoder::new_with_options(ZCursor::new(bytes), opts);
+    d.decode_headers()
+        .map_err(|e| invalid(format!("PNG: {e:?}")))?;
+    let (w, h) = d
+        .dimensions()
+        .ok_or_else(|| invalid("PNG without a header"))?;
+    check_size(w, h)?;
+    let space = d
+        .colorspace()
+        .ok_or_else(|| invalid("PNG without a colour type"))?;
+    let raw = d.decode_raw().map_err(|e| invalid(format!("PNG: {e:?}")))?;
+    let n = w * h;
+    let in_c = space.num_components();
+    // 16-bit samples that were not stripped: keep the high byte (OpenCV's png_set_strip_16)
+    let raw = if raw.len() == n * in_c * 2 {
+        raw.chunks_exact(2).map(|p| p[0]).collect()
+    } else {
+        raw
+    };
+    if raw.len() != n * in_c {
+        return Err(invalid(format!(
+            "PNG: {} bytes decoded for a {w}x{h} image of {in_c} channels",
+            raw.len()
+        )));
+    }
+    let c = if gray { 1 } else { 3 };
+    Ok(Image {
+        h,
+        w,
+        c,
+        data: convert(raw, in_c, c, n),
+    })
+}
+
+/// Converts `n` pixels of `from` interleaved channels (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) to
+/// `to` channels (1 or 3): alpha dropped, gray replicated, colour to gray as libpng does for
+/// OpenCV (`png_set_rgb_to_gray` with 0.299 and 0.587: 15-bit weights 9797, 19234 and the
+/// remainder 3737, truncated).
+fn convert(data: Vec<u8>, from: usize, to: usize, n: usize) -> Vec<u8> {
+    match (from, to) {
+        (1, 1) | (3, 3) => data,
+        (2, 1) | (4, 3) => data
+            .chunks_exact(from)
+            .flat_map(|p| p[..to].to_vec())
+            .collect(),
+        (1, 3) | (2, 3) => data.chunks_exact(from).flat_map(|p| [p[0]; 3]).collect(),
+        (3, 1) | (4, 1) => data
+            .chunks_exact(from)
+            .map(|p| {
+                let v = 9797 * p[0] as u32 + 19234 * p[1] as u32 + 3737 * p[2] as u32;
+                (v >> 15).min(255) as u8
+            })
+            .collect(),
+        _ => {
+            let mut v = data;
+            v.truncate(n * to);
+            v
+        }
+    }
+}
+
+/// OpenCV's interpolation codes.
+pub const INTER_NEAREST: i64 = 0;
+pub const INTER_LINEAR: i64 = 1;
+
+/// A pixel type the resize kernels work on.
+pub trait Pixel: Copy + Default + Send + Sync + 'static {
+    /// 8-bit images use OpenCV's fixed-point bilinear arithmetic.
+    const FIXED: bool;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+}
+impl Pixel for u8 {
+    const FIXED: bool = true;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v.round_ties_even().clamp(0.0, 255.0) as u8
+    }
+}
+impl Pixel for f32 {
+    const FIXED: bool = false;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+impl Pixel for f64 {
+    const FIXED: bool = false;
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+/// For each output position along an axis of `src` samples resized to `dst`: the two source
+/// positions and the weight of the second (OpenCV's `(d + 0.5) * scale - 0.5`, computed in
+/// float, clamped at the edges with a zero weight).
+fn linear_taps(src: usize, dst: usize) -> Vec<(usize, usize, f32)> {
+    let scale = 1.0 / (dst as f64 / src as f64);
+    (0..dst)
+        .map(|d| {
+            let f = ((d as f64 + 0.5) * scale - 0.5) as f32;
+            let mut s = f.floor() as i64;
+            let mut frac = f - s as f32;
+            if s < 0 {
+                s = 0;
+                frac = 0.0;
+            }
+            if s >= src as i64 - 1 {
+                s = src as i64 - 1;
+                frac = 0.0;
+            }
+            let s = s as usize;
+            (s, (s + 1).min(src - 1), frac)
+        })
+        .collect()
+}
+
+/// `round(v * 2048)` as a 16-bit coefficient (OpenCV's `saturate_cast<short>`).
+fn coef(v: f32) -> i32 {
+    (v * 2048.0).round_ties_even() as i32
+}
+
+/// Resizes an HWC image of `c` channels from `sh x sw` to `dh x dw` into `dst` with OpenCV's
+/// `cv::resize` semantics for `interp` 0 (nearest) and 1 (bilinear; an exact halving of both
+/// sides averages 2x2 blocks, as OpenCV switches to INTER_AREA there).
+#[allow(clippy::too_many_arguments)]
+pub fn resize<T: Pixel>(
+    src: &[T],
+    sh: usize,
+    sw: usize,
+    c: usize,
+    dst: &mut [T],
+    dh: usize,
+    dw: usize,
+    interp: i64,
+) -> Result<()> {
+    if sh == 0 || sw == 0 || dh == 0 || dw == 0 {
+        return Err(Error::invalid(format!(
+            "resize: cannot resize a {sh}x{sw} image to {dh}x{dw}"
+        )));
+    }
+    match interp {
+        INTER_NEAREST => {
+            let sx = 1.0 / (dw as f64 / sw as f64);
+            let sy = 1.0 / (dh as f64 / sh as f64);
+            let xs: Vec<usize> = (0..dw)
+                .map(|x| ((x as f64 * sx).floor() as usize).min(sw - 1))
+                .collect();
+            for y in 0..dh {
+                let yy = ((y as f64 * sy).floor() as usize).min(sh - 1);
+                let row = &src[yy * sw * c..(yy + 1) * sw * c];
+                let out = &mut dst[y * dw * c..(y + 1) * dw * c];
+                for (x, &xx) in xs.iter().enumerate() {
+                    out[x * c..(x + 1) * c].copy_from_slice(&row[xx * c..(xx + 1) * c]);
+                }
+            }
+            Ok(())
+        }
+        INTER_LINEAR if sw == 2 * dw && sh == 2 * dh => {
+            for y in 0..dh {
+                for x in 0..dw {
+                    for k in 0..c {
+                        let at = |yy: usize, xx: usize| src[(yy * sw + xx) * c + k];
+                        let (a, b) = (at(2 * y, 2 * x), at(2 * y, 2 * x + 1));
+                        let (d, e) = (at(2 * y + 1, 2 * x), at(2 * y + 1, 2 * x + 1));
+                        dst[(y * dw + x) * c + k] = if T::FIXED {
+                            let s = a.to_f64() + b.to_f64() + d.to_f64() + e.to_f64();
+                            T::from_f64(((s as i64 + 2) >> 2) as f64)
+                        } else {
+                            T::from_f64((a.to_f64() + b.to_f64() + d.to_f64() + e.to_f64()) * 0.25)
+                        };
+                    }
+                }
+            }
+            Ok(())
+        }
+        INTER_LINEAR => {
+            let xt = linear_taps(sw, dw);
+            let yt = linear_taps(sh, dh);
+            if T::FIXED {
+                // horizontal pass in 11-bit fixed point, vertical pass as OpenCV's SIMD code
+                let hrow = |yy: usize| -> Vec<i32> {
+                    let row = &src[yy * sw * c..(yy + 1) * sw * c];
+                    let mut out = vec![0i32; dw * c];
+                    for (x, &(s0, s1, f)) in xt.iter().enumerate() {
+                        let a0 = coef(1.0 - f);
+                        let a1 = 2048 - a0;
+                        for k in 0..c {
+                            out[x * c + k] = row[s0 * c + k].to_f64() as i32 * a0
+                                + row[s1 * c + k].to_f64() as i32 * a1;
+                        }
+                    }
+                    out
+                };
+                let mut cache: Option<(usize, Vec<i32>, usize, Vec<i32>)> = None;
+                for (y, &(r0, r1, f)) in yt.iter().enumerate() {
+                    let (h0, h1) = match cache.take() {
+                        Some((a, ha, b, hb)) if a == r0 && b == r1 => (ha, hb),
+                        Some((_, _, b, hb)) if b == r0 => (hb, hrow(r1)),
+                        _ => (hrow(r0), hrow(r1)),
+                    };
+                    let b0 = coef(1.0 - f);
+                    let b1 = 2048 - b0;
+                    let out = &mut dst[y * dw * c..(y + 1) * dw * c];
+                    for i in 0..dw * c {
+                        let v = ((b0 * (h0[i] >> 4)) >> 16) + ((b1 * (h1[i] >> 4)) >> 16);
+                        out[i] = T::from_f64(((v + 2) >> 2).clamp(0, 255) as f64);
+                    }
+                    cache = Some((r0, h0, r1, h1));
+                }
+            } else {
+                let hrow = |yy: usize| -> Vec<f64> {
+                    let row = &src[yy * sw * c..(yy + 1) * sw * c];
+                    let mut out = vec![0f64; dw * c];
+                    for (x, &(s0, s1, f)) in xt.iter().enumerate() {
+                        let (a0, a1) = ((1.0 - f) as f64, f as f64);
+                        for k in 0..c {
+                            out[x * c + k] =
+                                row[s0 * c + k].to_f64() * a0 + row[s1 * c + k].to_f64() * a1;
+                        }
+                    }
+                    out
+                };
+                for (y, &(r0, r1, f)) in yt.iter().enumerate() {
+                    let (h0, h1) = (hrow(r0), hrow(r1));
+                    let (b0, b1) = ((1.0 - f) as f64, f as f64);
+                    let out = &mut dst[y * dw * c..(y + 1) * dw * c];
+                    for i in 0..dw * c {
+                        out[i] = T::from_f64(h0[i] * b0 + h1[i] * b1);
+                    }
+                }
+            }
+            Ok(())
+        }
+        other => Err(Error::not_supported(format!(
+            "resize: interpolation {other} is not implemented by mxrt (0: nearest and 1: \
+             bilinear are)"
+        ))),
+    }
+}
+
+/// OpenCV's border types.
+pub const BORDER_CONSTANT: i64 = 0;
+pub const BORDER_REPLICATE: i64 = 1;
+pub const BORDER_REFLECT: i64 = 2;
+pub const BORDER_WRAP: i64 = 3;
+pub const BORDER_REFLECT_101: i64 = 4;
+
+/// The source position of position `p` (possibly outside `[0, n)`) under border `kind`
+/// (`None`: the constant).
+pub fn border_index(p: i64, n: i64, kind: i64) -> Option<usize> {
+    if (0..n).contains(&p) {
+        return Some(p as usize);
+    }
+    if n == 0 || kind == BORDER_CONSTANT {
+        return None;
+    }
+    let r = match kind {
+        BORDER_REPLICATE => p.clamp(0, n - 1),
+        BORDER_WRAP => p.rem_euclid(n),
+        BORDER_REFLECT | BORDER_REFLECT_101 => {
+            if n == 1 {
+                0
+            } else {
+                let delta = i64::from(kind == BORDER_REFLECT_101);
+                let mut q = p;
+                while !(0..n).contains(&q) {
+                    q = if q < 0 {
+                        -q - 1 + delta
+                    } else {
+                        n - 1 - (q - n) - delta
+                    };
+                }
+                q
+            }
+        }
+        _ => return None,
+    };
+    Some(r as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_taps_follow_pixel_centres() {
+        // 4 -> 2 is a halving: centres at 0.5 and 2.5
+        let t = linear_taps(4, 2);
+        assert_eq!((t[0].0, t[0].1), (0, 1));
+        assert!((t[0].2 - 0.5).abs() < 1e-6);
+        // upscaling clamps the first and last positions to the edge with zero weight
+        let t = linear_taps(2, 4);
+        assert_eq!((t[0].0, t[0].2), (0, 0.0));
+        assert_eq!((t[3].0, t[3].2), (1, 0.0));
+        assert!((t[1].2 - 0.25).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bilinear_of_a_constant_image_is_the_constant() {
+        let src = vec![77u8; 5 * 7 * 3];
+        let mut dst = vec![0u8; 3 * 11 * 3];
+        resize(&src, 5, 7, 3, &mut dst, 3, 11, INTER_LINEAR).unwrap();
+        assert!(dst.iter().all(|&v| v == 77));
+    }
+
+    #[test]
+    fn borders_follow_opencv() {
+        // abcd with 2 positions on either side
+        let idx = |k| (-2..6).map(|p| border_index(p, 4, k)).collect::<Vec<_>>();
+        let s = |v: &[usize]| v.iter().map(|&i| Some(i)).collect::<Vec<_>>();
+        assert_eq!(idx(BORDER_REPLICATE), s(&[0, 0, 0, 1, 2, 3, 3, 3]));
+        assert_eq!(idx(BORDER_REFLECT), s(&[1, 0, 0, 1, 2, 3, 3, 2]));
+        assert_eq!(idx(BORDER_REFLECT_101), s(&[2, 1, 0, 1, 2, 3, 2, 1]));
+        assert_eq!(idx(BORDER_WRAP), s(&[2, 3, 0, 1, 2, 3, 0, 1]));
+        assert_eq!(idx(BORDER_CONSTANT)[0], None);
+    }
+
+    #[test]
+    fn garbage_is_an_error_naming_the_bytes() {
+        let e = decode(b"not an image", 1, true).unwrap_err();
+        assert!(e.message().contains("neither a JPEG nor a PNG"), "{e}");
+        let e = decode(&[0xFF, 0xD8, 0xFF, 0xC0, 0, 0], 1, true).unwrap_err();
+        assert!(e.message().contains("Decoding failed"), "{e}");
+    }
+}

@@ -1,0 +1,830 @@
+//! `ImageRecordIter` (and its `uint8` and `int8` forms): images packed in a RecordIO file
+//! (`mx.recordio.pack` headers), decoded, augmented and laid out as NCHW batches.
+//!
+//! The source reads the records of its part of the file (`num_parts`, `part_index`: byte
+//! ranges aligned to record starts, as dmlc's splitter cuts them) in chunks of `batch_size`
+//! records, shuffles a chunk when `shuffle` is set (with `path_imgidx`: the whole part, every
+//! epoch), and decodes and augments a chunk's images on `preprocess_threads` threads. The
+//! batching rules (`round_batch`, pads, the next epoch continuing after a wrap) are
+//! [`BatchLoader`](super::batch::BatchLoader)'s. Augmentation follows MXNet's default augmenter
+//! in its order: `resize` of the shorter edge, `pad`, `random_resized_crop` or a square crop of
+//! `min_crop_size..max_crop_size`, otherwise a centre (or `rand_crop` random) crop of
+//! `data_shape` after enlarging a smaller image; then brightness, contrast and saturation,
+//! `pca_noise`, the mirror, and `(pixel - mean) * scale / std` (random contrast and
+//! illumination included). Parameters for the affine and HSL augmenters are refused by name.
+
+use super::batch::{BatchLoader, DenseSource};
+use super::image::{self as img, Image};
+use super::params::Params;
+use super::recordio::{self, RecordReader};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+
+/// The augmentation and layout settings of one iterator.
+#[derive(Clone, Debug)]
+struct Aug {
+    /// `(c, h, w)`.
+    shape: [usize; 3],
+    dtype: DType,
+    label_width: usize,
+    resize: i64,
+    interp: i64,
+    pad: usize,
+    fill_value: u8,
+    rand_crop: bool,
+    random_resized_crop: bool,
+    min_area: f32,
+    max_area: f32,
+    min_ratio: f32,
+    max_ratio: f32,
+    min_crop: i64,
+    max_crop: i64,
+    brightness: f32,
+    contrast: f32,
+    saturation: f32,
+    pca_noise: f32,
+    mirror: bool,
+    rand_mirror: bool,
+    mean: [f32; 4],
+    std: [f32; 4],
+    scale: f32,
+    max_random_contrast: f32,
+    max_random_illumination: f32,
+}
+
+fn not_built(key: &str) -> Error {
+    Error::not_supported(format!(
+        "parameter {key} is not implemented by mxrt (its augmenter is not built)"
+    ))
+}
+
+impl Aug {
+    fn new(p: &Params, dtype: DType) -> Result<Aug> {
+        let shape = p.shape("data_shape", None)?;
+        if shape.len() != 3 {
+            return Err(Error::invalid(format!(
+                "data_shape must have 3 dimensions (channels, height, width), got {shape:?}"
+            )));
+        }
+        if shape[0] != 1 && shape[0] != 3 {
+            return Err(Error::invalid(format!(
+                "Invalid output shape {shape:?} (mxrt decodes 1 or 3 channels)"
+            )));
+        }
+        let f = |k: &str, d: f64| -> Result<f32> { Ok(float(p, k, d)? as f32) };
+        // augmenters mxrt does not build: refused when asked for
+        for (key, default) in [
+            ("max_rotate_angle", 0.0),
+            ("max_shear_ratio", 0.0),
+            ("random_h", 0.0),
+            ("random_s", 0.0),
+            ("random_l", 0.0),
+        ] {
+            if f(key, default)? != default as f32 {
+                return Err(not_built(key));
+            }
+        }
+        if f("rotate", -1.0)? > 0.0 {
+            return Err(not_built("rotate"));
+        }
+        for key in ["rotate_list", "mean_img", "path_imglist"] {
+            if p.get(key).is_some_and(|v| !v.is_empty()) {
+                return Err(not_built(key));
+            }
+        }
+        if f("max_img_size", 1e10)? != 1e10 || f("min_img_size", 0.0)? != 0.0 {
+            return Err(not_built("max_img_size/min_img_size"));
+        }
+        let random_resized_crop = p.bool("random_resized_crop", false)?;
+        let max_aspect = f("max_aspect_ratio", 0.0)?;
+        let (min_ratio, max_ratio) = match p.get("min_aspect_ratio") {
+            Some(v) if v != "None" => (
+                v.parse::<f32>().map_err(|_| {
+                    Error::invalid(format!(
+                        "Invalid Parameter format for min_aspect_ratio expect float but value='{v}'"
+                    ))
+                })?,
+                max_aspect,
+            ),
+            _ => (1.0 - max_aspect, 1.0 + max_aspect),
+        };
+        let (min_scale, max_scale) = (f("min_random_scale", 1.0)?, f("max_random_scale", 1.0)?);
+        if !random_resized_crop
+            && (min_ratio != 1.0 || max_ratio != 1.0 || min_scale != 1.0 || max_scale != 1.0)
+        {
+            return Err(not_built(
+                "max_aspect_ratio/min_random_scale/max_random_scale",
+            ));
+        }
+        let rand_crop = p.bool("rand_crop", false)?;
+        let (min_crop, max_crop) = (
+            p.int("min_crop_size", Some(-1))?,
+            p.int("max_crop_size", Some(-1))?,
+        );
+        if random_resized_crop
+            && (min_scale != 1.0
+                || max_scale != 1.0
+                || min_crop != -1
+                || max_crop != -1
+                || rand_crop)
+        {
+            return Err(Error::invalid(format!(
+                "Setting random_resized_crop to true conflicts with min_random_scale, \
+                 max_random_scale, min_crop_size, max_crop_size, and rand_crop."
+            )));
+        }
+        let interp = p.int("inter_method", Some(1))?;
+        if interp != img::INTER_NEAREST && interp != img::INTER_LINEAR {
+            return Err(Error::not_supported(format!(
+                "inter_method {interp} is not implemented by mxrt (0: nearest and 1: \
+                 bilinear are)"
+            )));
+        }
+        let fill = p.int("fill_value", Some(255))?;
+        let pad = p.int("pad", Some(0))?;
+        let label_width = p.int_at_least("label_width", Some(1), 1)? as usize;
+        Ok(Aug {
+            shape: [shape[0] as usize, shape[1] as usize, shape[2] as usize],
+            dtype,
+            label_width,
+            resize: p.int("resize", Some(-1))?,
+            interp,
+            pad: pad.max(0) as usize,
+            fill_value: fill.clamp(0, 255) as u8,
+            rand_crop,
+            random_resized_crop,
+            min_area: f("min_random_area", 1.0)?,
+            max_area: f("max_random_area", 1.0)?,
+            min_ratio,
+            max_ratio,
+            min_crop,
+            max_crop,
+            brightness: f("brightness", 0.0)?,
+            contrast: f("contrast", 0.0)?,
+            saturation: f("saturation", 0.0)?,
+            pca_noise: f("pca_noise", 0.0)?,
+            mirror: p.bool("mirror", false)?,
+            rand_mirror: p.bool("rand_mirror", false)?,
+            mean: [
+                f("mean_r", 0.0)?,
+                f("mean_g", 0.0)?,
+                f("mean_b", 0.0)?,
+                f("mean_a", 0.0)?,
+            ],
+            std: [
+                f("std_r", 1.0)?,
+                f("std_g", 1.0)?,
+                f("std_b", 1.0)?,
+                f("std_a", 1.0)?,
+            ],
+            scale: f("scale", 1.0)?,
+            max_random_contrast: f("max_random_contrast", 0.0)?,
+            max_random_illumination: f("max_random_illumination", 0.0)?,
+        })
+    }
+}
+
+fn float(p: &Params, key: &str, default: f64) -> Result<f64> {
+    match p.get(key) {
+        None => Ok(default),
+        Some(v) => v.parse::<f64>().map_err(|_| {
+            Error::invalid(format!(
+                "Invalid Parameter format for {key} expect float but value='{v}'"
+            ))
+        }),
+    }
+}
+
+/// A uniform float in `[0, 1)`.
+fn unit(r: &mut ChaCha8Rng) -> f32 {
+    (r.next_u32() >> 8) as f32 / (1u32 << 24) as f32
+}
+/// A uniform integer in `[lo, hi]`.
+fn int_in(r: &mut ChaCha8Rng, lo: i64, hi: i64) -> i64 {
+    if hi <= lo {
+        return lo;
+    }
+    lo + (r.next_u64() % (hi - lo + 1) as u64) as i64
+}
+fn normal(r: &mut ChaCha8Rng) -> f32 {
+    let u1 = 1.0 - unit(r) as f64;
+    let u2 = unit(r) as f64;
+    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+}
+
+fn resized(src: &Image, h: usize, w: usize, interp: i64) -> Result<Image> {
+    let mut data = vec![0u8; h * w * src.c];
+    img::resize(&src.data, src.h, src.w, src.c, &mut data, h, w, interp)?;
+    Ok(Image {
+        h,
+        w,
+        c: src.c,
+        data,
+    })
+}
+
+fn cropped(src: &Image, x: usize, y: usize, w: usize, h: usize) -> Image {
+    let c = src.c;
+    let mut data = Vec::with_capacity(h * w * c);
+    for row in y..y + h {
+        let at = (row * src.w + x) * c;
+        data.extend_from_slice(&src.data[at..at + w * c]);
+    }
+    Image { h, w, c, data }
+}
+
+/// OpenCV's `saturate_cast<uchar>` of a float.
+fn sat_u8(v: f32) -> u8 {
+    v.round_ties_even().clamp(0.0, 255.0) as u8
+}
+
+/// OpenCV's 8-bit RGB-to-gray (applied, as MXNet does, to BGR data).
+fn gray_of(im: &Image) -> Vec<u8> {
+    im.data
+        .chunks_exact(3)
+        .map(|p| {
+            ((p[0] as u32 * 4899 + p[1] as u32 * 9617 + p[2] as u32 * 1868 + (1 << 13)) >> 14) as u8
+        })
+        .collect()
+}
+
+/// Runs the default augmenter on a decoded (BGR or gray) image.
+fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
+    let [_, dh, dw] = a.shape;
+    if a.resize > 0 {
+        let s = a.resize as usize;
+        let (h, w) = if res.h > res.w {
+            (s * res.h / res.w, s)
+        } else {
+            (s, s * res.w / res.h)
+        };
+        res = resized(&res, h.max(1), w.max(1), a.interp)?;
+    }
+    if a.pad > 0 {
+        let p = a.pad;
+        let (h, w, c) = (res.h + 2 * p, res.w + 2 * p, res.c);
+        let mut data = vec![a.fill_value; h * w * c];
+        for y in 0..res.h {
+            let to = ((y + p) * w + p) * c;
+            data[to..to + res.w * c].copy_from_slice(&res.data[y * res.w * c..(y + 1) * res.w * c]);
+        }
+        res = Image { h, w, c, data };
+    }
+    let mut done = false;
+    if a.random_resized_crop {
+        if a.max_area != 1.0 || a.min_area != 1.0 || a.max_ratio != 1.0 || a.min_ratio != 1.0 {
+            if !(a.min_ratio > 0.0 && a.min_area <= a.max_area && a.min_ratio <= a.max_ratio) {
+                return Err(Error::invalid(
+                    "ImageRecordIter: random_resized_crop needs 0 < min_aspect_ratio <= \
+                     max_aspect_ratio and min_random_area <= max_random_area",
+                ));
+            }
+            let area = (res.h * res.w) as f32;
+            for _ in 0..10 {
+                let ra = a.min_area + (a.max_area - a.min_area) * unit(r);
+                let ratio = a.min_ratio + (a.max_ratio - a.min_ratio) * unit(r);
+                let target = area * ra;
+                let mut ya = (target / ratio).sqrt().round() as usize;
+                let mut xa = (target * ratio).sqrt().round() as usize;
+                if unit(r) > 0.5 {
+                    std::mem::swap(&mut ya, &mut xa);
+                }
+                if ya >= 1 && xa >= 1 && ya <= res.h && xa <= res.w {
+                    let y = int_in(r, 0, (res.h - ya) as i64) as usize;
+                    let x = int_in(r, 0, (res.w - xa) as i64) as usize;
+                    res = resized(&cropped(&res, x, y, xa, ya), dh, dw, a.interp)?;
+                    done = true;
+                    break;
+                }
+            }
+        }
+    } else if a.max_crop != -1 || a.min_crop != -1 {
+        if !(res.w as i64 >= a.max_crop && res.h as i64 >= a.max_crop && a.max_crop >= a.min_crop)
+            || a.min_crop < 1
+        {
+            return Err(Error::invalid(
+                "ImageRecordIter: input image size smaller than max_crop_size",
+            ));
+        }
+        let size = int_in(r, a.min_crop, a.max_crop) as usize;
+        let (mut y, mut x) = (res.h - size, res.w - size);
+        if a.rand_crop {
+            y = int_in(r, 0, y as i64) as usize;
+            x = int_in(r, 0, x as i64) as usize;
+        } else {
+            y /= 2;
+            x /= 2;
+        }
+        res = resized(&cropped(&res, x, y, size, size), dh, dw, a.interp)?;
+        done = true;
+    }
+    if !done {
+        if res.h < dh {
+            let cols = (dh as f32 / res.h as f32 * res.w as f32) as usize;
+            res = resized(&res, dh, cols.max(1), a.interp)?;
+        }
+        if res.w < dw {
+            let rows = (dw as f32 / res.w as f32 * res.h as f32) as usize;
+            res = resized(&res, rows.max(1), dw, a.interp)?;
+        }
+        if res.h < dh || res.w < dw {
+            return Err(Error::invalid(
+                "ImageRecordIter: input image size smaller than input shape",
+            ));
+        }
+        let (mut y, mut x) = (res.h - dh, res.w - dw);
+        if a.rand_crop {
+            y = int_in(r, 0, y as i64) as usize;
+            x = int_in(r, 0, x as i64) as usize;
+        } else {
+            y /= 2;
+            x /= 2;
+        }
+        if (x, y, dw, dh) != (0, 0, res.w, res.h) {
+            res = cropped(&res, x, y, dw, dh);
+        }
+    }
+    if a.brightness > 0.0 || a.contrast > 0.0 || a.saturation > 0.0 {
+        let ab = 1.0 + (unit(r) * 2.0 - 1.0) * a.brightness;
+        let ac = 1.0 + (unit(r) * 2.0 - 1.0) * a.contrast;
+        let asat = 1.0 + (unit(r) * 2.0 - 1.0) * a.saturation;
+        let mut order = [0usize, 1, 2];
+        for i in (1..3).rev() {
+            order.swap(i, int_in(r, 0, i as i64) as usize);
+        }
+        for step in order {
+            match step {
+                0 => res
+                    .data
+                    .iter_mut()
+                    .for_each(|v| *v = sat_u8(*v as f32 * ab)),
+                1 if res.c == 3 => {
+                    let g = gray_of(&res);
+                    let mean = g.iter().map(|&v| v as f64).sum::<f64>() / g.len().max(1) as f64;
+                    let beta = (1.0 - ac) * mean as f32;
+                    res.data
+                        .iter_mut()
+                        .for_each(|v| *v = sat_u8(*v as f32 * ac + beta));
+                }
+                2 if res.c == 3 => {
+                    let g = gray_of(&res);
+                    for (p, &gv) in res.data.chunks_exact_mut(3).zip(&g) {
+                        for v in p {
+                            *v = sat_u8(*v as f32 * asat + gv as f32 * (1.0 - asat));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if a.pca_noise > 0.0 && res.c == 3 {
+        const EIG: [[f32; 3]; 3] = [
+            [55.46 * -0.5675, 4.794 * 0.7192, 1.148 * 0.4009],
+            [55.46 * -0.5808, 4.794 * -0.0045, 1.148 * -0.8140],
+            [55.46 * -0.5836, 4.794 * -0.6948, 1.148 * 0.4203],
+        ];
+        let al = [
+            normal(r) * a.pca_noise,
+            normal(r) * a.pca_noise,
+            normal(r) * a.pca_noise,
+        ];
+        let mix = |e: &[f32; 3]| e[0] * al[0] + e[1] * al[1] + e[2] * al[2];
+        // the image is BGR
+        let pca = [mix(&EIG[2]), mix(&EIG[1]), mix(&EIG[0])];
+        for p in res.data.chunks_exact_mut(3) {
+            for k in 0..3 {
+                p[k] = ((p[k] as f32 + pca[k]) as i32).clamp(0, 255) as u8;
+            }
+        }
+    }
+    Ok(res)
+}
+
+/// Writes an augmented image into one instance's bytes (CHW in the output dtype, channels
+/// from BGR to RGB, mirrored and normalised as MXNet's `ProcessImage`).
+fn lay_out(a: &Aug, res: &Image, r: &mut ChaCha8Rng, out: &mut [u8]) {
+    let mirrored = (a.rand_mirror && unit(r) < 0.5) || a.mirror;
+    let (mut mult, mut bias) = ([0f32; 4], [0f32; 4]);
+    if a.dtype == DType::F32 {
+        let cs = (unit(r) * a.max_random_contrast * 2.0 - a.max_random_contrast + 1.0) * a.scale;
+        let is = (unit(r) * a.max_random_illumination * 2.0 - a.max_random_illumination) * a.scale;
+        for k in 0..4 {
+            mult[k] = cs / a.std[k];
+            bias[k] = is / a.std[k];
+        }
+    }
+    let (c, h, w) = (res.c, res.h, res.w);
+    let plane = h * w;
+    let col = |x: usize| if mirrored { w - 1 - x } else { x };
+    for k in 0..c {
+        let src_k = if c == 3 { 2 - k } else { k };
+        let mean_int = a.mean[k].round() as i32;
+        for y in 0..h {
+            let row = &res.data[y * w * c..(y + 1) * w * c];
+            let px = row.iter().skip(src_k).step_by(c);
+            let base = k * plane + y * w;
+            match a.dtype {
+                DType::U8 => {
+                    let o = &mut out[base..base + w];
+                    for (x, &v) in px.enumerate() {
+                        o[col(x)] = v;
+                    }
+                }
+                DType::I8 => {
+                    let o = &mut out[base..base + w];
+                    for (x, &v) in px.enumerate() {
+                        o[col(x)] = ((v as i32 - mean_int).clamp(-128, 127) as i8) as u8;
+                    }
+                }
+                _ => {
+                    let o = &mut out[base * 4..(base + w) * 4];
+                    let (m, mu, b) = (a.mean[k], mult[k], bias[k]);
+                    for (x, &v) in px.enumerate() {
+                        let f = (v as f32 - m) * mu + b;
+                        let at = col(x) * 4;
+                        o[at..at + 4].copy_from_slice(&f.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A record's label(s) and image bytes (`mx.recordio.pack`'s header: flag, label, id, id2;
+/// `flag` > 0 labels follow).
+fn unpack(rec: &[u8], label_width: usize) -> Result<(Vec<f32>, &[u8])> {
+    if rec.len() < 24 {
+        return Err(Error::format(format!(
+            "ImageRecordIter: a record of {} bytes is shorter than its 24-byte header",
+            rec.len()
+        )));
+    }
+    let flag = u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize;
+    let label = f32::from_le_bytes(rec[4..8].try_into().expect("4 bytes"));
+    if flag == 0 {
+        if label_width != 1 {
+            return Err(Error::invalid(
+                "ImageRecordIter: label_width must be 1 unless an imglist is provided or the rec \
+                 file is packed with multi dimensional label",
+            ));
+        }
+        return Ok((vec![label], &rec[24..]));
+    }
+    if flag != label_width {
+        return Err(Error::invalid(format!(
+            "ImageRecordIter: rec file provide {flag}-dimensional label but label_width is set \
+             to {label_width}"
+        )));
+    }
+    let end = 24 + 4 * flag;
+    if rec.len() < end {
+        return Err(Error::format(format!(
+            "ImageRecordIter: a record of {} bytes is too short for its {flag} labels",
+            rec.len()
+        )));
+    }
+    let labels = rec[24..end]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect();
+    Ok((labels, &rec[end..]))
+}
+
+/// One record made into one instance: data bytes and labels.
+fn instance(a: &Aug, rec: &[u8], r: &mut ChaCha8Rng, data: &mut [u8]) -> Result<Vec<f32>> {
+    let (labels, bytes) = unpack(rec, a.label_width)?;
+    let flag = if a.shape[0] == 1 { 0 } else { 1 };
+    let im = img::decode(bytes, flag, false)
+        .map_err(|e| Error::invalid(format!("ImageRecordIter: {}", e.message())))?;
+    let res = augment(a, im, r)?;
+    lay_out(a, &res, r, data);
+    Ok(labels)
+}
+
+/// The records of one part of a .rec file, in chunks of `batch_size`, decoded in parallel.
+pub struct ImageRecordSource {
+    aug: Aug,
+    reader: RecordReader,
+    /// The part's byte range.
+    begin: u64,
+    end: u64,
+    /// With `path_imgidx` and `shuffle`: the part's record offsets, shuffled every epoch.
+    offsets: Option<Vec<u64>>,
+    at: usize,
+    shuffle: bool,
+    chunk: usize,
+    threads: usize,
+    seed: u64,
+    seed_aug: Option<u64>,
+    epoch: u64,
+    /// Records read this epoch.
+    serial: u64,
+    data_shape: Vec<i64>,
+    label_shape: Vec<i64>,
+    unit: usize,
+    /// Prepared instances not yet handed out, in order.
+    ready: std::collections::VecDeque<(Vec<u8>, Vec<f32>)>,
+}
+
+/// dmlc's split of `len` bytes into `n` parts: part `k` starts at `k * step`, `step` rounded up
+/// to 4 bytes.
+fn part_range(len: u64, n: u64, k: u64) -> (u64, u64) {
+    let step = len.div_ceil(n).div_ceil(4) * 4;
+    ((step * k).min(len), (step * (k + 1)).min(len))
+}
+
+/// The first record start at or after `from` (`len` if none).
+fn record_start_from(path: &str, from: u64, len: u64) -> Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    if from == 0 || from >= len {
+        return Ok(from.min(len));
+    }
+    let mut f =
+        std::fs::File::open(path).map_err(|e| Error::io(format!("cannot open {path}: {e}")))?;
+    let mut pos = from;
+    let mut buf = vec![0u8; 1 << 16];
+    while pos < len {
+        f.seek(SeekFrom::Start(pos))
+            .map_err(|e| Error::io(format!("{path}: {e}")))?;
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| Error::io(format!("{path}: {e}")))?;
+        if n < 8 {
+            break;
+        }
+        if let Some(&s) = recordio::find_record_starts(&buf[..n]).first() {
+            return Ok(pos + s as u64);
+        }
+        pos += (n as u64 - 4) / 4 * 4;
+    }
+    Ok(len)
+}
+
+impl ImageRecordSource {
+    pub fn new(p: &Params, dtype: DType, batch_size: usize) -> Result<Self> {
+        let aug = Aug::new(p, dtype)?;
+        let path = p.string("path_imgrec", Some(""))?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!("path_imgrec is required")));
+        }
+        let reader = RecordReader::open(&path)?;
+        let len = std::fs::metadata(&path)
+            .map_err(|e| Error::io(format!("{path}: {e}")))?
+            .len();
+        let num_parts = p.int("num_parts", Some(1))?;
+        let part_index = p.int("part_index", Some(0))?;
+        if num_parts < 1 || part_index < 0 || part_index >= num_parts {
+            return Err(Error::invalid(format!(
+                "part_index {part_index} must be in [0, num_parts) with num_parts \
+                 {num_parts} >= 1"
+            )));
+        }
+        let (b, e) = part_range(len, num_parts as u64, part_index as u64);
+        let begin = record_start_from(&path, b, len)?;
+        let end = record_start_from(&path, e, len)?;
+        let shuffle = p.bool("shuffle", false)?;
+        let idx = p.string("path_imgidx", Some(""))?;
+        let offsets = if shuffle && !idx.is_empty() {
+            let text = std::fs::read_to_string(&idx)
+                .map_err(|e| Error::io(format!("cannot read {idx}: {e}")))?;
+            let mut v = Vec::new();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let off = line
+                    .split('\t')
+                    .nth(1)
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .ok_or_else(|| Error::format(format!("bad line in {idx}: {line:?}")))?;
+                if (begin..end).contains(&off) {
+                    v.push(off);
+                }
+            }
+            v.sort_unstable();
+            Some(v)
+        } else {
+            None
+        };
+        let threads = p.int_at_least("preprocess_threads", Some(4), 1)? as usize;
+        let seed = p.int("seed", Some(0))? as u64;
+        let seed_aug = match p.get("seed_aug") {
+            None | Some("None") => None,
+            Some(_) => Some(p.int("seed_aug", None)? as u64),
+        };
+        let [c, h, w] = aug.shape;
+        let unit = c * h * w * dtype.size();
+        let label_shape = vec![aug.label_width as i64];
+        let mut s = ImageRecordSource {
+            aug,
+            reader,
+            begin,
+            end,
+            offsets,
+            at: 0,
+            shuffle,
+            chunk: batch_size.max(1),
+            threads,
+            seed,
+            seed_aug,
+            epoch: 0,
+            serial: 0,
+            data_shape: vec![c as i64, h as i64, w as i64],
+            label_shape,
+            unit,
+            ready: Default::default(),
+        };
+        s.start_epoch()?;
+        Ok(s)
+    }
+
+    fn start_epoch(&mut self) -> Result<()> {
+        self.ready.clear();
+        self.serial = 0;
+        self.at = 0;
+        self.reader.seek(self.begin)?;
+        if let Some(offs) = &mut self.offsets {
+            let mut r = ChaCha8Rng::seed_from_u64(self.seed ^ (self.epoch << 32) ^ 0x5eed);
+            for i in (1..offs.len()).rev() {
+                offs.swap(i, int_in(&mut r, 0, i as i64) as usize);
+            }
+        }
+        self.epoch += 1;
+        Ok(())
+    }
+
+    /// The next record's bytes, or `None` at the end of the part.
+    fn next_record(&mut self) -> Result<Option<Vec<u8>>> {
+        if let Some(offs) = &self.offsets {
+            let Some(&off) = offs.get(self.at) else {
+                return Ok(None);
+            };
+            self.at += 1;
+            self.reader.seek(off)?;
+            return Ok(self.reader.next_record()?.map(<[u8]>::to_vec));
+        }
+        if self.reader.tell() >= self.end {
+            return Ok(None);
+        }
+        Ok(self.reader.next_record()?.map(<[u8]>::to_vec))
+    }
+
+    /// Reads, decodes and augments the next chunk of records.
+    fn fill(&mut self) -> Result<()> {
+        let mut recs = Vec::with_capacity(self.chunk);
+        while recs.len() < self.chunk {
+            match self.next_record()? {
+                Some(r) => recs.push(r),
+                None => break,
+            }
+        }
+        if recs.is_empty() {
+            return Ok(());
+        }
+        if self.shuffle && self.offsets.is_none() {
+            // MXNet shuffles the instances of each chunk it reads
+            let mut r = ChaCha8Rng::seed_from_u64(self.seed ^ (self.epoch << 40) ^ self.serial);
+            for i in (1..recs.len()).rev() {
+                recs.swap(i, int_in(&mut r, 0, i as i64) as usize);
+            }
+        }
+        let first = self.serial;
+        self.serial += recs.len() as u64;
+        let (aug, unit) = (&self.aug, self.unit);
+        let (seed, seed_aug, epoch) = (self.seed, self.seed_aug, self.epoch);
+        let rng_for = |i: usize| -> ChaCha8Rng {
+            let idx = first + i as u64;
+            match seed_aug {
+                Some(s) => ChaCha8Rng::seed_from_u64(s.wrapping_add(idx)),
+                None => ChaCha8Rng::seed_from_u64(
+                    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (epoch << 48) ^ idx,
+                ),
+            }
+        };
+        let mut out: Vec<Result<(Vec<u8>, Vec<f32>)>> =
+            (0..recs.len()).map(|_| Ok(Default::default())).collect();
+        let work = |i: usize, rec: &[u8]| -> Result<(Vec<u8>, Vec<f32>)> {
+            let mut data = vec![0u8; unit];
+            let mut r = rng_for(i);
+            let labels = instance(aug, rec, &mut r, &mut data)?;
+            Ok((data, labels))
+        };
+        let threads = self.threads.min(recs.len()).max(1);
+        if threads == 1 {
+            for (i, rec) in recs.iter().enumerate() {
+                out[i] = work(i, rec);
+            }
+        } else {
+            let per = recs.len().div_ceil(threads);
+            std::thread::scope(|s| {
+                for (t, (slots, chunk)) in out.chunks_mut(per).zip(recs.chunks(per)).enumerate() {
+                    let work = &work;
+                    s.spawn(move || {
+                        for (j, (slot, rec)) in slots.iter_mut().zip(chunk).enumerate() {
+                            *slot = work(t * per + j, rec);
+                        }
+                    });
+                }
+            });
+        }
+        for r in out {
+            self.ready.push_back(r?);
+        }
+        Ok(())
+    }
+}
+
+impl DenseSource for ImageRecordSource {
+    fn dtype(&self) -> DType {
+        self.aug.dtype
+    }
+    fn label_dtype(&self) -> DType {
+        DType::F32
+    }
+    fn data_shape(&self) -> &[i64] {
+        &self.data_shape
+    }
+    fn label_shape(&self) -> &[i64] {
+        &self.label_shape
+    }
+    fn next_into(&mut self, data: &mut [u8], label: &mut [u8]) -> Result<Option<u64>> {
+        if self.ready.is_empty() {
+            self.fill()?;
+        }
+        let Some((d, l)) = self.ready.pop_front() else {
+            return Ok(None);
+        };
+        data.copy_from_slice(&d);
+        for (o, v) in label.chunks_exact_mut(4).zip(l) {
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+        // MXNet's image iterators leave the batch index at zero
+        Ok(Some(0))
+    }
+    fn rewind(&mut self) -> Result<()> {
+        self.start_epoch()
+    }
+}
+
+/// The names MXNet registers for the image record iterators, with the data dtype each gives by
+/// default.
+pub const NAMES: [&str; 6] = [
+    "ImageRecordIter",
+    "ImageRecordIter_v1",
+    "ImageRecordUInt8Iter",
+    "ImageRecordUInt8Iter_v1",
+    "ImageRecordInt8Iter",
+    "ImageRecordInt8Iter_v1",
+];
+
+/// The iterator MXNet registers as `name`.
+pub fn loader(p: &Params, name: &str) -> Result<BatchLoader<ImageRecordSource>> {
+    let dtype = match name {
+        "ImageRecordUInt8Iter" | "ImageRecordUInt8Iter_v1" => DType::U8,
+        "ImageRecordInt8Iter" | "ImageRecordInt8Iter_v1" => DType::I8,
+        _ => match p.dtype("dtype")? {
+            None | Some(DType::F32) => DType::F32,
+            Some(DType::U8) => DType::U8,
+            Some(DType::I8) => DType::I8,
+            Some(d) => {
+                return Err(Error::invalid(format!(
+                    "unknown dtype {} for ImageRecordIter2 (float32, uint8 or int8)",
+                    d.name()
+                )));
+            }
+        },
+    };
+    let batch_size = p.int_at_least("batch_size", None, 1)? as usize;
+    let round_batch = p.bool("round_batch", true)?;
+    let src = ImageRecordSource::new(p, dtype, batch_size)?;
+    BatchLoader::new(src, batch_size, round_batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_cover_the_file_on_aligned_boundaries() {
+        assert_eq!(part_range(100, 1, 0), (0, 100));
+        assert_eq!(part_range(100, 3, 0), (0, 36));
+        assert_eq!(part_range(100, 3, 2), (72, 100));
+    }
+
+    #[test]
+    fn headers_give_scalar_and_vector_labels() {
+        let mut rec = vec![0u8; 24];
+        rec[4..8].copy_from_slice(&2.5f32.to_le_bytes());
+        rec.extend_from_slice(b"img");
+        let (l, b) = unpack(&rec, 1).unwrap();
+        assert_eq!((l, b), (vec![2.5], &b"img"[..]));
+        assert!(unpack(&rec, 2).is_err());
+        let mut rec = vec![0u8; 24];
+        rec[0..4].copy_from_slice(&2u32.to_le_bytes());
+        rec.extend_from_slice(&1f32.to_le_bytes());
+        rec.extend_from_slice(&3f32.to_le_bytes());
+        let (l, _) = unpack(&rec, 2).unwrap();
+        assert_eq!(l, vec![1.0, 3.0]);
+        assert!(unpack(&rec[..10], 1).is_err());
+    }
+}
