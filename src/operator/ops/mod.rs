@@ -21,6 +21,7 @@ pub mod pad;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod rnn;
 pub mod sequence;
 pub mod shape;
 pub mod storage;
@@ -43,6 +44,7 @@ pub fn register_all(t: &mut Entries) {
     norm::register(t);
     loss::register(t);
     sequence::register(t);
+    rnn::register(t);
     nn_misc::register(t);
     pad::register(t);
     legacy::register(t);

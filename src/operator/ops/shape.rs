@@ -1189,15 +1189,18 @@ pub(crate) fn register(t: &mut Entries) {
         .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?), None]));
     t.push(("broadcast_axis", &broadcast_axis))
         .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?)]));
-    t.push(("Concat", &concat))
-        .grad(|g| {
+    // `_rnn_param_concat` (Gluon's RNN layers join their weights with it) is Concat
+    for name in ["Concat", "_rnn_param_concat"] {
+        t.push((name, &concat))
+            .grad(|g| {
             let p = some_params(g, &["dim"]);
             let mut ins = vec![g.dy(0)];
             ins.extend_from_slice(g.inputs);
             let parts = g.ops("_mxrt_Concat_grad", &ins, &p)?;
             Ok(parts.into_iter().map(Some).collect())
         })
-        .shape_rule(ShapeRule::Rule(concat_shapes));
+            .shape_rule(ShapeRule::Rule(concat_shapes));
+    }
     t.def("_mxrt_Concat_grad", &concat_grad).grad(|g| {
         let dim = g.param_set("dim").unwrap_or("1").to_owned();
         let n = g.ograds.len().to_string();
