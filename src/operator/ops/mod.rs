@@ -21,6 +21,7 @@ pub mod pad;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod resize;
 pub mod rnn;
 pub mod sequence;
 pub mod shape;
@@ -45,6 +46,7 @@ pub fn register_all(t: &mut Entries) {
     loss::register(t);
     sequence::register(t);
     rnn::register(t);
+    resize::register(t);
     nn_misc::register(t);
     pad::register(t);
     legacy::register(t);

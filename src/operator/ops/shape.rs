@@ -1135,7 +1135,9 @@ pub(crate) fn register(t: &mut Entries) {
         let p = all_params(g);
         Ok(vec![Some(g.op("diag", &[g.dy(0)], &p)?), None])
     });
-    t.push(("Reshape", &reshape)).grad(reshape_grad);
+    t.push(("Reshape", &reshape))
+        .grad(reshape_grad)
+        .shape_rule(ShapeRule::Rule(reshape_input_shape));
     t.push(("Flatten", &flatten)).grad(reshape_grad);
     t.push(("expand_dims", &expand_dims)).grad(reshape_grad);
     t.push(("squeeze", &squeeze)).grad(reshape_grad);
@@ -1275,24 +1277,73 @@ fn concat_shapes(
         }
         Ok(())
     };
-    for s in ins.iter().flatten() {
+    // inputs whose extent along the axis is unknown (an input with no shape at all counts)
+    let mut missing = Vec::new();
+    for (i, s) in ins.iter().enumerate() {
+        let Some(s) = s else {
+            missing.push(i);
+            continue;
+        };
         let axis = axis_of(s)?;
-        unknown |= s[axis] <= 0;
+        if s[axis] <= 0 {
+            missing.push(i);
+        }
         size += s[axis].max(0);
         unify(s.clone(), axis)?;
     }
-    if let Some(s) = outs.first().cloned().flatten() {
-        let axis = axis_of(&s)?;
-        unify(s, axis)?;
-    }
+    unknown |= !missing.is_empty();
+    let out_extent = match outs.first().cloned().flatten() {
+        Some(s) => {
+            let axis = axis_of(&s)?;
+            let e = s[axis];
+            unify(s, axis)?;
+            e
+        }
+        None => 0,
+    };
     let Some(mut shape) = common else {
         return Ok((vec![None; ins.len()], Vec::new()));
     };
-    let for_ins = vec![Some(shape.clone()); ins.len()];
+    let mut for_ins = vec![Some(shape.clone()); ins.len()];
+    // one input of unknown extent: the output's extent less the others'
+    if let [i] = missing[..]
+        && out_extent > size
+    {
+        let axis = axis_of(&shape)?;
+        let mut s = shape.clone();
+        s[axis] = out_extent - size;
+        for_ins[i] = Some(s);
+    }
     if !unknown {
         let axis = axis_of(&shape)?;
         shape[axis] = size;
         return Ok((for_ins, vec![Some(shape)]));
+    }
+    Ok((for_ins, Vec::new()))
+}
+
+/// Reshape backward in graph inference (MXNet's `ReshapeShape`): data with exactly one unknown
+/// dimension gets it from a known output's size (Gluon's RNN layers reshape weights whose input
+/// width is deferred).
+fn reshape_input_shape(
+    _p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let mut for_ins = vec![None; ins.len()];
+    let (Some(Some(x)), Some(Some(y))) = (ins.first(), outs.first()) else {
+        return Ok((for_ins, Vec::new()));
+    };
+    let unknown: Vec<usize> = (0..x.len()).filter(|&i| x[i] <= 0).collect();
+    if y.iter().any(|&d| d <= 0) || unknown.len() != 1 {
+        return Ok((for_ins, Vec::new()));
+    }
+    let known: i64 = x.iter().filter(|&&d| d > 0).product();
+    let total: i64 = y.iter().product();
+    if known > 0 && total % known == 0 {
+        let mut s = x.clone();
+        s[unknown[0]] = total / known;
+        for_ins[0] = Some(s);
     }
     Ok((for_ins, Vec::new()))
 }
