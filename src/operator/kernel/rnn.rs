@@ -17,6 +17,7 @@
 
 use super::gemm::{Operand, matmul};
 use super::real::Real;
+use crate::parallel::{self, for_each_mut};
 
 /// The recurrent cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +114,16 @@ impl RnnGeom {
     }
 }
 
+/// Threads a time step's elementwise pass (one task per batch row) is split over: one below
+/// a few thousand gate values, where handing out rows costs more than it saves.
+fn step_threads(g: &RnnGeom) -> usize {
+    if g.batch * g.gh() >= 4096 {
+        parallel::max_threads()
+    } else {
+        1
+    }
+}
+
 fn sigmoid<T: Real>(x: T) -> T {
     T::ONE / (T::ONE + (-x).exp())
 }
@@ -153,6 +164,7 @@ pub fn forward<T: Real>(
     let mut hh = vec![T::ZERO; n * gh];
     let mut hprev = vec![T::ZERO; nh];
     let mut cprev = vec![T::ZERO; nh];
+    let threads = step_threads(g);
     for l in 0..g.layers {
         let inp = g.layer_input(l);
         let mut layer_out = vec![T::ZERO; tt * n * dd * h];
@@ -187,10 +199,11 @@ pub fn forward<T: Real>(
                 let ht = &mut h_all[t * nh..(t + 1) * nh];
                 match g.cell {
                     Cell::Relu | Cell::Tanh => {
-                        for j in 0..n {
+                        let mut rows: Vec<&mut [T]> = ht.chunks_mut(h).collect();
+                        for_each_mut(&mut rows, threads, |j, hrow| {
                             for k in 0..h {
                                 let a = p[j * gh + k] + hh[j * gh + k];
-                                ht[j * h + k] = if g.cell == Cell::Tanh {
+                                hrow[k] = if g.cell == Cell::Tanh {
                                     a.tanh()
                                 } else if a > T::ZERO {
                                     a
@@ -198,51 +211,60 @@ pub fn forward<T: Real>(
                                     T::ZERO
                                 };
                             }
-                        }
+                        });
                     }
                     Cell::Lstm => {
                         let (c_all, gates) = rest.split_at_mut(g.tnh());
                         let ct = &mut c_all[t * nh..(t + 1) * nh];
                         let gt = &mut gates[t * n * gh..(t + 1) * n * gh];
-                        for j in 0..n {
+                        let cp = &cprev;
+                        let mut rows: Vec<_> = ht
+                            .chunks_mut(h)
+                            .zip(ct.chunks_mut(h))
+                            .zip(gt.chunks_mut(gh))
+                            .collect();
+                        for_each_mut(&mut rows, threads, |j, ((hrow, crow), grow)| {
                             for k in 0..h {
                                 let at = |q: usize| p[j * gh + q * h + k] + hh[j * gh + q * h + k];
                                 let i = sigmoid(at(0));
                                 let f = sigmoid(at(1));
                                 let gg = at(2).tanh();
                                 let o = sigmoid(at(3));
-                                let c = f * cprev[j * h + k] + i * gg;
-                                let hv = o * c.tanh();
-                                ct[j * h + k] = c;
-                                ht[j * h + k] = hv;
-                                let base = j * gh + k;
-                                gt[base] = i;
-                                gt[base + h] = f;
-                                gt[base + 2 * h] = gg;
-                                gt[base + 3 * h] = o;
+                                let c = f * cp[j * h + k] + i * gg;
+                                crow[k] = c;
+                                hrow[k] = o * c.tanh();
+                                grow[k] = i;
+                                grow[k + h] = f;
+                                grow[k + 2 * h] = gg;
+                                grow[k + 3 * h] = o;
                             }
-                        }
+                        });
                         cprev.copy_from_slice(ct);
                     }
                     Cell::Gru => {
                         let (gates, mnh) = rest.split_at_mut(3 * g.tnh());
                         let gt = &mut gates[t * n * gh..(t + 1) * n * gh];
                         let mt = &mut mnh[t * nh..(t + 1) * nh];
-                        for j in 0..n {
+                        let hp = &hprev;
+                        let mut rows: Vec<_> = ht
+                            .chunks_mut(h)
+                            .zip(mt.chunks_mut(h))
+                            .zip(gt.chunks_mut(gh))
+                            .collect();
+                        for_each_mut(&mut rows, threads, |j, ((hrow, mrow), grow)| {
                             for k in 0..h {
                                 let base = j * gh + k;
                                 let r = sigmoid(p[base] + hh[base]);
                                 let z = sigmoid(p[base + h] + hh[base + h]);
                                 let m = hh[base + 2 * h] + bh[2 * h + k];
                                 let nn = (p[base + 2 * h] + r * m).tanh();
-                                let hv = (T::ONE - z) * nn + z * hprev[j * h + k];
-                                ht[j * h + k] = hv;
-                                mt[j * h + k] = m;
-                                gt[base] = r;
-                                gt[base + h] = z;
-                                gt[base + 2 * h] = nn;
+                                hrow[k] = (T::ONE - z) * nn + z * hp[j * h + k];
+                                mrow[k] = m;
+                                grow[k] = r;
+                                grow[k + h] = z;
+                                grow[k + 2 * h] = nn;
                             }
-                        }
+                        });
                     }
                 }
                 hprev.copy_from_slice(ht);
@@ -309,6 +331,7 @@ pub fn backward<T: Real>(
     let mut hprev_all = vec![T::ZERO; tnh];
     let mut dh_next = vec![T::ZERO; nh];
     let mut dc_next = vec![T::ZERO; nh];
+    let threads = step_threads(g);
     for l in (0..g.layers).rev() {
         let inp = g.layer_input(l);
         let layer_in: &[T] = if l == 0 {
@@ -357,11 +380,13 @@ pub fn backward<T: Real>(
                 let ht = &h_all[t * nh..(t + 1) * nh];
                 match g.cell {
                     Cell::Relu | Cell::Tanh => {
-                        for j in 0..n {
+                        let dhn = &dh_next;
+                        let mut rows: Vec<&mut [T]> = dp.chunks_mut(gh).collect();
+                        for_each_mut(&mut rows, threads, |j, drow| {
                             for k in 0..h {
-                                let dh = dyo(j, k) + dh_next[j * h + k];
+                                let dh = dyo(j, k) + dhn[j * h + k];
                                 let hv = ht[j * h + k];
-                                dp[j * gh + k] = if g.cell == Cell::Tanh {
+                                drow[k] = if g.cell == Cell::Tanh {
                                     dh * (T::ONE - hv * hv)
                                 } else if hv > T::ZERO {
                                     dh
@@ -369,7 +394,7 @@ pub fn backward<T: Real>(
                                     T::ZERO
                                 };
                             }
-                        }
+                        });
                     }
                     Cell::Lstm => {
                         let (c_all, gates) = rest.split_at(tnh);
@@ -379,22 +404,25 @@ pub fn backward<T: Real>(
                             None => &cx.expect("LSTM has a cell state")[state..state + nh],
                         };
                         let gt = &gates[t * n * gh..(t + 1) * n * gh];
-                        for j in 0..n {
+                        let dhn = &dh_next;
+                        let mut rows: Vec<_> =
+                            dp.chunks_mut(gh).zip(dc_next.chunks_mut(h)).collect();
+                        for_each_mut(&mut rows, threads, |j, (drow, dcrow)| {
                             for k in 0..h {
                                 let jk = j * h + k;
                                 let base = j * gh + k;
                                 let (i, f, gg, o) =
                                     (gt[base], gt[base + h], gt[base + 2 * h], gt[base + 3 * h]);
-                                let dh = dyo(j, k) + dh_next[jk];
+                                let dh = dyo(j, k) + dhn[jk];
                                 let tc = ct[jk].tanh();
-                                let dc = dc_next[jk] + dh * o * (T::ONE - tc * tc);
-                                dp[base] = dc * gg * i * (T::ONE - i);
-                                dp[base + h] = dc * cp[jk] * f * (T::ONE - f);
-                                dp[base + 2 * h] = dc * i * (T::ONE - gg * gg);
-                                dp[base + 3 * h] = dh * tc * o * (T::ONE - o);
-                                dc_next[jk] = dc * f;
+                                let dc = dcrow[k] + dh * o * (T::ONE - tc * tc);
+                                drow[k] = dc * gg * i * (T::ONE - i);
+                                drow[k + h] = dc * cp[jk] * f * (T::ONE - f);
+                                drow[k + 2 * h] = dc * i * (T::ONE - gg * gg);
+                                drow[k + 3 * h] = dh * tc * o * (T::ONE - o);
+                                dcrow[k] = dc * f;
                             }
-                        }
+                        });
                     }
                     Cell::Gru => {
                         let (gates, mnh) = rest.split_at(3 * tnh);
@@ -402,25 +430,30 @@ pub fn backward<T: Real>(
                         let mt = &mnh[t * nh..(t + 1) * nh];
                         let hp = &hprev_all[t * nh..(t + 1) * nh];
                         let dph = &mut dpre_h[t * n * gh..(t + 1) * n * gh];
-                        for j in 0..n {
+                        let mut rows: Vec<_> = dp
+                            .chunks_mut(gh)
+                            .zip(dph.chunks_mut(gh))
+                            .zip(dh_next.chunks_mut(h))
+                            .collect();
+                        for_each_mut(&mut rows, threads, |j, ((drow, dhrow), dnrow)| {
                             for k in 0..h {
                                 let jk = j * h + k;
                                 let base = j * gh + k;
                                 let (r, z, nn) = (gt[base], gt[base + h], gt[base + 2 * h]);
-                                let dh = dyo(j, k) + dh_next[jk];
+                                let dh = dyo(j, k) + dnrow[k];
                                 let dan = dh * (T::ONE - z) * (T::ONE - nn * nn);
                                 let daz = dh * (hp[jk] - nn) * z * (T::ONE - z);
                                 let dar = dan * mt[jk] * r * (T::ONE - r);
-                                dp[base] = dar;
-                                dp[base + h] = daz;
-                                dp[base + 2 * h] = dan;
-                                dph[base] = dar;
-                                dph[base + h] = daz;
-                                dph[base + 2 * h] = dan * r;
+                                drow[k] = dar;
+                                drow[k + h] = daz;
+                                drow[k + 2 * h] = dan;
+                                dhrow[k] = dar;
+                                dhrow[k + h] = daz;
+                                dhrow[k + 2 * h] = dan * r;
                                 // the direct path h_{t-1} → h_t; the path through Wh is added below
-                                dh_next[jk] = dh * z;
+                                dnrow[k] = dh * z;
                             }
-                        }
+                        });
                     }
                 }
                 let dph: &[T] = if g.cell == Cell::Gru {
