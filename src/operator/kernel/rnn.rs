@@ -624,7 +624,7 @@ mod tests {
                     },
                 );
                 let eps = 1e-6;
-                let mut check = |which: usize, grad: &[f64]| {
+                let check = |which: usize, grad: &[f64]| {
                     for i in 0..grad.len() {
                         let mut args = [x.clone(), w.clone(), hx.clone(), cx.clone()];
                         args[which][i] += eps;
