@@ -109,4 +109,18 @@ run("bad_crop_offset", lambda: forward_backward(nd.Crop, [(1, 1, 5, 5)], num_arg
                                                 offset=(3, 0)))
 run("bad_crop_too_big", lambda: forward_backward(nd.Crop, [(1, 1, 5, 5)], num_args=1, h_w=(6, 3)))
 
+
+
+def symbol_case():
+    v = mx.sym.var
+    u = mx.sym.UpSampling(v("a"), v("b"), scale=2, sample_type="nearest", num_args=2)
+    c = mx.sym.Crop(v("a"), v("b"), num_args=2)
+    r = mx.sym.contrib.BilinearResize2D(v("a"), height=5, width=4)
+    return {"up": [u.list_arguments(), [list(t) for t in u.infer_shape(a=(1, 2, 3, 3), b=(1, 1, 6, 6))[1]]],
+            "crop": [c.list_arguments(), [list(t) for t in c.infer_shape(a=(1, 2, 7, 7), b=(1, 1, 3, 4))[1]]],
+            "resize": [r.list_arguments(), [list(t) for t in r.infer_shape(a=(1, 2, 3, 3))[1]]]}
+
+
+run("symbol_arguments_and_shapes", symbol_case)
+
 print(json.dumps(results))

@@ -173,4 +173,19 @@ def gluon_deferred():
 
 run("gluon_gru_deferred_init", gluon_deferred)
 
+
+
+def symbol_case():
+    s = mx.sym.RNN(mx.sym.var("x"), mx.sym.var("p"), mx.sym.var("h"), mx.sym.var("c"), state_size=4,
+                   num_layers=2, mode="lstm", state_outputs=True, bidirectional=True, name="rnn")
+    g = mx.sym.RNN(mx.sym.var("x"), mx.sym.var("p"), mx.sym.var("h"), state_size=3, num_layers=1,
+                   mode="gru", name="gru")
+    return {"arguments": s.list_arguments(), "outputs": s.list_outputs(),
+            "shapes": [[list(t) for t in part] for part in s.infer_shape(x=(5, 3, 6))],
+            "gru_outputs": g.list_outputs(),
+            "gru_shapes": [[list(t) for t in part] for part in g.infer_shape(x=(2, 4, 5))]}
+
+
+run("symbol_outputs_and_shapes", symbol_case)
+
 print(json.dumps(results))
