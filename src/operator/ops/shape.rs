@@ -14,7 +14,7 @@ use super::{Entries, axis as norm_axis, dims, inputs};
 use crate::error::{Error, Result};
 use crate::ndarray::shape::reshape_codes;
 use crate::operator::def::{
-    GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param_int,
+    GradCtx, InferShapesFn, ParamList, PartialShape, ShapeRule, Signature, Val, param_int,
 };
 use crate::operator::kernel::Element;
 use crate::operator::kernel::strided::{broadcast_shape, contiguous_strides, gather, walk};
@@ -1191,8 +1191,12 @@ pub(crate) fn register(t: &mut Entries) {
         .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?), None]));
     t.push(("broadcast_axis", &broadcast_axis))
         .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?)]));
-    // `_rnn_param_concat` (Gluon's RNN layers join their weights with it) is Concat
-    for name in ["Concat", "_rnn_param_concat"] {
+    // `_rnn_param_concat` (Gluon's RNN layers join their weights with it) is Concat with its
+    // own graph shape rule
+    for (name, rule) in [
+        ("Concat", concat_shapes as InferShapesFn),
+        ("_rnn_param_concat", rnn_param_concat_shapes),
+    ] {
         t.push((name, &concat))
             .grad(|g| {
             let p = some_params(g, &["dim"]);
@@ -1201,7 +1205,7 @@ pub(crate) fn register(t: &mut Entries) {
             let parts = g.ops("_mxrt_Concat_grad", &ins, &p)?;
             Ok(parts.into_iter().map(Some).collect())
         })
-            .shape_rule(ShapeRule::Rule(concat_shapes));
+            .shape_rule(ShapeRule::Rule(rule));
     }
     t.def("_mxrt_Concat_grad", &concat_grad).grad(|g| {
         let dim = g.param_set("dim").unwrap_or("1").to_owned();
@@ -1242,6 +1246,26 @@ fn concat_shapes(
     ins: &[PartialShape],
     outs: &[PartialShape],
 ) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    concat_shapes_of(p, ins, outs, false)
+}
+
+/// `_rnn_param_concat` (MXNet's `RNNParamConcatShape`): an input of no known shape leaves the
+/// output unknown, and a single input of unknown extent gets it from the output (Gluon's RNN
+/// layers defer their first weights' input width).
+fn rnn_param_concat_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    concat_shapes_of(p, ins, outs, true)
+}
+
+fn concat_shapes_of(
+    p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+    rnn_params: bool,
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
     let dim = param_int(p, "dim", 1)?;
     let mut common: Option<Vec<i64>> = None;
     let mut size = 0;
@@ -1281,7 +1305,9 @@ fn concat_shapes(
     let mut missing = Vec::new();
     for (i, s) in ins.iter().enumerate() {
         let Some(s) = s else {
-            missing.push(i);
+            if rnn_params {
+                missing.push(i);
+            }
             continue;
         };
         let axis = axis_of(s)?;
@@ -1307,6 +1333,7 @@ fn concat_shapes(
     let mut for_ins = vec![Some(shape.clone()); ins.len()];
     // one input of unknown extent: the output's extent less the others'
     if let [i] = missing[..]
+        && rnn_params
         && out_extent > size
     {
         let axis = axis_of(&shape)?;
