@@ -85,9 +85,17 @@ impl<'a> Params<'a> {
         })
     }
 
-    /// Refuses the parameters no getter took, naming the first.
+    /// Refuses the parameters no getter took, naming the first. Hidden attributes (`__x__`,
+    /// such as the `__layout__` Gluon's RNN layers give `zeros`) are ignored, as dmlc's
+    /// parameter parser ignores them.
     pub fn finish(&self) -> Result<()> {
-        match self.pairs.iter().zip(&self.taken).find(|(_, t)| !t.get()) {
+        let hidden = |k: &str| k.len() > 4 && k.starts_with("__") && k.ends_with("__");
+        match self
+            .pairs
+            .iter()
+            .zip(&self.taken)
+            .find(|((k, _), t)| !t.get() && !hidden(k))
+        {
             Some(((k, _), _)) => Err(Error::invalid(format!(
                 "operator {}: unknown parameter '{k}'",
                 self.op

@@ -71,3 +71,42 @@ nondiff("batch_take", ["batch_take"], [rand(3, 4, seed=21)])(
     lambda x: nd.batch_take(x, nd.array([0, 3, 1], dtype="int32")))
 grad("lrn", ["LRN"], [rand(2, 4, 2, 2, lo=-2, hi=2, seed=22)])(
     lambda x: [nd.LRN(x, nsize=3, alpha=0.05), nd.LRN(x, nsize=4, alpha=0.1, beta=0.6)])
+
+
+# ---- the fused RNN (ops/rnn.rs): every mode, stacked and bidirectional, with the final states
+def rnn_inputs(mode, layers, dirs, seed, T=3, N=2, C=3, H=2):
+    g = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}[mode] * H
+    size = sum(dirs * g * ((C if l == 0 else dirs * H) + H + 2) for l in range(layers))
+    ins = [rand(T, N, C, seed=seed), rand(size, lo=-0.6, hi=0.6, seed=seed + 1),
+           rand(layers * dirs, N, H, seed=seed + 2)]
+    if mode == "lstm":
+        ins.append(rand(layers * dirs, N, H, seed=seed + 3))
+    return ins
+
+
+for mode, layers, bidir in [("lstm", 2, True), ("gru", 2, True), ("rnn_tanh", 1, True),
+                            ("rnn_relu", 2, False), ("lstm", 1, False)]:
+    grad(f"rnn_{mode}_l{layers}{'_bi' if bidir else ''}", ["RNN"],
+         rnn_inputs(mode, layers, 2 if bidir else 1, seed=30 + layers))(
+        lambda *xs, m=mode, l=layers, b=bidir: nd.RNN(
+            *xs, state_size=2, num_layers=l, bidirectional=b, mode=m, state_outputs=True))
+grad("rnn_gru_no_state_outputs", ["RNN"], rnn_inputs("gru", 1, 1, seed=36))(
+    lambda *xs: nd.RNN(*xs, state_size=2, num_layers=1, mode="gru"))
+grad("rnn_param_concat", ["_rnn_param_concat"], [rand(6, seed=37), rand(2, 3, seed=38)])(
+    lambda a, b: nd._internal._rnn_param_concat(a, b.reshape(-1), dim=0, num_args=2))
+
+# ---- resizing and cropping (ops/resize.rs)
+grad("upsampling_nearest", ["UpSampling"], [rand(1, 2, 2, 3, seed=40), rand(1, 1, 4, 6, seed=41)])(
+    lambda a, b: [nd.UpSampling(a, scale=2, sample_type="nearest", num_args=1),
+                  nd.UpSampling(a, b, scale=2, sample_type="nearest", num_args=2),
+                  nd.UpSampling(a, a, scale=3, sample_type="nearest", num_args=2,
+                                multi_input_mode="sum")])
+grad("upsampling_bilinear", ["UpSampling"], [rand(1, 2, 2, 3, seed=42), rand(2, 1, 4, 4, seed=43)])(
+    lambda x, w: nd.UpSampling(x, w, scale=2, sample_type="bilinear", num_filter=2, num_args=2))
+grad("bilinear_resize", ["_contrib_BilinearResize2D"], [rand(1, 2, 3, 4, seed=44)])(
+    lambda x: [nd.contrib.BilinearResize2D(x, height=5, width=3),
+               nd.contrib.BilinearResize2D(x, height=4, width=7, align_corners=False),
+               nd.contrib.BilinearResize2D(x, mode="to_odd_up")])
+grad("crop", ["Crop"], [rand(1, 2, 5, 4, seed=45), (rand(1, 1, 3, 2, seed=46), False)])(
+    lambda x, like: [nd.Crop(x, num_args=1, h_w=(2, 3), offset=(1, 1)),
+                     nd.Crop(x, like, num_args=2, center_crop=True)])

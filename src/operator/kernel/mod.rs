@@ -6,7 +6,8 @@
 //!
 //! - [`element`]: the element types and dtype dispatch; [`real`]: the float types math runs in.
 //! - [`map`]: elementwise maps; [`strided`]: broadcasting, gathers and reductions by strides.
-//! - [`gemm`]: matrix products; [`conv`]: convolutions on it (im2col); [`pool`]: pooling.
+//! - [`gemm`]: matrix products; [`conv`]: convolutions on it (im2col); [`pool`]: pooling;
+//!   [`rnn`]: the fused recurrent layers.
 
 pub mod conv;
 pub mod element;
@@ -14,6 +15,7 @@ pub mod gemm;
 pub mod map;
 pub mod pool;
 pub mod real;
+pub mod rnn;
 pub mod strided;
 
 pub use element::{Bool, Element};

@@ -23,6 +23,8 @@ pub mod pad;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod resize;
+pub mod rnn;
 pub mod sequence;
 pub mod shape;
 pub mod storage;
@@ -46,6 +48,8 @@ pub fn register_all(t: &mut Entries) {
     norm::register(t);
     loss::register(t);
     sequence::register(t);
+    rnn::register(t);
+    resize::register(t);
     nn_misc::register(t);
     pad::register(t);
     legacy::register(t);

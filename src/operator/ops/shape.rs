@@ -14,7 +14,7 @@ use super::{Entries, axis as norm_axis, dims, inputs};
 use crate::error::{Error, Result};
 use crate::ndarray::shape::reshape_codes;
 use crate::operator::def::{
-    GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param_int,
+    GradCtx, InferShapesFn, ParamList, PartialShape, ShapeRule, Signature, Val, param_int,
 };
 use crate::operator::kernel::Element;
 use crate::operator::kernel::strided::{broadcast_shape, contiguous_strides, gather, walk};
@@ -1135,7 +1135,9 @@ pub(crate) fn register(t: &mut Entries) {
         let p = all_params(g);
         Ok(vec![Some(g.op("diag", &[g.dy(0)], &p)?), None])
     });
-    t.push(("Reshape", &reshape)).grad(reshape_grad);
+    t.push(("Reshape", &reshape))
+        .grad(reshape_grad)
+        .shape_rule(ShapeRule::Rule(reshape_input_shape));
     t.push(("Flatten", &flatten)).grad(reshape_grad);
     t.push(("expand_dims", &expand_dims)).grad(reshape_grad);
     t.push(("squeeze", &squeeze)).grad(reshape_grad);
@@ -1189,15 +1191,22 @@ pub(crate) fn register(t: &mut Entries) {
         .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?), None]));
     t.push(("broadcast_axis", &broadcast_axis))
         .grad(|g| Ok(vec![Some(g.sum_to(g.dy(0), g.x(0))?)]));
-    t.push(("Concat", &concat))
-        .grad(|g| {
+    // `_rnn_param_concat` (Gluon's RNN layers join their weights with it) is Concat with its
+    // own graph shape rule
+    for (name, rule) in [
+        ("Concat", concat_shapes as InferShapesFn),
+        ("_rnn_param_concat", rnn_param_concat_shapes),
+    ] {
+        t.push((name, &concat))
+            .grad(|g| {
             let p = some_params(g, &["dim"]);
             let mut ins = vec![g.dy(0)];
             ins.extend_from_slice(g.inputs);
             let parts = g.ops("_mxrt_Concat_grad", &ins, &p)?;
             Ok(parts.into_iter().map(Some).collect())
         })
-        .shape_rule(ShapeRule::Rule(concat_shapes));
+            .shape_rule(ShapeRule::Rule(rule));
+    }
     t.def("_mxrt_Concat_grad", &concat_grad).grad(|g| {
         let dim = g.param_set("dim").unwrap_or("1").to_owned();
         let n = g.ograds.len().to_string();
@@ -1237,6 +1246,26 @@ fn concat_shapes(
     ins: &[PartialShape],
     outs: &[PartialShape],
 ) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    concat_shapes_of(p, ins, outs, false)
+}
+
+/// `_rnn_param_concat` (MXNet's `RNNParamConcatShape`): an input of no known shape leaves the
+/// output unknown, and a single input of unknown extent gets it from the output (Gluon's RNN
+/// layers defer their first weights' input width).
+fn rnn_param_concat_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    concat_shapes_of(p, ins, outs, true)
+}
+
+fn concat_shapes_of(
+    p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+    rnn_params: bool,
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
     let dim = param_int(p, "dim", 1)?;
     let mut common: Option<Vec<i64>> = None;
     let mut size = 0;
@@ -1272,24 +1301,76 @@ fn concat_shapes(
         }
         Ok(())
     };
-    for s in ins.iter().flatten() {
+    // inputs whose extent along the axis is unknown (an input with no shape at all counts)
+    let mut missing = Vec::new();
+    for (i, s) in ins.iter().enumerate() {
+        let Some(s) = s else {
+            if rnn_params {
+                missing.push(i);
+            }
+            continue;
+        };
         let axis = axis_of(s)?;
-        unknown |= s[axis] <= 0;
+        if s[axis] <= 0 {
+            missing.push(i);
+        }
         size += s[axis].max(0);
         unify(s.clone(), axis)?;
     }
-    if let Some(s) = outs.first().cloned().flatten() {
-        let axis = axis_of(&s)?;
-        unify(s, axis)?;
-    }
+    unknown |= !missing.is_empty();
+    let out_extent = match outs.first().cloned().flatten() {
+        Some(s) => {
+            let axis = axis_of(&s)?;
+            let e = s[axis];
+            unify(s, axis)?;
+            e
+        }
+        None => 0,
+    };
     let Some(mut shape) = common else {
         return Ok((vec![None; ins.len()], Vec::new()));
     };
-    let for_ins = vec![Some(shape.clone()); ins.len()];
+    let mut for_ins = vec![Some(shape.clone()); ins.len()];
+    // one input of unknown extent: the output's extent less the others'
+    if let [i] = missing[..]
+        && rnn_params
+        && out_extent > size
+    {
+        let axis = axis_of(&shape)?;
+        let mut s = shape.clone();
+        s[axis] = out_extent - size;
+        for_ins[i] = Some(s);
+    }
     if !unknown {
         let axis = axis_of(&shape)?;
         shape[axis] = size;
         return Ok((for_ins, vec![Some(shape)]));
+    }
+    Ok((for_ins, Vec::new()))
+}
+
+/// Reshape backward in graph inference (MXNet's `ReshapeShape`): data with exactly one unknown
+/// dimension gets it from a known output's size (Gluon's RNN layers reshape weights whose input
+/// width is deferred).
+fn reshape_input_shape(
+    _p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let mut for_ins = vec![None; ins.len()];
+    let (Some(Some(x)), Some(Some(y))) = (ins.first(), outs.first()) else {
+        return Ok((for_ins, Vec::new()));
+    };
+    let unknown: Vec<usize> = (0..x.len()).filter(|&i| x[i] <= 0).collect();
+    if y.iter().any(|&d| d <= 0) || unknown.len() != 1 {
+        return Ok((for_ins, Vec::new()));
+    }
+    let known: i64 = x.iter().filter(|&&d| d > 0).product();
+    let total: i64 = y.iter().product();
+    if known > 0 && total % known == 0 {
+        let mut s = x.clone();
+        s[unknown[0]] = total / known;
+        for_ins[0] = Some(s);
     }
     Ok((for_ins, Vec::new()))
 }

@@ -1,0 +1,651 @@
+//! The fused recurrent layers of the `RNN` operator (vanilla ReLU/tanh, LSTM, GRU; stacked,
+//! bidirectional), forward and backward through time, on the GEMMs of [`super::gemm`].
+//!
+//! The parameters are one flat vector in MXNet's layout: for each layer and then each direction
+//! the input-to-hidden weights `Wx` (`G·H × in`) followed by the hidden-to-hidden weights `Wh`
+//! (`G·H × H`); after all weights, for each layer and direction, the biases `bx` (`G·H`) then
+//! `bh` (`G·H`). `G` is the number of gates, in the order `i, f, g, o` (LSTM) and `r, z, n`
+//! (GRU).
+//!
+//! A layer first multiplies its whole input sequence by `Wx` in one GEMM (`T·N × in` by
+//! `in × G·H`), then runs the time steps, each one GEMM by `Wh` and an elementwise pass. The
+//! forward keeps what the backward needs in a reserve array ([`RnnGeom::reserve_size`]): each
+//! direction's hidden states, the LSTM's cells and the gates' activations (GRU: also
+//! `Wh_n·h + bh_n`), and every layer's output but the last. The backward runs the steps in
+//! reverse to get the gates' pre-activation gradients, then gets the weights', biases' and
+//! inputs' gradients in one GEMM each for the whole sequence.
+
+use super::gemm::{Operand, matmul};
+use super::real::Real;
+use crate::parallel::{self, for_each_mut};
+
+/// The recurrent cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cell {
+    Relu,
+    Tanh,
+    Lstm,
+    Gru,
+}
+
+impl Cell {
+    /// Gates per hidden unit.
+    pub fn gates(self) -> usize {
+        match self {
+            Cell::Relu | Cell::Tanh => 1,
+            Cell::Lstm => 4,
+            Cell::Gru => 3,
+        }
+    }
+}
+
+/// A fused RNN's sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct RnnGeom {
+    pub cell: Cell,
+    pub layers: usize,
+    /// 1, or 2 when bidirectional.
+    pub dirs: usize,
+    pub seq: usize,
+    pub batch: usize,
+    pub input: usize,
+    pub hidden: usize,
+}
+
+impl RnnGeom {
+    fn gh(&self) -> usize {
+        self.cell.gates() * self.hidden
+    }
+    /// The input width of layer `l`.
+    pub fn layer_input(&self, l: usize) -> usize {
+        if l == 0 {
+            self.input
+        } else {
+            self.dirs * self.hidden
+        }
+    }
+    fn weights_size(&self) -> usize {
+        (0..self.layers)
+            .map(|l| self.dirs * self.gh() * (self.layer_input(l) + self.hidden))
+            .sum()
+    }
+    /// Length of the flat parameter vector.
+    pub fn param_size(&self) -> usize {
+        self.weights_size() + self.layers * self.dirs * 2 * self.gh()
+    }
+    /// Offset of `Wx` of layer `l`, direction `d` (`Wh` follows it).
+    fn weight_offset(&self, l: usize, d: usize) -> usize {
+        let before: usize = (0..l)
+            .map(|k| self.dirs * self.gh() * (self.layer_input(k) + self.hidden))
+            .sum();
+        before + d * self.gh() * (self.layer_input(l) + self.hidden)
+    }
+    /// Offset of `bx` of layer `l`, direction `d` (`bh` follows it).
+    fn bias_offset(&self, l: usize, d: usize) -> usize {
+        self.weights_size() + (l * self.dirs + d) * 2 * self.gh()
+    }
+    fn tnh(&self) -> usize {
+        self.seq * self.batch * self.hidden
+    }
+    /// Reserve elements per layer and direction: hidden states, then LSTM cells and gates or
+    /// GRU gates and `Wh_n·h + bh_n`.
+    fn block(&self) -> usize {
+        self.tnh()
+            * match self.cell {
+                Cell::Lstm => 1 + 1 + 4,
+                Cell::Gru => 1 + 3 + 1,
+                Cell::Relu | Cell::Tanh => 1,
+            }
+    }
+    fn block_offset(&self, l: usize, d: usize) -> usize {
+        (l * self.dirs + d) * self.block()
+    }
+    /// Offset of the saved output of layer `l` (`l < layers - 1`).
+    fn layer_out_offset(&self, l: usize) -> usize {
+        self.layers * self.dirs * self.block() + l * self.tnh() * self.dirs
+    }
+    /// Length of the reserve array the forward fills and the backward reads.
+    pub fn reserve_size(&self) -> usize {
+        self.layers * self.dirs * self.block() + (self.layers - 1) * self.tnh() * self.dirs
+    }
+    /// The time index of step `s` in direction `d`.
+    fn time(&self, d: usize, s: usize) -> usize {
+        if d == 0 { s } else { self.seq - 1 - s }
+    }
+}
+
+/// Threads a time step's elementwise pass (one task per batch row) is split over: one below
+/// a few thousand gate values, where handing out rows costs more than it saves.
+fn step_threads(g: &RnnGeom) -> usize {
+    if g.batch * g.gh() >= 4096 {
+        parallel::max_threads()
+    } else {
+        1
+    }
+}
+
+/// `tanh` through one `exp` (`(1 - e^{-2|x|}) / (1 + e^{-2|x|})`, its odd Taylor polynomial
+/// near 0, where that cancels): libm's `tanhf` goes through `expm1f` and was a quarter of an
+/// LSTM's forward. Within a few float32 ulps of `tanh` in absolute terms.
+fn tanh<T: Real>(x: T) -> T {
+    let a = x.abs();
+    let small = T::from_f64(0.004);
+    if a < small {
+        let x2 = x * x;
+        // x - x³/3 + 2x⁵/15
+        return x * (T::ONE - x2 * (T::from_f64(1.0 / 3.0) - x2 * T::from_f64(2.0 / 15.0)));
+    }
+    let e = (-(a + a)).exp();
+    let t = (T::ONE - e) / (T::ONE + e);
+    if x < T::ZERO { -t } else { t }
+}
+
+fn sigmoid<T: Real>(x: T) -> T {
+    T::ONE / (T::ONE + (-x).exp())
+}
+
+fn row<T>(a: &[T]) -> Operand<'_, T> {
+    Operand {
+        data: a,
+        transposed: false,
+    }
+}
+
+fn trans<T>(a: &[T]) -> Operand<'_, T> {
+    Operand {
+        data: a,
+        transposed: true,
+    }
+}
+
+/// The forward: `y` (`T × N × D·H`) from `x` (`T × N × I`), the flat parameters `w`, the
+/// initial states `hx` (and `cx` for LSTM, both `L·D × N × H`); the final states into `hy`/`cy`
+/// when given; the backward's saved values into `rs` ([`RnnGeom::reserve_size`]).
+#[allow(clippy::too_many_arguments)]
+pub fn forward<T: Real>(
+    g: &RnnGeom,
+    x: &[T],
+    w: &[T],
+    hx: &[T],
+    cx: Option<&[T]>,
+    y: &mut [T],
+    mut hy: Option<&mut [T]>,
+    mut cy: Option<&mut [T]>,
+    rs: &mut [T],
+) {
+    let (tt, n, h, gh, dd) = (g.seq, g.batch, g.hidden, g.gh(), g.dirs);
+    let nh = n * h;
+    let mut layer_in: Vec<T> = x.to_vec();
+    let mut pre = vec![T::ZERO; tt * n * gh];
+    let mut hh = vec![T::ZERO; n * gh];
+    let mut hprev = vec![T::ZERO; nh];
+    let mut cprev = vec![T::ZERO; nh];
+    let threads = step_threads(g);
+    for l in 0..g.layers {
+        let inp = g.layer_input(l);
+        let mut layer_out = vec![T::ZERO; tt * n * dd * h];
+        for d in 0..dd {
+            let wo = g.weight_offset(l, d);
+            let wx = &w[wo..wo + gh * inp];
+            let wh = &w[wo + gh * inp..wo + gh * (inp + h)];
+            let bo = g.bias_offset(l, d);
+            let (bx, bh) = (&w[bo..bo + gh], &w[bo + gh..bo + 2 * gh]);
+            matmul(tt * n, gh, inp, row(&layer_in), trans(wx), &mut pre, false);
+            for r in pre.chunks_mut(gh) {
+                for (j, v) in r.iter_mut().enumerate() {
+                    let b = if g.cell == Cell::Gru && j >= 2 * h {
+                        bx[j]
+                    } else {
+                        bx[j] + bh[j]
+                    };
+                    *v = *v + b;
+                }
+            }
+            let state = (l * dd + d) * nh;
+            hprev.copy_from_slice(&hx[state..state + nh]);
+            if let Some(cx) = cx {
+                cprev.copy_from_slice(&cx[state..state + nh]);
+            }
+            let block = &mut rs[g.block_offset(l, d)..][..g.block()];
+            let (h_all, rest) = block.split_at_mut(g.tnh());
+            for s in 0..tt {
+                let t = g.time(d, s);
+                matmul(n, gh, h, row(&hprev), trans(wh), &mut hh, false);
+                let p = &pre[t * n * gh..(t + 1) * n * gh];
+                let ht = &mut h_all[t * nh..(t + 1) * nh];
+                match g.cell {
+                    Cell::Relu | Cell::Tanh => {
+                        let mut rows: Vec<&mut [T]> = ht.chunks_mut(h).collect();
+                        for_each_mut(&mut rows, threads, |j, hrow| {
+                            for k in 0..h {
+                                let a = p[j * gh + k] + hh[j * gh + k];
+                                hrow[k] = if g.cell == Cell::Tanh {
+                                    tanh(a)
+                                } else if a > T::ZERO {
+                                    a
+                                } else {
+                                    T::ZERO
+                                };
+                            }
+                        });
+                    }
+                    Cell::Lstm => {
+                        let (c_all, gates) = rest.split_at_mut(g.tnh());
+                        let ct = &mut c_all[t * nh..(t + 1) * nh];
+                        let gt = &mut gates[t * n * gh..(t + 1) * n * gh];
+                        let cp = &cprev;
+                        let mut rows: Vec<_> = ht
+                            .chunks_mut(h)
+                            .zip(ct.chunks_mut(h))
+                            .zip(gt.chunks_mut(gh))
+                            .collect();
+                        for_each_mut(&mut rows, threads, |j, ((hrow, crow), grow)| {
+                            for k in 0..h {
+                                let at = |q: usize| p[j * gh + q * h + k] + hh[j * gh + q * h + k];
+                                let i = sigmoid(at(0));
+                                let f = sigmoid(at(1));
+                                let gg = tanh(at(2));
+                                let o = sigmoid(at(3));
+                                let c = f * cp[j * h + k] + i * gg;
+                                crow[k] = c;
+                                hrow[k] = o * tanh(c);
+                                grow[k] = i;
+                                grow[k + h] = f;
+                                grow[k + 2 * h] = gg;
+                                grow[k + 3 * h] = o;
+                            }
+                        });
+                        cprev.copy_from_slice(ct);
+                    }
+                    Cell::Gru => {
+                        let (gates, mnh) = rest.split_at_mut(3 * g.tnh());
+                        let gt = &mut gates[t * n * gh..(t + 1) * n * gh];
+                        let mt = &mut mnh[t * nh..(t + 1) * nh];
+                        let hp = &hprev;
+                        let mut rows: Vec<_> = ht
+                            .chunks_mut(h)
+                            .zip(mt.chunks_mut(h))
+                            .zip(gt.chunks_mut(gh))
+                            .collect();
+                        for_each_mut(&mut rows, threads, |j, ((hrow, mrow), grow)| {
+                            for k in 0..h {
+                                let base = j * gh + k;
+                                let r = sigmoid(p[base] + hh[base]);
+                                let z = sigmoid(p[base + h] + hh[base + h]);
+                                let m = hh[base + 2 * h] + bh[2 * h + k];
+                                let nn = tanh(p[base + 2 * h] + r * m);
+                                hrow[k] = (T::ONE - z) * nn + z * hp[j * h + k];
+                                mrow[k] = m;
+                                grow[k] = r;
+                                grow[k + h] = z;
+                                grow[k + 2 * h] = nn;
+                            }
+                        });
+                    }
+                }
+                hprev.copy_from_slice(ht);
+                for j in 0..n {
+                    let dst = (t * n + j) * dd * h + d * h;
+                    layer_out[dst..dst + h].copy_from_slice(&ht[j * h..(j + 1) * h]);
+                }
+            }
+            if let Some(hy) = hy.as_deref_mut() {
+                hy[state..state + nh].copy_from_slice(&hprev);
+            }
+            if let Some(cy) = cy.as_deref_mut() {
+                cy[state..state + nh].copy_from_slice(&cprev);
+            }
+        }
+        if l + 1 < g.layers {
+            rs[g.layer_out_offset(l)..][..layer_out.len()].copy_from_slice(&layer_out);
+            layer_in = layer_out;
+        } else {
+            y.copy_from_slice(&layer_out);
+        }
+    }
+}
+
+/// Gradients the backward writes: of the data, the flat parameters, the initial hidden state
+/// and (LSTM) the initial cell.
+pub struct RnnGrads<'a, T> {
+    pub dx: &'a mut [T],
+    pub dw: &'a mut [T],
+    pub dhx: &'a mut [T],
+    pub dcx: Option<&'a mut [T]>,
+}
+
+/// The backward through time, from the forward's inputs, its reserve `rs` and the gradients
+/// arriving at the output (`dy`) and, when the forward returned them, at the final states.
+#[allow(clippy::too_many_arguments)]
+pub fn backward<T: Real>(
+    g: &RnnGeom,
+    x: &[T],
+    w: &[T],
+    hx: &[T],
+    cx: Option<&[T]>,
+    rs: &[T],
+    dy: &[T],
+    dhy: Option<&[T]>,
+    dcy: Option<&[T]>,
+    out: RnnGrads<'_, T>,
+) {
+    let RnnGrads {
+        dx,
+        dw,
+        dhx,
+        mut dcx,
+    } = out;
+    let (tt, n, h, gh, dd) = (g.seq, g.batch, g.hidden, g.gh(), g.dirs);
+    let (nh, tnh) = (n * h, g.tnh());
+    let mut dlayer_out: Vec<T> = dy.to_vec();
+    let mut dpre_x = vec![T::ZERO; tt * n * gh];
+    let mut dpre_h = if g.cell == Cell::Gru {
+        vec![T::ZERO; tt * n * gh]
+    } else {
+        Vec::new()
+    };
+    let mut hprev_all = vec![T::ZERO; tnh];
+    let mut dh_next = vec![T::ZERO; nh];
+    let mut dc_next = vec![T::ZERO; nh];
+    let threads = step_threads(g);
+    for l in (0..g.layers).rev() {
+        let inp = g.layer_input(l);
+        let layer_in: &[T] = if l == 0 {
+            x
+        } else {
+            &rs[g.layer_out_offset(l - 1)..][..tt * n * inp]
+        };
+        let mut dlayer_in = vec![T::ZERO; tt * n * inp];
+        for d in 0..dd {
+            let wo = g.weight_offset(l, d);
+            let wx = &w[wo..wo + gh * inp];
+            let wh = &w[wo + gh * inp..wo + gh * (inp + h)];
+            let state = (l * dd + d) * nh;
+            let h0 = &hx[state..state + nh];
+            let block = &rs[g.block_offset(l, d)..][..g.block()];
+            let (h_all, rest) = block.split_at(tnh);
+            // h_{t-1} in the direction's order, for every t
+            let prev_time = |t: usize| -> Option<usize> {
+                if d == 0 {
+                    t.checked_sub(1)
+                } else if t + 1 < tt {
+                    Some(t + 1)
+                } else {
+                    None
+                }
+            };
+            for t in 0..tt {
+                let src = match prev_time(t) {
+                    Some(p) => &h_all[p * nh..(p + 1) * nh],
+                    None => h0,
+                };
+                hprev_all[t * nh..(t + 1) * nh].copy_from_slice(src);
+            }
+            match dhy {
+                Some(v) => dh_next.copy_from_slice(&v[state..state + nh]),
+                None => dh_next.fill(T::ZERO),
+            }
+            match dcy {
+                Some(v) => dc_next.copy_from_slice(&v[state..state + nh]),
+                None => dc_next.fill(T::ZERO),
+            }
+            for s in (0..tt).rev() {
+                let t = g.time(d, s);
+                let dyo = |j: usize, k: usize| dlayer_out[(t * n + j) * dd * h + d * h + k];
+                let dp = &mut dpre_x[t * n * gh..(t + 1) * n * gh];
+                let ht = &h_all[t * nh..(t + 1) * nh];
+                match g.cell {
+                    Cell::Relu | Cell::Tanh => {
+                        let dhn = &dh_next;
+                        let mut rows: Vec<&mut [T]> = dp.chunks_mut(gh).collect();
+                        for_each_mut(&mut rows, threads, |j, drow| {
+                            for k in 0..h {
+                                let dh = dyo(j, k) + dhn[j * h + k];
+                                let hv = ht[j * h + k];
+                                drow[k] = if g.cell == Cell::Tanh {
+                                    dh * (T::ONE - hv * hv)
+                                } else if hv > T::ZERO {
+                                    dh
+                                } else {
+                                    T::ZERO
+                                };
+                            }
+                        });
+                    }
+                    Cell::Lstm => {
+                        let (c_all, gates) = rest.split_at(tnh);
+                        let ct = &c_all[t * nh..(t + 1) * nh];
+                        let cp = match prev_time(t) {
+                            Some(p) => &c_all[p * nh..(p + 1) * nh],
+                            None => &cx.expect("LSTM has a cell state")[state..state + nh],
+                        };
+                        let gt = &gates[t * n * gh..(t + 1) * n * gh];
+                        let dhn = &dh_next;
+                        let mut rows: Vec<_> =
+                            dp.chunks_mut(gh).zip(dc_next.chunks_mut(h)).collect();
+                        for_each_mut(&mut rows, threads, |j, (drow, dcrow)| {
+                            for k in 0..h {
+                                let jk = j * h + k;
+                                let base = j * gh + k;
+                                let (i, f, gg, o) =
+                                    (gt[base], gt[base + h], gt[base + 2 * h], gt[base + 3 * h]);
+                                let dh = dyo(j, k) + dhn[jk];
+                                let tc = tanh(ct[jk]);
+                                let dc = dcrow[k] + dh * o * (T::ONE - tc * tc);
+                                drow[k] = dc * gg * i * (T::ONE - i);
+                                drow[k + h] = dc * cp[jk] * f * (T::ONE - f);
+                                drow[k + 2 * h] = dc * i * (T::ONE - gg * gg);
+                                drow[k + 3 * h] = dh * tc * o * (T::ONE - o);
+                                dcrow[k] = dc * f;
+                            }
+                        });
+                    }
+                    Cell::Gru => {
+                        let (gates, mnh) = rest.split_at(3 * tnh);
+                        let gt = &gates[t * n * gh..(t + 1) * n * gh];
+                        let mt = &mnh[t * nh..(t + 1) * nh];
+                        let hp = &hprev_all[t * nh..(t + 1) * nh];
+                        let dph = &mut dpre_h[t * n * gh..(t + 1) * n * gh];
+                        let mut rows: Vec<_> = dp
+                            .chunks_mut(gh)
+                            .zip(dph.chunks_mut(gh))
+                            .zip(dh_next.chunks_mut(h))
+                            .collect();
+                        for_each_mut(&mut rows, threads, |j, ((drow, dhrow), dnrow)| {
+                            for k in 0..h {
+                                let jk = j * h + k;
+                                let base = j * gh + k;
+                                let (r, z, nn) = (gt[base], gt[base + h], gt[base + 2 * h]);
+                                let dh = dyo(j, k) + dnrow[k];
+                                let dan = dh * (T::ONE - z) * (T::ONE - nn * nn);
+                                let daz = dh * (hp[jk] - nn) * z * (T::ONE - z);
+                                let dar = dan * mt[jk] * r * (T::ONE - r);
+                                drow[k] = dar;
+                                drow[k + h] = daz;
+                                drow[k + 2 * h] = dan;
+                                dhrow[k] = dar;
+                                dhrow[k + h] = daz;
+                                dhrow[k + 2 * h] = dan * r;
+                                // the direct path h_{t-1} → h_t; the path through Wh is added below
+                                dnrow[k] = dh * z;
+                            }
+                        });
+                    }
+                }
+                let dph: &[T] = if g.cell == Cell::Gru {
+                    &dpre_h[t * n * gh..(t + 1) * n * gh]
+                } else {
+                    &dpre_x[t * n * gh..(t + 1) * n * gh]
+                };
+                matmul(
+                    n,
+                    h,
+                    gh,
+                    row(dph),
+                    row(wh),
+                    &mut dh_next,
+                    g.cell == Cell::Gru,
+                );
+            }
+            dhx[state..state + nh].copy_from_slice(&dh_next);
+            if let Some(dcx) = dcx.as_deref_mut() {
+                dcx[state..state + nh].copy_from_slice(&dc_next);
+            }
+            let dph: &[T] = if g.cell == Cell::Gru {
+                &dpre_h
+            } else {
+                &dpre_x
+            };
+            let (dwx, dwh) = dw[wo..wo + gh * (inp + h)].split_at_mut(gh * inp);
+            matmul(gh, inp, tt * n, trans(&dpre_x), row(layer_in), dwx, false);
+            matmul(gh, h, tt * n, trans(dph), row(&hprev_all), dwh, false);
+            let bo = g.bias_offset(l, d);
+            let (dbx, dbh) = dw[bo..bo + 2 * gh].split_at_mut(gh);
+            col_sums(&dpre_x, gh, dbx);
+            col_sums(dph, gh, dbh);
+            matmul(
+                tt * n,
+                inp,
+                gh,
+                row(&dpre_x),
+                row(wx),
+                &mut dlayer_in,
+                d > 0,
+            );
+        }
+        if l == 0 {
+            dx.copy_from_slice(&dlayer_in);
+        } else {
+            dlayer_out = dlayer_in;
+        }
+    }
+}
+
+/// `out[j] = Σ_rows a[row][j]` for a row-major `a` of width `out.len()`.
+fn col_sums<T: Real>(a: &[T], width: usize, out: &mut [T]) {
+    out.fill(T::ZERO);
+    for r in a.chunks(width) {
+        for (o, v) in out.iter_mut().zip(r) {
+            *o = *o + *v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> f64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+    }
+
+    /// Σ y·wy + Σ hy·wh + Σ cy·wc: a scalar whose gradient the backward gives.
+    fn loss(g: &RnnGeom, x: &[f64], w: &[f64], hx: &[f64], cx: &[f64], heads: &[Vec<f64>]) -> f64 {
+        let mut y = vec![0.0; g.seq * g.batch * g.dirs * g.hidden];
+        let mut hy = vec![0.0; hx.len()];
+        let mut cy = vec![0.0; hx.len()];
+        let mut rs = vec![0.0; g.reserve_size()];
+        let lstm = g.cell == Cell::Lstm;
+        forward(
+            g,
+            x,
+            w,
+            hx,
+            lstm.then_some(cx),
+            &mut y,
+            Some(&mut hy),
+            lstm.then_some(&mut cy[..]),
+            &mut rs,
+        );
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+        dot(&y, &heads[0]) + dot(&hy, &heads[1]) + if lstm { dot(&cy, &heads[2]) } else { 0.0 }
+    }
+
+    #[test]
+    fn backward_matches_central_differences() {
+        for cell in [Cell::Relu, Cell::Tanh, Cell::Lstm, Cell::Gru] {
+            for (layers, dirs) in [(1, 1), (2, 2)] {
+                let g = RnnGeom {
+                    cell,
+                    layers,
+                    dirs,
+                    seq: 3,
+                    batch: 2,
+                    input: 3,
+                    hidden: 2,
+                };
+                let mut seed = 7u64;
+                let mut fill =
+                    |k: usize| (0..k).map(|_| lcg(&mut seed) * 0.8).collect::<Vec<f64>>();
+                let x = fill(g.seq * g.batch * g.input);
+                let w = fill(g.param_size());
+                let ns = layers * dirs * g.batch * g.hidden;
+                let hx = fill(ns);
+                let cx = fill(ns);
+                let heads = vec![fill(g.seq * g.batch * dirs * g.hidden), fill(ns), fill(ns)];
+                let lstm = cell == Cell::Lstm;
+                let mut y = vec![0.0; heads[0].len()];
+                let mut rs = vec![0.0; g.reserve_size()];
+                forward(
+                    &g,
+                    &x,
+                    &w,
+                    &hx,
+                    lstm.then_some(&cx[..]),
+                    &mut y,
+                    None,
+                    None,
+                    &mut rs,
+                );
+                let (mut dx, mut dw, mut dhx, mut dcx) = (
+                    vec![0.0; x.len()],
+                    vec![0.0; w.len()],
+                    vec![0.0; ns],
+                    vec![0.0; ns],
+                );
+                backward(
+                    &g,
+                    &x,
+                    &w,
+                    &hx,
+                    lstm.then_some(&cx[..]),
+                    &rs,
+                    &heads[0],
+                    Some(&heads[1]),
+                    lstm.then_some(&heads[2][..]),
+                    RnnGrads {
+                        dx: &mut dx,
+                        dw: &mut dw,
+                        dhx: &mut dhx,
+                        dcx: lstm.then_some(&mut dcx[..]),
+                    },
+                );
+                let eps = 1e-6;
+                let check = |which: usize, grad: &[f64]| {
+                    for i in 0..grad.len() {
+                        let mut args = [x.clone(), w.clone(), hx.clone(), cx.clone()];
+                        args[which][i] += eps;
+                        let plus = loss(&g, &args[0], &args[1], &args[2], &args[3], &heads);
+                        args[which][i] -= 2.0 * eps;
+                        let minus = loss(&g, &args[0], &args[1], &args[2], &args[3], &heads);
+                        let num = (plus - minus) / (2.0 * eps);
+                        assert!(
+                            (num - grad[i]).abs() < 1e-6 + 1e-5 * num.abs(),
+                            "{cell:?} L={layers} D={dirs} input {which} [{i}]: {} vs {num}",
+                            grad[i]
+                        );
+                    }
+                };
+                check(0, &dx);
+                check(1, &dw);
+                check(2, &dhx);
+                if lstm {
+                    check(3, &dcx);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! `RNN`: MXNet's fused recurrent layers (`rnn_relu`, `rnn_tanh`, `lstm`, `gru`; stacked,
+//! bidirectional) on the kernels of [`crate::operator::kernel::rnn`], and
+//! `_rnn_param_concat` (registered with `Concat`, in `shape.rs`).
+//!
+//! The forward has one hidden output besides MXNet's (`output`, and with `state_outputs` the
+//! final `state_output` and LSTM `statecell_output`): the reserve of intermediate values the
+//! backward through time needs. The gradient is one internal op,
+//! `_mxrt_rnn_grad(data, parameters, state, [state_cell], reserve, d_output, [d_state_output,
+//! [d_statecell_output]])` with the forward's parameters, giving the gradients of the data, the
+//! parameters, the initial state and the initial cell. Like MXNet's own backward it has no
+//! gradient itself.
+//!
+//! As on MXNet's CPU kernels: `projection_size` and `use_sequence_length` are refused (MXNet
+//! needs cuDNN for them); the LSTM state clipping parameters are ignored for float32 (as
+//! MXNet's oneDNN kernel ignores them) and refused for float64. Dropout between layers
+//! (`p > 0` in training mode) is not implemented and refused.
+
+use super::nn::as_refs;
+use super::{Entries, dims};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::operator::def::{GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val};
+use crate::operator::kernel::rnn::{Cell, RnnGeom, RnnGrads, backward, forward};
+use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::param;
+
+/// The parameters of an `RNN` node.
+#[derive(Clone, Copy, Debug)]
+struct RnnParams {
+    cell: Cell,
+    layers: usize,
+    dirs: usize,
+    hidden: usize,
+    state_outputs: bool,
+    p: f64,
+    /// LSTM state clipping was asked for: MXNet's float32 CPU kernel (oneDNN) ignores it, its
+    /// float64 one refuses it.
+    clip: bool,
+}
+
+impl RnnParams {
+    fn lstm(&self) -> bool {
+        self.cell == Cell::Lstm
+    }
+    /// Array inputs of the forward.
+    fn num_inputs(&self) -> usize {
+        if self.lstm() { 4 } else { 3 }
+    }
+    /// Visible outputs of the forward.
+    fn num_outputs(&self) -> usize {
+        match (self.state_outputs, self.lstm()) {
+            (false, _) => 1,
+            (true, false) => 2,
+            (true, true) => 3,
+        }
+    }
+    fn geom(&self, x: &[i64]) -> RnnGeom {
+        let x = dims(x);
+        RnnGeom {
+            cell: self.cell,
+            layers: self.layers,
+            dirs: self.dirs,
+            seq: x[0],
+            batch: x[1],
+            input: x[2],
+            hidden: self.hidden,
+        }
+    }
+    /// `state`'s (and `state_cell`'s) shape for data of shape `x`.
+    fn state_shape(&self, x: &[i64]) -> Vec<i64> {
+        vec![(self.layers * self.dirs) as i64, x[1], self.hidden as i64]
+    }
+}
+
+/// Parses the parameters through `get` (a raw value by key, quotes kept; `None` when absent).
+fn parse(op: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<RnnParams> {
+    let bad = |msg: String| Error::invalid(format!("operator {op}: {msg}"));
+    let value = |key: &str| {
+        get(key)
+            .map(|v| v.trim().trim_matches(|c| c == '\'' || c == '"').to_string())
+            .filter(|v| v != "None")
+    };
+    let int = |key: &str, min: i64| -> Result<usize> {
+        let v = value(key)
+            .ok_or_else(|| bad(format!("Required parameter {key} of int is not presented")))?;
+        match param::int(&v) {
+            Some(i) if i >= min => Ok(i as usize),
+            _ => Err(bad(format!(
+                "parameter '{key}' must be an integer of at least {min}, got '{v}'"
+            ))),
+        }
+    };
+    let boolean = |key: &str| -> Result<bool> {
+        match value(key) {
+            None => Ok(false),
+            Some(v) => param::boolean(&v)
+                .ok_or_else(|| bad(format!("parameter '{key}' must be a boolean, got '{v}'"))),
+        }
+    };
+    let mode = value("mode").ok_or_else(|| {
+        bad(
+            "Required parameter mode of {'gru', 'lstm', 'rnn_relu', 'rnn_tanh'} is not presented"
+                .into(),
+        )
+    })?;
+    let cell = match mode.as_str() {
+        "rnn_relu" => Cell::Relu,
+        "rnn_tanh" => Cell::Tanh,
+        "lstm" => Cell::Lstm,
+        "gru" => Cell::Gru,
+        _ => {
+            return Err(bad(format!(
+                "Invalid Input: '{mode}', valid values are: {{'gru', 'lstm', 'rnn_relu', 'rnn_tanh'}}"
+            )));
+        }
+    };
+    let hidden = int("state_size", 1)?;
+    let layers = int("num_layers", 1)?;
+    let p = match value("p") {
+        None => 0.0,
+        Some(v) => match param::float(&v) {
+            Some(f) if (0.0..=1.0).contains(&f) => f,
+            _ => {
+                return Err(bad(format!(
+                    "parameter 'p' must be a number in [0, 1], got '{v}'"
+                )));
+            }
+        },
+    };
+    if value("projection_size").is_some() {
+        return Err(bad(
+            "projection_size is not supported on CPU (MXNet's CPU kernel has no LSTM projection training)".into(),
+        ));
+    }
+    let mut clip = false;
+    for key in ["lstm_state_clip_min", "lstm_state_clip_max"] {
+        if let Some(v) = value(key) {
+            param::float(&v)
+                .ok_or_else(|| bad(format!("parameter '{key}' must be a number, got '{v}'")))?;
+            clip = true;
+        }
+    }
+    boolean("lstm_state_clip_nan")?;
+    if boolean("use_sequence_length")? {
+        return Err(bad(
+            "RNN use_sequence_length option is only available for cuDNN at the moment. Not supported on CPU".into(),
+        ));
+    }
+    Ok(RnnParams {
+        cell,
+        layers,
+        dirs: if boolean("bidirectional")? { 2 } else { 1 },
+        hidden,
+        state_outputs: boolean("state_outputs")?,
+        p,
+        clip,
+    })
+}
+
+fn parse_call(call: &Call<'_>) -> Result<RnnParams> {
+    let params = call.params;
+    parse(call.name, &|k| params.raw(k).map(str::to_string))
+}
+
+fn parse_list(p: &ParamList) -> Result<RnnParams> {
+    parse("RNN", &|k| {
+        p.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.to_string())
+    })
+}
+
+fn check_dtype(call: &Call<'_>, ins: &[TensorDesc]) -> Result<DType> {
+    let dtype = ins[0].dtype;
+    if !matches!(dtype, DType::F32 | DType::F64) {
+        return Err(Error::invalid(format!(
+            "operator {}: mxrt's RNN takes float32 and float64 data, not {}",
+            call.name,
+            dtype.name()
+        )));
+    }
+    for (i, t) in ins.iter().enumerate() {
+        if t.dtype != dtype {
+            return Err(Error::invalid(format!(
+                "operator {}: input {i} is {} but data is {} (one dtype for all inputs)",
+                call.name,
+                t.dtype.name(),
+                dtype.name()
+            )));
+        }
+    }
+    Ok(dtype)
+}
+
+fn expect_shape(call: &Call<'_>, name: &str, got: &[i64], want: &[i64]) -> Result<()> {
+    if got != want {
+        return Err(Error::invalid(format!(
+            "operator {}: Shape inconsistent, Provided = {got:?}, inferred shape={want:?} ({name})",
+            call.name
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the data's, parameters' and states' shapes; the geometry.
+fn check_shapes(call: &Call<'_>, p: &RnnParams, ins: &[TensorDesc]) -> Result<RnnGeom> {
+    let x = &ins[0].shape;
+    if x.len() != 3 {
+        return Err(Error::invalid(format!(
+            "operator {}: Input data should be rank-3 tensor of dim [sequence length, batch size, input size] (data has shape {:?})",
+            call.name,
+            &x[..]
+        )));
+    }
+    let g = p.geom(x);
+    expect_shape(call, "parameters", &ins[1].shape, &[g.param_size() as i64])?;
+    let s = p.state_shape(x);
+    expect_shape(call, "state", &ins[2].shape, &s)?;
+    if p.lstm() {
+        expect_shape(call, "state_cell", &ins[3].shape, &s)?;
+    }
+    Ok(g)
+}
+
+/// Runs `$body` with `$T` the float type of `$d` (f32 or f64).
+macro_rules! with_real {
+    ($d:expr, $T:ident => $body:expr) => {
+        match $d {
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            _ => {
+                type $T = f32;
+                $body
+            }
+        }
+    };
+}
+
+fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
+    let p = parse_call(call)?;
+    if call.inputs.len() != p.num_inputs() {
+        return Err(Error::invalid(format!(
+            "operator {}: Input shape mismatch. Expected {} input parameters but got {}.",
+            call.name,
+            p.num_inputs(),
+            call.inputs.len()
+        )));
+    }
+    if p.p > 0.0 && call.training && p.layers > 1 {
+        return Err(Error::not_supported(format!(
+            "operator {}: dropout between layers (p={}) in training mode is not implemented by mxrt",
+            call.name, p.p
+        )));
+    }
+    let ins = call.inputs;
+    let dtype = check_dtype(call, ins)?;
+    let g = check_shapes(call, &p, ins)?;
+    if p.clip && dtype == DType::F64 {
+        return Err(Error::invalid(format!(
+            "operator {}: LSTM state clipping is only supported for GPU with CuDNN later than 7.2.1",
+            call.name
+        )));
+    }
+    let x = &ins[0].shape;
+    let state = p.state_shape(x);
+    let mut outs = vec![TensorDesc::new(
+        &[x[0], x[1], (p.dirs * p.hidden) as i64],
+        dtype,
+    )];
+    if p.state_outputs {
+        outs.push(TensorDesc::new(&state, dtype));
+        if p.lstm() {
+            outs.push(TensorDesc::new(&state, dtype));
+        }
+    }
+    let visible = outs.len();
+    outs.push(TensorDesc::new(&[g.reserve_size() as i64], dtype));
+    let lstm = p.lstm();
+    Ok(Plan::new(outs, move |k| {
+        let n = k.outputs.len();
+        let (vis, rest) = k.outputs.split_at_mut(n - 1);
+        let (y, states) = vis.split_at_mut(1);
+        with_real!(dtype, T => {
+            let mut st = states.iter_mut();
+            let hy = st.next().map(|t| t.slice_mut::<T>());
+            let cy = st.next().map(|t| t.slice_mut::<T>());
+            let cx = if lstm { Some(k.inputs[3].slice::<T>()) } else { None };
+            forward::<T>(
+                &g,
+                k.inputs[0].slice::<T>(),
+                k.inputs[1].slice::<T>(),
+                k.inputs[2].slice::<T>(),
+                cx,
+                y[0].slice_mut::<T>(),
+                hy,
+                cy,
+                rest[0].slice_mut::<T>(),
+            );
+        });
+        Ok(())
+    })
+    .with_visible(visible))
+}
+
+/// `_mxrt_rnn_grad(data, parameters, state, [state_cell], reserve, d_output, [d_state_output,
+/// [d_statecell_output]])`: the gradients of the data, parameters, state and state cell.
+fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
+    let p = parse_call(call)?;
+    let nf = p.num_inputs();
+    let want = nf + 1 + p.num_outputs();
+    if call.inputs.len() != want {
+        return Err(Error::invalid(format!(
+            "operator {} takes {want} inputs, {} given",
+            call.name,
+            call.inputs.len()
+        )));
+    }
+    let ins = call.inputs;
+    let dtype = check_dtype(call, ins)?;
+    let g = check_shapes(call, &p, &ins[..nf])?;
+    expect_shape(call, "reserve", &ins[nf].shape, &[g.reserve_size() as i64])?;
+    let x = &ins[0].shape;
+    expect_shape(
+        call,
+        "output gradient",
+        &ins[nf + 1].shape,
+        &[x[0], x[1], (p.dirs * p.hidden) as i64],
+    )?;
+    let state = p.state_shape(x);
+    for i in nf + 2..want {
+        expect_shape(call, "state gradient", &ins[i].shape, &state)?;
+    }
+    let outs: Vec<TensorDesc> = ins[..nf].to_vec();
+    let (lstm, so) = (p.lstm(), p.state_outputs);
+    Ok(Plan::new(outs, move |k| {
+        let i = k.inputs;
+        with_real!(dtype, T => {
+            let (dx, rest) = k.outputs.split_at_mut(1);
+            let (dw, rest) = rest.split_at_mut(1);
+            let (dhx, rest) = rest.split_at_mut(1);
+            let cx = if lstm { Some(i[3].slice::<T>()) } else { None };
+            let dhy = if so { Some(i[nf + 2].slice::<T>()) } else { None };
+            let dcy = if so && lstm { Some(i[nf + 3].slice::<T>()) } else { None };
+            backward::<T>(
+                &g,
+                i[0].slice::<T>(),
+                i[1].slice::<T>(),
+                i[2].slice::<T>(),
+                cx,
+                i[nf].slice::<T>(),
+                i[nf + 1].slice::<T>(),
+                dhy,
+                dcy,
+                RnnGrads {
+                    dx: dx[0].slice_mut::<T>(),
+                    dw: dw[0].slice_mut::<T>(),
+                    dhx: dhx[0].slice_mut::<T>(),
+                    dcx: rest.first_mut().map(|t| t.slice_mut::<T>()),
+                },
+            );
+        });
+        Ok(())
+    }))
+}
+
+fn rnn_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let p = parse_list(g.params)?;
+    let params = g.params.to_vec();
+    let nf = p.num_inputs();
+    let mut ins: Vec<Val> = g.inputs[..nf].to_vec();
+    // the reserve is the hidden output after the visible ones
+    ins.push(g.y(p.num_outputs()));
+    for i in 0..p.num_outputs() {
+        ins.push(g.dy(i));
+    }
+    let grads = g.ops("_mxrt_rnn_grad", &ins, &as_refs(&params))?;
+    Ok(grads.into_iter().map(Some).collect())
+}
+
+fn signature(p: &ParamList) -> Result<Signature> {
+    let rp = parse_list(p)?;
+    let mut ins = vec!["data", "parameters", "state"];
+    if rp.lstm() {
+        ins.push("state_cell");
+    }
+    let mut outs = vec!["output"];
+    if rp.state_outputs {
+        outs.push("state_output");
+        if rp.lstm() {
+            outs.push("statecell_output");
+        }
+    }
+    let visible = outs.len();
+    outs.push("reserve");
+    Ok(Signature::simple(&ins).named_outputs(&outs, visible))
+}
+
+/// The parameters' and states' shapes from the data's, and the outputs'.
+fn shapes(p: &ParamList, ins: &[PartialShape]) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let rp = parse_list(p)?;
+    let mut for_ins: Vec<PartialShape> = vec![None; ins.len()];
+    let Some(x) = ins
+        .first()
+        .cloned()
+        .flatten()
+        .filter(|x| x.len() == 3 && x.iter().all(|&d| d > 0))
+    else {
+        return Ok((for_ins, Vec::new()));
+    };
+    let g = rp.geom(&x);
+    let state = rp.state_shape(&x);
+    if ins.len() > 1 {
+        for_ins[1] = Some(vec![g.param_size() as i64]);
+    }
+    for s in for_ins.iter_mut().skip(2) {
+        *s = Some(state.clone());
+    }
+    let mut outs = vec![Some(vec![x[0], x[1], (rp.dirs * rp.hidden) as i64])];
+    for _ in 1..rp.num_outputs() {
+        outs.push(Some(state.clone()));
+    }
+    outs.push(Some(vec![g.reserve_size() as i64]));
+    Ok((for_ins, outs))
+}
+
+pub(crate) fn register(t: &mut Entries) {
+    t.def("RNN", &rnn_forward)
+        .grad(rnn_grad)
+        .signature(signature)
+        .shape_rule(ShapeRule::Rule(|p, ins, _| shapes(p, ins)));
+    t.def("_mxrt_rnn_grad", &rnn_backward);
+}

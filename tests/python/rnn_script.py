@@ -1,0 +1,191 @@
+"""The fused RNN operator through MXNet's Python package: forward outputs and autograd gradients
+of every mode (rnn_relu, rnn_tanh, lstm, gru), one and two layers, one and two directions, with
+and without state outputs, float32 and float64; bad parameters' errors; Gluon's rnn.RNN, LSTM
+and GRU layers run forward and trained for a few SGD steps. Prints one JSON object (case name ->
+{"ok": ...} or {"error": message}); test_rnn.py runs it on both libraries and compares.
+"""
+import json
+
+import numpy as np
+import mxnet as mx
+from mxnet import gluon
+
+nd = mx.nd
+ag = mx.autograd
+results = {}
+
+
+def rand(shape, seed, lo=-1.0, hi=1.0):
+    return np.random.RandomState(seed).uniform(lo, hi, size=shape)
+
+
+def run(name, fn):
+    try:
+        results[name] = {"ok": fn()}
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        lines = [l for l in str(e).strip().splitlines() if l.strip()]
+        results[name] = {"error": lines[-1][:400] if lines else repr(e)}
+
+
+def flat(a):
+    return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
+
+
+GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
+
+
+def param_size(mode, layers, dirs, inp, hid):
+    g = GATES[mode] * hid
+    size = 0
+    for l in range(layers):
+        width = inp if l == 0 else dirs * hid
+        size += dirs * g * (width + hid + 2)
+    return size
+
+
+def rnn_case(mode, layers, bidir, state_outputs, dtype="float32", T=4, N=3, C=5, H=4, seed=0):
+    dirs = 2 if bidir else 1
+    arrays = [rand((T, N, C), seed + 1),
+              rand((param_size(mode, layers, dirs, C, H),), seed + 2, -0.5, 0.5),
+              rand((layers * dirs, N, H), seed + 3)]
+    if mode == "lstm":
+        arrays.append(rand((layers * dirs, N, H), seed + 4))
+    xs = [nd.array(a, dtype=dtype) for a in arrays]
+    for x in xs:
+        x.attach_grad()
+    with ag.record():
+        outs = nd.RNN(*xs, state_size=H, num_layers=layers, bidirectional=bidir, mode=mode,
+                      state_outputs=state_outputs)
+    outs = outs if isinstance(outs, list) else [outs]
+    heads = [nd.array(rand(o.shape, 90 + i), dtype=dtype) for i, o in enumerate(outs)]
+    ag.backward(outs, heads)
+    # predict mode gives the same forward
+    plain = nd.RNN(*xs, state_size=H, num_layers=layers, bidirectional=bidir, mode=mode,
+                   state_outputs=state_outputs)
+    plain = plain if isinstance(plain, list) else [plain]
+    return {"shapes": [list(o.shape) for o in outs],
+            "outs": [flat(o.asnumpy()) for o in outs],
+            "predict": [flat(o.asnumpy()) for o in plain],
+            "grads": [flat(x.grad.asnumpy()) for x in xs]}
+
+
+for mode in ["rnn_relu", "rnn_tanh", "lstm", "gru"]:
+    for layers in (1, 2):
+        for bidir in (False, True):
+            name = f"{mode}_l{layers}_{'bi' if bidir else 'uni'}"
+            run(name, lambda m=mode, l=layers, b=bidir: rnn_case(m, l, b, True, seed=l * 10))
+    run(f"{mode}_no_state_outputs", lambda m=mode: rnn_case(m, 2, True, False, seed=5))
+    run(f"{mode}_float64", lambda m=mode: rnn_case(m, 2, True, True, dtype="float64", seed=7))
+run("lstm_long_wide", lambda: rnn_case("lstm", 2, True, True, T=9, N=5, C=7, H=6, seed=3))
+run("gru_one_step", lambda: rnn_case("gru", 1, False, True, T=1, N=2, C=3, H=5, seed=4))
+
+
+# ---- errors
+def bad(**kw):
+    x = nd.ones((3, 2, 4))
+    p = nd.ones((param_size("lstm", 1, 1, 4, 3),))
+    s = nd.zeros((1, 2, 3))
+    args = dict(state_size=3, num_layers=1, mode="lstm")
+    args.update(kw)
+    ins = kw.pop("_ins", None)
+    args.pop("_ins", None)
+    out = nd.RNN(*(ins if ins is not None else [x, p, s, s]), **args)
+    return flat((out[0] if isinstance(out, list) else out).asnumpy())
+
+
+run("bad_mode", lambda: bad(mode="lstmx"))
+run("bad_params_shape", lambda: bad(_ins=[nd.ones((3, 2, 4)), nd.ones((7,)), nd.zeros((1, 2, 3)),
+                                          nd.zeros((1, 2, 3))]))
+run("bad_state_shape", lambda: bad(_ins=[nd.ones((3, 2, 4)), nd.ones((param_size("lstm", 1, 1, 4, 3),)),
+                                         nd.zeros((1, 3, 3)), nd.zeros((1, 2, 3))]))
+run("bad_data_rank", lambda: bad(_ins=[nd.ones((3, 8)), nd.ones((param_size("lstm", 1, 1, 4, 3),)),
+                                       nd.zeros((1, 2, 3)), nd.zeros((1, 2, 3))]))
+# MXNet's float32 kernel ignores the clipping parameters, its float64 one refuses them
+run("clip_ignored_float32", lambda: bad(lstm_state_clip_min=-0.1, lstm_state_clip_max=0.1))
+run("bad_clip_float64", lambda: bad(
+    lstm_state_clip_min=-1, lstm_state_clip_max=1,
+    _ins=[nd.ones((3, 2, 4), dtype="float64"), nd.ones((param_size("lstm", 1, 1, 4, 3),), dtype="float64"),
+          nd.zeros((1, 2, 3), dtype="float64"), nd.zeros((1, 2, 3), dtype="float64")]))
+
+
+# ---- Gluon layers
+def set_params(block, seed):
+    for i, (name, p) in enumerate(sorted(block.collect_params().items())):
+        p.set_data(nd.array(rand(p.shape, seed + i, -0.4, 0.4)))
+
+
+def gluon_case(kind, hidden=5, layers=2, bidir=True, layout="TNC", steps=3):
+    T, N, C = 6, 3, 4
+    cls = {"lstm": gluon.rnn.LSTM, "gru": gluon.rnn.GRU, "rnn": gluon.rnn.RNN}[kind]
+    layer = cls(hidden, num_layers=layers, bidirectional=bidir, input_size=C, layout=layout)
+    layer.initialize()
+    set_params(layer, 40)
+    shape = (T, N, C) if layout == "TNC" else (N, T, C)
+    x = nd.array(rand(shape, 41))
+    target = nd.array(rand(shape[:2] + (hidden * (2 if bidir else 1),), 42))
+    states = layer.begin_state(batch_size=N)
+    out, new_states = layer(x, states)
+    first = {"out": flat(out.asnumpy()), "states": [flat(s.asnumpy()) for s in new_states]}
+    trainer = gluon.Trainer(layer.collect_params(), "sgd", {"learning_rate": 0.5})
+    losses = []
+    for _ in range(steps):
+        with ag.record():
+            out, _ = layer(x, layer.begin_state(batch_size=N))
+            loss = ((out - target) ** 2).mean()
+        loss.backward()
+        trainer.step(1)
+        losses.append(float(loss.asscalar()))
+    weights = {name: flat(p.data().asnumpy()) for name, p in sorted(layer.collect_params().items())}
+    # parameter names carry a per-process counter; compare by position
+    return {"first": first, "losses": losses, "weights": list(weights.values())}
+
+
+run("gluon_lstm", lambda: gluon_case("lstm"))
+run("gluon_gru", lambda: gluon_case("gru", layout="NTC"))
+run("gluon_rnn", lambda: gluon_case("rnn", layers=1, bidir=False))
+
+
+def gluon_hybrid():
+    layer = gluon.rnn.LSTM(4, num_layers=1, input_size=3)
+    layer.initialize()
+    set_params(layer, 60)
+    layer.hybridize()
+    x = nd.array(rand((5, 2, 3), 61))
+    with ag.record():
+        out = layer(x)
+    out.backward()
+    return {"out": flat(out.asnumpy()),
+            "grads": [flat(p.grad().asnumpy()) for _, p in sorted(layer.collect_params().items())]}
+
+
+run("gluon_lstm_hybridized", gluon_hybrid)
+
+
+def gluon_deferred():
+    layer = gluon.rnn.GRU(3, num_layers=2)
+    layer.initialize()
+    x = nd.array(rand((4, 2, 5), 71))
+    layer(x)
+    set_params(layer, 70)
+    return {"shapes": [list(p.shape) for _, p in sorted(layer.collect_params().items())],
+            "out": flat(layer(x).asnumpy())}
+
+
+run("gluon_gru_deferred_init", gluon_deferred)
+
+
+
+def symbol_case():
+    s = mx.sym.RNN(mx.sym.var("x"), mx.sym.var("p"), mx.sym.var("h"), mx.sym.var("c"), state_size=4,
+                   num_layers=2, mode="lstm", state_outputs=True, bidirectional=True, name="rnn")
+    g = mx.sym.RNN(mx.sym.var("x"), mx.sym.var("p"), mx.sym.var("h"), state_size=3, num_layers=1,
+                   mode="gru", name="gru")
+    return {"arguments": s.list_arguments(), "outputs": s.list_outputs(),
+            "shapes": [[list(t) for t in part] for part in s.infer_shape(x=(5, 3, 6))],
+            "gru_outputs": g.list_outputs(),
+            "gru_shapes": [[list(t) for t in part] for part in g.infer_shape(x=(2, 4, 5))]}
+
+
+run("symbol_outputs_and_shapes", symbol_case)
+
+print(json.dumps(results))

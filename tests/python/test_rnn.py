@@ -1,0 +1,77 @@
+"""The fused RNN operator (rnn_script.py) on libmxrt against libmxnet.so: outputs, final states
+and the gradients of data, parameters and initial states of every mode, 1-2 layers, one or two
+directions, float32 and float64; bad parameters' errors; Gluon's RNN, LSTM and GRU layers
+(imperative, hybridized, deferred initialisation) run forward and trained for a few SGD steps."""
+import math
+
+import pytest
+
+from conftest import json_results, libmxrt
+
+SCRIPT = "rnn_script.py"
+
+# What mxrt's message must say for each error case.
+ERRORS = {
+    "bad_mode": "Invalid Input: 'lstmx'",
+    "bad_params_shape": "Shape inconsistent, Provided = [7], inferred shape=[108]",
+    "bad_state_shape": "Shape inconsistent, Provided = [1, 3, 3], inferred shape=[1, 2, 3]",
+    "bad_data_rank": "Input data should be rank-3 tensor",
+    "bad_clip_float64": "LSTM state clipping is only supported for GPU",
+}
+
+
+def close(a, b, rtol, atol):
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(close(x, y, rtol, atol) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and sorted(a) == sorted(b) and all(close(a[k], b[k], rtol, atol) for k in b)
+    if isinstance(a, float) and isinstance(b, (float, int)):
+        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= atol + rtol * abs(b)
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def both():
+    return json_results(SCRIPT, "mxnet"), json_results(SCRIPT, str(libmxrt()))
+
+
+def case_names():
+    return sorted(json_results(SCRIPT, "mxnet"))
+
+
+@pytest.mark.parametrize("case", [c for c in case_names() if c not in ERRORS])
+def test_results_match_mxnet(both, case):
+    real, ours = both
+    assert "ok" in real[case], real[case]
+    assert "ok" in ours[case], f"mxrt fails: {ours[case].get('error')}"
+    rtol, atol = (1e-9, 1e-10) if case.endswith("float64") else (1e-4, 1e-5)
+    if case == "rnn_relu_float64":
+        # MXNet's CPU kernel rounds every ReLU activation to float32, even for float64 data
+        rtol, atol = 1e-6, 1e-7
+    got, want = ours[case]["ok"], real[case]["ok"]
+    if not isinstance(want, dict):
+        got, want = {"value": got}, {"value": want}
+    for key in want:
+        assert close(got[key], want[key], rtol, atol), f"{case} {key}: {got[key]} vs MXNet's {want[key]}"
+
+
+def test_predict_mode_forward_equals_training_forward(both):
+    _, ours = both
+    for case, res in ours.items():
+        if "ok" in res and "predict" in res["ok"]:
+            assert close(res["ok"]["predict"], res["ok"]["outs"], 1e-6, 1e-7), case
+
+
+def test_gluon_training_reduces_the_loss(both):
+    _, ours = both
+    for case in ("gluon_lstm", "gluon_gru", "gluon_rnn"):
+        losses = ours[case]["ok"]["losses"]
+        assert losses[-1] < losses[0], f"{case}: {losses}"
+
+
+@pytest.mark.parametrize("case", sorted(ERRORS))
+def test_errors_as_mxnet(both, case):
+    real, ours = both
+    assert "error" in real[case], real[case]
+    assert "error" in ours[case], f"mxrt gives {ours[case]}, MXNet fails: {real[case]['error']}"
+    assert ERRORS[case] in ours[case]["error"], ours[case]["error"]
