@@ -7,7 +7,7 @@
 //! backward), [`kvstore`] (the local stores and the trait every store offers), [`dist`] (the
 //! distributed store over MPI), [`gpu`] (the CUDA driver, loaded at run time), [`resource`]
 //! (random generators and temp space for ops), [`profiler`] and [`io`] (RecordIO files and the
-//! data iterators), over the shared [`clock`],
+//! data iterators), over the shared [`clock`], [`imgproc`] (JPEG/PNG decoding, OpenCV's resize),
 //! [`context`], [`dtype`] and [`error`]. The [`capi`] module is the thin C layer: it validates
 //! arguments, converts handles and calls the core; every export goes through one guard
 //! (`capi::error`).
@@ -17,6 +17,7 @@ pub mod clock;
 pub mod context;
 pub mod dtype;
 pub mod error;
+pub mod imgproc;
 pub mod parallel;
 
 pub mod dist;

@@ -14,7 +14,7 @@
 //! illumination included). Parameters for the affine and HSL augmenters are refused by name.
 
 use super::batch::{BatchLoader, DenseSource};
-use super::image::{self as img, Image};
+use crate::imgproc::{self as img, Image};
 use super::params::Params;
 use super::recordio::{self, RecordReader};
 use crate::dtype::DType;

@@ -10,7 +10,6 @@
 
 pub mod batch;
 pub mod csv;
-pub mod image;
 pub mod image_rec;
 pub mod libsvm;
 pub mod mnist;

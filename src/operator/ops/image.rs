@@ -12,7 +12,7 @@ use super::{Entries, bad_dtype, inputs};
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::io::image as img;
+use crate::imgproc as img;
 use crate::ndarray::NDArray;
 use crate::operator::imperative::Invoke;
 use crate::operator::kernel::Element;
