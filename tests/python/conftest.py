@@ -7,6 +7,7 @@ prints its results as JSON.
 """
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -44,6 +45,43 @@ def json_results(script, library, env_items=()):
     if proc.returncode != 0:
         raise AssertionError(f"{script} failed on {library}:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout)
+
+
+def _number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def close(a, b, rtol, atol, skip=()):
+    """Two results (numbers, or lists and dicts of them, as the scripts print them) equal within
+    `atol + rtol * |b|`: NaN matches NaN, an infinity itself; dicts need the same keys, those in
+    `skip` are not compared; None matches only None."""
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(
+            close(x, y, rtol, atol, skip) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        keys = set(a) - set(skip)
+        return isinstance(b, dict) and keys == set(b) - set(skip) and all(
+            close(a[k], b[k], rtol, atol, skip) for k in keys)
+    if _number(a) and _number(b) and (isinstance(a, float) or isinstance(b, float)):
+        return a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= atol + rtol * abs(b)
+    return a == b
+
+
+def assert_close(real, ours, rtol, atol, path="result"):
+    """`close`, failing with the path of the first difference (MXNet's value first)."""
+    if isinstance(real, dict):
+        assert isinstance(ours, dict) and sorted(real) == sorted(ours), \
+            f"{path}: keys {sorted(real)} vs {ours}"
+        for k in real:
+            assert_close(real[k], ours[k], rtol, atol, f"{path}.{k}")
+    elif isinstance(real, list):
+        assert isinstance(ours, list) and len(real) == len(ours), f"{path}: {real} vs {ours}"
+        for i, (x, y) in enumerate(zip(real, ours)):
+            assert_close(x, y, rtol, atol, f"{path}[{i}]")
+    else:
+        assert close(real, ours, rtol, atol), f"{path}: MXNet {real!r}, mxrt {ours!r}"
 
 
 def op_case_names():

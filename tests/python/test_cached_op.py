@@ -2,9 +2,8 @@
 libmxnet.so: hybridized forward and training with and without static_alloc/static_shape,
 deferred initialisation, several inputs and outputs, BatchNorm and Dropout in both modes,
 export and SymbolBlock.imports, CachedOp called directly (out=, recorded), and the refusals."""
-import math
 
-from conftest import json_results, libmxrt, run_script
+from conftest import assert_close, json_results, libmxrt, run_script
 
 
 def names():
@@ -18,23 +17,6 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("scenario", names())
 
 
-def close(a, b, path="result"):
-    """Values equal within float32 rounding; structure equal."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and sorted(a) == sorted(b), f"{path}: keys {sorted(a)} vs {b}"
-        for k in a:
-            close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), f"{path}: {a} vs {b}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) or isinstance(b, float):
-        assert isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-3, abs_tol=2e-4), \
-            f"{path}: MXNet {a}, mxrt {b}"
-    else:
-        assert a == b, f"{path}: MXNet {a!r}, mxrt {b!r}"
-
-
 def test_scenario_matches_mxnet(scenario):
     real = json_results("cached_op_script.py", "mxnet")[scenario]
     ours = json_results("cached_op_script.py", str(libmxrt()))[scenario]
@@ -42,4 +24,4 @@ def test_scenario_matches_mxnet(scenario):
         assert "error" in ours, f"MXNet fails ({real['error']}), mxrt gives {ours}"
         return
     assert "ok" in ours, f"mxrt fails: {ours['error']}"
-    close(real["ok"], ours["ok"])
+    assert_close(real["ok"], ours["ok"], 1e-3, 2e-4)

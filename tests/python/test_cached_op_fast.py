@@ -1,11 +1,10 @@
 """CachedOp calls that mxrt runs as one engine op (cached_op_fast_script.py): the outcomes match
 libmxnet.so's, the values match numpy, and the per-op path (a monitor hook set) gives the same
 bits."""
-import math
 
 import pytest
 
-from conftest import json_results, libmxrt, run_script
+from conftest import assert_close, json_results, libmxrt, run_script
 
 
 def names():
@@ -17,22 +16,6 @@ def names():
 def pytest_generate_tests(metafunc):
     if "scenario" in metafunc.fixturenames:
         metafunc.parametrize("scenario", names())
-
-
-def close(a, b, path="result"):
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and sorted(a) == sorted(b), f"{path}: keys {sorted(a)} vs {b}"
-        for k in a:
-            close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), f"{path}: {a} vs {b}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) or isinstance(b, float):
-        assert isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-4, abs_tol=2e-6), \
-            f"{path}: MXNet {a}, mxrt {b}"
-    else:
-        assert a == b, f"{path}: MXNet {a!r}, mxrt {b!r}"
 
 
 def errors(result):
@@ -66,10 +49,10 @@ def test_scenario_matches_mxnet(scenario):
     # numpy differences are checked above; the rest must agree
     strip = lambda r: {k: v for k, v in r.items() if not k.endswith("err")} \
         if isinstance(r, dict) else r
-    close({k: strip(v) for k, v in real["ok"].items()} if scenario == "several_signatures"
+    assert_close({k: strip(v) for k, v in real["ok"].items()} if scenario == "several_signatures"
           else strip(real["ok"]),
           {k: strip(v) for k, v in ours["ok"].items()} if scenario == "several_signatures"
-          else strip(ours["ok"]))
+          else strip(ours["ok"]), 1e-4, 2e-6)
 
 
 def test_hooked_run_is_bit_identical():

@@ -1,11 +1,10 @@
 """Convolution, Deconvolution and Pooling (conv_pool_script.py) on libmxrt against libmxnet.so:
 forward outputs and autograd gradients over a grid of parameters, the errors of bad parameters,
 and a small Gluon CNN (deferred initialisation, imperative) trained for a few steps."""
-import math
 
 import pytest
 
-from conftest import json_results, libmxrt
+from conftest import close, json_results, libmxrt
 
 SCRIPT = "conv_pool_script.py"
 
@@ -34,16 +33,6 @@ NAMED_PARAMETER = {
     "bad_pool_same_2d": "pooling_convention", "bad_pool_v1_lp": "pool_type",
     "bad_pool_v1_count_include_pad": "count_include_pad",
 }
-
-
-def close(a, b, rtol, atol):
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(close(x, y, rtol, atol) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return isinstance(b, dict) and all(close(a[k], b[k], rtol, atol) for k in b if k != "adjoint_gap")
-    if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= atol + rtol * abs(b)
-    return a == b
 
 
 def tolerance(case):
@@ -78,16 +67,16 @@ def test_forward_and_gradients_match_mxnet(both, case):
     else:
         assert "ok" in real[case], real[case]
     if case.startswith("deconv_"):
-        assert close(got["ok"], got["reference"], 1e-4, 2e-5), "mxrt differs from the direct reference"
+        assert close(got["ok"], got["reference"], 1e-4, 2e-5, skip=("adjoint_gap",)), "mxrt differs from the direct reference"
     if case in MXNET_REFUSES:
         return
     want = real[case]["ok"]
     if case in DIFFERS_FROM_MXNET:
-        assert close(got["ok"]["y"], want["y"], rtol, atol), "forward differs from MXNet's"
+        assert close(got["ok"]["y"], want["y"], rtol, atol, skip=("adjoint_gap",)), "forward differs from MXNet's"
         assert abs(got["ok"]["adjoint_gap"]) < 1e-4, got["ok"]["adjoint_gap"]
         assert abs(want["adjoint_gap"]) > 1e-3, "MXNet's gradient is right now: remove the exception"
         return
-    assert close(got["ok"], want, rtol, atol), "mxrt's output or gradients differ from MXNet's"
+    assert close(got["ok"], want, rtol, atol, skip=("adjoint_gap",)), "mxrt's output or gradients differ from MXNet's"
     if isinstance(got["ok"], dict) and "adjoint_gap" in got["ok"]:
         assert abs(got["ok"]["adjoint_gap"]) < 1e-4
 

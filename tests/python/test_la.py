@@ -2,11 +2,10 @@
 forward outputs and gradients case by case (float32 and float64, batched, every flag), numpy
 identities of the factorisations, bad invokes (failing on both, mxrt's message naming the op),
 the ops through `mx.sym.linalg` and a bound executor, and the visible outputs' shapes."""
-import math
 
 import pytest
 
-from conftest import json_results, libmxrt
+from conftest import close, json_results, libmxrt
 
 SCRIPT = "la_script.py"
 
@@ -17,13 +16,6 @@ def ours():
 
 def theirs():
     return json_results(SCRIPT, "mxnet")
-
-
-def close(a, b, rtol, atol):
-    if a is None or b is None:
-        return a is b
-    return len(a) == len(b) and all(
-        x == y or (math.isnan(x) and math.isnan(y)) or abs(x - y) <= atol + rtol * abs(y) for x, y in zip(a, b))
 
 
 def tolerances(name):

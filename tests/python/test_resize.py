@@ -2,11 +2,10 @@
 forward outputs and gradients over nearest (one or several inputs, concat or sum) and bilinear
 UpSampling, every resize mode with and without align_corners, Crop by size, offset, centre and
 crop_like; bad parameters' errors."""
-import math
 
 import pytest
 
-from conftest import json_results, libmxrt
+from conftest import close, json_results, libmxrt
 
 SCRIPT = "resize_script.py"
 
@@ -19,16 +18,6 @@ ERRORS = {
     "bad_crop_offset": "offset[0] should be in [0, 2]",
     "bad_crop_too_big": "the crop height(h_w[0])",
 }
-
-
-def close(a, b, rtol, atol):
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(close(x, y, rtol, atol) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return isinstance(b, dict) and sorted(a) == sorted(b) and all(close(a[k], b[k], rtol, atol) for k in b)
-    if isinstance(a, float) and isinstance(b, (float, int)):
-        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= atol + rtol * abs(b)
-    return a == b
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,10 @@
 and the gradients of data, parameters and initial states of every mode, 1-2 layers, one or two
 directions, float32 and float64; bad parameters' errors; Gluon's RNN, LSTM and GRU layers
 (imperative, hybridized, deferred initialisation) run forward and trained for a few SGD steps."""
-import math
 
 import pytest
 
-from conftest import json_results, libmxrt
+from conftest import close, json_results, libmxrt
 
 SCRIPT = "rnn_script.py"
 
@@ -18,16 +17,6 @@ ERRORS = {
     "bad_data_rank": "Input data should be rank-3 tensor",
     "bad_clip_float64": "LSTM state clipping is only supported for GPU",
 }
-
-
-def close(a, b, rtol, atol):
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(close(x, y, rtol, atol) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return isinstance(b, dict) and sorted(a) == sorted(b) and all(close(a[k], b[k], rtol, atol) for k in b)
-    if isinstance(a, float) and isinstance(b, (float, int)):
-        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= atol + rtol * abs(b)
-    return a == b
 
 
 @pytest.fixture(scope="module")
