@@ -949,9 +949,13 @@ fn table(l: &Live) -> Vec<(&'static str, &'static str, Want, Call)> {
     t
 }
 
-/// A file in the temporary directory, named for this process.
+/// A file in the temporary directory, named for this process and call: tests run on several
+/// threads at once, and one rewriting a file another's iterator is reading would truncate it
+/// under that reader.
 fn temp_file(name: &str, contents: &[u8]) -> CString {
-    let p = std::env::temp_dir().join(format!("mxrt-abi-{}-{name}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!("mxrt-abi-{}-{k}-{name}", std::process::id()));
     std::fs::write(&p, contents).unwrap();
     CString::new(p.to_str().unwrap()).unwrap()
 }
