@@ -45,7 +45,9 @@ with tempfile.TemporaryDirectory() as d:
     mx.nd.save(path, {"a": a})
     facts["load"] = {k: v.asnumpy().tolist() for k, v in mx.nd.load(path).items()}
 facts["zeros"] = outcome(lambda: mx.nd.zeros((2, 2)).asnumpy().tolist())
-facts["unimplemented"] = outcome(lambda: mx.nd.Correlation(a.reshape((1, 1, 2, 3)), a.reshape((1, 1, 2, 3)), kernel_size=1, max_displacement=0, pad_size=0).asnumpy().tolist())
+facts["unimplemented"] = outcome(lambda: mx.nd.contrib.DeformableConvolution(
+    a.reshape((1, 1, 2, 3)), mx.nd.zeros((1, 2, 2, 3)), mx.nd.ones((1, 1, 1, 1)), kernel=(1, 1), num_filter=1,
+    no_bias=True).asnumpy().tolist())
 facts["data_iter"] = outcome(lambda: str(mx.io.ImageDetRecordIter(path_imgrec="/nonexistent.rec", data_shape=(3, 8, 8), batch_size=2)))
 
 json.dump(facts, sys.stdout)

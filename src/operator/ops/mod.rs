@@ -27,6 +27,7 @@ pub mod resize;
 pub mod rnn;
 pub mod sequence;
 pub mod shape;
+pub mod spatial;
 pub mod storage;
 pub mod unary;
 
@@ -61,6 +62,7 @@ pub fn register_all(t: &mut Entries) {
     grad::register(t);
     contrib::register(t);
     image::register(t);
+    spatial::register(t);
     super::custom::register(t);
 }
 
