@@ -193,6 +193,7 @@ run("ctc_label_lengths", lambda: ctc(label=[[1, 2, 3], [4, 4, 1]], label_lengths
 run("ctc_both_lengths_last", lambda: ctc(label=[[0, 1, 2], [3, 3, 0]], data_lengths=[5, 6],
                                          label_lengths=[3, 1], use_data_lengths=True,
                                          use_label_lengths=True, blank_label="last"))
+run("ctc_too_short", lambda: ctc(label=[[1, 1, 1, 1, 2, 0], [2, 3, 0, 0, 0, 0]]))
 run("ctc_float64", lambda: ctc("float64", label=[[1, 2, 0], [3, 1, 1]]))
 # MXNet computes CTCLoss in float32 only (mxrt in float64 too)
 run("ctc_float64@f32", lambda: ctc(label=[[1, 2, 0], [3, 1, 1]]))

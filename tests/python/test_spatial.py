@@ -35,6 +35,11 @@ ERRORS = {
 FLOAT32_ONLY = ("Other DTypes are not supported", "data type do not match specified type")
 
 
+# MXNet leaves the gradient of a sequence no alignment fits unwritten (whatever its workspace
+# held): only the losses are compared; the numpy test checks mxrt's zeros.
+UNDEFINED = {"ctc_too_short": ("grad",)}
+
+
 @pytest.fixture(scope="module")
 def both():
     return json_results(SCRIPT, "mxnet"), json_results(SCRIPT, str(libmxrt()))
@@ -57,6 +62,8 @@ def test_forward_and_gradients_match_mxnet(both, case):
     if not isinstance(want, dict):
         got, want = {"value": got}, {"value": want}
     for key in want:
+        if key in UNDEFINED.get(case, ()):
+            continue
         assert close(got[key], want[key], rtol, atol), f"{case} {key}: {got[key]} vs MXNet's {want[key]}"
 
 
@@ -119,8 +126,12 @@ def test_ctc_against_numpy_reference(both, case):
         else:
             labels = row[:row.index(pad)] if pad in row else row
         length = r["data_lengths"][b] if r["data_lengths"] is not None else t
+        want = np.zeros((t, a))
+        if len(labels) + sum(x == y for x, y in zip(labels, labels[1:])) > length:
+            # no alignment fits: MXNet's loss is 0 and its gradient 0
+            assert r["y"][b] == 0.0 and not grad[:, b].any(), (b, r["y"][b], grad[:, b])
+            continue
         loss, g = ctc_reference(data[:length, b], labels, blank)
         assert np.isclose(r["y"][b], loss, rtol=1e-4, atol=1e-5), (b, r["y"][b], loss)
-        want = np.zeros((t, a))
         want[:length] = g * r["head"][b]
         assert np.allclose(grad[:, b], want, rtol=1e-4, atol=1e-5), (b, grad[:, b], want)

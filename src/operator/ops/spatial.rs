@@ -1515,7 +1515,8 @@ fn ctc_signature(ps: &ParamList) -> Result<Signature> {
     if param_flag(ps, "use_label_lengths", false)? {
         ins.push("label_lengths");
     }
-    Ok(Signature::simple(&ins).named_outputs(&["out", "grad"], 1))
+    // MXNet registers the names under a misspelt attribute: its outputs get the default names
+    Ok(Signature::simple(&ins).named_outputs(&["output0", "output1"], 1))
 }
 
 pub(crate) fn register(t: &mut Entries) {
