@@ -244,6 +244,18 @@ def symbol_backward():
 
 run("symbol_stn_backward", symbol_backward)
 
+# ---- float16 (MXNet computes in half precision, mxrt in float32)
+run("sampler_float16", lambda: forward_backward(nd.BilinearSampler, [rand((1, 2, 4, 5), 70), grid(1, 3, 3, 71)],
+                                                "float16"))
+run("roipool_float16", lambda: forward_backward(
+    nd.ROIPooling, [distinct((1, 2, 6, 6), 72), rois(1, 6, 6, 3, 73)], "float16",
+    grads=[True, False], pooled_size=(2, 2), spatial_scale=1.0))
+run("roialign_float16", lambda: forward_backward(
+    nd.contrib.ROIAlign, [rand((1, 2, 5, 5), 74), rois(1, 5, 5, 2, 75)], "float16",
+    grads=[True, False], pooled_size=(2, 2), spatial_scale=1.0, sample_ratio=2))
+run("corr_float16", lambda: forward_backward(nd.Correlation, [rand((1, 2, 4, 4), 76), rand((1, 2, 4, 4), 77)],
+                                             "float16", kernel_size=1, max_displacement=1, pad_size=1))
+
 # ---- errors
 run("bad_grid_type", lambda: forward_backward(nd.GridGenerator, [theta(1, 1)], transform_type="rotate",
                                               target_shape=(2, 2)))

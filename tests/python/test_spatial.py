@@ -54,7 +54,8 @@ def test_forward_and_gradients_match_mxnet(both, case):
     real, ours = both
     assert "ok" in ours[case], f"mxrt fails: {ours[case].get('error')}"
     want = real[case]
-    rtol, atol = (1e-9, 1e-10) if case.endswith("float64") else (1e-5, 1e-6)
+    rtol, atol = {"float64": (1e-9, 1e-10), "float16": (2e-2, 2e-2)}.get(case.rsplit("_", 1)[-1],
+                                                                       (1e-5, 1e-6))
     if "error" in want and any(m in want["error"] for m in FLOAT32_ONLY):
         want, rtol, atol = real[case + "@f32"], 1e-5, 1e-5
     assert "ok" in want, want

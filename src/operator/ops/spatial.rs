@@ -4,9 +4,9 @@
 //! hidden outputs and gradients.
 //!
 //! Kernels compute in `f64`; where MXNet's CPU kernels compute in the data's float type and a
-//! rounding decides an index (a `floor`, a `ceil`, a bounds test), float32 data has its
-//! intermediate values rounded to float32 the way MXNet's arithmetic rounds them ([`Q`]), so
-//! bins, neighbours and one-sided derivatives are MXNet's.
+//! rounding decides an index (a `floor`, a `ceil`, a bounds test), float32 and float16 data have
+//! their intermediate values rounded the way MXNet's arithmetic rounds them ([`Q`]), so bins,
+//! neighbours and one-sided derivatives are MXNet's.
 //!
 //! Gradients are internal ops: `_mxrt_grid_generator_grad(dy)`,
 //! `_mxrt_bilinear_sampler_grad(dy, data, grid)` (both inputs; `SpatialTransformer` chains it
@@ -88,17 +88,21 @@ fn zero(t: &mut Tensor) {
     crate::with_element!(d, T => t.slice_mut::<T>().fill(T::zero()));
 }
 
-/// Rounding to the data's arithmetic: float32 (and float16, computed in float32) values are
-/// rounded to float32 after each operation MXNet does in the data type.
+/// Rounding to the data's arithmetic: float32 and float16 values are rounded to their type after
+/// each operation MXNet does in the data type (mshadow's `half_t` rounds every result to half).
 #[derive(Clone, Copy)]
-struct Q(bool);
+struct Q(DType);
 
 impl Q {
     fn of(d: DType) -> Q {
-        Q(d != DType::F64)
+        Q(d)
     }
     fn r(self, v: f64) -> f64 {
-        if self.0 { v as f32 as f64 } else { v }
+        match self.0 {
+            DType::F64 => v,
+            DType::F16 => half::f16::from_f64(v).to_f64(),
+            _ => v as f32 as f64,
+        }
     }
 }
 
