@@ -11,7 +11,8 @@
 //! `in × G·H`), then runs the time steps, each one GEMM by `Wh` and an elementwise pass. The
 //! forward keeps what the backward needs in a reserve array ([`RnnGeom::reserve_size`]): each
 //! direction's hidden states, the LSTM's cells and the gates' activations (GRU: also
-//! `Wh_n·h + bh_n`), and every layer's output but the last. The backward runs the steps in
+//! `Wh_n·h + bh_n`), and every layer's output but the last (after dropout, when the caller
+//! drops between layers). The backward runs the steps in
 //! reverse to get the gates' pre-activation gradients, then gets the weights', biases' and
 //! inputs' gradients in one GEMM each for the whole sequence.
 
@@ -160,7 +161,9 @@ fn trans<T>(a: &[T]) -> Operand<'_, T> {
 
 /// The forward: `y` (`T × N × D·H`) from `x` (`T × N × I`), the flat parameters `w`, the
 /// initial states `hx` (and `cx` for LSTM, both `L·D × N × H`); the final states into `hy`/`cy`
-/// when given; the backward's saved values into `rs` ([`RnnGeom::reserve_size`]).
+/// when given; the backward's saved values into `rs` ([`RnnGeom::reserve_size`]). `drop`:
+/// the dropout between layers, one factor (0 or `1 / (1 - p)`) per element of every layer's
+/// output but the last's, applied to that output before the next layer reads it.
 #[allow(clippy::too_many_arguments)]
 pub fn forward<T: Real>(
     g: &RnnGeom,
@@ -172,6 +175,7 @@ pub fn forward<T: Real>(
     mut hy: Option<&mut [T]>,
     mut cy: Option<&mut [T]>,
     rs: &mut [T],
+    drop: Option<&[T]>,
 ) {
     let (tt, n, h, gh, dd) = (g.seq, g.batch, g.hidden, g.gh(), g.dirs);
     let nh = n * h;
@@ -297,6 +301,12 @@ pub fn forward<T: Real>(
             }
         }
         if l + 1 < g.layers {
+            if let Some(m) = drop {
+                let len = layer_out.len();
+                for (v, &k) in layer_out.iter_mut().zip(&m[l * len..(l + 1) * len]) {
+                    *v = *v * k;
+                }
+            }
             rs[g.layer_out_offset(l)..][..layer_out.len()].copy_from_slice(&layer_out);
             layer_in = layer_out;
         } else {
@@ -315,7 +325,8 @@ pub struct RnnGrads<'a, T> {
 }
 
 /// The backward through time, from the forward's inputs, its reserve `rs` and the gradients
-/// arriving at the output (`dy`) and, when the forward returned them, at the final states.
+/// arriving at the output (`dy`) and, when the forward returned them, at the final states;
+/// `drop` is the forward's dropout factors.
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: Real>(
     g: &RnnGeom,
@@ -328,6 +339,7 @@ pub fn backward<T: Real>(
     dhy: Option<&[T]>,
     dcy: Option<&[T]>,
     out: RnnGrads<'_, T>,
+    drop: Option<&[T]>,
 ) {
     let RnnGrads {
         dx,
@@ -516,6 +528,12 @@ pub fn backward<T: Real>(
         if l == 0 {
             dx.copy_from_slice(&dlayer_in);
         } else {
+            if let Some(m) = drop {
+                let len = dlayer_in.len();
+                for (v, &k) in dlayer_in.iter_mut().zip(&m[(l - 1) * len..l * len]) {
+                    *v = *v * k;
+                }
+            }
             dlayer_out = dlayer_in;
         }
     }
@@ -559,6 +577,7 @@ mod tests {
             Some(&mut hy),
             lstm.then_some(&mut cy[..]),
             &mut rs,
+            None,
         );
         let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
         dot(&y, &heads[0]) + dot(&hy, &heads[1]) + if lstm { dot(&cy, &heads[2]) } else { 0.0 }
@@ -599,6 +618,7 @@ mod tests {
                     None,
                     None,
                     &mut rs,
+                    None,
                 );
                 let (mut dx, mut dw, mut dhx, mut dcx) = (
                     vec![0.0; x.len()],
@@ -622,6 +642,7 @@ mod tests {
                         dhx: &mut dhx,
                         dcx: lstm.then_some(&mut dcx[..]),
                     },
+                    None,
                 );
                 let eps = 1e-6;
                 let check = |which: usize, grad: &[f64]| {

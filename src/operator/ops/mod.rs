@@ -28,6 +28,7 @@ pub mod rnn;
 pub mod sequence;
 pub mod shape;
 pub mod storage;
+pub mod transformer;
 pub mod unary;
 
 /// Every family's ops.
@@ -49,6 +50,7 @@ pub fn register_all(t: &mut Entries) {
     loss::register(t);
     sequence::register(t);
     rnn::register(t);
+    transformer::register(t);
     resize::register(t);
     nn_misc::register(t);
     pad::register(t);

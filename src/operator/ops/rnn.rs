@@ -13,7 +13,9 @@
 //! As on MXNet's CPU kernels: `projection_size` and `use_sequence_length` are refused (MXNet
 //! needs cuDNN for them); the LSTM state clipping parameters are ignored for float32 (as
 //! MXNet's oneDNN kernel ignores them) and refused for float64. Dropout between layers
-//! (`p > 0` in training mode) is not implemented and refused.
+//! (`p > 0`, training mode) drops each element of every layer's output but the last's with
+//! probability `p` and scales the rest by `1 / (1 - p)`, as MXNet's native CPU kernel; the
+//! factors follow the kernel's reserve in the hidden output, so the backward reuses them.
 
 use super::nn::as_refs;
 use super::{Entries, dims};
@@ -23,6 +25,7 @@ use crate::operator::def::{GradCtx, ParamList, PartialShape, ShapeRule, Signatur
 use crate::operator::kernel::rnn::{Cell, RnnGeom, RnnGrads, backward, forward};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
+use crate::resource::ResourceRequest;
 
 /// The parameters of an `RNN` node.
 #[derive(Clone, Copy, Debug)]
@@ -65,6 +68,19 @@ impl RnnParams {
             input: x[2],
             hidden: self.hidden,
         }
+    }
+    /// Dropout factors kept after the kernel's reserve: one per element of every layer's output
+    /// but the last's, when `p > 0` (ones in predict mode).
+    fn drop_len(&self, g: &RnnGeom) -> usize {
+        if self.p > 0.0 && self.layers > 1 {
+            (self.layers - 1) * g.seq * g.batch * self.dirs * self.hidden
+        } else {
+            0
+        }
+    }
+    /// The hidden reserve output's length: the kernel's reserve, then the dropout factors.
+    fn reserve_len(&self, g: &RnnGeom) -> usize {
+        g.reserve_size() + self.drop_len(g)
     }
     /// `state`'s (and `state_cell`'s) shape for data of shape `x`.
     fn state_shape(&self, x: &[i64]) -> Vec<i64> {
@@ -248,10 +264,11 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
             call.inputs.len()
         )));
     }
-    if p.p > 0.0 && call.training && p.layers > 1 {
-        return Err(Error::not_supported(format!(
-            "operator {}: dropout between layers (p={}) in training mode is not implemented by mxrt",
-            call.name, p.p
+    // MXNet's native kernel checks this where it drops (its oneDNN kernel never drops)
+    if p.p >= 1.0 && call.training && p.layers > 1 {
+        return Err(Error::invalid(format!(
+            "operator {}: unsupported dropout value, should be 0 <= dropout < 1",
+            call.name
         )));
     }
     let ins = call.inputs;
@@ -276,13 +293,38 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
         }
     }
     let visible = outs.len();
-    outs.push(TensorDesc::new(&[g.reserve_size() as i64], dtype));
+    outs.push(TensorDesc::new(&[p.reserve_len(&g) as i64], dtype));
     let lstm = p.lstm();
-    Ok(Plan::new(outs, move |k| {
+    let (drop_len, keep) = (p.drop_len(&g), 1.0 - p.p);
+    let drop = drop_len > 0 && call.training;
+    let plan = Plan::new(outs, move |k| {
         let n = k.outputs.len();
         let (vis, rest) = k.outputs.split_at_mut(n - 1);
         let (y, states) = vis.split_at_mut(1);
+        // MXNet's CPU kernel: a unit is dropped with probability p, kept ones scaled by 1/(1-p)
+        let factors: Vec<f64> = if drop {
+            let res = k
+                .resource
+                .ok_or_else(|| Error::invalid("RNN dropout without its generator"))?;
+            let mut rng = res.random()?;
+            (0..drop_len)
+                .map(|_| {
+                    if rng.next_unit() < keep {
+                        1.0 / keep
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        } else {
+            vec![1.0; drop_len]
+        };
         with_real!(dtype, T => {
+            let (rs, mask) = rest[0].slice_mut::<T>().split_at_mut(g.reserve_size());
+            for (m, &f) in mask.iter_mut().zip(&factors) {
+                *m = f as T;
+            }
+            let mask: &[T] = mask;
             let mut st = states.iter_mut();
             let hy = st.next().map(|t| t.slice_mut::<T>());
             let cy = st.next().map(|t| t.slice_mut::<T>());
@@ -296,12 +338,18 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
                 y[0].slice_mut::<T>(),
                 hy,
                 cy,
-                rest[0].slice_mut::<T>(),
+                rs,
+                (drop_len > 0).then_some(mask),
             );
         });
         Ok(())
     })
-    .with_visible(visible))
+    .with_visible(visible);
+    Ok(if drop {
+        plan.with_resource(ResourceRequest::Random)
+    } else {
+        plan
+    })
 }
 
 /// `_mxrt_rnn_grad(data, parameters, state, [state_cell], reserve, d_output, [d_state_output,
@@ -320,7 +368,8 @@ fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
     let ins = call.inputs;
     let dtype = check_dtype(call, ins)?;
     let g = check_shapes(call, &p, &ins[..nf])?;
-    expect_shape(call, "reserve", &ins[nf].shape, &[g.reserve_size() as i64])?;
+    expect_shape(call, "reserve", &ins[nf].shape, &[p.reserve_len(&g) as i64])?;
+    let drop_len = p.drop_len(&g);
     let x = &ins[0].shape;
     expect_shape(
         call,
@@ -343,13 +392,14 @@ fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
             let cx = if lstm { Some(i[3].slice::<T>()) } else { None };
             let dhy = if so { Some(i[nf + 2].slice::<T>()) } else { None };
             let dcy = if so && lstm { Some(i[nf + 3].slice::<T>()) } else { None };
+            let (rs, mask) = i[nf].slice::<T>().split_at(g.reserve_size());
             backward::<T>(
                 &g,
                 i[0].slice::<T>(),
                 i[1].slice::<T>(),
                 i[2].slice::<T>(),
                 cx,
-                i[nf].slice::<T>(),
+                rs,
                 i[nf + 1].slice::<T>(),
                 dhy,
                 dcy,
@@ -359,6 +409,7 @@ fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
                     dhx: dhx[0].slice_mut::<T>(),
                     dcx: rest.first_mut().map(|t| t.slice_mut::<T>()),
                 },
+                (drop_len > 0).then_some(mask),
             );
         });
         Ok(())
@@ -421,7 +472,7 @@ fn shapes(p: &ParamList, ins: &[PartialShape]) -> Result<(Vec<PartialShape>, Vec
     for _ in 1..rp.num_outputs() {
         outs.push(Some(state.clone()));
     }
-    outs.push(Some(vec![g.reserve_size() as i64]));
+    outs.push(Some(vec![rp.reserve_len(&g) as i64]));
     Ok((for_ins, outs))
 }
 
