@@ -267,4 +267,51 @@ for mode in ("lstm", "gru", "rnn_tanh"):
 run("dropout_all_dropped", dropout_all)
 run("dropout_one_predict", lambda: bad(p=1.0))
 
+
+# LSTM with a projection (LSTMP): predict mode only on CPU, in both libraries.
+def lstmp_size(layers, dirs, inp, hid, proj):
+    size = 0
+    for l in range(layers):
+        width = inp if l == 0 else dirs * proj
+        size += dirs * (4 * hid * (width + proj + 2) + proj * hid)
+    return size
+
+
+def lstmp_case(layers, bidir, dtype, state_outputs=True, T=4, N=3, C=5, H=6, P=3, seed=20):
+    dirs = 2 if bidir else 1
+    xs = [nd.array(a, dtype=dtype) for a in (
+        rand((T, N, C), seed + 1), rand((lstmp_size(layers, dirs, C, H, P),), seed + 2, -0.5, 0.5),
+        rand((layers * dirs, N, P), seed + 3), rand((layers * dirs, N, H), seed + 4))]
+    outs = nd.RNN(*xs, state_size=H, projection_size=P, num_layers=layers, bidirectional=bidir,
+                  mode="lstm", state_outputs=state_outputs)
+    outs = outs if isinstance(outs, list) else [outs]
+    return {"outs": [flat(o.asnumpy()) for o in outs], "shapes": [list(o.shape) for o in outs]}
+
+
+def lstmp_training():
+    xs = [nd.array(a) for a in (rand((2, 1, 3), 1), rand((lstmp_size(1, 1, 3, 4, 2),), 2),
+                                rand((1, 1, 2), 3), rand((1, 1, 4), 4))]
+    with ag.record(train_mode=True):
+        y = nd.RNN(*xs, state_size=4, projection_size=2, num_layers=1, mode="lstm")
+    return flat(y.asnumpy())
+
+
+def lstmp_gluon():
+    layer = gluon.rnn.LSTM(6, num_layers=2, bidirectional=True, projection_size=3)
+    layer.initialize()
+    x = nd.array(rand((5, 2, 4), 30))
+    layer(x)
+    set_params(layer, 31)
+    out = layer(x)
+    return {"out": flat(out.asnumpy()), "shape": list(out.shape),
+            "params": sorted(layer.collect_params().keys())}
+
+
+run("lstmp_1layer_float32", lambda: lstmp_case(1, False, "float32"))
+run("lstmp_2layer_bidir_float32", lambda: lstmp_case(2, True, "float32"))
+run("lstmp_2layer_bidir_float64", lambda: lstmp_case(2, True, "float64"))
+run("lstmp_3layer_float64", lambda: lstmp_case(3, False, "float64"))
+run("lstmp_gluon", lstmp_gluon)
+run("bad_lstmp_training", lstmp_training)
+
 print(json.dumps(results))

@@ -1,7 +1,10 @@
 """The fused RNN operator (rnn_script.py) on libmxrt against libmxnet.so: outputs, final states
 and the gradients of data, parameters and initial states of every mode, 1-2 layers, one or two
 directions, float32 and float64; bad parameters' errors; Gluon's RNN, LSTM and GRU layers
-(imperative, hybridized, deferred initialisation) run forward and trained for a few SGD steps."""
+(imperative, hybridized, deferred initialisation) run forward and trained for a few SGD steps;
+LSTM with a projection (predict mode, as MXNet's CPU kernel); dropout between layers (identity
+in predict mode; in training, the mask reused by the backward, checked against central
+differences under one seed)."""
 
 import pytest
 
@@ -16,6 +19,7 @@ ERRORS = {
     "bad_state_shape": "Shape inconsistent, Provided = [1, 3, 3], inferred shape=[1, 2, 3]",
     "bad_data_rank": "Input data should be rank-3 tensor",
     "bad_clip_float64": "LSTM state clipping is only supported for GPU",
+    "bad_lstmp_training": "No training support for LSTM with projection on CPU currently.",
 }
 
 

@@ -315,6 +315,99 @@ pub fn forward<T: Real>(
     }
 }
 
+/// Length of the flat parameters of an LSTM with a projection of size `proj` (LSTMP): for each
+/// layer and direction `Wx` (`4H × in`), `Wh` (`4H × P`) and the projection `Wr` (`P × H`), then
+/// the biases as for a plain LSTM. A layer above the first reads `P·D` values per step.
+pub fn lstmp_param_size(g: &RnnGeom, proj: usize) -> usize {
+    let h4 = 4 * g.hidden;
+    (0..g.layers)
+        .map(|l| {
+            let inp = if l == 0 { g.input } else { proj * g.dirs };
+            g.dirs * (h4 * (inp + proj) + proj * g.hidden)
+        })
+        .sum::<usize>()
+        + g.layers * g.dirs * 2 * h4
+}
+
+/// The LSTMP forward (inference only, as MXNet's CPU kernel): the cell runs as an LSTM's, the
+/// recurrent state is `r = Wr · h` (`P` values), which is also the layer's output. `hx` and `hy`
+/// are `L·D × N × P`, `cx` and `cy` `L·D × N × H`, `y` is `T × N × D·P`.
+#[allow(clippy::too_many_arguments)]
+pub fn lstmp_forward<T: Real>(
+    g: &RnnGeom,
+    proj: usize,
+    x: &[T],
+    w: &[T],
+    hx: &[T],
+    cx: &[T],
+    y: &mut [T],
+    mut hy: Option<&mut [T]>,
+    mut cy: Option<&mut [T]>,
+) {
+    let (tt, n, h, dd, pp) = (g.seq, g.batch, g.hidden, g.dirs, proj);
+    let h4 = 4 * h;
+    let mut layer_in: Vec<T> = x.to_vec();
+    let mut pre = vec![T::ZERO; tt * n * h4];
+    let mut hh = vec![T::ZERO; n * h4];
+    let mut hcur = vec![T::ZERO; n * h];
+    let mut c = vec![T::ZERO; n * h];
+    let mut r = vec![T::ZERO; n * pp];
+    let mut wo = 0;
+    let mut bo = lstmp_param_size(g, proj) - g.layers * dd * 2 * h4;
+    for l in 0..g.layers {
+        let inp = if l == 0 { g.input } else { pp * dd };
+        let mut layer_out = vec![T::ZERO; tt * n * dd * pp];
+        for d in 0..dd {
+            let wx = &w[wo..wo + h4 * inp];
+            let wh = &w[wo + h4 * inp..wo + h4 * (inp + pp)];
+            let wr = &w[wo + h4 * (inp + pp)..wo + h4 * (inp + pp) + pp * h];
+            wo += h4 * (inp + pp) + pp * h;
+            let (bx, bh) = (&w[bo..bo + h4], &w[bo + h4..bo + 2 * h4]);
+            bo += 2 * h4;
+            matmul(tt * n, h4, inp, row(&layer_in), trans(wx), &mut pre, false);
+            let state = l * dd + d;
+            r.copy_from_slice(&hx[state * n * pp..(state + 1) * n * pp]);
+            c.copy_from_slice(&cx[state * n * h..(state + 1) * n * h]);
+            for s in 0..tt {
+                let t = g.time(d, s);
+                matmul(n, h4, pp, row(&r), trans(wh), &mut hh, false);
+                for j in 0..n {
+                    let px = &pre[(t * n + j) * h4..(t * n + j + 1) * h4];
+                    let ph = &hh[j * h4..(j + 1) * h4];
+                    let gate = |q: usize, k: usize| {
+                        px[q * h + k] + ph[q * h + k] + bx[q * h + k] + bh[q * h + k]
+                    };
+                    for k in 0..h {
+                        let it = sigmoid(gate(0, k));
+                        let ft = sigmoid(gate(1, k));
+                        let gt = tanh(gate(2, k));
+                        let ot = sigmoid(gate(3, k));
+                        let ct = ft * c[j * h + k] + it * gt;
+                        c[j * h + k] = ct;
+                        hcur[j * h + k] = ot * tanh(ct);
+                    }
+                }
+                matmul(n, pp, h, row(&hcur), trans(wr), &mut r, false);
+                for j in 0..n {
+                    let o = (t * n + j) * dd * pp + d * pp;
+                    layer_out[o..o + pp].copy_from_slice(&r[j * pp..(j + 1) * pp]);
+                }
+            }
+            if let Some(hy) = hy.as_deref_mut() {
+                hy[state * n * pp..(state + 1) * n * pp].copy_from_slice(&r);
+            }
+            if let Some(cy) = cy.as_deref_mut() {
+                cy[state * n * h..(state + 1) * n * h].copy_from_slice(&c);
+            }
+        }
+        if l + 1 < g.layers {
+            layer_in = layer_out;
+        } else {
+            y.copy_from_slice(&layer_out);
+        }
+    }
+}
+
 /// Gradients the backward writes: of the data, the flat parameters, the initial hidden state
 /// and (LSTM) the initial cell.
 pub struct RnnGrads<'a, T> {

@@ -10,8 +10,9 @@
 //! parameters, the initial state and the initial cell. Like MXNet's own backward it has no
 //! gradient itself.
 //!
-//! As on MXNet's CPU kernels: `projection_size` and `use_sequence_length` are refused (MXNet
-//! needs cuDNN for them); the LSTM state clipping parameters are ignored for float32 (as
+//! As on MXNet's CPU kernels: `use_sequence_length` is refused (MXNet needs cuDNN for it);
+//! `projection_size` (LSTMP) runs in predict mode only, training it is refused with MXNet's
+//! message; the LSTM state clipping parameters are ignored for float32 (as
 //! MXNet's oneDNN kernel ignores them) and refused for float64. Dropout between layers
 //! (`p > 0`, training mode) drops each element of every layer's output but the last's with
 //! probability `p` and scales the rest by `1 / (1 - p)`, as MXNet's native CPU kernel; the
@@ -22,7 +23,9 @@ use super::{Entries, dims};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::def::{GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val};
-use crate::operator::kernel::rnn::{Cell, RnnGeom, RnnGrads, backward, forward};
+use crate::operator::kernel::rnn::{
+    Cell, RnnGeom, RnnGrads, backward, forward, lstmp_forward, lstmp_param_size,
+};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
 use crate::resource::ResourceRequest;
@@ -39,6 +42,8 @@ struct RnnParams {
     /// LSTM state clipping was asked for: MXNet's float32 CPU kernel (oneDNN) ignores it, its
     /// float64 one refuses it.
     clip: bool,
+    /// LSTMP's projection size (`projection_size`): inference only, as MXNet's CPU kernel.
+    proj: Option<usize>,
 }
 
 impl RnnParams {
@@ -78,13 +83,41 @@ impl RnnParams {
             0
         }
     }
-    /// The hidden reserve output's length: the kernel's reserve, then the dropout factors.
+    /// The hidden reserve output's length: the kernel's reserve, then the dropout factors
+    /// (nothing for LSTMP, which has no backward).
     fn reserve_len(&self, g: &RnnGeom) -> usize {
+        if self.proj.is_some() {
+            return 0;
+        }
         g.reserve_size() + self.drop_len(g)
     }
-    /// `state`'s (and `state_cell`'s) shape for data of shape `x`.
+    /// The flat parameters' length.
+    fn param_size(&self, g: &RnnGeom) -> usize {
+        match self.proj {
+            Some(pr) => lstmp_param_size(g, pr),
+            None => g.param_size(),
+        }
+    }
+    /// Width of the recurrent state and of each direction's output (`projection_size` for
+    /// LSTMP, else `state_size`).
+    fn out_width(&self) -> usize {
+        self.proj.unwrap_or(self.hidden)
+    }
+    /// `state`'s shape for data of shape `x`.
     fn state_shape(&self, x: &[i64]) -> Vec<i64> {
+        vec![
+            (self.layers * self.dirs) as i64,
+            x[1],
+            self.out_width() as i64,
+        ]
+    }
+    /// `state_cell`'s shape for data of shape `x`.
+    fn cell_shape(&self, x: &[i64]) -> Vec<i64> {
         vec![(self.layers * self.dirs) as i64, x[1], self.hidden as i64]
+    }
+    /// `output`'s shape for data of shape `x`.
+    fn output_shape(&self, x: &[i64]) -> Vec<i64> {
+        vec![x[0], x[1], (self.dirs * self.out_width()) as i64]
     }
 }
 
@@ -143,11 +176,10 @@ fn parse(op: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<RnnParams> {
             }
         },
     };
-    if value("projection_size").is_some() {
-        return Err(bad(
-            "projection_size is not supported on CPU (MXNet's CPU kernel has no LSTM projection training)".into(),
-        ));
-    }
+    let proj = match value("projection_size") {
+        None => None,
+        Some(_) => Some(int("projection_size", 1)?),
+    };
     let mut clip = false;
     for key in ["lstm_state_clip_min", "lstm_state_clip_max"] {
         if let Some(v) = value(key) {
@@ -170,6 +202,7 @@ fn parse(op: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<RnnParams> {
         state_outputs: boolean("state_outputs")?,
         p,
         clip,
+        proj,
     })
 }
 
@@ -229,11 +262,15 @@ fn check_shapes(call: &Call<'_>, p: &RnnParams, ins: &[TensorDesc]) -> Result<Rn
         )));
     }
     let g = p.geom(x);
-    expect_shape(call, "parameters", &ins[1].shape, &[g.param_size() as i64])?;
-    let s = p.state_shape(x);
-    expect_shape(call, "state", &ins[2].shape, &s)?;
+    expect_shape(
+        call,
+        "parameters",
+        &ins[1].shape,
+        &[p.param_size(&g) as i64],
+    )?;
+    expect_shape(call, "state", &ins[2].shape, &p.state_shape(x))?;
     if p.lstm() {
-        expect_shape(call, "state_cell", &ins[3].shape, &s)?;
+        expect_shape(call, "state_cell", &ins[3].shape, &p.cell_shape(x))?;
     }
     Ok(g)
 }
@@ -281,18 +318,17 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     let x = &ins[0].shape;
-    let state = p.state_shape(x);
-    let mut outs = vec![TensorDesc::new(
-        &[x[0], x[1], (p.dirs * p.hidden) as i64],
-        dtype,
-    )];
+    let mut outs = vec![TensorDesc::new(&p.output_shape(x), dtype)];
     if p.state_outputs {
-        outs.push(TensorDesc::new(&state, dtype));
+        outs.push(TensorDesc::new(&p.state_shape(x), dtype));
         if p.lstm() {
-            outs.push(TensorDesc::new(&state, dtype));
+            outs.push(TensorDesc::new(&p.cell_shape(x), dtype));
         }
     }
     let visible = outs.len();
+    if let Some(proj) = p.proj {
+        return lstmp_plan(call, &p, g, proj, outs, dtype);
+    }
     outs.push(TensorDesc::new(&[p.reserve_len(&g) as i64], dtype));
     let lstm = p.lstm();
     let (drop_len, keep) = (p.drop_len(&g), 1.0 - p.p);
@@ -352,10 +388,71 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
     })
 }
 
+/// LSTMP in predict mode (MXNet's CPU kernel has no training for it).
+fn lstmp_plan(
+    call: &Call<'_>,
+    p: &RnnParams,
+    g: RnnGeom,
+    proj: usize,
+    mut outs: Vec<TensorDesc>,
+    dtype: DType,
+) -> Result<Plan> {
+    if !p.lstm() {
+        return Err(Error::invalid(format!(
+            "operator {}: Projection is only supported for LSTM.",
+            call.name
+        )));
+    }
+    if proj > p.hidden {
+        return Err(Error::invalid(format!(
+            "operator {}: State size must be larger than projection size.",
+            call.name
+        )));
+    }
+    if call.training {
+        return Err(Error::invalid(format!(
+            "operator {}: No training support for LSTM with projection on CPU currently.",
+            call.name
+        )));
+    }
+    let visible = outs.len();
+    outs.push(TensorDesc::new(&[0], dtype));
+    Ok(Plan::new(outs, move |k| {
+        let n = k.outputs.len();
+        let (vis, _) = k.outputs.split_at_mut(n - 1);
+        let (y, states) = vis.split_at_mut(1);
+        let i = k.inputs;
+        with_real!(dtype, T => {
+            let mut st = states.iter_mut();
+            let hy = st.next().map(|t| t.slice_mut::<T>());
+            let cy = st.next().map(|t| t.slice_mut::<T>());
+            lstmp_forward::<T>(
+                &g,
+                proj,
+                i[0].slice::<T>(),
+                i[1].slice::<T>(),
+                i[2].slice::<T>(),
+                i[3].slice::<T>(),
+                y[0].slice_mut::<T>(),
+                hy,
+                cy,
+            );
+        });
+        Ok(())
+    })
+    .with_visible(visible))
+}
+
 /// `_mxrt_rnn_grad(data, parameters, state, [state_cell], reserve, d_output, [d_state_output,
 /// [d_statecell_output]])`: the gradients of the data, parameters, state and state cell.
 fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
     let p = parse_call(call)?;
+    if p.proj.is_some() {
+        return Err(Error::invalid(format!(
+            "operator {}: No training support for LSTM with projection on CPU currently.",
+            call.name
+        )));
+    }
     let nf = p.num_inputs();
     let want = nf + 1 + p.num_outputs();
     if call.inputs.len() != want {
@@ -461,16 +558,22 @@ fn shapes(p: &ParamList, ins: &[PartialShape]) -> Result<(Vec<PartialShape>, Vec
         return Ok((for_ins, Vec::new()));
     };
     let g = rp.geom(&x);
-    let state = rp.state_shape(&x);
+    let (state, cell) = (rp.state_shape(&x), rp.cell_shape(&x));
     if ins.len() > 1 {
-        for_ins[1] = Some(vec![g.param_size() as i64]);
+        for_ins[1] = Some(vec![rp.param_size(&g) as i64]);
     }
-    for s in for_ins.iter_mut().skip(2) {
-        *s = Some(state.clone());
+    if ins.len() > 2 {
+        for_ins[2] = Some(state.clone());
     }
-    let mut outs = vec![Some(vec![x[0], x[1], (rp.dirs * rp.hidden) as i64])];
-    for _ in 1..rp.num_outputs() {
-        outs.push(Some(state.clone()));
+    if ins.len() > 3 {
+        for_ins[3] = Some(cell.clone());
+    }
+    let mut outs = vec![Some(rp.output_shape(&x))];
+    if rp.num_outputs() > 1 {
+        outs.push(Some(state));
+    }
+    if rp.num_outputs() > 2 {
+        outs.push(Some(cell));
     }
     outs.push(Some(vec![rp.reserve_len(&g) as i64]));
     Ok((for_ins, outs))
