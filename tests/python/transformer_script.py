@@ -62,7 +62,8 @@ def recipe_valatt(proj, att, heads, slots, slot):
     v = nd.reshape(v, shape=(-1, 0, 0), reverse=True)
     out = nd.batch_dot(att, v)
     out = nd.reshape(out, shape=(-1, heads, 0, 0), reverse=True)
-    out = nd.transpose(out, axes=(0, 2, 1, 3))
+    # (batch, heads, seq, dim) -> (seq, batch, heads * dim), the fused op's layout
+    out = nd.transpose(out, axes=(2, 0, 1, 3))
     return nd.reshape(out, shape=(0, 0, -1))
 
 
