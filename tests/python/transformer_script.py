@@ -141,6 +141,16 @@ def boolean_mask_cases():
         [rand((4, 2, 3), 71)]))
     run("boolean_mask_int_data", lambda: flat(nd.contrib.boolean_mask(
         nd.arange(12, dtype="int64").reshape((4, 3)), nd.array([1, 0, 1, 1])).asnumpy()))
+
+    def hybridized():
+        class Net(mx.gluon.HybridBlock):
+            def hybrid_forward(self, F, x, m):
+                return F.contrib.boolean_mask(x, m) * 2
+        net = Net()
+        net.hybridize()
+        x = nd.array(rand((4, 3), 72))
+        return [flat(net(x, nd.array(m)).asnumpy()) for m in ([1, 0, 1, 1], [0, 1, 0, 0])]
+    run("boolean_mask_hybridized", hybridized)
     run("boolean_mask_axis1", lambda: flat(nd.contrib.boolean_mask(
         nd.array(data), nd.array([1, 0, 1]), axis=1).asnumpy()))
     run("boolean_mask_index_length", lambda: flat(nd.contrib.boolean_mask(
