@@ -297,7 +297,7 @@ def lstmp_training():
 
 
 def lstmp_gluon():
-    layer = gluon.rnn.LSTM(6, num_layers=2, bidirectional=True, projection_size=3)
+    layer = gluon.rnn.LSTM(6, num_layers=2, bidirectional=True, projection_size=3, input_size=4)
     layer.initialize()
     x = nd.array(rand((5, 2, 4), 30))
     layer(x)
