@@ -312,6 +312,22 @@ run("lstmp_2layer_bidir_float32", lambda: lstmp_case(2, True, "float32"))
 run("lstmp_2layer_bidir_float64", lambda: lstmp_case(2, True, "float64"))
 run("lstmp_3layer_float64", lambda: lstmp_case(3, False, "float64"))
 run("lstmp_gluon", lstmp_gluon)
+
+
+def gluon_bidir_deferred(projection_size):
+    """A bidirectional layer whose input width is deferred: two weights of unknown shape."""
+    layer = gluon.rnn.LSTM(6, num_layers=2, bidirectional=True, projection_size=projection_size)
+    layer.initialize()
+    x = nd.array(rand((5, 2, 4), 32))
+    layer(x)
+    set_params(layer, 33)
+    out = layer(x)
+    return {"out": flat(out.asnumpy()),
+            "shapes": {k: list(v.shape) for k, v in sorted(layer.collect_params().items())}}
+
+
+run("gluon_lstm_bidir_deferred", lambda: gluon_bidir_deferred(None))
+run("lstmp_gluon_bidir_deferred", lambda: gluon_bidir_deferred(3))
 run("bad_lstmp_training", lstmp_training)
 
 print(json.dumps(results))
