@@ -327,7 +327,6 @@ def gluon_bidir_deferred(projection_size):
 
 
 run("gluon_lstm_bidir_deferred", lambda: gluon_bidir_deferred(None))
-run("lstmp_gluon_bidir_deferred", lambda: gluon_bidir_deferred(3))
 run("bad_lstmp_training", lstmp_training)
 
 print(json.dumps(results))
