@@ -211,6 +211,10 @@ pub struct OpDef {
     /// How the op appears in a symbolic graph: its inputs' and outputs' names, the inputs it
     /// mutates (auxiliary states), and the backward shape and dtype rules of graph inference.
     pub graph: GraphDef,
+    /// The input whose values the forward needs when it plans (an output shape that depends on
+    /// data, `_contrib_boolean_mask`): an invoke waits for it and passes its values as
+    /// [`super::op::Call::input_values`].
+    pub reads_values: Option<usize>,
 }
 
 /// An op's parameters as a graph node holds them (hidden `__key__` attributes excluded).
@@ -401,6 +405,11 @@ impl OpDef {
         self.graph.mutates = inputs;
         self
     }
+    /// The forward plans with input `i`'s values (its output shape depends on them).
+    pub fn reads_values(&mut self, i: usize) -> &mut OpDef {
+        self.reads_values = Some(i);
+        self
+    }
     /// Attributes given to variables composed into the op's inputs.
     pub fn input_var_attr(&mut self, f: InputVarAttrFn) -> &mut OpDef {
         self.graph.input_var_attr = Some(f);
@@ -422,6 +431,7 @@ impl Entries {
             grad: Gradient::None,
             stype: StorageRule::Dense,
             graph: GraphDef::default(),
+            reads_values: None,
         });
         self.0.last_mut().expect("just pushed")
     }

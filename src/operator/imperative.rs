@@ -88,6 +88,7 @@ pub fn infer_outputs(
         input_ctx: None,
         training: false,
         state: None,
+        input_values: None,
     })?;
     if let Err(e) = params.finish()
         && def.declares_params()
@@ -110,6 +111,35 @@ pub struct Resolved {
     gpu_kernel: Option<super::op::GpuKernel>,
     /// The raw parameters and inputs' storage types, when storage decisions need them.
     storage: Option<(Vec<(String, String)>, SmallVec<[StorageType; 4]>)>,
+}
+
+/// Waits for input `i` of an op whose output shape depends on it and reads its values.
+fn read_values(name: &str, inputs: &[NDArray], i: usize) -> Result<Vec<f64>> {
+    let a = inputs
+        .get(i)
+        .ok_or_else(|| Error::invalid(format!("operator {name}: input {i} is missing")))?;
+    if a.is_sparse() {
+        return Err(Error::invalid(format!(
+            "operator {name}: input {i} must be a dense array"
+        )));
+    }
+    use super::kernel::Element;
+    let dtype = a.dtype();
+    let n: usize = a.shape().iter().map(|&d| d.max(0) as usize).product();
+    crate::with_element!(dtype, T => {
+        let mut v: Vec<T> = vec![T::default(); n];
+        // SAFETY: `v` owns `n` initialised elements of the array's element type, so its
+        // `n * size_of::<T>()` bytes are exactly the array's data; the byte view is dropped
+        // before `v` is read again.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                v.as_mut_ptr().cast::<u8>(),
+                n * std::mem::size_of::<T>(),
+            )
+        };
+        a.sync_copy_to_bytes(bytes)?;
+        Ok(v.iter().map(|x| x.to_f64()).collect())
+    })
 }
 
 /// Step 1: finds the op's definition and plans the call (parameters, shape and dtype inference,
@@ -152,6 +182,10 @@ pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
         (params, stypes)
     });
     let params = Params::new(name, call.params.clone())?;
+    let values = match def.reads_values {
+        Some(i) => Some(read_values(name, call.inputs, i)?),
+        None => None,
+    };
     let plan = def.forward.plan(&Call {
         name,
         inputs: &descs,
@@ -160,6 +194,7 @@ pub fn resolve(call: &Invoke<'_>) -> Result<Resolved> {
         input_ctx,
         training: super::mode::is_training(),
         state: call.state.as_ref(),
+        input_values: values.as_deref(),
     })?;
     // MXNet parses parameters only for ops that declare some: an op without any ignores
     // whatever it is given (Gluon passes `axis` to `broadcast_maximum`). MXNet's table is read

@@ -62,6 +62,9 @@ pub struct Call<'a> {
     pub training: bool,
     /// The forward's state, for a gradient op invoked with one ([`OpState`]).
     pub state: Option<&'a OpState>,
+    /// The values of the input the definition names in `reads_values`, as numbers, when the
+    /// caller could read them (an invoke on NDArrays); `None` in graph inference.
+    pub input_values: Option<&'a [f64]>,
 }
 
 /// How a kernel may touch outputs that share memory with inputs.

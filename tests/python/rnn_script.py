@@ -188,4 +188,145 @@ def symbol_case():
 
 run("symbol_outputs_and_shapes", symbol_case)
 
+
+# Dropout between layers (p): identity in predict mode (both libraries); in training mode the
+# facts below are checked on libmxrt only (MXNet's float32 oneDNN kernel ignores p, and its
+# native kernel draws from its own generator).
+def dropout_arrays(mode, dtype, T=3, N=2, C=3, H=3, layers=2, seed=11):
+    arrays = [rand((T, N, C), seed + 1), rand((param_size(mode, layers, 1, C, H),), seed + 2, -0.6, 0.6),
+              rand((layers, N, H), seed + 3)]
+    if mode == "lstm":
+        arrays.append(rand((layers, N, H), seed + 4))
+    return [nd.array(a, dtype=dtype) for a in arrays]
+
+
+def dropout_predict(mode):
+    xs = dropout_arrays(mode, "float32")
+    kw = dict(state_size=3, num_layers=2, mode=mode)
+    return {"p": flat(nd.RNN(*xs, p=0.6, **kw).asnumpy()), "p0": flat(nd.RNN(*xs, **kw).asnumpy())}
+
+
+def dropout_training(mode, p=0.4):
+    """Forward and gradients under one seed; central differences of the data and parameters
+    with the generator reseeded before every forward (the same mask each time)."""
+    xs = dropout_arrays(mode, "float64")
+    kw = dict(state_size=3, num_layers=2, mode=mode, p=p)
+    head = nd.array(rand((3, 2, 3), 99), dtype="float64")
+
+    def f(arrays, record=False):
+        mx.random.seed(42)
+        with ag.record(train_mode=True):
+            y = nd.RNN(*arrays, **kw)
+            loss = (y * head).sum()
+        if record:
+            loss.backward()
+        return y, float(loss.asscalar())
+
+    for x in xs:
+        x.attach_grad()
+    y, _ = f(xs, record=True)
+    y2, _ = f(xs)
+    mx.random.seed(7)
+    with ag.record(train_mode=True):
+        y_other = nd.RNN(*xs, **kw)
+    with ag.record(train_mode=True):
+        y_nodrop = nd.RNN(*xs, state_size=3, num_layers=2, mode=mode)
+    eps, worst = 1e-6, 0.0
+    for which in (0, 1):
+        base = xs[which].asnumpy()
+        for i in range(0, base.size, max(1, base.size // 12)):
+            plus, minus = base.copy(), base.copy()
+            plus.flat[i] += eps
+            minus.flat[i] -= eps
+            args_p = [nd.array(plus, dtype="float64") if j == which else a for j, a in enumerate(xs)]
+            args_m = [nd.array(minus, dtype="float64") if j == which else a for j, a in enumerate(xs)]
+            num = (f(args_p)[1] - f(args_m)[1]) / (2 * eps)
+            got = float(xs[which].grad.asnumpy().flat[i])
+            worst = max(worst, abs(num - got) / max(1.0, abs(num)))
+    return {"same_seed_same_output": bool(np.array_equal(y.asnumpy(), y2.asnumpy())),
+            "other_seed_differs": bool(not np.array_equal(y.asnumpy(), y_other.asnumpy())),
+            "differs_from_no_dropout": bool(not np.allclose(y.asnumpy(), y_nodrop.asnumpy())),
+            "grad_error": worst}
+
+
+def dropout_all():
+    """p close to 1: the second layer sees zeros, so the data gets no gradient at all."""
+    xs = dropout_arrays("gru", "float32")
+    for x in xs:
+        x.attach_grad()
+    with ag.record(train_mode=True):
+        y = nd.RNN(*xs, state_size=3, num_layers=2, mode="gru", p=0.99999)
+    y.backward(nd.ones_like(y))
+    return {"dx_abs_sum": float(nd.abs(xs[0].grad).sum().asscalar()),
+            "dparams_abs_sum": float(nd.abs(xs[1].grad).sum().asscalar())}
+
+
+for mode in ("lstm", "gru", "rnn_tanh"):
+    run(f"dropout_predict_{mode}", lambda m=mode: dropout_predict(m))
+    run(f"dropout_training_{mode}", lambda m=mode: dropout_training(m))
+run("dropout_all_dropped", dropout_all)
+run("dropout_one_predict", lambda: bad(p=1.0))
+
+
+# LSTM with a projection (LSTMP): predict mode only on CPU, in both libraries.
+def lstmp_size(layers, dirs, inp, hid, proj):
+    size = 0
+    for l in range(layers):
+        width = inp if l == 0 else dirs * proj
+        size += dirs * (4 * hid * (width + proj + 2) + proj * hid)
+    return size
+
+
+def lstmp_case(layers, bidir, dtype, state_outputs=True, T=4, N=3, C=5, H=6, P=3, seed=20):
+    dirs = 2 if bidir else 1
+    xs = [nd.array(a, dtype=dtype) for a in (
+        rand((T, N, C), seed + 1), rand((lstmp_size(layers, dirs, C, H, P),), seed + 2, -0.5, 0.5),
+        rand((layers * dirs, N, P), seed + 3), rand((layers * dirs, N, H), seed + 4))]
+    outs = nd.RNN(*xs, state_size=H, projection_size=P, num_layers=layers, bidirectional=bidir,
+                  mode="lstm", state_outputs=state_outputs)
+    outs = outs if isinstance(outs, list) else [outs]
+    return {"outs": [flat(o.asnumpy()) for o in outs], "shapes": [list(o.shape) for o in outs]}
+
+
+def lstmp_training():
+    xs = [nd.array(a) for a in (rand((2, 1, 3), 1), rand((lstmp_size(1, 1, 3, 4, 2),), 2),
+                                rand((1, 1, 2), 3), rand((1, 1, 4), 4))]
+    with ag.record(train_mode=True):
+        y = nd.RNN(*xs, state_size=4, projection_size=2, num_layers=1, mode="lstm")
+    return flat(y.asnumpy())
+
+
+def lstmp_gluon():
+    layer = gluon.rnn.LSTM(6, num_layers=2, bidirectional=True, projection_size=3, input_size=4)
+    layer.initialize()
+    x = nd.array(rand((5, 2, 4), 30))
+    layer(x)
+    set_params(layer, 31)
+    out = layer(x)
+    return {"out": flat(out.asnumpy()), "shape": list(out.shape),
+            "params": sorted(layer.collect_params().keys())}
+
+
+run("lstmp_1layer_float32", lambda: lstmp_case(1, False, "float32"))
+run("lstmp_2layer_bidir_float32", lambda: lstmp_case(2, True, "float32"))
+run("lstmp_2layer_bidir_float64", lambda: lstmp_case(2, True, "float64"))
+run("lstmp_3layer_float64", lambda: lstmp_case(3, False, "float64"))
+run("lstmp_gluon", lstmp_gluon)
+
+
+def gluon_bidir_deferred(projection_size):
+    """A bidirectional layer whose input width is deferred: two weights of unknown shape."""
+    layer = gluon.rnn.LSTM(6, num_layers=2, bidirectional=True, projection_size=projection_size)
+    layer.initialize()
+    x = nd.array(rand((5, 2, 4), 32))
+    layer(x)
+    set_params(layer, 33)
+    out = layer(x)
+    return {"out": flat(out.asnumpy()),
+            "shapes": {k: list(v.shape) for k, v in sorted(layer.collect_params().items())}}
+
+
+run("gluon_lstm_bidir_deferred", lambda: gluon_bidir_deferred(None))
+run("bad_lstmp_training", lstmp_training)
+
 print(json.dumps(results))

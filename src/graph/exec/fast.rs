@@ -232,6 +232,7 @@ fn compile(
                 input_ctx,
                 training,
                 state: None,
+                input_values: None,
             })
             .ok()?;
         if params.finish().is_err() && def.declares_params() {
@@ -459,6 +460,7 @@ impl Compiled {
                     input_ctx: (!step.inputs.is_empty()).then_some(self.ctx),
                     training: self.training,
                     state: None,
+                    input_values: None,
                 })
                 .map_err(fail)?;
             // SAFETY (both maps): each address is a live array or scratch buffer of at least the

@@ -7,8 +7,10 @@
 //! - [`element`]: the element types and dtype dispatch; [`real`]: the float types math runs in.
 //! - [`map`]: elementwise maps; [`strided`]: broadcasting, gathers and reductions by strides.
 //! - [`gemm`]: matrix products; [`conv`]: convolutions on it (im2col); [`pool`]: pooling;
-//!   [`rnn`]: the fused recurrent layers.
+//!   [`rnn`]: the fused recurrent layers; [`attention`]: batched strided products for
+//!   multi-head attention.
 
+pub mod attention;
 pub mod conv;
 pub mod element;
 pub mod gemm;

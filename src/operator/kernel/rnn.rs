@@ -11,7 +11,8 @@
 //! `in × G·H`), then runs the time steps, each one GEMM by `Wh` and an elementwise pass. The
 //! forward keeps what the backward needs in a reserve array ([`RnnGeom::reserve_size`]): each
 //! direction's hidden states, the LSTM's cells and the gates' activations (GRU: also
-//! `Wh_n·h + bh_n`), and every layer's output but the last. The backward runs the steps in
+//! `Wh_n·h + bh_n`), and every layer's output but the last (after dropout, when the caller
+//! drops between layers). The backward runs the steps in
 //! reverse to get the gates' pre-activation gradients, then gets the weights', biases' and
 //! inputs' gradients in one GEMM each for the whole sequence.
 
@@ -160,7 +161,9 @@ fn trans<T>(a: &[T]) -> Operand<'_, T> {
 
 /// The forward: `y` (`T × N × D·H`) from `x` (`T × N × I`), the flat parameters `w`, the
 /// initial states `hx` (and `cx` for LSTM, both `L·D × N × H`); the final states into `hy`/`cy`
-/// when given; the backward's saved values into `rs` ([`RnnGeom::reserve_size`]).
+/// when given; the backward's saved values into `rs` ([`RnnGeom::reserve_size`]). `drop`:
+/// the dropout between layers, one factor (0 or `1 / (1 - p)`) per element of every layer's
+/// output but the last's, applied to that output before the next layer reads it.
 #[allow(clippy::too_many_arguments)]
 pub fn forward<T: Real>(
     g: &RnnGeom,
@@ -172,6 +175,7 @@ pub fn forward<T: Real>(
     mut hy: Option<&mut [T]>,
     mut cy: Option<&mut [T]>,
     rs: &mut [T],
+    drop: Option<&[T]>,
 ) {
     let (tt, n, h, gh, dd) = (g.seq, g.batch, g.hidden, g.gh(), g.dirs);
     let nh = n * h;
@@ -297,7 +301,106 @@ pub fn forward<T: Real>(
             }
         }
         if l + 1 < g.layers {
+            if let Some(m) = drop {
+                let len = layer_out.len();
+                for (v, &k) in layer_out.iter_mut().zip(&m[l * len..(l + 1) * len]) {
+                    *v = *v * k;
+                }
+            }
             rs[g.layer_out_offset(l)..][..layer_out.len()].copy_from_slice(&layer_out);
+            layer_in = layer_out;
+        } else {
+            y.copy_from_slice(&layer_out);
+        }
+    }
+}
+
+/// Length of the flat parameters of an LSTM with a projection of size `proj` (LSTMP): for each
+/// layer and direction `Wx` (`4H × in`), `Wh` (`4H × P`) and the projection `Wr` (`P × H`), then
+/// the biases as for a plain LSTM. A layer above the first reads `P·D` values per step.
+pub fn lstmp_param_size(g: &RnnGeom, proj: usize) -> usize {
+    let h4 = 4 * g.hidden;
+    (0..g.layers)
+        .map(|l| {
+            let inp = if l == 0 { g.input } else { proj * g.dirs };
+            g.dirs * (h4 * (inp + proj) + proj * g.hidden)
+        })
+        .sum::<usize>()
+        + g.layers * g.dirs * 2 * h4
+}
+
+/// The LSTMP forward (inference only, as MXNet's CPU kernel): the cell runs as an LSTM's, the
+/// recurrent state is `r = Wr · h` (`P` values), which is also the layer's output. `hx` and `hy`
+/// are `L·D × N × P`, `cx` and `cy` `L·D × N × H`, `y` is `T × N × D·P`.
+#[allow(clippy::too_many_arguments)]
+pub fn lstmp_forward<T: Real>(
+    g: &RnnGeom,
+    proj: usize,
+    x: &[T],
+    w: &[T],
+    hx: &[T],
+    cx: &[T],
+    y: &mut [T],
+    mut hy: Option<&mut [T]>,
+    mut cy: Option<&mut [T]>,
+) {
+    let (tt, n, h, dd, pp) = (g.seq, g.batch, g.hidden, g.dirs, proj);
+    let h4 = 4 * h;
+    let mut layer_in: Vec<T> = x.to_vec();
+    let mut pre = vec![T::ZERO; tt * n * h4];
+    let mut hh = vec![T::ZERO; n * h4];
+    let mut hcur = vec![T::ZERO; n * h];
+    let mut c = vec![T::ZERO; n * h];
+    let mut r = vec![T::ZERO; n * pp];
+    let mut wo = 0;
+    let mut bo = lstmp_param_size(g, proj) - g.layers * dd * 2 * h4;
+    for l in 0..g.layers {
+        let inp = if l == 0 { g.input } else { pp * dd };
+        let mut layer_out = vec![T::ZERO; tt * n * dd * pp];
+        for d in 0..dd {
+            let wx = &w[wo..wo + h4 * inp];
+            let wh = &w[wo + h4 * inp..wo + h4 * (inp + pp)];
+            let wr = &w[wo + h4 * (inp + pp)..wo + h4 * (inp + pp) + pp * h];
+            wo += h4 * (inp + pp) + pp * h;
+            let (bx, bh) = (&w[bo..bo + h4], &w[bo + h4..bo + 2 * h4]);
+            bo += 2 * h4;
+            matmul(tt * n, h4, inp, row(&layer_in), trans(wx), &mut pre, false);
+            let state = l * dd + d;
+            r.copy_from_slice(&hx[state * n * pp..(state + 1) * n * pp]);
+            c.copy_from_slice(&cx[state * n * h..(state + 1) * n * h]);
+            for s in 0..tt {
+                let t = g.time(d, s);
+                matmul(n, h4, pp, row(&r), trans(wh), &mut hh, false);
+                for j in 0..n {
+                    let px = &pre[(t * n + j) * h4..(t * n + j + 1) * h4];
+                    let ph = &hh[j * h4..(j + 1) * h4];
+                    let gate = |q: usize, k: usize| {
+                        px[q * h + k] + ph[q * h + k] + bx[q * h + k] + bh[q * h + k]
+                    };
+                    for k in 0..h {
+                        let it = sigmoid(gate(0, k));
+                        let ft = sigmoid(gate(1, k));
+                        let gt = tanh(gate(2, k));
+                        let ot = sigmoid(gate(3, k));
+                        let ct = ft * c[j * h + k] + it * gt;
+                        c[j * h + k] = ct;
+                        hcur[j * h + k] = ot * tanh(ct);
+                    }
+                }
+                matmul(n, pp, h, row(&hcur), trans(wr), &mut r, false);
+                for j in 0..n {
+                    let o = (t * n + j) * dd * pp + d * pp;
+                    layer_out[o..o + pp].copy_from_slice(&r[j * pp..(j + 1) * pp]);
+                }
+            }
+            if let Some(hy) = hy.as_deref_mut() {
+                hy[state * n * pp..(state + 1) * n * pp].copy_from_slice(&r);
+            }
+            if let Some(cy) = cy.as_deref_mut() {
+                cy[state * n * h..(state + 1) * n * h].copy_from_slice(&c);
+            }
+        }
+        if l + 1 < g.layers {
             layer_in = layer_out;
         } else {
             y.copy_from_slice(&layer_out);
@@ -315,7 +418,8 @@ pub struct RnnGrads<'a, T> {
 }
 
 /// The backward through time, from the forward's inputs, its reserve `rs` and the gradients
-/// arriving at the output (`dy`) and, when the forward returned them, at the final states.
+/// arriving at the output (`dy`) and, when the forward returned them, at the final states;
+/// `drop` is the forward's dropout factors.
 #[allow(clippy::too_many_arguments)]
 pub fn backward<T: Real>(
     g: &RnnGeom,
@@ -328,6 +432,7 @@ pub fn backward<T: Real>(
     dhy: Option<&[T]>,
     dcy: Option<&[T]>,
     out: RnnGrads<'_, T>,
+    drop: Option<&[T]>,
 ) {
     let RnnGrads {
         dx,
@@ -516,6 +621,12 @@ pub fn backward<T: Real>(
         if l == 0 {
             dx.copy_from_slice(&dlayer_in);
         } else {
+            if let Some(m) = drop {
+                let len = dlayer_in.len();
+                for (v, &k) in dlayer_in.iter_mut().zip(&m[(l - 1) * len..l * len]) {
+                    *v = *v * k;
+                }
+            }
             dlayer_out = dlayer_in;
         }
     }
@@ -559,6 +670,7 @@ mod tests {
             Some(&mut hy),
             lstm.then_some(&mut cy[..]),
             &mut rs,
+            None,
         );
         let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
         dot(&y, &heads[0]) + dot(&hy, &heads[1]) + if lstm { dot(&cy, &heads[2]) } else { 0.0 }
@@ -599,6 +711,7 @@ mod tests {
                     None,
                     None,
                     &mut rs,
+                    None,
                 );
                 let (mut dx, mut dw, mut dhx, mut dcx) = (
                     vec![0.0; x.len()],
@@ -622,6 +735,7 @@ mod tests {
                         dhx: &mut dhx,
                         dcx: lstm.then_some(&mut dcx[..]),
                     },
+                    None,
                 );
                 let eps = 1e-6;
                 let check = |which: usize, grad: &[f64]| {

@@ -29,6 +29,7 @@ pub mod sequence;
 pub mod shape;
 pub mod spatial;
 pub mod storage;
+pub mod transformer;
 pub mod unary;
 
 /// Every family's ops.
@@ -50,6 +51,7 @@ pub fn register_all(t: &mut Entries) {
     loss::register(t);
     sequence::register(t);
     rnn::register(t);
+    transformer::register(t);
     resize::register(t);
     nn_misc::register(t);
     pad::register(t);

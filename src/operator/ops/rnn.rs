@@ -10,19 +10,25 @@
 //! parameters, the initial state and the initial cell. Like MXNet's own backward it has no
 //! gradient itself.
 //!
-//! As on MXNet's CPU kernels: `projection_size` and `use_sequence_length` are refused (MXNet
-//! needs cuDNN for them); the LSTM state clipping parameters are ignored for float32 (as
+//! As on MXNet's CPU kernels: `use_sequence_length` is refused (MXNet needs cuDNN for it);
+//! `projection_size` (LSTMP) runs in predict mode only, training it is refused with MXNet's
+//! message; the LSTM state clipping parameters are ignored for float32 (as
 //! MXNet's oneDNN kernel ignores them) and refused for float64. Dropout between layers
-//! (`p > 0` in training mode) is not implemented and refused.
+//! (`p > 0`, training mode) drops each element of every layer's output but the last's with
+//! probability `p` and scales the rest by `1 / (1 - p)`, as MXNet's native CPU kernel; the
+//! factors follow the kernel's reserve in the hidden output, so the backward reuses them.
 
 use super::nn::as_refs;
 use super::{Entries, dims};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::def::{GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val};
-use crate::operator::kernel::rnn::{Cell, RnnGeom, RnnGrads, backward, forward};
+use crate::operator::kernel::rnn::{
+    Cell, RnnGeom, RnnGrads, backward, forward, lstmp_forward, lstmp_param_size,
+};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
+use crate::resource::ResourceRequest;
 
 /// The parameters of an `RNN` node.
 #[derive(Clone, Copy, Debug)]
@@ -36,6 +42,8 @@ struct RnnParams {
     /// LSTM state clipping was asked for: MXNet's float32 CPU kernel (oneDNN) ignores it, its
     /// float64 one refuses it.
     clip: bool,
+    /// LSTMP's projection size (`projection_size`): inference only, as MXNet's CPU kernel.
+    proj: Option<usize>,
 }
 
 impl RnnParams {
@@ -66,9 +74,50 @@ impl RnnParams {
             hidden: self.hidden,
         }
     }
-    /// `state`'s (and `state_cell`'s) shape for data of shape `x`.
+    /// Dropout factors kept after the kernel's reserve: one per element of every layer's output
+    /// but the last's, when `p > 0` (ones in predict mode).
+    fn drop_len(&self, g: &RnnGeom) -> usize {
+        if self.p > 0.0 && self.layers > 1 {
+            (self.layers - 1) * g.seq * g.batch * self.dirs * self.hidden
+        } else {
+            0
+        }
+    }
+    /// The hidden reserve output's length: the kernel's reserve, then the dropout factors
+    /// (nothing for LSTMP, which has no backward).
+    fn reserve_len(&self, g: &RnnGeom) -> usize {
+        if self.proj.is_some() {
+            return 0;
+        }
+        g.reserve_size() + self.drop_len(g)
+    }
+    /// The flat parameters' length.
+    fn param_size(&self, g: &RnnGeom) -> usize {
+        match self.proj {
+            Some(pr) => lstmp_param_size(g, pr),
+            None => g.param_size(),
+        }
+    }
+    /// Width of the recurrent state and of each direction's output (`projection_size` for
+    /// LSTMP, else `state_size`).
+    fn out_width(&self) -> usize {
+        self.proj.unwrap_or(self.hidden)
+    }
+    /// `state`'s shape for data of shape `x`.
     fn state_shape(&self, x: &[i64]) -> Vec<i64> {
+        vec![
+            (self.layers * self.dirs) as i64,
+            x[1],
+            self.out_width() as i64,
+        ]
+    }
+    /// `state_cell`'s shape for data of shape `x`.
+    fn cell_shape(&self, x: &[i64]) -> Vec<i64> {
         vec![(self.layers * self.dirs) as i64, x[1], self.hidden as i64]
+    }
+    /// `output`'s shape for data of shape `x`.
+    fn output_shape(&self, x: &[i64]) -> Vec<i64> {
+        vec![x[0], x[1], (self.dirs * self.out_width()) as i64]
     }
 }
 
@@ -127,11 +176,10 @@ fn parse(op: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<RnnParams> {
             }
         },
     };
-    if value("projection_size").is_some() {
-        return Err(bad(
-            "projection_size is not supported on CPU (MXNet's CPU kernel has no LSTM projection training)".into(),
-        ));
-    }
+    let proj = match value("projection_size") {
+        None => None,
+        Some(_) => Some(int("projection_size", 1)?),
+    };
     let mut clip = false;
     for key in ["lstm_state_clip_min", "lstm_state_clip_max"] {
         if let Some(v) = value(key) {
@@ -154,6 +202,7 @@ fn parse(op: &str, get: &dyn Fn(&str) -> Option<String>) -> Result<RnnParams> {
         state_outputs: boolean("state_outputs")?,
         p,
         clip,
+        proj,
     })
 }
 
@@ -213,11 +262,15 @@ fn check_shapes(call: &Call<'_>, p: &RnnParams, ins: &[TensorDesc]) -> Result<Rn
         )));
     }
     let g = p.geom(x);
-    expect_shape(call, "parameters", &ins[1].shape, &[g.param_size() as i64])?;
-    let s = p.state_shape(x);
-    expect_shape(call, "state", &ins[2].shape, &s)?;
+    expect_shape(
+        call,
+        "parameters",
+        &ins[1].shape,
+        &[p.param_size(&g) as i64],
+    )?;
+    expect_shape(call, "state", &ins[2].shape, &p.state_shape(x))?;
     if p.lstm() {
-        expect_shape(call, "state_cell", &ins[3].shape, &s)?;
+        expect_shape(call, "state_cell", &ins[3].shape, &p.cell_shape(x))?;
     }
     Ok(g)
 }
@@ -248,10 +301,11 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
             call.inputs.len()
         )));
     }
-    if p.p > 0.0 && call.training && p.layers > 1 {
-        return Err(Error::not_supported(format!(
-            "operator {}: dropout between layers (p={}) in training mode is not implemented by mxrt",
-            call.name, p.p
+    // MXNet's native kernel checks this where it drops (its oneDNN kernel never drops)
+    if p.p >= 1.0 && call.training && p.layers > 1 {
+        return Err(Error::invalid(format!(
+            "operator {}: unsupported dropout value, should be 0 <= dropout < 1",
+            call.name
         )));
     }
     let ins = call.inputs;
@@ -264,25 +318,49 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     let x = &ins[0].shape;
-    let state = p.state_shape(x);
-    let mut outs = vec![TensorDesc::new(
-        &[x[0], x[1], (p.dirs * p.hidden) as i64],
-        dtype,
-    )];
+    let mut outs = vec![TensorDesc::new(&p.output_shape(x), dtype)];
     if p.state_outputs {
-        outs.push(TensorDesc::new(&state, dtype));
+        outs.push(TensorDesc::new(&p.state_shape(x), dtype));
         if p.lstm() {
-            outs.push(TensorDesc::new(&state, dtype));
+            outs.push(TensorDesc::new(&p.cell_shape(x), dtype));
         }
     }
     let visible = outs.len();
-    outs.push(TensorDesc::new(&[g.reserve_size() as i64], dtype));
+    if let Some(proj) = p.proj {
+        return lstmp_plan(call, &p, g, proj, outs, dtype);
+    }
+    outs.push(TensorDesc::new(&[p.reserve_len(&g) as i64], dtype));
     let lstm = p.lstm();
-    Ok(Plan::new(outs, move |k| {
+    let (drop_len, keep) = (p.drop_len(&g), 1.0 - p.p);
+    let drop = drop_len > 0 && call.training;
+    let plan = Plan::new(outs, move |k| {
         let n = k.outputs.len();
         let (vis, rest) = k.outputs.split_at_mut(n - 1);
         let (y, states) = vis.split_at_mut(1);
+        // MXNet's CPU kernel: a unit is dropped with probability p, kept ones scaled by 1/(1-p)
+        let factors: Vec<f64> = if drop {
+            let res = k
+                .resource
+                .ok_or_else(|| Error::invalid("RNN dropout without its generator"))?;
+            let mut rng = res.random()?;
+            (0..drop_len)
+                .map(|_| {
+                    if rng.next_unit() < keep {
+                        1.0 / keep
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        } else {
+            vec![1.0; drop_len]
+        };
         with_real!(dtype, T => {
+            let (rs, mask) = rest[0].slice_mut::<T>().split_at_mut(g.reserve_size());
+            for (m, &f) in mask.iter_mut().zip(&factors) {
+                *m = f as T;
+            }
+            let mask: &[T] = mask;
             let mut st = states.iter_mut();
             let hy = st.next().map(|t| t.slice_mut::<T>());
             let cy = st.next().map(|t| t.slice_mut::<T>());
@@ -296,7 +374,68 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
                 y[0].slice_mut::<T>(),
                 hy,
                 cy,
-                rest[0].slice_mut::<T>(),
+                rs,
+                (drop_len > 0).then_some(mask),
+            );
+        });
+        Ok(())
+    })
+    .with_visible(visible);
+    Ok(if drop {
+        plan.with_resource(ResourceRequest::Random)
+    } else {
+        plan
+    })
+}
+
+/// LSTMP in predict mode (MXNet's CPU kernel has no training for it).
+fn lstmp_plan(
+    call: &Call<'_>,
+    p: &RnnParams,
+    g: RnnGeom,
+    proj: usize,
+    mut outs: Vec<TensorDesc>,
+    dtype: DType,
+) -> Result<Plan> {
+    if !p.lstm() {
+        return Err(Error::invalid(format!(
+            "operator {}: Projection is only supported for LSTM.",
+            call.name
+        )));
+    }
+    if proj > p.hidden {
+        return Err(Error::invalid(format!(
+            "operator {}: State size must be larger than projection size.",
+            call.name
+        )));
+    }
+    if call.training {
+        return Err(Error::invalid(format!(
+            "operator {}: No training support for LSTM with projection on CPU currently.",
+            call.name
+        )));
+    }
+    let visible = outs.len();
+    outs.push(TensorDesc::new(&[0], dtype));
+    Ok(Plan::new(outs, move |k| {
+        let n = k.outputs.len();
+        let (vis, _) = k.outputs.split_at_mut(n - 1);
+        let (y, states) = vis.split_at_mut(1);
+        let i = k.inputs;
+        with_real!(dtype, T => {
+            let mut st = states.iter_mut();
+            let hy = st.next().map(|t| t.slice_mut::<T>());
+            let cy = st.next().map(|t| t.slice_mut::<T>());
+            lstmp_forward::<T>(
+                &g,
+                proj,
+                i[0].slice::<T>(),
+                i[1].slice::<T>(),
+                i[2].slice::<T>(),
+                i[3].slice::<T>(),
+                y[0].slice_mut::<T>(),
+                hy,
+                cy,
             );
         });
         Ok(())
@@ -308,6 +447,12 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
 /// [d_statecell_output]])`: the gradients of the data, parameters, state and state cell.
 fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
     let p = parse_call(call)?;
+    if p.proj.is_some() {
+        return Err(Error::invalid(format!(
+            "operator {}: No training support for LSTM with projection on CPU currently.",
+            call.name
+        )));
+    }
     let nf = p.num_inputs();
     let want = nf + 1 + p.num_outputs();
     if call.inputs.len() != want {
@@ -320,7 +465,8 @@ fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
     let ins = call.inputs;
     let dtype = check_dtype(call, ins)?;
     let g = check_shapes(call, &p, &ins[..nf])?;
-    expect_shape(call, "reserve", &ins[nf].shape, &[g.reserve_size() as i64])?;
+    expect_shape(call, "reserve", &ins[nf].shape, &[p.reserve_len(&g) as i64])?;
+    let drop_len = p.drop_len(&g);
     let x = &ins[0].shape;
     expect_shape(
         call,
@@ -343,13 +489,14 @@ fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
             let cx = if lstm { Some(i[3].slice::<T>()) } else { None };
             let dhy = if so { Some(i[nf + 2].slice::<T>()) } else { None };
             let dcy = if so && lstm { Some(i[nf + 3].slice::<T>()) } else { None };
+            let (rs, mask) = i[nf].slice::<T>().split_at(g.reserve_size());
             backward::<T>(
                 &g,
                 i[0].slice::<T>(),
                 i[1].slice::<T>(),
                 i[2].slice::<T>(),
                 cx,
-                i[nf].slice::<T>(),
+                rs,
                 i[nf + 1].slice::<T>(),
                 dhy,
                 dcy,
@@ -359,6 +506,7 @@ fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
                     dhx: dhx[0].slice_mut::<T>(),
                     dcx: rest.first_mut().map(|t| t.slice_mut::<T>()),
                 },
+                (drop_len > 0).then_some(mask),
             );
         });
         Ok(())
@@ -410,18 +558,24 @@ fn shapes(p: &ParamList, ins: &[PartialShape]) -> Result<(Vec<PartialShape>, Vec
         return Ok((for_ins, Vec::new()));
     };
     let g = rp.geom(&x);
-    let state = rp.state_shape(&x);
+    let (state, cell) = (rp.state_shape(&x), rp.cell_shape(&x));
     if ins.len() > 1 {
-        for_ins[1] = Some(vec![g.param_size() as i64]);
+        for_ins[1] = Some(vec![rp.param_size(&g) as i64]);
     }
-    for s in for_ins.iter_mut().skip(2) {
-        *s = Some(state.clone());
+    if ins.len() > 2 {
+        for_ins[2] = Some(state.clone());
     }
-    let mut outs = vec![Some(vec![x[0], x[1], (rp.dirs * rp.hidden) as i64])];
-    for _ in 1..rp.num_outputs() {
-        outs.push(Some(state.clone()));
+    if ins.len() > 3 {
+        for_ins[3] = Some(cell.clone());
     }
-    outs.push(Some(vec![g.reserve_size() as i64]));
+    let mut outs = vec![Some(rp.output_shape(&x))];
+    if rp.num_outputs() > 1 {
+        outs.push(Some(state));
+    }
+    if rp.num_outputs() > 2 {
+        outs.push(Some(cell));
+    }
+    outs.push(Some(vec![rp.reserve_len(&g) as i64]));
     Ok((for_ins, outs))
 }
 

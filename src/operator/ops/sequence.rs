@@ -184,6 +184,7 @@ fn sequence_last_backward(call: &Call<'_>) -> Result<Plan> {
         input_ctx: call.input_ctx,
         training: call.training,
         state: None,
+        input_values: None,
     };
     let c = seq_call(&inner, true)?;
     let x = rest[0].clone();

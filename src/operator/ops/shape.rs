@@ -1331,15 +1331,15 @@ fn concat_shapes_of(
         return Ok((vec![None; ins.len()], Vec::new()));
     };
     let mut for_ins = vec![Some(shape.clone()); ins.len()];
-    // one input of unknown extent: the output's extent less the others'
-    if let [i] = missing[..]
-        && rnn_params
-        && out_extent > size
-    {
+    // one or two inputs of unknown extent (a bidirectional layer's two input weights): the
+    // output's extent less the others', shared equally, as MXNet's RNNParamConcatShape
+    if matches!(missing.len(), 1 | 2) && rnn_params && out_extent > size {
         let axis = axis_of(&shape)?;
         let mut s = shape.clone();
-        s[axis] = out_extent - size;
-        for_ins[i] = Some(s);
+        s[axis] = (out_extent - size) / missing.len() as i64;
+        for &i in &missing {
+            for_ins[i] = Some(s.clone());
+        }
     }
     if !unknown {
         let axis = axis_of(&shape)?;
