@@ -198,6 +198,8 @@ def det(d):
         "no_pad": dict(rand_pad_prob=1.0, max_pad_scale=1.04),
         "nearest": dict(inter_method=0, data_shape=(3, 28, 20)),
         "no_round": dict(round_batch=False),
+        "fit": dict(resize_mode="fit"),
+        "shrink": dict(resize_mode="shrink", data_shape=(3, 40, 40)),
     }
     for k, kw in runs.items():
         args = dict(common)
