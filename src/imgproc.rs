@@ -404,8 +404,12 @@ pub fn warp_affine(src: &Image, m: [f32; 6], dh: usize, dw: usize, interp: i64, 
     const INTER_BITS: i64 = 5;
     let nearest = interp == INTER_NEAREST;
     let round_delta = if nearest { 512 } else { 16 };
-    let adelta: Vec<i64> = (0..dw).map(|x| round(inv[0] * x as f64 * AB_SCALE)).collect();
-    let bdelta: Vec<i64> = (0..dw).map(|x| round(inv[3] * x as f64 * AB_SCALE)).collect();
+    let adelta: Vec<i64> = (0..dw)
+        .map(|x| round(inv[0] * x as f64 * AB_SCALE))
+        .collect();
+    let bdelta: Vec<i64> = (0..dw)
+        .map(|x| round(inv[3] * x as f64 * AB_SCALE))
+        .collect();
     let (sw, sh) = (src.w as i64, src.h as i64);
     let mut data = vec![fill; dh * dw * c];
     let px = |x: i64, y: i64, k: usize| -> i32 {
@@ -451,7 +455,12 @@ pub fn warp_affine(src: &Image, m: [f32; 6], dh: usize, dw: usize, interp: i64, 
             }
         }
     }
-    Image { h: dh, w: dw, c, data }
+    Image {
+        h: dh,
+        w: dw,
+        c,
+        data,
+    }
 }
 
 pub const BORDER_REPLICATE: i64 = 1;

@@ -147,7 +147,11 @@ impl Det {
                     v.len()
                 )));
             }
-            Ok(if v.len() == 1 && n > 1 { vec![v[0]; n as usize] } else { v })
+            Ok(if v.len() == 1 && n > 1 {
+                vec![v[0]; n as usize]
+            } else {
+                v
+            })
         };
         let mut samplers = Vec::new();
         if n > 0 {
@@ -304,7 +308,12 @@ impl Rect {
         let w = (self.x + self.w).min(o.x + o.w) - x1;
         let h = (self.y + self.h).min(o.y + o.h) - y1;
         if w <= 0.0 || h <= 0.0 {
-            Rect { x: 0.0, y: 0.0, w: 0.0, h: 0.0 }
+            Rect {
+                x: 0.0,
+                y: 0.0,
+                w: 0.0,
+                h: 0.0,
+            }
         } else {
             Rect { x: x1, y: y1, w, h }
         }
@@ -322,7 +331,12 @@ struct Object {
 
 impl Object {
     fn rect(&self) -> Rect {
-        Rect { x: self.v[1], y: self.v[2], w: self.v[3] - self.v[1], h: self.v[4] - self.v[2] }
+        Rect {
+            x: self.v[1],
+            y: self.v[2],
+            w: self.v[3] - self.v[1],
+            h: self.v[4] - self.v[2],
+        }
     }
     fn project(&self, b: &Rect) -> Object {
         let mut v = self.v.clone();
@@ -368,7 +382,10 @@ impl Label {
             .filter(|o| o[3] > o[1] && o[4] > o[2])
             .map(|o| Object { v: o.to_vec() })
             .collect();
-        Ok(Label { header: raw[..hw].to_vec(), objects })
+        Ok(Label {
+            header: raw[..hw].to_vec(),
+            objects,
+        })
     }
 
     fn to_vec(&self) -> Vec<f32> {
@@ -394,7 +411,11 @@ impl Label {
                 let gt = o.rect();
                 let inter = b.and(&gt).area();
                 if s.min_overlap > 0.0 || s.max_overlap < 1.0 {
-                    let iou = if inter <= 0.0 { 0.0 } else { inter / (b.area() + gt.area() - inter) };
+                    let iou = if inter <= 0.0 {
+                        0.0
+                    } else {
+                        inter / (b.area() + gt.area() - inter)
+                    };
                     if iou < s.min_overlap || iou > s.max_overlap {
                         return false;
                     }
@@ -464,7 +485,11 @@ fn resize_to(src: Image, h: usize, w: usize, d: &Det, r: &mut ChaCha8Rng) -> Res
 fn augment(d: &Det, mut res: Image, raw: &[f32], r: &mut ChaCha8Rng) -> Result<(Image, Vec<f32>)> {
     if d.resize > 0 {
         let s = d.resize as usize;
-        let (h, w) = if res.h > res.w { (s * res.h / res.w, s) } else { (s, s * res.w / res.h) };
+        let (h, w) = if res.h > res.w {
+            (s * res.h / res.w, s)
+        } else {
+            (s, s * res.w / res.h)
+        };
         res = resize_to(res, h, w, d, r)?;
     }
     let mut label = Label::parse(raw)?;
@@ -489,7 +514,12 @@ fn augment(d: &Det, mut res: Image, raw: &[f32], r: &mut ChaCha8Rng) -> Result<(
         if scale >= 1.05 {
             let x0 = uniform(r, 0.0, scale - 1.0);
             let y0 = uniform(r, 0.0, scale - 1.0);
-            let b = Rect { x: -x0, y: -y0, w: scale, h: scale };
+            let b = Rect {
+                x: -x0,
+                y: -y0,
+                w: scale,
+                h: scale,
+            };
             for o in &mut label.objects {
                 *o = o.project(&b);
             }
@@ -607,7 +637,9 @@ mod tests {
 
     #[test]
     fn labels_parse_and_crop_as_mxnet() {
-        let raw = [2.0, 5.0, 1.0, 0.1, 0.2, 0.5, 0.6, 2.0, 0.6, 0.6, 0.9, 0.9, 3.0, 0.5, 0.5, 0.4, 0.9];
+        let raw = [
+            2.0, 5.0, 1.0, 0.1, 0.2, 0.5, 0.6, 2.0, 0.6, 0.6, 0.9, 0.9, 3.0, 0.5, 0.5, 0.4, 0.9,
+        ];
         let mut l = Label::parse(&raw).unwrap();
         // the third object has right < left: dropped
         assert_eq!(l.objects.len(), 2);
@@ -624,7 +656,12 @@ mod tests {
             max_object_cov: 1.0,
             trials: 1,
         };
-        let b = Rect { x: 0.0, y: 0.0, w: 0.5, h: 0.5 };
+        let b = Rect {
+            x: 0.0,
+            y: 0.0,
+            w: 0.5,
+            h: 0.5,
+        };
         assert!(l.try_crop(&b, &s, None));
         // only the first object's centre (0.3, 0.4) is inside; it is clipped to the crop
         assert_eq!(l.to_vec(), vec![2.0, 5.0, 1.0, 0.2, 0.4, 1.0, 1.0]);
