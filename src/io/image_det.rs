@@ -10,10 +10,11 @@
 //! (or overlap, `crop_emit_mode`) leaves the crop dropped and the others clipped to it), and the
 //! final resize (`resize_mode` force, shrink or fit). A label row is
 //! `[channels, height, width, label length, label..., label_pad_value...]`, `label_pad_width + 4`
-//! wide; `label_pad_width` 0 takes the widest label in the file. The HSL and contrast
+//! wide; `label_pad_width` 0 takes the widest label in the file. Labels come from the record
+//! headers or, with `path_imglist`, from an image list by record id. The HSL and contrast
 //! augmenters and `mean_img` are refused by name.
 
-use super::image_rec::{cropped, int_in, inter_method, resized_with, unit};
+use super::image_rec::{c_number, cropped, int_in, inter_method, resized_with, unit};
 use super::params::Params;
 use crate::error::{Error, Result};
 use crate::imgproc::{self as img, Image};
@@ -65,6 +66,44 @@ pub struct Det {
     mean: [f32; 4],
     std: [f32; 4],
     scale: f32,
+    /// Labels by record id (`path_imglist`).
+    pub label_map: Option<std::sync::Arc<std::collections::HashMap<u64, Vec<f32>>>>,
+}
+
+/// A detection image list: per line an index, the labels (`label_width` of them, or with
+/// `label_width` -1 every field but the last, the image path) as C's `atof` reads them.
+fn read_imglist(path: &str, label_width: i64) -> Result<std::collections::HashMap<u64, Vec<f32>>> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::io(format!(
+            "ImageDetRecordIter: cannot read path_imglist {path}: {e}"
+        ))
+    })?;
+    let bad = |line: &str| Error::format(format!("Bad ImageList format: {path}: line {line:?}"));
+    let mut map = std::collections::HashMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let idx = c_number(fields[0]).max(0.0) as u64;
+        let labels: Vec<f32> = if label_width > 0 {
+            let w = label_width as usize;
+            if fields.len() < 1 + w {
+                return Err(bad(line));
+            }
+            fields[1..1 + w]
+                .iter()
+                .map(|f| c_number(f) as f32)
+                .collect()
+        } else {
+            if fields.len() < 2 {
+                return Err(bad(line));
+            }
+            fields[1..fields.len() - 1]
+                .iter()
+                .map(|f| c_number(f) as f32)
+                .collect()
+        };
+        map.insert(idx, labels);
+    }
+    Ok(map)
 }
 
 fn float(p: &Params, key: &str, default: f32) -> Result<f32> {
@@ -119,7 +158,7 @@ impl Det {
                 )));
             }
         }
-        for key in ["mean_img", "path_imglist"] {
+        for key in ["mean_img"] {
             if p.get(key).is_some_and(|v| !v.is_empty()) {
                 return Err(Error::not_supported(format!(
                     "parameter {key} of ImageDetRecordIter is not implemented by mxrt"
@@ -224,9 +263,17 @@ impl Det {
             }
         };
         let pad_width = p.int("label_pad_width", Some(0))?;
+        let label_width = p.int("label_width", Some(-1))?;
+        let imglist = p.string("path_imglist", Some(""))?;
+        let label_map = if imglist.is_empty() {
+            None
+        } else {
+            Some(std::sync::Arc::new(read_imglist(&imglist, label_width)?))
+        };
         Ok(Det {
+            label_map,
             shape: [shape[0] as usize, shape[1] as usize, shape[2] as usize],
-            label_width: p.int("label_width", Some(-1))?,
+            label_width,
             pad_width: pad_width.max(0) as usize,
             pad_value: float(p, "label_pad_value", -1.0)?,
             resize: p.int("resize", Some(-1))?,

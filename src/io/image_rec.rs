@@ -681,7 +681,7 @@ fn read_imglist(path: &str, label_width: usize) -> Result<std::collections::Hash
 }
 
 /// The number at the start of `s` as C's `atof` reads it (0 when there is none).
-fn c_number(s: &str) -> f64 {
+pub(super) fn c_number(s: &str) -> f64 {
     let end = s
         .char_indices()
         .take_while(|&(i, ch)| {
@@ -838,7 +838,7 @@ impl ImageRecordSource {
         };
         let mut aug = aug;
         let imglist = p.string("path_imglist", Some(""))?;
-        if !imglist.is_empty() {
+        if !imglist.is_empty() && det.is_none() {
             aug.label_map = Some(std::sync::Arc::new(read_imglist(&imglist, aug.label_width)?));
         }
         let [c, h, w] = aug.shape;
@@ -865,10 +865,15 @@ impl ImageRecordSource {
             ready: Default::default(),
         };
         if let Some(mut det) = det {
-            // MXNet reads the part once to find the widest label
+            // MXNet reads the part once to find the widest label (or takes the image list's)
             s.reader.seek(s.begin)?;
             let mut widest = 0;
-            while let Some(rec) = s.next_record()? {
+            if let Some(map) = &det.label_map {
+                widest = map.values().map(Vec::len).max().unwrap_or(0);
+            }
+            while det.label_map.is_none()
+                && let Some(rec) = s.next_record()?
+            {
                 let flag = if rec.len() >= 4 {
                     u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize
                 } else {
@@ -1027,6 +1032,16 @@ impl ImageRecordSource {
             let mut r = rng_for(i);
             let labels = match det {
                 None => instance(aug, rec, &mut r, &mut data)?,
+                Some(det) if det.label_map.is_some() => {
+                    let (id, bytes) = image_bytes(rec)?;
+                    let map = det.label_map.as_ref().expect("checked");
+                    let labels = map.get(&id).ok_or_else(|| {
+                        Error::invalid(format!(
+                            "ImageDetRecordIter: fail to find imagelabel for id {id}"
+                        ))
+                    })?;
+                    super::image_det::instance(det, labels, bytes, &mut r, &mut data)?
+                }
                 Some(det) => {
                     let flag = det.check_label_count(if rec.len() >= 4 {
                         u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize

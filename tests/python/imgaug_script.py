@@ -208,6 +208,21 @@ def det(d):
         facts[k] = [(l.tolist(), p) for (_, l, p) in ep]
         for b, (data, _, _) in enumerate(ep):
             out[f"{k}_{b}"] = data[:2] if k == "no_round" and b == 1 else data
+    # labels from an image list by record id: any width (-1) or a fixed one
+    lst = os.path.join(d, "det.lst")
+    with open(lst, "w") as f:
+        for i, o in enumerate(objs):
+            lab = det_label(o[:1], header=(float(i),))
+            f.write("\t".join([str(i)] + [f"{v:g}" for v in lab] + [f"img{i}.png"]) + "\n")
+    ep = first_epoch(mx.io.ImageDetRecordIter(path_imglist=lst, **common))
+    facts["imglist"] = [(l.tolist(), p) for (_, l, p) in ep]
+    lst8 = os.path.join(d, "det8.lst")
+    with open(lst8, "w") as f:
+        for i, o in enumerate(objs):
+            lab = det_label(o[:1], header=(float(i),))
+            f.write("\t".join([str(i)] + [f"{v:g}" for v in lab] + [f"img{i}.png"]) + "\n")
+    ep = first_epoch(mx.io.ImageDetRecordIter(path_imglist=lst8, label_width=8, **common))
+    facts["imglist_width"] = [(l.tolist(), p) for (_, l, p) in ep]
     # random crops and pads: boxes stay inside [0, 1] and keep their colour
     rand = {}
     for k, kw in {
