@@ -14,7 +14,10 @@
 //! illumination included). The affine augmenter (`max_rotate_angle`, `rotate`, `rotate_list`,
 //! `max_shear_ratio`, `min/max_random_scale`, `max_aspect_ratio`, `min/max_img_size`) warps
 //! after the resize and before `pad`, as OpenCV's `warpAffine` with a constant border of
-//! `fill_value`. Parameters for the HSL augmenters are refused by name.
+//! `fill_value`. `mean_img` is loaded (an MXNet NDArray file) or computed over the part and
+//! saved; `path_imglist` gives labels by record id. `ImageDetRecordIter` shares this source
+//! with its own augmenter and label rows ([`image_det`](super::image_det)). Parameters for the
+//! HSL augmenters are refused by name.
 
 use super::batch::{BatchLoader, DenseSource};
 use crate::imgproc::{self as img, Image};
