@@ -142,7 +142,7 @@ static void csv_iter(const char *dir) {
   EXPECT_ERROR(MXDataIterCreateIter(find_iter("ImageRecordIter"), 0, NULL, NULL, &it),
                "ImageRecordIter: Required parameter");
   EXPECT_ERROR(MXDataIterCreateIter(find_iter("ImageDetRecordIter"), 0, NULL, NULL, &it),
-               "ImageDetRecordIter: this data iterator is not implemented");
+               "ImageDetRecordIter: Required parameter batch_size");
 }
 
 int main(int argc, char **argv) {

@@ -377,6 +377,92 @@ pub fn resize<T: Pixel>(
 
 /// OpenCV's border types.
 pub const BORDER_CONSTANT: i64 = 0;
+/// OpenCV's `cv::warpAffine` of an 8-bit HWC image with a constant border of `fill`: `m` is the
+/// forward 2x3 matrix (source to destination, row-major, single precision as MXNet builds it),
+/// inverted in double precision; destination positions map to the source in OpenCV's fixed
+/// point (10 fractional bits, rounded to 1/32 of a pixel for bilinear), and bilinear taps
+/// use OpenCV's 15-bit integer weights. `interp` 0 is nearest, anything else bilinear (the
+/// caller resolves the other methods).
+pub fn warp_affine(src: &Image, m: [f32; 6], dh: usize, dw: usize, interp: i64, fill: u8) -> Image {
+    let c = src.c;
+    let mut inv = m.map(f64::from);
+    let d = inv[0] * inv[4] - inv[1] * inv[3];
+    let d = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let (a11, a22) = (inv[4] * d, inv[0] * d);
+    inv[0] = a11;
+    inv[1] *= -d;
+    inv[3] *= -d;
+    inv[4] = a22;
+    let b1 = -inv[0] * inv[2] - inv[1] * inv[5];
+    let b2 = -inv[3] * inv[2] - inv[4] * inv[5];
+    inv[2] = b1;
+    inv[5] = b2;
+    // cvRound: to nearest, ties to even, saturated
+    let round = |v: f64| v.round_ties_even().clamp(i32::MIN as f64, i32::MAX as f64) as i64;
+    const AB_BITS: i64 = 10;
+    const AB_SCALE: f64 = 1024.0;
+    const INTER_BITS: i64 = 5;
+    let nearest = interp == INTER_NEAREST;
+    let round_delta = if nearest { 512 } else { 16 };
+    let adelta: Vec<i64> = (0..dw)
+        .map(|x| round(inv[0] * x as f64 * AB_SCALE))
+        .collect();
+    let bdelta: Vec<i64> = (0..dw)
+        .map(|x| round(inv[3] * x as f64 * AB_SCALE))
+        .collect();
+    let (sw, sh) = (src.w as i64, src.h as i64);
+    let mut data = vec![fill; dh * dw * c];
+    let px = |x: i64, y: i64, k: usize| -> i32 {
+        if (0..sw).contains(&x) && (0..sh).contains(&y) {
+            src.data[((y * sw + x) as usize) * c + k] as i32
+        } else {
+            fill as i32
+        }
+    };
+    for y in 0..dh {
+        let x0 = round((inv[1] * y as f64 + inv[2]) * AB_SCALE) + round_delta;
+        let y0 = round((inv[4] * y as f64 + inv[5]) * AB_SCALE) + round_delta;
+        for x in 0..dw {
+            let out = &mut data[(y * dw + x) * c..(y * dw + x + 1) * c];
+            if nearest {
+                let sx = (x0 + adelta[x]) >> AB_BITS;
+                let sy = (y0 + bdelta[x]) >> AB_BITS;
+                if (0..sw).contains(&sx) && (0..sh).contains(&sy) {
+                    let at = ((sy * sw + sx) as usize) * c;
+                    out.copy_from_slice(&src.data[at..at + c]);
+                }
+                continue;
+            }
+            let xx = (x0 + adelta[x]) >> (AB_BITS - INTER_BITS);
+            let yy = (y0 + bdelta[x]) >> (AB_BITS - INTER_BITS);
+            let (sx, sy) = (xx >> INTER_BITS, yy >> INTER_BITS);
+            if sx >= sw || sx + 1 < 0 || sy >= sh || sy + 1 < 0 {
+                continue;
+            }
+            let (ax, ay) = ((xx & 31) as i32, (yy & 31) as i32);
+            let w = [
+                (32 - ax) * (32 - ay) * 32,
+                ax * (32 - ay) * 32,
+                (32 - ax) * ay * 32,
+                ax * ay * 32,
+            ];
+            for (k, o) in out.iter_mut().enumerate() {
+                let v = px(sx, sy, k) * w[0]
+                    + px(sx + 1, sy, k) * w[1]
+                    + px(sx, sy + 1, k) * w[2]
+                    + px(sx + 1, sy + 1, k) * w[3];
+                *o = ((v + (1 << 14)) >> 15).clamp(0, 255) as u8;
+            }
+        }
+    }
+    Image {
+        h: dh,
+        w: dw,
+        c,
+        data,
+    }
+}
+
 pub const BORDER_REPLICATE: i64 = 1;
 pub const BORDER_REFLECT: i64 = 2;
 pub const BORDER_WRAP: i64 = 3;

@@ -11,7 +11,13 @@
 //! `min_crop_size..max_crop_size`, otherwise a centre (or `rand_crop` random) crop of
 //! `data_shape` after enlarging a smaller image; then brightness, contrast and saturation,
 //! `pca_noise`, the mirror, and `(pixel - mean) * scale / std` (random contrast and
-//! illumination included). Parameters for the affine and HSL augmenters are refused by name.
+//! illumination included). The affine augmenter (`max_rotate_angle`, `rotate`, `rotate_list`,
+//! `max_shear_ratio`, `min/max_random_scale`, `max_aspect_ratio`, `min/max_img_size`) warps
+//! after the resize and before `pad`, as OpenCV's `warpAffine` with a constant border of
+//! `fill_value`. `mean_img` is loaded (an MXNet NDArray file) or computed over the part and
+//! saved; `path_imglist` gives labels by record id. `ImageDetRecordIter` shares this source
+//! with its own augmenter and label rows ([`image_det`](super::image_det)). Parameters for the
+//! HSL augmenters are refused by name.
 
 use super::batch::{BatchLoader, DenseSource};
 use crate::imgproc::{self as img, Image};
@@ -31,6 +37,16 @@ struct Aug {
     label_width: usize,
     resize: i64,
     interp: i64,
+    /// Whether the affine augmenter runs (any of its settings away from its default).
+    affine: bool,
+    max_rotate_angle: i64,
+    rotate: i64,
+    rotate_list: Vec<i64>,
+    max_shear: f32,
+    min_scale: f32,
+    max_scale: f32,
+    max_img: f32,
+    min_img: f32,
     pad: usize,
     fill_value: u8,
     rand_crop: bool,
@@ -52,6 +68,10 @@ struct Aug {
     scale: f32,
     max_random_contrast: f32,
     max_random_illumination: f32,
+    /// The mean image (`mean_img`), CHW, once loaded or computed.
+    mean_img: Option<std::sync::Arc<Vec<f32>>>,
+    /// Labels by record id (`path_imglist`).
+    label_map: Option<std::sync::Arc<std::collections::HashMap<u64, Vec<f32>>>>,
 }
 
 fn not_built(key: &str) -> Error {
@@ -75,27 +95,10 @@ impl Aug {
         }
         let f = |k: &str, d: f64| -> Result<f32> { Ok(float(p, k, d)? as f32) };
         // augmenters mxrt does not build: refused when asked for
-        for (key, default) in [
-            ("max_rotate_angle", 0.0),
-            ("max_shear_ratio", 0.0),
-            ("random_h", 0.0),
-            ("random_s", 0.0),
-            ("random_l", 0.0),
-        ] {
-            if f(key, default)? != default as f32 {
+        for key in ["random_h", "random_s", "random_l"] {
+            if f(key, 0.0)? != 0.0 {
                 return Err(not_built(key));
             }
-        }
-        if f("rotate", -1.0)? > 0.0 {
-            return Err(not_built("rotate"));
-        }
-        for key in ["rotate_list", "mean_img", "path_imglist"] {
-            if p.get(key).is_some_and(|v| !v.is_empty()) {
-                return Err(not_built(key));
-            }
-        }
-        if f("max_img_size", 1e10)? != 1e10 || f("min_img_size", 0.0)? != 0.0 {
-            return Err(not_built("max_img_size/min_img_size"));
         }
         let random_resized_crop = p.bool("random_resized_crop", false)?;
         let max_aspect = f("max_aspect_ratio", 0.0)?;
@@ -111,13 +114,20 @@ impl Aug {
             _ => (1.0 - max_aspect, 1.0 + max_aspect),
         };
         let (min_scale, max_scale) = (f("min_random_scale", 1.0)?, f("max_random_scale", 1.0)?);
-        if !random_resized_crop
-            && (min_ratio != 1.0 || max_ratio != 1.0 || min_scale != 1.0 || max_scale != 1.0)
-        {
-            return Err(not_built(
-                "max_aspect_ratio/min_random_scale/max_random_scale",
-            ));
-        }
+        let max_rotate_angle = p.int("max_rotate_angle", Some(0))?;
+        let rotate = p.int("rotate", Some(-1))?;
+        let rotate_list = p.get("rotate_list").map(rotate_list).unwrap_or_default();
+        let max_shear = f("max_shear_ratio", 0.0)?;
+        let (max_img, min_img) = (f("max_img_size", 1e10)?, f("min_img_size", 0.0)?);
+        let affine = max_rotate_angle > 0
+            || max_shear > 0.0
+            || rotate > 0
+            || !rotate_list.is_empty()
+            || max_scale != 1.0
+            || min_scale != 1.0
+            || (!random_resized_crop && (min_ratio != 1.0 || max_ratio != 1.0))
+            || max_img != 1e10
+            || min_img != 0.0;
         let rand_crop = p.bool("rand_crop", false)?;
         let (min_crop, max_crop) = (
             p.int("min_crop_size", Some(-1))?,
@@ -136,10 +146,22 @@ impl Aug {
             )));
         }
         let interp = p.int("inter_method", Some(1))?;
-        if interp != img::INTER_NEAREST && interp != img::INTER_LINEAR {
+        if !matches!(interp, 0..=4 | 9 | 10) {
+            return Err(Error::invalid(format!(
+                "invalid inter_method: valid value 0,1,2,3,9,10 (got {interp})"
+            )));
+        }
+        if affine && interp == img::INTER_NEAREST {
+            return Err(Error::invalid(
+                "invalid inter_method: valid value 0,1,2,3,9,10 (the affine augmenters take \
+                 1, 2, 3, 4, 9 or 10)",
+            ));
+        }
+        if interp == 2 || interp == 4 {
             return Err(Error::not_supported(format!(
-                "inter_method {interp} is not implemented by mxrt (0: nearest and 1: \
-                 bilinear are)"
+                "inter_method {interp} ({}) is not implemented by mxrt (0: nearest, 1: bilinear, \
+                 3: area for the affine warp, 9 and 10 where they choose those are)",
+                if interp == 2 { "bicubic" } else { "Lanczos" }
             )));
         }
         let fill = p.int("fill_value", Some(255))?;
@@ -151,6 +173,15 @@ impl Aug {
             label_width,
             resize: p.int("resize", Some(-1))?,
             interp,
+            affine,
+            max_rotate_angle,
+            rotate,
+            rotate_list,
+            max_shear,
+            min_scale,
+            max_scale,
+            max_img,
+            min_img,
             pad: pad.max(0) as usize,
             fill_value: fill.clamp(0, 255) as u8,
             rand_crop,
@@ -182,6 +213,8 @@ impl Aug {
             scale: f("scale", 1.0)?,
             max_random_contrast: f("max_random_contrast", 0.0)?,
             max_random_illumination: f("max_random_illumination", 0.0)?,
+            mean_img: None,
+            label_map: None,
         })
     }
 }
@@ -197,12 +230,115 @@ fn float(p: &Params, key: &str, default: f64) -> Result<f64> {
     }
 }
 
+/// `rotate_list` as MXNet reads it: comma-separated pieces, each through C's `atoi`.
+fn rotate_list(v: &str) -> Vec<i64> {
+    if v.is_empty() {
+        return Vec::new();
+    }
+    v.split(',')
+        .map(|piece| {
+            let t = piece.trim_start();
+            let (neg, digits) = match t.as_bytes().first() {
+                Some(b'-') => (true, &t[1..]),
+                Some(b'+') => (false, &t[1..]),
+                _ => (false, t),
+            };
+            let n: i64 = digits
+                .bytes()
+                .take_while(u8::is_ascii_digit)
+                .fold(0i64, |acc, d| acc.saturating_mul(10).saturating_add((d - b'0') as i64));
+            if neg { -n } else { n }
+        })
+        .collect()
+}
+
+/// MXNet's `GetInterMethod`: 9 picks bicubic to enlarge, area to shrink and bilinear
+/// otherwise; 10 a uniform choice of 0..=4.
+pub(super) fn inter_method(m: i64, ow: f32, oh: f32, nw: f32, nh: f32, r: &mut ChaCha8Rng) -> i64 {
+    match m {
+        9 if nw > ow && nh > oh => 2,
+        9 if nw < ow && nh < oh => 3,
+        9 => 1,
+        10 => int_in(r, 0, 4),
+        m => m,
+    }
+}
+
+fn inter_not_built(m: i64, what: &str) -> Error {
+    let name = match m {
+        2 => "bicubic",
+        3 => "area",
+        _ => "Lanczos",
+    };
+    Error::not_supported(format!(
+        "ImageRecordIter: inter_method {m} ({name}) for {what} is not implemented by mxrt"
+    ))
+}
+
+/// A resize with the method MXNet's augmenter resolves.
+fn resized_by(src: &Image, h: usize, w: usize, a: &Aug, r: &mut ChaCha8Rng) -> Result<Image> {
+    let m = inter_method(a.interp, src.w as f32, src.h as f32, w as f32, h as f32, r);
+    resized_with(src, h, w, m)
+}
+
+/// A resize with a resolved method (nearest and bilinear are built).
+pub(super) fn resized_with(src: &Image, h: usize, w: usize, m: i64) -> Result<Image> {
+    if m > 1 {
+        return Err(inter_not_built(m, "a resize"));
+    }
+    resized(src, h, w, m)
+}
+
+/// MXNet's affine augmenter: shear, rotation, scale and aspect ratio in one matrix, warped
+/// into `scale * size` clamped to `[min_img_size, max_img_size]` with a constant border.
+fn affine(a: &Aug, res: &Image, r: &mut ChaCha8Rng) -> Result<Image> {
+    let s = unit(r) * a.max_shear * 2.0 - a.max_shear;
+    let mut angle = int_in(r, -a.max_rotate_angle, a.max_rotate_angle);
+    if a.rotate > 0 {
+        angle = a.rotate;
+    }
+    if !a.rotate_list.is_empty() {
+        angle = a.rotate_list[int_in(r, 0, a.rotate_list.len() as i64 - 1) as usize];
+    }
+    let rad = angle as f64 / 180.0 * std::f64::consts::PI;
+    let (ca, sb) = (rad.cos() as f32, rad.sin() as f32);
+    let (mut scale, mut ratio) = (1.0f32, 1.0f32);
+    if !a.random_resized_crop {
+        scale = unit(r) * (a.max_scale - a.min_scale) + a.min_scale;
+        ratio = unit(r) * (a.max_ratio - a.min_ratio) + a.min_ratio;
+    }
+    let hs = 2.0 * scale / (1.0 + ratio);
+    let ws = ratio * hs;
+    let (cols, rows) = (res.w as f32, res.h as f32);
+    let nw = a.min_img.max(a.max_img.min(scale * cols));
+    let nh = a.min_img.max(a.max_img.min(scale * rows));
+    let m00 = hs * ca - s * sb * ws;
+    let m10 = -sb * ws;
+    let m01 = hs * sb + s * ca * ws;
+    let m11 = ca * ws;
+    let cw = m00 * cols + m01 * rows;
+    let ch = m10 * cols + m11 * rows;
+    let m = [m00, m01, (nw - cw) / 2.0, m10, m11, (nh - ch) / 2.0];
+    let method = inter_method(a.interp, cols, rows, nw, nh, r);
+    if method == 2 || method == 4 {
+        return Err(inter_not_built(method, "the affine warp"));
+    }
+    // cv::Size truncates the float sizes
+    let (w, h) = (nw as i64, nh as i64);
+    if w <= 0 || h <= 0 || w as usize > img::MAX_SIDE || h as usize > img::MAX_SIDE {
+        return Err(Error::invalid(format!(
+            "ImageRecordIter: the affine augmenter's output size {w}x{h} is out of range"
+        )));
+    }
+    Ok(img::warp_affine(res, m, h as usize, w as usize, method, a.fill_value))
+}
+
 /// A uniform float in `[0, 1)`.
-fn unit(r: &mut ChaCha8Rng) -> f32 {
+pub(super) fn unit(r: &mut ChaCha8Rng) -> f32 {
     (r.next_u32() >> 8) as f32 / (1u32 << 24) as f32
 }
 /// A uniform integer in `[lo, hi]`.
-fn int_in(r: &mut ChaCha8Rng, lo: i64, hi: i64) -> i64 {
+pub(super) fn int_in(r: &mut ChaCha8Rng, lo: i64, hi: i64) -> i64 {
     if hi <= lo {
         return lo;
     }
@@ -225,7 +361,7 @@ fn resized(src: &Image, h: usize, w: usize, interp: i64) -> Result<Image> {
     })
 }
 
-fn cropped(src: &Image, x: usize, y: usize, w: usize, h: usize) -> Image {
+pub(super) fn cropped(src: &Image, x: usize, y: usize, w: usize, h: usize) -> Image {
     let c = src.c;
     let mut data = Vec::with_capacity(h * w * c);
     for row in y..y + h {
@@ -260,7 +396,10 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
         } else {
             (s, s * res.w / res.h)
         };
-        res = resized(&res, h.max(1), w.max(1), a.interp)?;
+        res = resized_by(&res, h.max(1), w.max(1), a, r)?;
+    }
+    if a.affine {
+        res = affine(a, &res, r)?;
     }
     if a.pad > 0 {
         let p = a.pad;
@@ -294,7 +433,8 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
                 if ya >= 1 && xa >= 1 && ya <= res.h && xa <= res.w {
                     let y = int_in(r, 0, (res.h - ya) as i64) as usize;
                     let x = int_in(r, 0, (res.w - xa) as i64) as usize;
-                    res = resized(&cropped(&res, x, y, xa, ya), dh, dw, a.interp)?;
+                    let m = inter_method(a.interp, xa as f32, ya as f32, dw as f32, dh as f32, r);
+                    res = resized_with(&cropped(&res, x, y, xa, ya), dh, dw, m)?;
                     done = true;
                     break;
                 }
@@ -317,17 +457,20 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
             y /= 2;
             x /= 2;
         }
-        res = resized(&cropped(&res, x, y, size, size), dh, dw, a.interp)?;
+        let (sz, (fw, fh)) = (size as f32, (dw as f32, dh as f32));
+        let m = inter_method(a.interp, sz, sz, fw, fh, r);
+        res = resized_with(&cropped(&res, x, y, size, size), dh, dw, m)?;
         done = true;
     }
     if !done {
+        let m = inter_method(a.interp, res.w as f32, res.h as f32, dw as f32, dh as f32, r);
         if res.h < dh {
             let cols = (dh as f32 / res.h as f32 * res.w as f32) as usize;
-            res = resized(&res, dh, cols.max(1), a.interp)?;
+            res = resized_with(&res, dh, cols.max(1), m)?;
         }
         if res.w < dw {
             let rows = (dw as f32 / res.w as f32 * res.h as f32) as usize;
-            res = resized(&res, rows.max(1), dw, a.interp)?;
+            res = resized_with(&res, rows.max(1), dw, m)?;
         }
         if res.h < dh || res.w < dw {
             return Err(Error::invalid(
@@ -422,6 +565,7 @@ fn lay_out(a: &Aug, res: &Image, r: &mut ChaCha8Rng, out: &mut [u8]) {
     for k in 0..c {
         let src_k = if c == 3 { 2 - k } else { k };
         let mean_int = a.mean[k].round() as i32;
+        let mean_plane = a.mean_img.as_ref().map(|m| &m[k * plane..(k + 1) * plane]);
         for y in 0..h {
             let row = &res.data[y * w * c..(y + 1) * w * c];
             let px = row.iter().skip(src_k).step_by(c);
@@ -436,13 +580,18 @@ fn lay_out(a: &Aug, res: &Image, r: &mut ChaCha8Rng, out: &mut [u8]) {
                 DType::I8 => {
                     let o = &mut out[base..base + w];
                     for (x, &v) in px.enumerate() {
-                        o[col(x)] = ((v as i32 - mean_int).clamp(-128, 127) as i8) as u8;
+                        let m = match mean_plane {
+                            Some(mp) => mp[y * w + x].round() as i32,
+                            None => mean_int,
+                        };
+                        o[col(x)] = ((v as i32 - m).clamp(-128, 127) as i8) as u8;
                     }
                 }
                 _ => {
                     let o = &mut out[base * 4..(base + w) * 4];
                     let (m, mu, b) = (a.mean[k], mult[k], bias[k]);
                     for (x, &v) in px.enumerate() {
+                        let m = mean_plane.map_or(m, |mp| mp[y * w + x]);
                         let f = (v as f32 - m) * mu + b;
                         let at = col(x) * 4;
                         o[at..at + 4].copy_from_slice(&f.to_le_bytes());
@@ -493,9 +642,72 @@ fn unpack(rec: &[u8], label_width: usize) -> Result<(Vec<f32>, &[u8])> {
     Ok((labels, &rec[end..]))
 }
 
+/// A record's id (the header's first image id) and its image bytes, past any header labels.
+fn image_bytes(rec: &[u8]) -> Result<(u64, &[u8])> {
+    if rec.len() < 24 {
+        return Err(Error::format(format!(
+            "ImageRecordIter: a record of {} bytes is shorter than its 24-byte header",
+            rec.len()
+        )));
+    }
+    let flag = u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize;
+    let id = u64::from_le_bytes(rec[8..16].try_into().expect("8 bytes"));
+    let end = 24usize.saturating_add(flag.saturating_mul(4));
+    if rec.len() < end {
+        return Err(Error::format(format!(
+            "ImageRecordIter: a record of {} bytes is too short for its {flag} labels",
+            rec.len()
+        )));
+    }
+    Ok((id, &rec[end..]))
+}
+
+/// An image list (`.lst`): per line an index, then `label_width` labels (MXNet reads them with
+/// `atol`/`atof` after whitespace; what follows, the image path, is ignored).
+fn read_imglist(path: &str, label_width: usize) -> Result<std::collections::HashMap<u64, Vec<f32>>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::io(format!("ImageRecordIter: cannot read path_imglist {path}: {e}")))?;
+    let mut map = std::collections::HashMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut fields = line.split_whitespace();
+        let idx = fields.next().map(c_number).unwrap_or(0.0);
+        let mut labels = Vec::with_capacity(label_width);
+        for _ in 0..label_width {
+            let v = fields.next().ok_or_else(|| {
+                Error::format(format!("Bad ImageList format: {path}: line {line:?}"))
+            })?;
+            labels.push(c_number(v) as f32);
+        }
+        map.insert(idx.max(0.0) as u64, labels);
+    }
+    Ok(map)
+}
+
+/// The number at the start of `s` as C's `atof` reads it (0 when there is none).
+pub(super) fn c_number(s: &str) -> f64 {
+    let end = s
+        .char_indices()
+        .take_while(|&(i, ch)| {
+            ch.is_ascii_digit() || ch == '.' || ((ch == '-' || ch == '+') && i == 0) || ch == 'e'
+        })
+        .map(|(i, ch)| i + ch.len_utf8())
+        .last()
+        .unwrap_or(0);
+    (1..=end).rev().find_map(|k| s[..k].parse::<f64>().ok()).unwrap_or(0.0)
+}
+
 /// One record made into one instance: data bytes and labels.
 fn instance(a: &Aug, rec: &[u8], r: &mut ChaCha8Rng, data: &mut [u8]) -> Result<Vec<f32>> {
-    let (labels, bytes) = unpack(rec, a.label_width)?;
+    let (labels, bytes) = match &a.label_map {
+        None => unpack(rec, a.label_width)?,
+        Some(map) => {
+            let (id, bytes) = image_bytes(rec)?;
+            let labels = map.get(&id).cloned().ok_or_else(|| {
+                Error::invalid(format!("ImageRecordIter: fail to find imagelabel for id {id}"))
+            })?;
+            (labels, bytes)
+        }
+    };
     let flag = if a.shape[0] == 1 { 0 } else { 1 };
     let im = img::decode(bytes, flag, false)
         .map_err(|e| Error::invalid(format!("ImageRecordIter: {}", e.message())))?;
@@ -525,6 +737,8 @@ pub struct ImageRecordSource {
     data_shape: Vec<i64>,
     label_shape: Vec<i64>,
     unit: usize,
+    /// `ImageDetRecordIter`'s augmenter, labels and normaliser.
+    det: Option<std::sync::Arc<super::image_det::Det>>,
     /// Prepared instances not yet handed out, in order.
     ready: std::collections::VecDeque<(Vec<u8>, Vec<f32>)>,
 }
@@ -565,7 +779,20 @@ fn record_start_from(path: &str, from: u64, len: u64) -> Result<u64> {
 
 impl ImageRecordSource {
     pub fn new(p: &Params, dtype: DType, batch_size: usize) -> Result<Self> {
-        let aug = Aug::new(p, dtype)?;
+        Self::with_det(p, dtype, batch_size, None)
+    }
+
+    fn with_det(
+        p: &Params,
+        dtype: DType,
+        batch_size: usize,
+        det: Option<super::image_det::Det>,
+    ) -> Result<Self> {
+        let aug = match det {
+            // the detection iterator's own label_width (-1: any) and augmenter settings
+            Some(_) => Aug::new(&p.without(&["label_width", "inter_method", "fill_value"]), dtype)?,
+            None => Aug::new(p, dtype)?,
+        };
         let path = p.string("path_imgrec", Some(""))?;
         if path.is_empty() {
             return Err(Error::invalid(format!("path_imgrec is required")));
@@ -612,6 +839,11 @@ impl ImageRecordSource {
             None | Some("None") => None,
             Some(_) => Some(p.int("seed_aug", None)? as u64),
         };
+        let mut aug = aug;
+        let imglist = p.string("path_imglist", Some(""))?;
+        if !imglist.is_empty() && det.is_none() {
+            aug.label_map = Some(std::sync::Arc::new(read_imglist(&imglist, aug.label_width)?));
+        }
         let [c, h, w] = aug.shape;
         let unit = c * h * w * dtype.size();
         let label_shape = vec![aug.label_width as i64];
@@ -632,10 +864,105 @@ impl ImageRecordSource {
             data_shape: vec![c as i64, h as i64, w as i64],
             label_shape,
             unit,
+            det: None,
             ready: Default::default(),
         };
+        if let Some(mut det) = det {
+            // MXNet reads the part once to find the widest label (or takes the image list's)
+            s.reader.seek(s.begin)?;
+            let mut widest = 0;
+            if let Some(map) = &det.label_map {
+                widest = map.values().map(Vec::len).max().unwrap_or(0);
+            }
+            while det.label_map.is_none()
+                && let Some(rec) = s.next_record()?
+            {
+                let flag = if rec.len() >= 4 {
+                    u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize
+                } else {
+                    0
+                };
+                widest = widest.max(det.check_label_count(flag)?);
+            }
+            det.settle_pad_width(widest)?;
+            s.label_shape = vec![det.pad_width as i64 + 4];
+            s.det = Some(std::sync::Arc::new(det));
+        }
         s.start_epoch()?;
+        let mean_img = p.string("mean_img", Some(""))?;
+        if !mean_img.is_empty() && dtype != DType::U8 {
+            s.aug.mean_img = Some(std::sync::Arc::new(s.mean_image(&mean_img)?));
+            s.start_epoch()?;
+        }
         Ok(s)
+    }
+
+    /// The mean image of `path`: loaded when the file exists (an MXNet NDArray list of one
+    /// float32 `(c, h, w)` array), else the mean of the part's augmented float32 instances
+    /// (normalised by `mean_*`, `std_*` and `scale` as MXNet computes it), saved there.
+    fn mean_image(&mut self, path: &str) -> Result<Vec<f32>> {
+        use crate::ndarray::format::{self, NpShape, RecordRef};
+        let [c, h, w] = self.aug.shape;
+        let shape = [c as i64, h as i64, w as i64];
+        if let Ok(bytes) = std::fs::read(path) {
+            let (recs, _) = format::read_list(&bytes, NpShape::Off)
+                .map_err(|e| e.context(format_args!("mean_img {path}")))?;
+            if recs.len() != 1 {
+                return Err(Error::invalid(format!(
+                    "Invalid mean image file format: {path} holds {} arrays, not 1",
+                    recs.len()
+                )));
+            }
+            let r = &recs[0];
+            if r.dtype != DType::F32 || r.shape.as_deref() != Some(&shape[..]) {
+                return Err(Error::invalid(format!(
+                    "mean_img {path}: a {} array of shape {:?}, not float32 {shape:?} as \
+                     data_shape",
+                    r.dtype.name(),
+                    r.shape
+                )));
+            }
+            return Ok(r
+                .data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect());
+        }
+        // computed on float32 instances whatever the output type
+        let dtype = std::mem::replace(&mut self.aug.dtype, DType::F32);
+        let unit = std::mem::replace(&mut self.unit, c * h * w * 4);
+        let mut sum = vec![0f32; c * h * w];
+        let mut n = 0usize;
+        let computed = loop {
+            if self.ready.is_empty() {
+                if let Err(e) = self.fill() {
+                    break Err(e);
+                }
+            }
+            let Some((d, _)) = self.ready.pop_front() else {
+                break Ok(());
+            };
+            for (acc, b) in sum.iter_mut().zip(d.chunks_exact(4)) {
+                *acc += f32::from_le_bytes(b.try_into().expect("4 bytes"));
+            }
+            n += 1;
+        };
+        self.aug.dtype = dtype;
+        self.unit = unit;
+        computed?;
+        let inv = 1.0f32 / n as f32;
+        sum.iter_mut().for_each(|v| *v *= inv);
+        let bytes: Vec<u8> = sum.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut out = Vec::new();
+        format::write_list(
+            &mut out,
+            &[RecordRef::dense(&shape, DType::F32, &bytes)],
+            &["mean_img"],
+            NpShape::Off,
+        )?;
+        std::fs::write(path, out)
+            .map_err(|e| Error::io(format!("cannot write mean_img {path}: {e}")))?;
+        Ok(sum)
     }
 
     fn start_epoch(&mut self) -> Result<()> {
@@ -690,7 +1017,7 @@ impl ImageRecordSource {
         }
         let first = self.serial;
         self.serial += recs.len() as u64;
-        let (aug, unit) = (&self.aug, self.unit);
+        let (aug, unit, det) = (&self.aug, self.unit, self.det.as_deref());
         let (seed, seed_aug, epoch) = (self.seed, self.seed_aug, self.epoch);
         let rng_for = |i: usize| -> ChaCha8Rng {
             let idx = first + i as u64;
@@ -706,7 +1033,28 @@ impl ImageRecordSource {
         let work = |i: usize, rec: &[u8]| -> Result<(Vec<u8>, Vec<f32>)> {
             let mut data = vec![0u8; unit];
             let mut r = rng_for(i);
-            let labels = instance(aug, rec, &mut r, &mut data)?;
+            let labels = match det {
+                None => instance(aug, rec, &mut r, &mut data)?,
+                Some(det) if det.label_map.is_some() => {
+                    let (id, bytes) = image_bytes(rec)?;
+                    let map = det.label_map.as_ref().expect("checked");
+                    let labels = map.get(&id).ok_or_else(|| {
+                        Error::invalid(format!(
+                            "ImageDetRecordIter: fail to find imagelabel for id {id}"
+                        ))
+                    })?;
+                    super::image_det::instance(det, labels, bytes, &mut r, &mut data)?
+                }
+                Some(det) => {
+                    let flag = det.check_label_count(if rec.len() >= 4 {
+                        u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize
+                    } else {
+                        0
+                    })?;
+                    let (labels, bytes) = unpack(rec, flag)?;
+                    super::image_det::instance(det, &labels, bytes, &mut r, &mut data)?
+                }
+            };
             Ok((data, labels))
         };
         let threads = self.threads.min(recs.len()).max(1);
@@ -768,7 +1116,8 @@ impl DenseSource for ImageRecordSource {
 
 /// The names MXNet registers for the image record iterators, with the data dtype each gives by
 /// default.
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 7] = [
+    "ImageDetRecordIter",
     "ImageRecordIter",
     "ImageRecordIter_v1",
     "ImageRecordUInt8Iter",
@@ -779,6 +1128,13 @@ pub const NAMES: [&str; 6] = [
 
 /// The iterator MXNet registers as `name`.
 pub fn loader(p: &Params, name: &str) -> Result<BatchLoader<ImageRecordSource>> {
+    if name == "ImageDetRecordIter" {
+        let batch_size = p.int_at_least("batch_size", None, 1)? as usize;
+        let round_batch = p.bool("round_batch", true)?;
+        let det = super::image_det::Det::new(p)?;
+        let src = ImageRecordSource::with_det(p, DType::F32, batch_size, Some(det))?;
+        return BatchLoader::new(src, batch_size, round_batch);
+    }
     let dtype = match name {
         "ImageRecordUInt8Iter" | "ImageRecordUInt8Iter_v1" => DType::U8,
         "ImageRecordInt8Iter" | "ImageRecordInt8Iter_v1" => DType::I8,

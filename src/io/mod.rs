@@ -5,11 +5,12 @@
 //! [`Prefetcher`](prefetch::Prefetcher) thread that keeps `prefetch_buffer` batches ready. Each
 //! batch is a fresh set of NDArrays on `cpu(0)`, so arrays the caller keeps are never
 //! overwritten. `ImageRecordIter` and its `uint8`/`int8` variants ([`image_rec`]) decode and
-//! augment images on their own threads; `ImageDetRecordIter` is listed but not built: creating
-//! one is an error naming it.
+//! augment images on their own threads, `ImageDetRecordIter` ([`image_det`]) detection records
+//! with their boxes.
 
 pub mod batch;
 pub mod csv;
+pub mod image_det;
 pub mod image_rec;
 pub mod libsvm;
 pub mod mnist;
@@ -31,7 +32,7 @@ pub struct DataIter {
 }
 
 /// The iterators mxrt builds, by MXNet's name.
-pub const BUILT: [&str; 9] = [
+pub const BUILT: [&str; 10] = [
     "MNISTIter",
     "CSVIter",
     "LibSVMIter",
@@ -41,6 +42,7 @@ pub const BUILT: [&str; 9] = [
     "ImageRecordUInt8Iter_v1",
     "ImageRecordInt8Iter",
     "ImageRecordInt8Iter_v1",
+    "ImageDetRecordIter",
 ];
 
 impl DataIter {

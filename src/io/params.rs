@@ -31,6 +31,15 @@ impl Params {
         }
     }
 
+    /// These arguments without `names`.
+    pub fn without(&self, names: &[&str]) -> Params {
+        let mut values = self.values.clone();
+        for n in names {
+            values.remove(*n);
+        }
+        Params { values }
+    }
+
     pub fn get(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(|s| s.trim())
     }
