@@ -893,7 +893,8 @@ fn align_samples(
                     let xx = q.r(q.r(sw + q.r(px as f64 * bw))
                         + q.r(q.r((ix as f64 + 0.5) * bw) / gw as f64));
                     let (mut y, mut x) = (yy, xx);
-                    if y < -1.0 || y > h as f64 || x < -1.0 || x > w as f64 {
+                    // An empty plane has no pixel to sample: the cell stays zero.
+                    if h == 0 || w == 0 || y < -1.0 || y > h as f64 || x < -1.0 || x > w as f64 {
                         continue;
                     }
                     y = y.max(0.0);
