@@ -29,9 +29,9 @@ def test_forward_and_gradients_match_mxnet(name):
     assert "error" not in got, f"mxrt fails: {got['error']}"
     assert got["dtypes"] == real["dtypes"]
     assert len(got["out"]) == len(real["out"])
-    # MXNet computes float32 in float32, mxrt in float64; in float64 the digamma functions differ
-    # in the last digits
-    rtol, atol = (2e-4, 1e-5) if name.endswith("float32") else (1e-7, 1e-10)
+    # MXNet computes float32 in float32, mxrt in float64; in float64 MXNet's digamma (gamma,
+    # dirichlet and negative binomial gradients) takes a float32 logarithm
+    rtol, atol = (2e-4, 1e-5) if name.endswith("float32") else (1e-6, 2e-6)
     for i, (a, b) in enumerate(zip(got["out"], real["out"])):
         assert close(a, b, rtol, atol), f"output {i}: {a} vs MXNet's {b}"
     assert len(got["grads"]) == len(real["grads"])
