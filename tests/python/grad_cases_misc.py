@@ -13,6 +13,9 @@ zero_grad("unravel_index", ["_unravel_index"], [np.array([22.0, 41.0, 3.0])])(
     lambda i: nd.unravel_index(i, shape=(7, 6)))
 grad("scatter_nd", ["scatter_nd"], [rand(3, 2, seed=4), (np.array([[0, 2, 3], [1, 0, 2]], dtype=np.int32), False)])(
     lambda d, i: nd.scatter_nd(d, i, shape=(4, 3, 2)) * 2)
+grad("backward_gather_nd", ["_backward_gather_nd"],
+     [rand(3, 2, seed=24), (np.array([[0, 2, 0], [1, 0, 1]], dtype=np.int32), False)])(
+    lambda d, i: nd._internal._backward_gather_nd(d, i, shape=(4, 3, 2)) * 2)
 nondiff("all_finite", ["all_finite"], [rand(2, 3, seed=5)])(lambda x: nd.all_finite(x))
 nondiff("multi_all_finite", ["multi_all_finite"], [rand(2, 3, seed=6), rand(4, seed=7)])(
     lambda a, b: nd.multi_all_finite(a, b, num_arrays=2))

@@ -125,6 +125,10 @@ case("scatter_nd_partial", lambda d, i: nd.scatter_nd(d, i, shape=(4, 3)),
      [rand(2, 3, seed=11), np.array([[3, 1]], dtype=np.int64)], needs=[True, False])
 case("scatter_nd_2d_index", lambda d, i: nd.scatter_nd(d, i, shape=(3, 5)),
      [rand(2, 2, seed=12), np.array([[[0, 2], [1, 0]], [[4, 0], [3, 2]]], dtype=np.int32)], needs=[True, False])
+case("backward_gather_nd_repeats", lambda d, i: nd._internal._backward_gather_nd(d, i, shape=(2, 2)),
+     [np.array([2.0, 3.0, 0.5]), np.array([[1, 1, 0], [1, 1, 0]], dtype=np.int32)], needs=[True, False])
+case("backward_gather_nd_slices", lambda d, i: nd._internal._backward_gather_nd(d, i, shape=(3, 4)),
+     [rand(4, 4, seed=13), np.array([[2, 0, 2, 1]], dtype=np.int64)], needs=[True, False])
 error("scatter_nd_shape", lambda: nd.scatter_nd(nd.ones((3,)), nd.array([[0, 1]]), shape=(2, 2)))
 error("scatter_nd_index_ndim", lambda: nd.scatter_nd(nd.ones((2,)), nd.array([0, 1]), shape=(2,)))
 error("scatter_nd_too_many", lambda: nd.scatter_nd(nd.ones((2,)), nd.array([[0, 1], [0, 1], [0, 1]]), shape=(2, 2)))
