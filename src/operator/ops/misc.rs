@@ -309,8 +309,13 @@ fn unravel(call: &Call<'_>) -> Result<Plan> {
 // scatter_nd
 
 /// `scatter_nd(data, indices; shape)`: zeros of `shape` with `data`'s slices written where
-/// `indices` (shape `(M, Y...)`) point.
+/// `indices` (shape `(M, Y...)`) point; `_backward_gather_nd` (`accumulate`) adds them, so
+/// repeated indices sum.
 fn scatter_nd(call: &Call<'_>) -> Result<Plan> {
+    scatter(call, false)
+}
+
+fn scatter(call: &Call<'_>, accumulate: bool) -> Result<Plan> {
     let ins = inputs(call, 2)?;
     let (data, idx) = (&ins[0], &ins[1]);
     let oshape = call.params.required("shape", param::shape, "a shape")?;
@@ -365,8 +370,13 @@ fn scatter_nd(call: &Call<'_>) -> Result<Plan> {
                     }
                     flat = flat * n as usize + i as usize;
                 }
-                out[flat * inner..(flat + 1) * inner]
-                    .copy_from_slice(&vals[j * inner..(j + 1) * inner]);
+                let dst = &mut out[flat * inner..(flat + 1) * inner];
+                let src = &vals[j * inner..(j + 1) * inner];
+                if accumulate {
+                    dst.iter_mut().zip(src).for_each(|(d, v)| *d += v);
+                } else {
+                    dst.copy_from_slice(src);
+                }
             }
             write(&mut k.outputs[0], &out);
             Ok(())
@@ -666,6 +676,19 @@ pub(crate) fn register(t: &mut Entries) {
     t.def("_ravel_multi_index", &ravel).zero_grad();
     t.def("_unravel_index", &unravel).zero_grad();
     t.def("scatter_nd", &scatter_nd)
+        .dtype_rule(TypeRule::Outputs(|_, ins| {
+            vec![ins.first().copied().flatten()]
+        }))
+        .grad(|g| {
+            let d = g.op("gather_nd", &[g.dy(0), g.x(1)], &[])?;
+            let di = if g.needs(1) {
+                Some(g.zeros_like(g.x(1))?)
+            } else {
+                None
+            };
+            Ok(vec![Some(d), di])
+        });
+    t.def("_backward_gather_nd", &|c: &Call<'_>| scatter(c, true))
         .dtype_rule(TypeRule::Outputs(|_, ins| {
             vec![ins.first().copied().flatten()]
         }))
