@@ -429,6 +429,15 @@ fn type_step(n: &NodeRef, slots: &mut Slots<DType>) -> Result<bool> {
                 }
             }
         }
+        TypeRule::Outputs(f) => {
+            let ins: Vec<Option<DType>> =
+                d.inputs.iter().map(|e| slots.get(&e.node, e.index)).collect();
+            for (o, t) in f(&params, &ins).into_iter().enumerate() {
+                if let (Some(t), Some(slot)) = (t, slots.values[me].get_mut(o)) {
+                    changed |= set_type(slot, t, &d.name)?;
+                }
+            }
+        }
     }
     Ok(changed)
 }

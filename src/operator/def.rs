@@ -330,6 +330,9 @@ pub enum TypeRule {
     Same,
     /// Outputs of this dtype (from the parameters); inputs unconstrained.
     Fixed(fn(&ParamList) -> Option<crate::dtype::DType>),
+    /// Each output's dtype from the parameters and the inputs' dtypes as far as known (`None`
+    /// where the rule has nothing to say); inputs unconstrained.
+    Outputs(fn(&ParamList, &[Option<crate::dtype::DType>]) -> Vec<Option<crate::dtype::DType>>),
 }
 
 /// The attribute (key, value) a variable composed into input `i` gets, if any.

@@ -7,6 +7,7 @@ pub mod conv;
 pub mod creation;
 pub mod embed;
 pub mod grad;
+pub mod im2col;
 pub mod image;
 pub mod index;
 pub mod la;
@@ -15,11 +16,13 @@ pub mod lars;
 pub mod legacy;
 pub mod linalg;
 pub mod loss;
+pub mod misc;
 pub mod nn;
 pub mod nn_misc;
 pub mod norm;
 pub mod optimizer;
 pub mod pad;
+pub mod pdf;
 pub mod pool;
 pub mod random;
 pub mod reduce;
@@ -65,6 +68,9 @@ pub fn register_all(t: &mut Entries) {
     contrib::register(t);
     image::register(t);
     spatial::register(t);
+    misc::register(t);
+    im2col::register(t);
+    pdf::register(t);
     super::custom::register(t);
 }
 

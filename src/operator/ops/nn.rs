@@ -583,8 +583,73 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
     .mutating(if fix_gamma { &[1] } else { &[] }))
 }
 
+/// `BatchNorm_v1(data, gamma, beta, moving_mean, moving_var)`: BatchNorm's math on axis 1 of
+/// 2-D or 4-D float32 data with v1's parameters (`eps`, `momentum`, `fix_gamma`,
+/// `use_global_stats`, `output_mean_var`); its mean and var outputs (hidden unless
+/// `output_mean_var`) are the statistics used, the variance itself where BatchNorm gives the
+/// inverse standard deviation.
+fn batch_norm_v1(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 5)?;
+    if ins.iter().any(|t| t.dtype != DType::F32) {
+        return Err(Error::invalid(format!(
+            "operator {}: takes float32 arrays only (data is {})",
+            call.name,
+            ins[0].dtype.name()
+        )));
+    }
+    if !matches!(ins[0].shape.len(), 2 | 4) {
+        return Err(Error::invalid(format!(
+            "operator {}: data must be 2-D or 4-D, got shape {:?}",
+            call.name,
+            &ins[0].shape[..]
+        )));
+    }
+    let p = call.params;
+    let eps = p.or("eps", param::float, "a number", 1e-3)?;
+    let momentum = p.or("momentum", param::float, "a number", 0.9)?;
+    let fix_gamma = p.or("fix_gamma", param::boolean, "a boolean", true)?;
+    let global = p.or("use_global_stats", param::boolean, "a boolean", false)?;
+    let mean_var = p.or("output_mean_var", param::boolean, "a boolean", false)?;
+    let (e, m) = (eps.to_string(), momentum.to_string());
+    let b = |v: bool| if v { "True" } else { "False" };
+    let pairs = vec![
+        ("eps", e.as_str()),
+        ("momentum", m.as_str()),
+        ("fix_gamma", b(fix_gamma)),
+        ("use_global_stats", b(global)),
+        ("output_mean_var", "True"),
+    ];
+    let params = param::Params::new(call.name, pairs)?;
+    let inner = Call { params: &params, given_outputs: None, ..*call };
+    let mut plan = batch_norm(&inner)?;
+    let kernel = std::mem::replace(&mut plan.kernel, Box::new(|_| Ok(())));
+    plan.kernel = Box::new(move |k| {
+        kernel(k)?;
+        // the inverse standard deviation BatchNorm gives, as the variance
+        for v in k.outputs[2].slice_mut::<f32>() {
+            *v = (1.0 / (*v as f64 * *v as f64) - eps) as f32;
+        }
+        Ok(())
+    });
+    Ok(plan.with_visible(if mean_var { 3 } else { 1 }))
+}
+
 pub(crate) fn register(t: &mut Entries) {
     t.push(("BatchNorm", &batch_norm))
+        .grad(batch_norm_grad)
+        .signature(|p| {
+            let visible = if param_flag(p, "output_mean_var", false)? { 3 } else { 1 };
+            Ok(Signature::simple(&["data", "gamma", "beta", "moving_mean", "moving_var"])
+                .named_outputs(&["output", "mean", "var"], visible)
+                .mutating(&[3, 4]))
+        })
+        .shape_rule(ShapeRule::Rule(batch_norm_shapes))
+        .input_var_attr(|i| match i {
+            3 => Some(("__init__", "[\"zero\", {}]")),
+            4 => Some(("__init__", "[\"one\", {}]")),
+            _ => None,
+        });
+    t.push(("BatchNorm_v1", &batch_norm_v1))
         .grad(batch_norm_grad)
         .signature(|p| {
             let visible = if param_flag(p, "output_mean_var", false)? { 3 } else { 1 };
