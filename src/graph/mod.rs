@@ -147,9 +147,24 @@ pub fn op_params(attrs: &BTreeMap<String, String>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The most inputs or outputs a node may declare through a count parameter (`num_args`,
+/// `num_outputs`): each costs a name and a slot in every walk, so a count from a damaged
+/// graph file must not size them unchecked.
+pub const MAX_ARITY: usize = 1 << 16;
+
 /// Op `def`'s signature for `params`: its definition's, or MXNet's table's array arguments as
 /// inputs and one output.
 pub fn signature(def: &'static OpDef, params: &[(String, String)]) -> Result<Signature> {
+    for (k, v) in params {
+        if matches!(k.as_str(), "num_args" | "num_outputs")
+            && v.trim().parse::<i128>().is_ok_and(|n| n > MAX_ARITY as i128)
+        {
+            return Err(Error::invalid(format!(
+                "operator {}: {k} = {v} is more than the {MAX_ARITY} mxrt's graphs allow",
+                def.name
+            )));
+        }
+    }
     if let Some(f) = def.graph.signature {
         return f(params).map_err(|e| Error::invalid(format!("operator {}: {e}", def.name)));
     }
