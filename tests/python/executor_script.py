@@ -418,7 +418,6 @@ def partial_shapes():
     x, y = sym.var("x"), sym.var("y")
     res = {}
     res["dot"] = sym.dot(x, y).infer_shape_partial(x=(0, 3, 4), y=(4, 5))[1]
-    res["batch_dot"] = sym.batch_dot(x, y).infer_shape_partial(x=(0, 3, 4), y=(0, 4, 5))[1]
     res["transpose"] = sym.transpose(x, axes=(0, 2, 3, 1)).infer_shape_partial(x=(0, 3, 8, 8))[1]
     res["where"] = sym.where(sym.var("c"), x, y).infer_shape_partial(c=(0, 2), x=(0, 2), y=(0, 2))[1]
     res["unknown"] = sym.sin(x).infer_shape_partial()[:2]
