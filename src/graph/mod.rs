@@ -40,6 +40,25 @@ pub struct Node {
     data: RwLock<NodeData>,
 }
 
+/// Dropping a graph drops its nodes one at a time from a list rather than each input from
+/// its reader's drop, so a long chain of nodes (a graph loaded from a file of any depth)
+/// cannot exhaust the stack.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let d = self.data.get_mut();
+        let mut pending: Vec<NodeRef> = d.inputs.drain(..).map(|e| e.node).collect();
+        pending.append(&mut d.control_deps);
+        while let Some(n) = pending.pop() {
+            // the last owner empties the node before it goes, so its own drop finds no inputs
+            if let Ok(mut node) = Arc::try_unwrap(n) {
+                let d = node.data.get_mut();
+                pending.extend(d.inputs.drain(..).map(|e| e.node));
+                pending.append(&mut d.control_deps);
+            }
+        }
+    }
+}
+
 /// A node's contents.
 #[derive(Clone, Debug)]
 pub struct NodeData {
