@@ -42,7 +42,7 @@ WITH_DIST := $(findstring dist,$(FEATURES))
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: wheel test-wheel check-layers mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: mxnet-graph-tests wheel test-wheel check-layers mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
 
 all: lib
 
@@ -101,6 +101,16 @@ mxnet-venv:
 rust-test: mxnet-venv lib
 	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --profile test-fast $(CARGO_FEATURES)
 	$(CARGO) test --profile test-fast --no-default-features --test format_mutation
+	$(CARGO) test --profile test-fast --no-default-features --test graph_mutation
+
+# MXNet 1.9.1's own tests of symbolic execution (from a checkout of apache/mxnet at 1.9.1 in
+# MXNET_SRC) on libmxrt and on libmxnet.so, each test's outcome listed (not part of make test)
+MXNET_SRC ?= /tmp/mx
+MXNET_GRAPH_TESTS ?= test_symbol test_executor test_infer_shape test_infer_type \
+  test_model_parallel test_multi_device_exec \
+  "test_gluon:hybrid or export or symbolblock or deferred or infer or summary"
+mxnet-graph-tests: mxnet-venv lib
+	MXRT_LIB=$(abspath $(LIB)) bash scripts/mxnet-conformance.sh $(MXNET_SRC) $(MXNET_GRAPH_TESTS)
 
 # MXNet's unmodified Python package on libmxrt and on libmxnet.so, compared (tests/python, pytest)
 python-test: mxnet-venv lib

@@ -8,6 +8,8 @@
 # files default to the ones the operator layer answers for: test_ndarray, test_optimizer,
 # test_random and test_kvstore. The tests need nose (for their helpers) and scipy, which are
 # installed into the reference venv when missing. Not part of make test: it needs the checkout.
+# A file may carry a pytest -k expression after a colon (test_gluon:"hybrid or export").
+# MXRT_CONFORMANCE_OUT=DIR keeps each run's pytest output there.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,22 +29,29 @@ py="$venv/bin/python"
 lib="${MXRT_LIB:-$repo/target/release/libmxrt.so}"
 [ -f "$lib" ] || { echo "$lib is not built: run make lib" >&2; exit 2; }
 
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
-run() { # library label file
-  local env=(env -u MXNET_LIBRARY_PATH)
+if [ -n "${MXRT_CONFORMANCE_OUT:-}" ]; then
+  out="$MXRT_CONFORMANCE_OUT"; mkdir -p "$out"
+else
+  out="$(mktemp -d)"
+  trap 'rm -rf "$out"' EXIT
+fi
+run() { # library label file [-k expression]
+  local env=(env -u MXNET_LIBRARY_PATH) sel=()
   [ "$1" = mxnet ] || env=(env MXNET_LIBRARY_PATH="$1")
+  [ -z "${4:-}" ] || sel=(-k "$4")
   (cd "$src" && "${env[@]}" "$py" -m pytest -q -p no:cacheprovider --timeout 300 -W ignore \
-     -rA "tests/python/unittest/$3.py" > "$out/$2-$3.txt" 2>&1) || true
+     -rA "${sel[@]}" "tests/python/unittest/$3.py" > "$out/$2-$3.txt" 2>&1) || true
   sed -n 's/^\(PASSED\|FAILED\|ERROR\) [^:]*::\([^ ]*\).*/\2 \1/p' "$out/$2-$3.txt" | sort
 }
-for f in "${files[@]}"; do
-  echo "== $f"
-  join -a1 -a2 -e missing -o 0,1.2,2.2 <(run mxnet mxnet "$f") <(run "$lib" mxrt "$f") |
+for spec in "${files[@]}"; do
+  f="${spec%%:*}" k=""
+  [ "$f" = "$spec" ] || k="${spec#*:}"
+  echo "== $f${k:+ (-k $k)}"
+  join -a1 -a2 -e missing -o 0,1.2,2.2 <(run mxnet mxnet "$f" "$k") <(run "$lib" mxrt "$f" "$k") |
     awk '{ printf "  %-45s libmxnet %-7s libmxrt %-7s", $1, $2, $3;
            if ($2 == "PASSED" && $3 != "PASSED") printf "  <-"; printf "\n";
            if ($2 == "PASSED") { p++; if ($3 == "PASSED") both++ } }
          END { printf "  %d of the %d tests that pass on libmxnet pass on libmxrt\n", both, p }'
   grep -h '^E  ' "$out/mxrt-$f.txt" | sed 's/^E *//' | sort | uniq -c | sort -rn | head -8 |
-    sed 's/^/    mxrt error: /'
+    sed 's/^/    mxrt error: /' || true
 done

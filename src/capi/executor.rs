@@ -68,6 +68,39 @@ fn ctx_of(dev_type: c_int, dev_id: c_int) -> Result<Context> {
     Context::from_codes(dev_type, dev_id).map_err(|e| e.context("dev_type/dev_id"))
 }
 
+/// MXNet's group-to-context map: `n` group names with their device codes.
+///
+/// # Safety
+/// `keys`, `dev_types` and `dev_ids` each hold `n` elements (or `n` is 0).
+unsafe fn group2ctx(
+    n: u32,
+    keys: *const *const c_char,
+    dev_types: *const c_int,
+    dev_ids: *const c_int,
+) -> Result<Vec<(String, Context)>> {
+    let n = n as usize;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: API contract: `n` NUL-terminated names and `n` codes of each kind.
+    let (names, types, ids) = unsafe {
+        (
+            strings(keys, n, "map_keys")?,
+            args::slice(dev_types, n, "map_dev_types")?,
+            args::slice(dev_ids, n, "map_dev_ids")?,
+        )
+    };
+    names
+        .into_iter()
+        .zip(types.iter().zip(ids))
+        .map(|(name, (&t, &i))| {
+            let ctx = Context::from_codes(t, i)
+                .map_err(|e| e.context(format!("map_dev_types/map_dev_ids of group {name}")))?;
+            Ok((name, ctx))
+        })
+        .collect()
+}
+
 /// Looks up `n` NDArray handles; NULL entries are `None` when `allow_null`.
 ///
 /// # Safety
@@ -105,6 +138,7 @@ unsafe fn bind(
     grad_req_type: *mut u32,
     aux_states_len: u32,
     aux_states: *mut NDArrayHandle,
+    groups: Vec<(String, Context)>,
     out: *mut ExecutorHandle,
 ) -> Result<()> {
     let s = sym(symbol_handle, "symbol_handle")?;
@@ -141,7 +175,7 @@ unsafe fn bind(
             req
         });
     }
-    let e = Executor::bind(
+    let mut e = Executor::bind(
         &s,
         ctx,
         args_.into_iter().map(|a| a.expect("non-NULL")).collect(),
@@ -149,13 +183,15 @@ unsafe fn bind(
         req_list,
         aux.into_iter().map(|a| a.expect("non-NULL")).collect(),
     )?;
+    e.set_group2ctx(groups, false)?;
     *out = handle::into_handle(Arc::new(CExecutor(Mutex::new(e))));
     Ok(())
 }
 
 /// Binds `symbol_handle` to `in_args` (in `list_arguments()` order, used directly, not
 /// copied), gradient arrays (NULL entries: no gradient) with request codes (0 null, 1 write,
-/// 3 add) and auxiliary states. The group-to-context map and `shared_exec` are accepted.
+/// 3 add) and auxiliary states. Ops of a `ctx_group` named in the group-to-context map run on
+/// its device (their inputs copied there); `shared_exec` is accepted.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXExecutorBindEX(
     symbol_handle: SymbolHandle,
@@ -174,13 +210,18 @@ pub unsafe extern "C" fn MXExecutorBindEX(
     shared_exec: ExecutorHandle,
     out: *mut ExecutorHandle,
 ) -> c_int {
-    let _ = (num_map_keys, map_keys, map_dev_types, map_dev_ids);
     api_call("MXExecutorBindEX", || {
         if !shared_exec.is_null() {
             exec(shared_exec, "shared_exec")?;
         }
         // SAFETY: forwarded API contract.
         unsafe {
+            let groups = group2ctx(
+                num_map_keys,
+                map_keys.cast_const(),
+                map_dev_types,
+                map_dev_ids,
+            )?;
             bind(
                 symbol_handle,
                 dev_type,
@@ -191,6 +232,7 @@ pub unsafe extern "C" fn MXExecutorBindEX(
                 grad_req_type,
                 aux_states_len,
                 aux_states,
+                groups,
                 out,
             )
         }
@@ -215,10 +257,15 @@ pub unsafe extern "C" fn MXExecutorBindX(
     aux_states: *mut NDArrayHandle,
     out: *mut ExecutorHandle,
 ) -> c_int {
-    let _ = (num_map_keys, map_keys, map_dev_types, map_dev_ids);
     api_call("MXExecutorBindX", || {
         // SAFETY: forwarded API contract.
         unsafe {
+            let groups = group2ctx(
+                num_map_keys,
+                map_keys.cast_const(),
+                map_dev_types,
+                map_dev_ids,
+            )?;
             bind(
                 symbol_handle,
                 dev_type,
@@ -229,6 +276,7 @@ pub unsafe extern "C" fn MXExecutorBindX(
                 grad_req_type,
                 aux_states_len,
                 aux_states,
+                groups,
                 out,
             )
         }
@@ -262,6 +310,7 @@ pub unsafe extern "C" fn MXExecutorBind(
                 grad_req_type,
                 aux_states_len,
                 aux_states,
+                Vec::new(),
                 out,
             )
         }
@@ -386,6 +435,7 @@ unsafe fn simple_bind<D: Copy + Into<i64>>(
     symbol_handle: SymbolHandle,
     dev_type: c_int,
     dev_id: c_int,
+    groups: Vec<(String, Context)>,
     provided_grad_req_list_len: u32,
     provided_grad_req_names: *const *const c_char,
     provided_grad_req_types: *const *const c_char,
@@ -525,7 +575,8 @@ unsafe fn simple_bind<D: Copy + Into<i64>>(
             .map(|(_, r)| *r)
             .unwrap_or(GradReq::Null)
     };
-    let e = Executor::simple_bind(&s, ctx, shape_list, dtypes, &req_for, &shared_lookup)?;
+    let mut e = Executor::simple_bind(&s, ctx, shape_list, dtypes, &req_for, &shared_lookup)?;
+    e.set_group2ctx(groups, true)?;
     // the shared buffer: handed back as given (mxrt allocates each executor's own arrays)
     // SAFETY: API contract: `shared_buffer_len` is valid for reads and writes.
     let buffer_len = unsafe { args::out(shared_buffer_len, "shared_buffer_len")? };
@@ -567,7 +618,15 @@ unsafe fn simple_bind<D: Copy + Into<i64>>(
     }
     // SAFETY: API contract: out-parameters.
     unsafe {
-        return_executor(e, num_in_args, in_args, arg_grads, num_aux_states, aux_states, out)
+        return_executor(
+            e,
+            num_in_args,
+            in_args,
+            arg_grads,
+            num_aux_states,
+            aux_states,
+            out,
+        )
     }
 }
 
@@ -611,14 +670,20 @@ macro_rules! simple_bind_fn {
             shared_exec_handle: ExecutorHandle,
             out: *mut ExecutorHandle,
         ) -> c_int {
-            let _ = (num_g2c_keys, g2c_keys, g2c_dev_types, g2c_dev_ids);
             api_call(stringify!($name), || {
                 // SAFETY: forwarded API contract.
                 unsafe {
+                    let groups = group2ctx(
+                        num_g2c_keys,
+                        g2c_keys.cast_const(),
+                        g2c_dev_types,
+                        g2c_dev_ids,
+                    )?;
                     simple_bind(
                         symbol_handle,
                         dev_type,
                         dev_id,
+                        groups,
                         provided_grad_req_list_len,
                         provided_grad_req_names.cast_const(),
                         provided_grad_req_types.cast_const(),
@@ -887,7 +952,15 @@ unsafe fn reshape<D: Copy + Into<i64>>(
         .reshape(shapes, partial_shaping != 0, allow_up_sizing != 0)?;
     // SAFETY: API contract: out-parameters.
     unsafe {
-        return_executor(e, num_in_args, in_args, arg_grads, num_aux_states, aux_states, out)
+        return_executor(
+            e,
+            num_in_args,
+            in_args,
+            arg_grads,
+            num_aux_states,
+            aux_states,
+            out,
+        )
     }
 }
 

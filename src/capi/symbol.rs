@@ -828,9 +828,12 @@ unsafe fn return_shapes<S, N, T>(
 ) -> Result<()>
 where
     S: TryFrom<usize> + 'static,
-    N: TryFrom<usize> + Copy + 'static,
+    N: TryFrom<i64> + Copy + 'static,
     T: TryFrom<i64> + Copy + 'static,
 {
+    // with NumPy shape semantics on, MXNet reports an unknown shape as ndim -1 and an unknown
+    // dimension as -1 (0 through the unsigned legacy functions, which cannot hold -1)
+    let unknown = if np_shape() != 0 { -1 } else { 0 };
     // SAFETY: per the contract (checked before anything is written).
     let complete = unsafe { args::out(complete, "complete")? };
     for (i, g) in groups.iter().enumerate() {
@@ -845,11 +848,18 @@ where
         let mut nd = Vec::with_capacity(v.len());
         let mut dims = Vec::with_capacity(v.len());
         for s in v {
-            let d = s.clone().unwrap_or_default();
-            nd.push(N::try_from(d.len()).map_err(|_| Error::invalid("ndim out of range"))?);
+            let ndim = s.as_ref().map_or(unknown, |d| d.len() as i64);
+            let ndim = N::try_from(ndim).or_else(|_| N::try_from(ndim.max(0)));
+            nd.push(ndim.map_err(|_| Error::invalid("ndim out of range"))?);
             dims.push(
-                d.iter()
-                    .map(|&x| T::try_from(x).map_err(|_| Error::invalid("dimension out of range")))
+                s.iter()
+                    .flatten()
+                    .map(|&x| {
+                        let x = if x > 0 { x } else { unknown };
+                        T::try_from(x)
+                            .or_else(|_| T::try_from(x.max(0)))
+                            .map_err(|_| Error::invalid("dimension out of range"))
+                    })
                     .collect::<Result<Vec<T>>>()?,
             );
         }

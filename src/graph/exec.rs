@@ -38,6 +38,8 @@ struct OpStep {
     params: Vec<(String, String)>,
     /// (node position, output index) per input.
     inputs: Vec<(usize, usize)>,
+    /// The node's `__ctx_group__` attribute (MXNet's model parallelism).
+    group: Option<String>,
     /// Names of the outputs for the monitor (`<node>_<output name>`).
     out_names: Vec<String>,
     /// Names of the inputs for a monitor that sees inputs too.
@@ -60,6 +62,13 @@ pub struct GraphRunner {
     aux: Vec<bool>,
     /// (node position, output index) of each graph output.
     outputs: Vec<(usize, usize)>,
+    /// Whether a graph output that is a graph input (its first occurrence) is the input array
+    /// itself, as MXNet's CachedOp returns it; otherwise (executors) it is a copy.
+    alias_inputs: bool,
+    /// MXNet's `group2ctx`: the device of each context group, and the device of ops in none.
+    /// When set, inputs may live on several devices and an op's inputs are copied to its
+    /// group's device first.
+    placement: Option<(Vec<(String, Context)>, Context)>,
 }
 
 fn node_key(n: &NodeRef) -> *const Node {
@@ -135,6 +144,7 @@ impl GraphRunner {
                         inputs: ins,
                         out_names,
                         in_names,
+                        group: d.attrs.get("__ctx_group__").cloned(),
                     }));
                 }
             }
@@ -154,6 +164,8 @@ impl GraphRunner {
             inputs,
             aux,
             outputs,
+            alias_inputs: false,
+            placement: None,
         })
     }
 
@@ -198,6 +210,54 @@ impl GraphRunner {
         self.collect_outputs(&values)
     }
 
+    /// Places the ops by MXNet's `group2ctx`: an op whose `__ctx_group__` is in `groups` runs
+    /// on that device, any other on `default`; inputs on other devices are copied (a recorded
+    /// `_copyto`, so gradients flow back across devices).
+    pub fn set_placement(&mut self, groups: Vec<(String, Context)>, default: Context) {
+        self.placement = Some((groups, default));
+    }
+
+    fn op_ctx(&self, op: &OpStep) -> Option<Context> {
+        let (groups, default) = self.placement.as_ref()?;
+        if op.inputs.is_empty() {
+            return None;
+        }
+        let g = op.group.as_deref();
+        Some(
+            groups
+                .iter()
+                .find(|(n, _)| Some(n.as_str()) == g)
+                .map_or(*default, |&(_, c)| c),
+        )
+    }
+
+    /// The device input `i` belongs on under the placement: its own group's, else that of the
+    /// first op reading it with a group, else the default; `None` without a placement.
+    pub fn input_ctx(&self, i: usize) -> Option<Context> {
+        let (groups, default) = self.placement.as_ref()?;
+        let ctx_of = |g: &str| groups.iter().find(|(n, _)| n == g).map(|&(_, c)| c);
+        if let Some(c) = self.inputs[i]
+            .attrs()
+            .get("__ctx_group__")
+            .and_then(|g| ctx_of(g))
+        {
+            return Some(c);
+        }
+        let pos = self
+            .steps
+            .iter()
+            .position(|s| matches!(s, Step::Input(k) if *k == i))?;
+        for s in &self.steps {
+            if let Step::Op(op) = s
+                && op.inputs.iter().any(|&(n, _)| n == pos)
+                && let Some(c) = op.group.as_deref().and_then(ctx_of)
+            {
+                return Some(c);
+            }
+        }
+        Some(*default)
+    }
+
     /// Checks that `inputs` are one array per graph input, all on one device.
     pub fn check_inputs(&self, inputs: &[NDArray]) -> Result<()> {
         if inputs.len() != self.inputs.len() {
@@ -216,7 +276,7 @@ impl GraphRunner {
                     self.inputs[i].name()
                 )));
             };
-            if Some(ctx) != ctx0 {
+            if Some(ctx) != ctx0 && self.placement.is_none() {
                 return Err(Error::invalid(format!(
                     "CachedOp requires all inputs to live on the same context. But {} is on {} \
                      while {} is on {ctx}",
@@ -249,11 +309,16 @@ impl GraphRunner {
             match &self.steps[values.len()] {
                 Step::Input(i) => values.push(vec![inputs[*i].clone()]),
                 Step::Op(op) => {
-                    let args: Vec<NDArray> = op
+                    let mut args: Vec<NDArray> = op
                         .inputs
                         .iter()
                         .map(|&(n, o)| values[n][o].clone())
                         .collect();
+                    if let Some(ctx) = self.op_ctx(op) {
+                        for a in args.iter_mut().filter(|a| a.ctx() != Some(ctx)) {
+                            *a = copy_to_ctx(a, ctx)?;
+                        }
+                    }
                     let params: Vec<(&str, &str)> = op
                         .params
                         .iter()
@@ -300,7 +365,10 @@ impl GraphRunner {
                 Error::invalid(format!("graph output {k} names a missing output {o}"))
             })?;
             let repeated = self.outputs[..k].contains(&(n, o));
-            if matches!(self.steps[n], Step::Input(_)) || repeated {
+            let input = matches!(self.steps[n], Step::Input(_));
+            if input && !repeated && self.alias_inputs {
+                result.push(a);
+            } else if input || repeated {
                 result.push(copy(&a)?);
             } else {
                 result.push(a);
@@ -354,6 +422,20 @@ pub fn view_or_new(old: &NDArray, shape: &[i64], dtype: DType, ctx: Context) -> 
     } else {
         zeros(shape, dtype, ctx)
     }
+}
+
+/// A copy of `a` on `ctx` (recorded like any op when it must be).
+fn copy_to_ctx(a: &NDArray, ctx: Context) -> Result<NDArray> {
+    let out = NDArray::new(a.shape(), ctx, a.dtype(), false)?;
+    autograd::invoke(Invoke {
+        op: "_copyto",
+        called_as: "_copyto",
+        inputs: std::slice::from_ref(a),
+        params: Vec::new(),
+        outputs: Some(vec![out.clone()]),
+        state: None,
+    })?;
+    Ok(out)
 }
 
 /// A new zero-filled array.
@@ -480,7 +562,8 @@ pub struct CachedOp {
 
 impl CachedOp {
     pub fn new(symbol: &Symbol, flags: CachedOpFlags) -> Result<CachedOp> {
-        let runner = GraphRunner::new(symbol)?;
+        let mut runner = GraphRunner::new(symbol)?;
+        runner.alias_inputs = true;
         for (what, list) in [
             ("data_indices", &flags.data_indices),
             ("param_indices", &flags.param_indices),
@@ -862,6 +945,42 @@ impl Executor {
 
     pub fn symbol(&self) -> &Symbol {
         self.runner.symbol()
+    }
+
+    /// MXNet's `group2ctx` (model parallelism over devices): ops of a `ctx_group` run on its
+    /// device, others on the executor's. With `allocate` (simple_bind), the arrays made for
+    /// the arguments, gradients and auxiliary states move to the device their variable belongs
+    /// on (its group's, or that of the first op reading it); bound arrays stay as given.
+    pub fn set_group2ctx(&mut self, groups: Vec<(String, Context)>, allocate: bool) -> Result<()> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        self.runner.set_placement(groups, self.ctx);
+        if !allocate {
+            return Ok(());
+        }
+        for (i, m) in self.input_map.clone().into_iter().enumerate() {
+            let Some(ctx) = self.runner.input_ctx(i) else {
+                continue;
+            };
+            let moved = |a: &NDArray| -> Result<NDArray> {
+                if a.ctx() == Some(ctx) {
+                    Ok(a.clone())
+                } else {
+                    zeros(a.shape(), a.dtype(), ctx)
+                }
+            };
+            match m {
+                Ok(k) => {
+                    self.args[k] = moved(&self.args[k])?;
+                    if let Some(g) = &self.grads[k] {
+                        self.grads[k] = Some(moved(g)?);
+                    }
+                }
+                Err(k) => self.aux[k] = moved(&self.aux[k])?,
+            }
+        }
+        Ok(())
     }
 
     pub fn set_monitor(&mut self, m: Option<Monitor>, all: bool) {

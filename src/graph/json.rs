@@ -354,7 +354,9 @@ pub fn from_json(text: &str) -> Result<Symbol> {
             }),
         });
         if def.is_some() {
-            let sig = node.signature()?;
+            let sig = node
+                .signature()
+                .map_err(|e| e.context(format!("node {i} ({name})")))?;
             let have = node.data.read().inputs.len();
             match &sig.inputs {
                 Some(names) if have < names.len() && version < 900 => {

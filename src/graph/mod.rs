@@ -40,6 +40,25 @@ pub struct Node {
     data: RwLock<NodeData>,
 }
 
+/// Dropping a graph drops its nodes one at a time from a list rather than each input from
+/// its reader's drop, so a long chain of nodes (a graph loaded from a file of any depth)
+/// cannot exhaust the stack.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let d = self.data.get_mut();
+        let mut pending: Vec<NodeRef> = d.inputs.drain(..).map(|e| e.node).collect();
+        pending.append(&mut d.control_deps);
+        while let Some(n) = pending.pop() {
+            // the last owner empties the node before it goes, so its own drop finds no inputs
+            if let Ok(mut node) = Arc::try_unwrap(n) {
+                let d = node.data.get_mut();
+                pending.extend(d.inputs.drain(..).map(|e| e.node));
+                pending.append(&mut d.control_deps);
+            }
+        }
+    }
+}
+
 /// A node's contents.
 #[derive(Clone, Debug)]
 pub struct NodeData {
@@ -147,9 +166,24 @@ pub fn op_params(attrs: &BTreeMap<String, String>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The most inputs or outputs a node may declare through a count parameter (`num_args`,
+/// `num_outputs`): each costs a name and a slot in every walk, so a count from a damaged
+/// graph file must not size them unchecked.
+pub const MAX_ARITY: usize = 1 << 16;
+
 /// Op `def`'s signature for `params`: its definition's, or MXNet's table's array arguments as
 /// inputs and one output.
 pub fn signature(def: &'static OpDef, params: &[(String, String)]) -> Result<Signature> {
+    for (k, v) in params {
+        if matches!(k.as_str(), "num_args" | "num_outputs")
+            && v.trim().parse::<i128>().is_ok_and(|n| n > MAX_ARITY as i128)
+        {
+            return Err(Error::invalid(format!(
+                "operator {}: {k} = {v} is more than the {MAX_ARITY} mxrt's graphs allow",
+                def.name
+            )));
+        }
+    }
     if let Some(f) = def.graph.signature {
         return f(params).map_err(|e| Error::invalid(format!("operator {}: {e}", def.name)));
     }

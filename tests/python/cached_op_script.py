@@ -260,6 +260,43 @@ def cached_op_direct():
 
 
 @scenario
+def output_that_is_an_input():
+    # MXNet returns a graph input that is also a graph output as the input array itself (a
+    # write to the input shows in the output), and a repeated output as a copy
+    class Pass(gluon.HybridBlock):
+        def hybrid_forward(self, F, x, y):
+            return x, y + 1, x
+
+    res = {}
+    for static in (False, True):
+        blk = Pass()
+        blk.hybridize(static_alloc=static, static_shape=static)
+        x = nd.ones((2, 3))
+        y = nd.ones((2, 3))
+        for _ in range(2):
+            a, b, c = blk(x, y)
+        x[:] = 5
+        res[f"static={static}"] = {"a": arr(a), "b": arr(b), "c": arr(c)}
+    s = sym.var("s")
+    t = s * 2
+    op = nd.CachedOp(sym.Group([t, t, s, s]))
+    x = nd.ones((3,))
+    o = op(x)
+    o[0][:] = 9
+    x[:] = 4
+    res["direct"] = [arr(v) for v in o]
+    # recorded: the first output is still the input
+    x = nd.ones((2,))
+    x.attach_grad()
+    op2 = nd.CachedOp(sym.Group([s, s * 3]))
+    with autograd.record():
+        a, b = op2(x)
+    x[:] = 6
+    res["recorded"] = arr(a)
+    return res
+
+
+@scenario
 def wrong_input_count():
     a = sym.var("a")
     op = nd.CachedOp(sym.exp(a) + sym.var("b"))

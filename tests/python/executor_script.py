@@ -355,6 +355,78 @@ def freed_handles_refused():
     return {"forward_rc": r, "invoke_rc": r2}
 
 
+@scenario
+def group2ctx_model_parallel():
+    # ops of a ctx_group run on its device, the others on the bind device; inputs are copied
+    # across, gradients flow back
+    d1, d2, d3 = sym.var("d1"), sym.var("d2"), sym.var("d3")
+    with mx.AttrScope(ctx_group="dev1"):
+        net = (d1 + d2) * 3
+    with mx.AttrScope(ctx_group="dev2"):
+        net = sym.exp(net * 0.1) + d3
+    r = np.random.RandomState(4)
+    vals = [r.uniform(-1, 1, (4, 5)).astype("float32") for _ in range(3)]
+    ctxs = [mx.cpu(0), mx.cpu(0), mx.cpu(1)]
+    args = [nd.array(v, ctx=c) for v, c in zip(vals, ctxs)]
+    grads = [nd.zeros((4, 5), ctx=c) for c in ctxs]
+    ex = net.bind(mx.cpu(0), args=args, args_grad=grads,
+                  group2ctx={"dev1": mx.cpu(0), "dev2": mx.cpu(1)})
+    ex.forward(is_train=True)
+    out = ex.outputs[0].asnumpy()
+    ex.backward([nd.ones((4, 5))])
+    return {"out": out.tolist(), "grads": [g.asnumpy().tolist() for g in grads],
+            "grad_ctx": [str(g.context) for g in grads]}
+
+
+@scenario
+def group2ctx_simple_bind_devices():
+    with mx.AttrScope(ctx_group="stage1"):
+        data = sym.var("data")
+        fc1 = sym.FullyConnected(data, name="fc1", num_hidden=8)
+        act1 = sym.Activation(fc1, act_type="relu")
+    with mx.AttrScope(ctx_group="stage2"):
+        fc2 = sym.FullyConnected(act1, name="fc2", num_hidden=3)
+        out = sym.SoftmaxOutput(fc2, name="softmax")
+    g2c = {"stage1": mx.cpu(1), "stage2": mx.cpu(2)}
+    ex = out.simple_bind(mx.cpu(0), group2ctx=g2c, data=(2, 5))
+    r = np.random.RandomState(5)
+    for name, a in ex.arg_dict.items():
+        a[:] = r.uniform(-1, 1, a.shape)
+    ex.forward(is_train=True)
+    ex.backward()
+    return {"devices": {n: str(a.context) for n, a in ex.arg_dict.items()},
+            "out": ex.outputs[0].asnumpy().tolist(),
+            "grads": {n: g.asnumpy().tolist() for n, g in ex.grad_dict.items()}}
+
+
+@scenario
+def batch_take_int32_index():
+    x = sym.var("x")
+    idx = sym.var("idx")
+    y = sym.stop_gradient(sym.batch_take(x, idx))
+    ex = y.simple_bind(mx.cpu(), x=(4, 3), idx=(4,), type_dict={"x": np.float32, "idx": np.int32})
+    ex.arg_dict["x"][:] = np.arange(12).reshape(4, 3)
+    ex.arg_dict["idx"][:] = np.array([2, 0, 1, 2])
+    ex.forward()
+    _, types, _ = sym.batch_take(x, idx).infer_type(x=np.float32)
+    return {"out": ex.outputs[0].asnumpy().tolist(), "idx_dtype": str(ex.arg_dict["idx"].dtype),
+            "inferred": str(types[0])}
+
+
+@scenario
+def partial_shapes():
+    x, y = sym.var("x"), sym.var("y")
+    res = {}
+    res["dot"] = sym.dot(x, y).infer_shape_partial(x=(0, 3, 4), y=(4, 5))[1]
+    res["transpose"] = sym.transpose(x, axes=(0, 2, 3, 1)).infer_shape_partial(x=(0, 3, 8, 8))[1]
+    res["where"] = sym.where(sym.var("c"), x, y).infer_shape_partial(c=(0, 2), x=(0, 2), y=(0, 2))[1]
+    res["unknown"] = sym.sin(x).infer_shape_partial()[:2]
+    with mx.np_shape(True):
+        res["np_dot"] = sym.dot(x, y).infer_shape_partial(x=(-1, 3, 4), y=(4, 5))[1]
+        res["np_unknown"] = [s is None for s in sym.sin(x).infer_shape_partial()[1]]
+    return {k: [list(s) if isinstance(s, tuple) else s for s in v] for k, v in res.items()}
+
+
 def main():
     if "--freed" in sys.argv:
         print(json.dumps(freed_handles_refused()))

@@ -71,6 +71,9 @@ pub(super) struct Compiled {
     out_descs: Vec<TensorDesc>,
     /// Graph outputs that are copies (of a graph input, or of an output listed earlier).
     copies: Vec<(Loc, usize)>,
+    /// Graph outputs that are a graph input itself (its first occurrence among the outputs):
+    /// (input, output).
+    aliases: Vec<(usize, usize)>,
     /// Bytes of each scratch buffer.
     tmp_bytes: Vec<usize>,
     /// Scratch buffers of finished runs, for the next ones.
@@ -179,10 +182,12 @@ fn compile(
     // graph outputs: the first occurrence of an op output is written in place
     let mut out_of: Vec<((usize, usize), usize)> = Vec::new();
     let mut copies = Vec::new();
+    let mut aliases: Vec<(usize, usize)> = Vec::new();
     for (k, &(node, o)) in runner.outputs.iter().enumerate() {
         note(&mut last_use, (node, o), n);
         match runner.steps[node] {
-            Step::Input(i) => copies.push((Loc::In(i), k)),
+            Step::Input(i) if aliases.iter().any(|&(a, _)| a == i) => copies.push((Loc::In(i), k)),
+            Step::Input(i) => aliases.push((i, k)),
             Step::Op(_) => match out_of.iter().find(|(e, _)| *e == (node, o)) {
                 Some(&(_, first)) => copies.push((Loc::Out(first), k)),
                 None => out_of.push(((node, o), k)),
@@ -315,7 +320,10 @@ fn compile(
             out_descs: plan.outputs,
         });
     }
-    // graph outputs that are copies take their source's description
+    // graph outputs that are copies or inputs take their source's description
+    for &(i, k) in &aliases {
+        out_descs[k] = Some(descs[i].clone());
+    }
     for &(src, k) in &copies {
         out_descs[k] = Some(match src {
             Loc::In(i) => descs[i].clone(),
@@ -329,6 +337,7 @@ fn compile(
         steps,
         out_descs: out_descs.into_iter().collect::<Option<Vec<_>>>()?,
         copies,
+        aliases,
         tmp_bytes,
         pool: Mutex::new(Vec::new()),
         pooled: 0,
@@ -374,10 +383,16 @@ pub(super) fn try_run(
         return Ok(None);
     };
     let engine = Engine::global()?;
+    // an output that is an input is that array: the op neither allocates nor writes it
+    let aliased = |k: usize| c.aliases.iter().find(|&&(_, o)| o == k).map(|&(i, _)| i);
     let outputs = c
         .out_descs
         .iter()
-        .map(|d| NDArray::new(&d.shape, ctx, d.dtype, false))
+        .enumerate()
+        .map(|(k, d)| match aliased(k) {
+            Some(i) => Ok(inputs[i].clone()),
+            None => NDArray::new(&d.shape, ctx, d.dtype, false),
+        })
         .collect::<Result<Vec<_>>>()?;
     let in_ptrs = Ptrs(
         inputs
@@ -392,7 +407,12 @@ pub(super) fn try_run(
             .collect::<Result<_>>()?,
     );
     let reads: SmallVec<[Var; 8]> = inputs.iter().filter_map(|a| a.var().cloned()).collect();
-    let writes: SmallVec<[Var; 8]> = outputs.iter().filter_map(|a| a.var().cloned()).collect();
+    let writes: SmallVec<[Var; 8]> = outputs
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| aliased(k).is_none())
+        .filter_map(|(_, a)| a.var().cloned())
+        .collect();
     // the op keeps every array alive until it has run
     let keep: Vec<NDArray> = inputs.iter().chain(&outputs).cloned().collect();
     let compiled = c.clone();
