@@ -5,8 +5,18 @@ MXBENCH_REPEATS epochs (after one warm-up epoch), images per second; the librari
 within a repeat. Every epoch checks its batch count, shapes, labels and pixel range.
 
   python bench/python_image_iter.py [path/to/libmxrt.so]   (default target/release/libmxrt.so)
+  python bench/python_image_iter.py --train [path/to/libmxrt.so]
 
 Prints mxbench's result lines (name, value, unit, check, note; tab-separated) and the ratio.
+
+With --train, each batch also feeds a training step of a small Gluon CNN (hybridized; conv 3x3
+stride 2 with 16 channels, ReLU, max pool, dense 8; softmax cross-entropy, SGD) on the same
+library in the same process, so decoding competes with training for the cores. It reports, per
+library: the images/s of the iterator feeding the training loop (the median over
+MXBENCH_REPEATS epochs), of the same training steps on one fixed batch (no iterator), and the
+process's RSS sampled after every batch over MXBENCH_TRAIN_EPOCHS epochs (default 8, 256
+batches): its growth after the first epoch shows whether memory stays bounded by
+prefetch_buffer.
 """
 import json
 import os
@@ -44,6 +54,64 @@ def child(rec, threads):
     return [epoch() for _ in range(1)]
 
 
+def rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def child_train(rec, threads, repeats, epochs):
+    import time
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    mx.random.seed(1)
+    it = mx.io.ImageRecordIter(path_imgrec=rec, data_shape=(3, 64, 64), batch_size=32, rand_crop=True,
+                               rand_mirror=True, preprocess_threads=threads, prefetch_buffer=4)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(16, 3, strides=2, activation="relu"), gluon.nn.MaxPool2D(2),
+            gluon.nn.Dense(8))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+
+    def step(x, y):
+        with autograd.record():
+            loss = loss_fn(net(x / 255.0), y)
+        loss.backward()
+        trainer.step(32)
+        return float(loss.mean().asscalar())  # one wait per step, as a loss metric does
+
+    def epoch(samples=None):
+        t, n, losses = time.perf_counter(), 0, []
+        for b in it:
+            losses.append(step(b.data[0], b.label[0]))
+            n += 32 - b.pad
+            if samples is not None:
+                samples.append(rss_mib())
+        it.reset()
+        ok = n == N and all(l == l and l < 100 for l in losses)
+        return time.perf_counter() - t, ok
+
+    epoch()  # warm-up: deferred init, CachedOp, pools
+    fed = [epoch() for _ in range(repeats)]
+    b = next(iter(it))
+    it.reset()
+    x, y = b.data[0].copy(), b.label[0].copy()
+    t = time.perf_counter()
+    for _ in range(N // 32):
+        step(x, y)
+    train_only = time.perf_counter() - t
+    samples = []
+    for _ in range(epochs):
+        epoch(samples)
+    per = N // 32
+    return {"fed": fed, "train_only": train_only, "rss_first_epoch": max(samples[:per]),
+            "rss_max": max(samples), "rss_last": samples[-1], "batches": len(samples)}
+
+
 def make_rec(path):
     sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
     import mxnet as mx
@@ -56,26 +124,60 @@ def make_rec(path):
     w.close()
 
 
-def run(lib, rec, threads):
+def run(lib, rec, threads, call=None):
     env = dict(os.environ)
     env.pop("MXNET_LIBRARY_PATH", None)
     if lib != "mxnet":
         env["MXNET_LIBRARY_PATH"] = lib
+    call = call or f"b.child({rec!r}, {threads})"
     code = (f"import sys; sys.path.insert(0, {HERE!r}); import python_image_iter as b, json; "
-            f"print(json.dumps(b.child({rec!r}, {threads})))")
+            f"print(json.dumps({call}))")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise SystemExit(f"{lib} threads={threads} failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def main_train(lib, rec):
+    """Iterator feeding a training loop, training alone, and RSS over a long run."""
+    epochs = int(os.environ.get("MXBENCH_TRAIN_EPOCHS", "8"))
+    status = 0
+    for threads in (1, 2):
+        res = {}
+        for name, l in (("mxrt", lib), ("mxnet", "mxnet")):
+            res[name] = run(l, rec, threads, f"b.child_train({rec!r}, {threads}, {REPEATS}, {epochs})")
+        for name in ("mxrt", "mxnet"):
+            r = res[name]
+            fed = statistics.median(N / s for s, _ in r["fed"])
+            ok = all(o for _, o in r["fed"])
+            growth = r["rss_max"] - r["rss_first_epoch"]
+            # bounded: no growth beyond a few batches' worth (32 x 3 x 64 x 64 floats = 1.5 MiB)
+            # after the first epoch over the remaining epochs
+            bounded = growth < 64
+            status |= not (ok and bounded)
+            print(f"python.image_iter_train_t{threads}.{name}\t{fed:.4g}\timages/s\t"
+                  f"{'ok' if ok else 'FAIL'}\titerator feeding a CNN training step per batch", flush=True)
+            print(f"python.train_only_t{threads}.{name}\t{N / r['train_only']:.4g}\timages/s\tok\t"
+                  f"the same steps on one fixed batch", flush=True)
+            print(f"python.image_iter_train_rss_growth_t{threads}.{name}\t{growth:.1f}\tMiB\t"
+                  f"{'ok' if bounded else 'FAIL'}\tRSS max over {r['batches']} batches less the first "
+                  f"epoch's max ({r['rss_first_epoch']:.0f} MiB); last {r['rss_last']:.0f} MiB", flush=True)
+        m, x = res["mxrt"], res["mxnet"]
+        ratio = statistics.median(N / s for s, _ in m["fed"]) / statistics.median(N / s for s, _ in x["fed"])
+        print(f"# preprocess_threads={threads}, training: mxrt/libmxnet.so = {ratio:.2f}x", flush=True)
+    return status
+
+
 def main():
-    lib = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "release", "libmxrt.so")
+    args = [a for a in sys.argv[1:] if a != "--train"]
+    lib = args[0] if args else os.path.join(ROOT, "target", "release", "libmxrt.so")
     d = os.environ.get("MXBENCH_IO_DIR", os.path.join(ROOT, "target", "mxbench", "io"))
     os.makedirs(d, exist_ok=True)
     rec = os.path.join(d, "jpeg96.rec")
     if not os.path.exists(rec):
         make_rec(rec)
+    if "--train" in sys.argv[1:]:
+        return main_train(lib, rec)
     status = 0
     for threads in (1, 2):
         rates = {"mxrt": [], "mxnet": []}
