@@ -136,10 +136,10 @@ impl Aug {
             )));
         }
         let interp = p.int("inter_method", Some(1))?;
-        if interp != img::INTER_NEAREST && interp != img::INTER_LINEAR {
+        if !(img::INTER_NEAREST..=img::INTER_CUBIC).contains(&interp) {
             return Err(Error::not_supported(format!(
-                "inter_method {interp} is not implemented by mxrt (0: nearest and 1: \
-                 bilinear are)"
+                "inter_method {interp} is not implemented by mxrt (0: nearest, 1: bilinear and \
+                 2: bicubic are)"
             )));
         }
         let fill = p.int("fill_value", Some(255))?;
@@ -653,20 +653,21 @@ impl ImageRecordSource {
         Ok(())
     }
 
-    /// The next record's bytes, or `None` at the end of the part.
-    fn next_record(&mut self) -> Result<Option<Vec<u8>>> {
+    /// The next record's byte offset and bytes, or `None` at the end of the part.
+    fn next_record(&mut self) -> Result<Option<(u64, Vec<u8>)>> {
         if let Some(offs) = &self.offsets {
             let Some(&off) = offs.get(self.at) else {
                 return Ok(None);
             };
             self.at += 1;
             self.reader.seek(off)?;
-            return Ok(self.reader.next_record()?.map(<[u8]>::to_vec));
+            return Ok(self.reader.next_record()?.map(|r| (off, r.to_vec())));
         }
-        if self.reader.tell() >= self.end {
+        let at = self.reader.tell();
+        if at >= self.end {
             return Ok(None);
         }
-        Ok(self.reader.next_record()?.map(<[u8]>::to_vec))
+        Ok(self.reader.next_record()?.map(|r| (at, r.to_vec())))
     }
 
     /// Reads, decodes and augments the next chunk of records.
@@ -690,7 +691,7 @@ impl ImageRecordSource {
         }
         let first = self.serial;
         self.serial += recs.len() as u64;
-        let (aug, unit) = (&self.aug, self.unit);
+        let (aug, unit, path) = (&self.aug, self.unit, self.reader.path());
         let (seed, seed_aug, epoch) = (self.seed, self.seed_aug, self.epoch);
         let rng_for = |i: usize| -> ChaCha8Rng {
             let idx = first + i as u64;
@@ -703,10 +704,16 @@ impl ImageRecordSource {
         };
         let mut out: Vec<Result<(Vec<u8>, Vec<f32>)>> =
             (0..recs.len()).map(|_| Ok(Default::default())).collect();
-        let work = |i: usize, rec: &[u8]| -> Result<(Vec<u8>, Vec<f32>)> {
+        let work = |i: usize, (at, rec): &(u64, Vec<u8>)| -> Result<(Vec<u8>, Vec<f32>)> {
             let mut data = vec![0u8; unit];
             let mut r = rng_for(i);
-            let labels = instance(aug, rec, &mut r, &mut data)?;
+            // the error names the file and the record (its byte offset in the file)
+            let labels = instance(aug, rec, &mut r, &mut data).map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!("{} ({path}, the record at byte {at})", e.message()),
+                )
+            })?;
             Ok((data, labels))
         };
         let threads = self.threads.min(recs.len()).max(1);

@@ -139,6 +139,20 @@ def run_datasets(d):
         record(f"mnist_{tag}", gluon.data.vision.MNIST(root=mnist, train=train), 7)
         record(f"cifar10_{tag}", gluon.data.vision.CIFAR10(root=cifar, train=train), 8)
     record("mnist_tensor", gluon.data.vision.MNIST(root=mnist).transform_first(T.ToTensor()), 6)
+    # bicubic resizing (interp 2, the default of mx.image's crops and resizes): 8-bit images up
+    # and down, gray, float32 arrays, through imresize, mx.nd.image.resize and center_crop
+    with open(os.path.join(FIXTURES, "rgb37x45.png"), "rb") as f:
+        png = f.read()
+    im, gray = mx.image.imdecode(png), mx.image.imdecode(png, flag=0)
+    arrays["cubic_up"] = mx.image.imresize(im, 61, 50, interp=2).asnumpy()
+    arrays["cubic_down"] = mx.image.imresize(im, 20, 17, interp=2).asnumpy()
+    arrays["cubic_gray"] = mx.image.imresize(gray, 23, 71, interp=2).asnumpy()
+    arrays["cubic_up_3x"] = mx.image.imresize(im, 111, 135, interp=2).asnumpy()
+    f32 = mx.nd.array(rng.uniform(0, 255, size=(7, 5, 2)), dtype="float32")
+    arrays["cubic_f32"] = mx.nd.image.resize(f32, size=(11, 9), interp=2).asnumpy()
+    arrays["cubic_f32_down"] = mx.nd.image.resize(f32, size=(3, 4), interp=2).asnumpy()
+    arrays["cubic_center_crop"] = mx.image.center_crop(im, (30, 30), interp=2)[0].asnumpy()
+    arrays["cubic_transform"] = T.Resize((19, 26), interpolation=2)(im).asnumpy()
     np.savez(os.path.join(d, "batches.npz"), **arrays)
     print(json.dumps(facts))
 

@@ -66,7 +66,14 @@ def test_batches_equal_mxnet(results):
     for k, want in theirs.items():
         got = ours[k]
         assert got.shape == want.shape and got.dtype == want.dtype, (k, got.shape, want.shape)
-        if k.startswith(("mnist", "cifar10")):
+        if k.startswith("cubic"):
+            # bicubic: OpenCV rounds its vectorised 8-bit pass in float, mxrt in fixed point
+            # as OpenCV's scalar code: within one step
+            tol = 1 if got.dtype == np.uint8 else 1e-3
+            diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            assert diff.max() <= tol, (k, diff.max())
+            assert (diff > 0).mean() < 0.05, (k, (diff > 0).mean())
+        elif k.startswith(("mnist", "cifar10")):
             # no decoding: the files' bytes
             assert np.array_equal(got, want), k
         elif k.startswith(("folder_w", "folder_gray_w")) and items[int(k.split("_b")[-1])].endswith(".png"):
@@ -78,6 +85,7 @@ def test_batches_equal_mxnet(results):
             jpeg_close(k, got, want)
         checked += 1
     assert checked == len(theirs) > 60
+    assert sum(k.startswith("cubic") for k in theirs) == 8
 
 
 def test_values_match_the_files(results):
