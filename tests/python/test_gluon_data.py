@@ -67,12 +67,15 @@ def test_batches_equal_mxnet(results):
         got = ours[k]
         assert got.shape == want.shape and got.dtype == want.dtype, (k, got.shape, want.shape)
         if k.startswith("cubic"):
-            # bicubic: OpenCV rounds its vectorised 8-bit pass in float, mxrt in fixed point
-            # as OpenCV's scalar code: within one step
-            tol = 1 if got.dtype == np.uint8 else 1e-3
+            # bicubic: 8-bit images in OpenCV's fixed point (OpenCV's vectorised pass may round
+            # one step apart: at most one step, in under 5% of the pixels); float images to
+            # float32 rounding
             diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-            assert diff.max() <= tol, (k, diff.max())
-            assert (diff > 0).mean() < 0.05, (k, (diff > 0).mean())
+            if got.dtype == np.uint8:
+                assert diff.max() <= 1, (k, diff.max())
+                assert (diff > 0).mean() < 0.05, (k, (diff > 0).mean())
+            else:
+                assert diff.max() <= 1e-4 * max(1.0, float(np.abs(want).max())), (k, diff.max())
         elif k.startswith(("mnist", "cifar10")):
             # no decoding: the files' bytes
             assert np.array_equal(got, want), k
