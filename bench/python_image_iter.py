@@ -13,7 +13,7 @@ With --train, each batch also feeds a training step of a small Gluon CNN (hybrid
 stride 2 with 16 channels, ReLU, max pool, dense 8; softmax cross-entropy, SGD) on the same
 library in the same process, so decoding competes with training for the cores. It reports, per
 library: the images/s of the iterator feeding the training loop (the median over
-MXBENCH_REPEATS epochs), of the same training steps on one fixed batch (no iterator), and the
+MXBENCH_REPEATS processes, the libraries alternating), of the same training steps on one fixed batch (no iterator), and the
 process's RSS sampled after every batch over MXBENCH_TRAIN_EPOCHS epochs (default 8, 256
 batches): its growth after the first epoch shows whether memory stays bounded by
 prefetch_buffer.
@@ -139,32 +139,42 @@ def run(lib, rec, threads, call=None):
 
 
 def main_train(lib, rec):
-    """Iterator feeding a training loop, training alone, and RSS over a long run."""
+    """Iterator feeding a training loop, training alone, and RSS over a long run; one process
+    per library and repeat, the libraries alternating within a repeat (the load of a shared
+    machine then weighs on both alike)."""
     epochs = int(os.environ.get("MXBENCH_TRAIN_EPOCHS", "8"))
     status = 0
     for threads in (1, 2):
-        res = {}
-        for name, l in (("mxrt", lib), ("mxnet", "mxnet")):
-            res[name] = run(l, rec, threads, f"b.child_train({rec!r}, {threads}, {REPEATS}, {epochs})")
+        fed = {"mxrt": [], "mxnet": []}
+        alone = {"mxrt": [], "mxnet": []}
+        growth = {"mxrt": 0.0, "mxnet": 0.0}
+        ok = {"mxrt": True, "mxnet": True}
+        last = {}
+        for _ in range(REPEATS):
+            for name, l in (("mxrt", lib), ("mxnet", "mxnet")):
+                r = run(l, rec, threads, f"b.child_train({rec!r}, {threads}, 1, {epochs})")
+                fed[name] += [N / s for s, _ in r["fed"]]
+                ok[name] &= all(o for _, o in r["fed"])
+                alone[name].append(N / r["train_only"])
+                growth[name] = max(growth[name], r["rss_max"] - r["rss_first_epoch"])
+                last[name] = r
+        med = {k: statistics.median(v) for k, v in fed.items()}
         for name in ("mxrt", "mxnet"):
-            r = res[name]
-            fed = statistics.median(N / s for s, _ in r["fed"])
-            ok = all(o for _, o in r["fed"])
-            growth = r["rss_max"] - r["rss_first_epoch"]
             # bounded: no growth beyond a few batches' worth (32 x 3 x 64 x 64 floats = 1.5 MiB)
-            # after the first epoch over the remaining epochs
-            bounded = growth < 64
-            status |= not (ok and bounded)
-            print(f"python.image_iter_train_t{threads}.{name}\t{fed:.4g}\timages/s\t"
-                  f"{'ok' if ok else 'FAIL'}\titerator feeding a CNN training step per batch", flush=True)
-            print(f"python.train_only_t{threads}.{name}\t{N / r['train_only']:.4g}\timages/s\tok\t"
-                  f"the same steps on one fixed batch", flush=True)
-            print(f"python.image_iter_train_rss_growth_t{threads}.{name}\t{growth:.1f}\tMiB\t"
+            # after the first epoch
+            bounded = growth[name] < 64
+            status |= not (ok[name] and bounded)
+            r = last[name]
+            print(f"python.image_iter_train_t{threads}.{name}\t{med[name]:.4g}\timages/s\t"
+                  f"{'ok' if ok[name] else 'FAIL'}\titerator feeding a CNN training step per batch",
+                  flush=True)
+            print(f"python.train_only_t{threads}.{name}\t{statistics.median(alone[name]):.4g}\t"
+                  f"images/s\tok\tthe same steps on one fixed batch", flush=True)
+            print(f"python.image_iter_train_rss_growth_t{threads}.{name}\t{growth[name]:.1f}\tMiB\t"
                   f"{'ok' if bounded else 'FAIL'}\tRSS max over {r['batches']} batches less the first "
                   f"epoch's max ({r['rss_first_epoch']:.0f} MiB); last {r['rss_last']:.0f} MiB", flush=True)
-        m, x = res["mxrt"], res["mxnet"]
-        ratio = statistics.median(N / s for s, _ in m["fed"]) / statistics.median(N / s for s, _ in x["fed"])
-        print(f"# preprocess_threads={threads}, training: mxrt/libmxnet.so = {ratio:.2f}x", flush=True)
+        print(f"# preprocess_threads={threads}, training: mxrt/libmxnet.so = "
+              f"{med['mxrt'] / med['mxnet']:.2f}x", flush=True)
     return status
 
 
