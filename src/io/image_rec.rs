@@ -14,11 +14,11 @@
 //! illumination included). Parameters for the affine and HSL augmenters are refused by name.
 
 use super::batch::{BatchLoader, DenseSource};
+use crate::imgproc::{self as img, Image};
 use super::params::Params;
 use super::recordio::{self, RecordReader};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::imgproc::{self as img, Image};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
@@ -527,10 +527,6 @@ pub struct ImageRecordSource {
     unit: usize,
     /// Prepared instances not yet handed out, in order.
     ready: std::collections::VecDeque<(Vec<u8>, Vec<f32>)>,
-    /// Instance buffers already handed out, reused by the next chunk: a fresh 48 KiB buffer per
-    /// image costs the allocator new pages, and the kernel's zeroing of them took as long as the
-    /// decoding.
-    spare: Vec<Vec<u8>>,
 }
 
 /// dmlc's split of `len` bytes into `n` parts: part `k` starts at `k * step`, `step` rounded up
@@ -637,15 +633,13 @@ impl ImageRecordSource {
             label_shape,
             unit,
             ready: Default::default(),
-            spare: Vec::new(),
         };
         s.start_epoch()?;
         Ok(s)
     }
 
     fn start_epoch(&mut self) -> Result<()> {
-        let spare = &mut self.spare;
-        spare.extend(self.ready.drain(..).map(|(d, _)| d));
+        self.ready.clear();
         self.serial = 0;
         self.at = 0;
         self.reader.seek(self.begin)?;
@@ -708,37 +702,24 @@ impl ImageRecordSource {
                 ),
             }
         };
-        // each slot starts with a buffer (a spare one when there is one) that its instance fills
-        let mut out: Vec<Result<(Vec<u8>, Vec<f32>)>> = (0..recs.len())
-            .map(|_| Ok((self.spare.pop().unwrap_or_default(), Vec::new())))
-            .collect();
-        let work_one =
-            |i: usize, at: &u64, rec: &Vec<u8>, mut data: Vec<u8>| -> Result<(Vec<u8>, Vec<f32>)> {
-                let mut r = rng_for(i);
-                // the error names the file and the record (its byte offset in the file)
-                let labels = instance(aug, rec, &mut r, &mut data).map_err(|e| {
-                    Error::new(
-                        e.kind(),
-                        format!("{} ({path}, the record at byte {at})", e.message()),
-                    )
-                })?;
-                Ok((data, labels))
-            };
-        let work =
-            |i: usize, (at, rec): &(u64, Vec<u8>), slot: &mut Result<(Vec<u8>, Vec<f32>)>| {
-                let mut data = match slot {
-                    Ok((d, _)) => std::mem::take(d),
-                    Err(_) => Vec::new(),
-                };
-                // every instance starts from zeros, as a new buffer would
-                data.clear();
-                data.resize(unit, 0);
-                *slot = work_one(i, at, rec, data);
-            };
+        let mut out: Vec<Result<(Vec<u8>, Vec<f32>)>> =
+            (0..recs.len()).map(|_| Ok(Default::default())).collect();
+        let work = |i: usize, (at, rec): &(u64, Vec<u8>)| -> Result<(Vec<u8>, Vec<f32>)> {
+            let mut data = vec![0u8; unit];
+            let mut r = rng_for(i);
+            // the error names the file and the record (its byte offset in the file)
+            let labels = instance(aug, rec, &mut r, &mut data).map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!("{} ({path}, the record at byte {at})", e.message()),
+                )
+            })?;
+            Ok((data, labels))
+        };
         let threads = self.threads.min(recs.len()).max(1);
         if threads == 1 {
-            for (i, (rec, slot)) in recs.iter().zip(&mut out).enumerate() {
-                work(i, rec, slot);
+            for (i, rec) in recs.iter().enumerate() {
+                out[i] = work(i, rec);
             }
         } else {
             let per = recs.len().div_ceil(threads);
@@ -747,7 +728,7 @@ impl ImageRecordSource {
                     let work = &work;
                     s.spawn(move || {
                         for (j, (slot, rec)) in slots.iter_mut().zip(chunk).enumerate() {
-                            work(t * per + j, rec, slot);
+                            *slot = work(t * per + j, rec);
                         }
                     });
                 }
@@ -784,7 +765,6 @@ impl DenseSource for ImageRecordSource {
         for (o, v) in label.chunks_exact_mut(4).zip(l) {
             o.copy_from_slice(&v.to_le_bytes());
         }
-        self.spare.push(d);
         // MXNet's image iterators leave the batch index at zero
         Ok(Some(0))
     }
