@@ -13,7 +13,9 @@ With --train, each batch also feeds a training step of a small Gluon CNN (hybrid
 stride 2 with 16 channels, ReLU, max pool, dense 8; softmax cross-entropy, SGD) on the same
 library in the same process, so decoding competes with training for the cores. It reports, per
 library: the images/s of the iterator feeding the training loop (the median over
-MXBENCH_REPEATS processes, the libraries alternating), of the same training steps on one fixed batch (no iterator), and the
+MXBENCH_REPEATS processes, the libraries alternating), of the same training steps on one fixed batch (no iterator), the
+process's CPU time (all threads) for an epoch of each, which shows what the iterator adds and
+what the steps cost whatever the machine's load, and the
 process's RSS sampled after every batch over MXBENCH_TRAIN_EPOCHS epochs (default 8, 256
 batches): its growth after the first epoch shows whether memory stays bounded by
 prefetch_buffer.
@@ -62,6 +64,12 @@ def rss_mib():
     return float("nan")
 
 
+def cpu_s():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)  # all of the process's threads
+    return r.ru_utime + r.ru_stime
+
+
 def child_train(rec, threads, repeats, epochs):
     import time
     import mxnet as mx
@@ -85,7 +93,7 @@ def child_train(rec, threads, repeats, epochs):
         return float(loss.mean().asscalar())  # one wait per step, as a loss metric does
 
     def epoch(samples=None):
-        t, n, losses = time.perf_counter(), 0, []
+        c, t, n, losses = cpu_s(), time.perf_counter(), 0, []
         for b in it:
             losses.append(step(b.data[0], b.label[0]))
             n += 32 - b.pad
@@ -93,22 +101,26 @@ def child_train(rec, threads, repeats, epochs):
                 samples.append(rss_mib())
         it.reset()
         ok = n == N and all(l == l and l < 100 for l in losses)
-        return time.perf_counter() - t, ok
+        return time.perf_counter() - t, ok, cpu_s() - c
 
     epoch()  # warm-up: deferred init, CachedOp, pools
     fed = [epoch() for _ in range(repeats)]
     b = next(iter(it))
     it.reset()
     x, y = b.data[0].copy(), b.label[0].copy()
-    t = time.perf_counter()
+    step(x, y)
+    # libmxnet.so decodes a whole epoch's chunk in the background after a reset: let it finish
+    # so that the fixed-batch steps' CPU time is theirs alone
+    time.sleep(0.5)
+    c, t = cpu_s(), time.perf_counter()
     for _ in range(N // 32):
         step(x, y)
-    train_only = time.perf_counter() - t
+    train_only, train_cpu = time.perf_counter() - t, cpu_s() - c
     samples = []
     for _ in range(epochs):
         epoch(samples)
     per = N // 32
-    return {"fed": fed, "train_only": train_only, "rss_first_epoch": max(samples[:per]),
+    return {"fed": fed, "train_only": train_only, "train_cpu": train_cpu, "rss_first_epoch": max(samples[:per]),
             "rss_max": max(samples), "rss_last": samples[-1], "batches": len(samples)}
 
 
@@ -147,15 +159,19 @@ def main_train(lib, rec):
     for threads in (1, 2):
         fed = {"mxrt": [], "mxnet": []}
         alone = {"mxrt": [], "mxnet": []}
+        cpu_fed = {"mxrt": [], "mxnet": []}
+        cpu_alone = {"mxrt": [], "mxnet": []}
         growth = {"mxrt": 0.0, "mxnet": 0.0}
         ok = {"mxrt": True, "mxnet": True}
         last = {}
         for _ in range(REPEATS):
             for name, l in (("mxrt", lib), ("mxnet", "mxnet")):
                 r = run(l, rec, threads, f"b.child_train({rec!r}, {threads}, 1, {epochs})")
-                fed[name] += [N / s for s, _ in r["fed"]]
-                ok[name] &= all(o for _, o in r["fed"])
+                fed[name] += [N / s for s, _, _ in r["fed"]]
+                ok[name] &= all(o for _, o, _ in r["fed"])
+                cpu_fed[name] += [c * 1000 for _, _, c in r["fed"]]
                 alone[name].append(N / r["train_only"])
+                cpu_alone[name].append(r["train_cpu"] * 1000)
                 growth[name] = max(growth[name], r["rss_max"] - r["rss_first_epoch"])
                 last[name] = r
         med = {k: statistics.median(v) for k, v in fed.items()}
@@ -170,6 +186,10 @@ def main_train(lib, rec):
                   flush=True)
             print(f"python.train_only_t{threads}.{name}\t{statistics.median(alone[name]):.4g}\t"
                   f"images/s\tok\tthe same steps on one fixed batch", flush=True)
+            print(f"python.image_iter_train_cpu_t{threads}.{name}\t{statistics.median(cpu_fed[name]):.0f}\t"
+                  f"ms\tok\tthe process's CPU time (all threads) per epoch of the fed loop", flush=True)
+            print(f"python.train_only_cpu_t{threads}.{name}\t{statistics.median(cpu_alone[name]):.0f}\t"
+                  f"ms\tok\tthe process's CPU time for the same steps on one fixed batch", flush=True)
             print(f"python.image_iter_train_rss_growth_t{threads}.{name}\t{growth[name]:.1f}\tMiB\t"
                   f"{'ok' if bounded else 'FAIL'}\tRSS max over {r['batches']} batches less the first "
                   f"epoch's max ({r['rss_first_epoch']:.0f} MiB); last {r['rss_last']:.0f} MiB", flush=True)
