@@ -42,7 +42,7 @@ WITH_DIST := $(findstring dist,$(FEATURES))
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: mxnet-graph-tests wheel test-wheel check-layers mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean
+.PHONY: mxnet-graph-tests wheel test-wheel check-layers mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean mxnet-io-tests
 
 all: lib
 
@@ -100,7 +100,7 @@ mxnet-venv:
 
 rust-test: mxnet-venv lib
 	MXRT_MXNET_PYTHON=$(abspath $(MXNET_VENV))/bin/python $(TEST_SIZES) $(CARGO) test --profile test-fast $(CARGO_FEATURES)
-	$(CARGO) test --profile test-fast --no-default-features --test format_mutation
+	$(CARGO) test --profile test-fast --no-default-features --test format_mutation --test io_mutation
 	$(CARGO) test --profile test-fast --no-default-features --test graph_mutation
 
 # MXNet 1.9.1's own tests of symbolic execution (from a checkout of apache/mxnet at 1.9.1 in
@@ -164,6 +164,16 @@ loom:
 
 check-abi: lib mxnet-venv
 	@MXNET_VENV=$(MXNET_VENV) bash scripts/check-abi.sh
+
+# MXNet 1.9.1's own data-loading tests on libmxrt and on libmxnet.so, each test's outcome listed
+# side by side (scripts/mxnet-conformance.sh). Not part of make test: it needs a checkout of
+# MXNet 1.9.1 (MXNET_SRC, with tests/python/unittest and tests/python/common). Tests that
+# download data sets fail on both libraries where the network is unreachable.
+MXNET_SRC ?= /tmp/mx
+MXNET_IO_TESTS ?= test_io test_recordio test_image test_gluon_data test_gluon_data_vision
+mxnet-io-tests: lib mxnet-venv
+	MXNET_VENV=$(MXNET_VENV) MXRT_LIB=$(abspath $(LIB)) bash scripts/mxnet-conformance.sh \
+	  $(MXNET_SRC) $(MXNET_IO_TESTS)
 
 # The distributed kvstore's MPI jobs (tests/dist/run.sh): C jobs, MXNet's Python package with the
 # optimizer on the servers, and the failure cases (a killed worker or server, a panic, uneven

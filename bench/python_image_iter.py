@@ -5,8 +5,20 @@ MXBENCH_REPEATS epochs (after one warm-up epoch), images per second; the librari
 within a repeat. Every epoch checks its batch count, shapes, labels and pixel range.
 
   python bench/python_image_iter.py [path/to/libmxrt.so]   (default target/release/libmxrt.so)
+  python bench/python_image_iter.py --train [path/to/libmxrt.so]
 
 Prints mxbench's result lines (name, value, unit, check, note; tab-separated) and the ratio.
+
+With --train, each batch also feeds a training step of a small Gluon CNN (hybridized; conv 3x3
+stride 2 with 16 channels, ReLU, max pool, dense 8; softmax cross-entropy, SGD) on the same
+library in the same process, so decoding competes with training for the cores. It reports, per
+library: the images/s of the iterator feeding the training loop (the median over
+MXBENCH_REPEATS processes, the libraries alternating), of the same training steps on one fixed batch (no iterator), the
+process's CPU time (all threads) for an epoch of each, which shows what the iterator adds and
+what the steps cost whatever the machine's load, and the
+process's RSS sampled after every batch over MXBENCH_TRAIN_EPOCHS epochs (default 8, 256
+batches): its growth after the first epoch shows whether memory stays bounded by
+prefetch_buffer.
 """
 import json
 import os
@@ -44,6 +56,74 @@ def child(rec, threads):
     return [epoch() for _ in range(1)]
 
 
+def rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def cpu_s():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)  # all of the process's threads
+    return r.ru_utime + r.ru_stime
+
+
+def child_train(rec, threads, repeats, epochs):
+    import time
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    mx.random.seed(1)
+    it = mx.io.ImageRecordIter(path_imgrec=rec, data_shape=(3, 64, 64), batch_size=32, rand_crop=True,
+                               rand_mirror=True, preprocess_threads=threads, prefetch_buffer=4)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(16, 3, strides=2, activation="relu"), gluon.nn.MaxPool2D(2),
+            gluon.nn.Dense(8))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+
+    def step(x, y):
+        with autograd.record():
+            loss = loss_fn(net(x / 255.0), y)
+        loss.backward()
+        trainer.step(32)
+        return float(loss.mean().asscalar())  # one wait per step, as a loss metric does
+
+    def epoch(samples=None):
+        c, t, n, losses = cpu_s(), time.perf_counter(), 0, []
+        for b in it:
+            losses.append(step(b.data[0], b.label[0]))
+            n += 32 - b.pad
+            if samples is not None:
+                samples.append(rss_mib())
+        it.reset()
+        ok = n == N and all(l == l and l < 100 for l in losses)
+        return time.perf_counter() - t, ok, cpu_s() - c
+
+    epoch()  # warm-up: deferred init, CachedOp, pools
+    fed = [epoch() for _ in range(repeats)]
+    b = next(iter(it))
+    it.reset()
+    x, y = b.data[0].copy(), b.label[0].copy()
+    step(x, y)
+    # libmxnet.so decodes a whole epoch's chunk in the background after a reset: let it finish
+    # so that the fixed-batch steps' CPU time is theirs alone
+    time.sleep(0.5)
+    c, t = cpu_s(), time.perf_counter()
+    for _ in range(N // 32):
+        step(x, y)
+    train_only, train_cpu = time.perf_counter() - t, cpu_s() - c
+    samples = []
+    for _ in range(epochs):
+        epoch(samples)
+    per = N // 32
+    return {"fed": fed, "train_only": train_only, "train_cpu": train_cpu, "rss_first_epoch": max(samples[:per]),
+            "rss_max": max(samples), "rss_last": samples[-1], "batches": len(samples)}
+
+
 def make_rec(path):
     sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
     import mxnet as mx
@@ -56,26 +136,78 @@ def make_rec(path):
     w.close()
 
 
-def run(lib, rec, threads):
+def run(lib, rec, threads, call=None):
     env = dict(os.environ)
     env.pop("MXNET_LIBRARY_PATH", None)
     if lib != "mxnet":
         env["MXNET_LIBRARY_PATH"] = lib
+    call = call or f"b.child({rec!r}, {threads})"
     code = (f"import sys; sys.path.insert(0, {HERE!r}); import python_image_iter as b, json; "
-            f"print(json.dumps(b.child({rec!r}, {threads})))")
+            f"print(json.dumps({call}))")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise SystemExit(f"{lib} threads={threads} failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def main_train(lib, rec):
+    """Iterator feeding a training loop, training alone, and RSS over a long run; one process
+    per library and repeat, the libraries alternating within a repeat (the load of a shared
+    machine then weighs on both alike)."""
+    epochs = int(os.environ.get("MXBENCH_TRAIN_EPOCHS", "8"))
+    status = 0
+    for threads in (1, 2):
+        fed = {"mxrt": [], "mxnet": []}
+        alone = {"mxrt": [], "mxnet": []}
+        cpu_fed = {"mxrt": [], "mxnet": []}
+        cpu_alone = {"mxrt": [], "mxnet": []}
+        growth = {"mxrt": 0.0, "mxnet": 0.0}
+        ok = {"mxrt": True, "mxnet": True}
+        last = {}
+        for _ in range(REPEATS):
+            for name, l in (("mxrt", lib), ("mxnet", "mxnet")):
+                r = run(l, rec, threads, f"b.child_train({rec!r}, {threads}, 1, {epochs})")
+                fed[name] += [N / s for s, _, _ in r["fed"]]
+                ok[name] &= all(o for _, o, _ in r["fed"])
+                cpu_fed[name] += [c * 1000 for _, _, c in r["fed"]]
+                alone[name].append(N / r["train_only"])
+                cpu_alone[name].append(r["train_cpu"] * 1000)
+                growth[name] = max(growth[name], r["rss_max"] - r["rss_first_epoch"])
+                last[name] = r
+        med = {k: statistics.median(v) for k, v in fed.items()}
+        for name in ("mxrt", "mxnet"):
+            # bounded: no growth beyond a few batches' worth (32 x 3 x 64 x 64 floats = 1.5 MiB)
+            # after the first epoch
+            bounded = growth[name] < 64
+            status |= not (ok[name] and bounded)
+            r = last[name]
+            print(f"python.image_iter_train_t{threads}.{name}\t{med[name]:.4g}\timages/s\t"
+                  f"{'ok' if ok[name] else 'FAIL'}\titerator feeding a CNN training step per batch",
+                  flush=True)
+            print(f"python.train_only_t{threads}.{name}\t{statistics.median(alone[name]):.4g}\t"
+                  f"images/s\tok\tthe same steps on one fixed batch", flush=True)
+            print(f"python.image_iter_train_cpu_t{threads}.{name}\t{statistics.median(cpu_fed[name]):.0f}\t"
+                  f"ms\tok\tthe process's CPU time (all threads) per epoch of the fed loop", flush=True)
+            print(f"python.train_only_cpu_t{threads}.{name}\t{statistics.median(cpu_alone[name]):.0f}\t"
+                  f"ms\tok\tthe process's CPU time for the same steps on one fixed batch", flush=True)
+            print(f"python.image_iter_train_rss_growth_t{threads}.{name}\t{growth[name]:.1f}\tMiB\t"
+                  f"{'ok' if bounded else 'FAIL'}\tRSS max over {r['batches']} batches less the first "
+                  f"epoch's max ({r['rss_first_epoch']:.0f} MiB); last {r['rss_last']:.0f} MiB", flush=True)
+        print(f"# preprocess_threads={threads}, training: mxrt/libmxnet.so = "
+              f"{med['mxrt'] / med['mxnet']:.2f}x", flush=True)
+    return status
+
+
 def main():
-    lib = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "release", "libmxrt.so")
+    args = [a for a in sys.argv[1:] if a != "--train"]
+    lib = args[0] if args else os.path.join(ROOT, "target", "release", "libmxrt.so")
     d = os.environ.get("MXBENCH_IO_DIR", os.path.join(ROOT, "target", "mxbench", "io"))
     os.makedirs(d, exist_ok=True)
     rec = os.path.join(d, "jpeg96.rec")
     if not os.path.exists(rec):
         make_rec(rec)
+    if "--train" in sys.argv[1:]:
+        return main_train(lib, rec)
     status = 0
     for threads in (1, 2):
         rates = {"mxrt": [], "mxnet": []}

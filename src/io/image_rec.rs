@@ -20,11 +20,11 @@
 //! HSL augmenters are refused by name.
 
 use super::batch::{BatchLoader, DenseSource};
-use crate::imgproc::{self as img, Image};
 use super::params::Params;
 use super::recordio::{self, RecordReader};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::imgproc::{self as img, Image};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
@@ -246,7 +246,9 @@ fn rotate_list(v: &str) -> Vec<i64> {
             let n: i64 = digits
                 .bytes()
                 .take_while(u8::is_ascii_digit)
-                .fold(0i64, |acc, d| acc.saturating_mul(10).saturating_add((d - b'0') as i64));
+                .fold(0i64, |acc, d| {
+                    acc.saturating_mul(10).saturating_add((d - b'0') as i64)
+                });
             if neg { -n } else { n }
         })
         .collect()
@@ -330,7 +332,14 @@ fn affine(a: &Aug, res: &Image, r: &mut ChaCha8Rng) -> Result<Image> {
             "ImageRecordIter: the affine augmenter's output size {w}x{h} is out of range"
         )));
     }
-    Ok(img::warp_affine(res, m, h as usize, w as usize, method, a.fill_value))
+    Ok(img::warp_affine(
+        res,
+        m,
+        h as usize,
+        w as usize,
+        method,
+        a.fill_value,
+    ))
 }
 
 /// A uniform float in `[0, 1)`.
@@ -463,7 +472,14 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
         done = true;
     }
     if !done {
-        let m = inter_method(a.interp, res.w as f32, res.h as f32, dw as f32, dh as f32, r);
+        let m = inter_method(
+            a.interp,
+            res.w as f32,
+            res.h as f32,
+            dw as f32,
+            dh as f32,
+            r,
+        );
         if res.h < dh {
             let cols = (dh as f32 / res.h as f32 * res.w as f32) as usize;
             res = resized_with(&res, dh, cols.max(1), m)?;
@@ -664,9 +680,15 @@ fn image_bytes(rec: &[u8]) -> Result<(u64, &[u8])> {
 
 /// An image list (`.lst`): per line an index, then `label_width` labels (MXNet reads them with
 /// `atol`/`atof` after whitespace; what follows, the image path, is ignored).
-fn read_imglist(path: &str, label_width: usize) -> Result<std::collections::HashMap<u64, Vec<f32>>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::io(format!("ImageRecordIter: cannot read path_imglist {path}: {e}")))?;
+fn read_imglist(
+    path: &str,
+    label_width: usize,
+) -> Result<std::collections::HashMap<u64, Vec<f32>>> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::io(format!(
+            "ImageRecordIter: cannot read path_imglist {path}: {e}"
+        ))
+    })?;
     let mut map = std::collections::HashMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let mut fields = line.split_whitespace();
@@ -693,7 +715,10 @@ pub(super) fn c_number(s: &str) -> f64 {
         .map(|(i, ch)| i + ch.len_utf8())
         .last()
         .unwrap_or(0);
-    (1..=end).rev().find_map(|k| s[..k].parse::<f64>().ok()).unwrap_or(0.0)
+    (1..=end)
+        .rev()
+        .find_map(|k| s[..k].parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
 
 /// One record made into one instance: data bytes and labels.
@@ -703,7 +728,9 @@ fn instance(a: &Aug, rec: &[u8], r: &mut ChaCha8Rng, data: &mut [u8]) -> Result<
         Some(map) => {
             let (id, bytes) = image_bytes(rec)?;
             let labels = map.get(&id).cloned().ok_or_else(|| {
-                Error::invalid(format!("ImageRecordIter: fail to find imagelabel for id {id}"))
+                Error::invalid(format!(
+                    "ImageRecordIter: fail to find imagelabel for id {id}"
+                ))
             })?;
             (labels, bytes)
         }
@@ -790,7 +817,10 @@ impl ImageRecordSource {
     ) -> Result<Self> {
         let aug = match det {
             // the detection iterator's own label_width (-1: any) and augmenter settings
-            Some(_) => Aug::new(&p.without(&["label_width", "inter_method", "fill_value"]), dtype)?,
+            Some(_) => Aug::new(
+                &p.without(&["label_width", "inter_method", "fill_value"]),
+                dtype,
+            )?,
             None => Aug::new(p, dtype)?,
         };
         let path = p.string("path_imgrec", Some(""))?;
@@ -842,7 +872,10 @@ impl ImageRecordSource {
         let mut aug = aug;
         let imglist = p.string("path_imglist", Some(""))?;
         if !imglist.is_empty() && det.is_none() {
-            aug.label_map = Some(std::sync::Arc::new(read_imglist(&imglist, aug.label_width)?));
+            aug.label_map = Some(std::sync::Arc::new(read_imglist(
+                &imglist,
+                aug.label_width,
+            )?));
         }
         let [c, h, w] = aug.shape;
         let unit = c * h * w * dtype.size();
@@ -875,7 +908,7 @@ impl ImageRecordSource {
                 widest = map.values().map(Vec::len).max().unwrap_or(0);
             }
             while det.label_map.is_none()
-                && let Some(rec) = s.next_record()?
+                && let Some((_, rec)) = s.next_record()?
             {
                 let flag = if rec.len() >= 4 {
                     u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize
@@ -980,20 +1013,21 @@ impl ImageRecordSource {
         Ok(())
     }
 
-    /// The next record's bytes, or `None` at the end of the part.
-    fn next_record(&mut self) -> Result<Option<Vec<u8>>> {
+    /// The next record's byte offset and bytes, or `None` at the end of the part.
+    fn next_record(&mut self) -> Result<Option<(u64, Vec<u8>)>> {
         if let Some(offs) = &self.offsets {
             let Some(&off) = offs.get(self.at) else {
                 return Ok(None);
             };
             self.at += 1;
             self.reader.seek(off)?;
-            return Ok(self.reader.next_record()?.map(<[u8]>::to_vec));
+            return Ok(self.reader.next_record()?.map(|r| (off, r.to_vec())));
         }
-        if self.reader.tell() >= self.end {
+        let at = self.reader.tell();
+        if at >= self.end {
             return Ok(None);
         }
-        Ok(self.reader.next_record()?.map(<[u8]>::to_vec))
+        Ok(self.reader.next_record()?.map(|r| (at, r.to_vec())))
     }
 
     /// Reads, decodes and augments the next chunk of records.
@@ -1017,7 +1051,12 @@ impl ImageRecordSource {
         }
         let first = self.serial;
         self.serial += recs.len() as u64;
-        let (aug, unit, det) = (&self.aug, self.unit, self.det.as_deref());
+        let (aug, unit, det, path) = (
+            &self.aug,
+            self.unit,
+            self.det.as_deref(),
+            self.reader.path(),
+        );
         let (seed, seed_aug, epoch) = (self.seed, self.seed_aug, self.epoch);
         let rng_for = |i: usize| -> ChaCha8Rng {
             let idx = first + i as u64;
@@ -1030,31 +1069,40 @@ impl ImageRecordSource {
         };
         let mut out: Vec<Result<(Vec<u8>, Vec<f32>)>> =
             (0..recs.len()).map(|_| Ok(Default::default())).collect();
-        let work = |i: usize, rec: &[u8]| -> Result<(Vec<u8>, Vec<f32>)> {
+        let work = |i: usize, (at, rec): &(u64, Vec<u8>)| -> Result<(Vec<u8>, Vec<f32>)> {
             let mut data = vec![0u8; unit];
             let mut r = rng_for(i);
-            let labels = match det {
-                None => instance(aug, rec, &mut r, &mut data)?,
-                Some(det) if det.label_map.is_some() => {
-                    let (id, bytes) = image_bytes(rec)?;
-                    let map = det.label_map.as_ref().expect("checked");
-                    let labels = map.get(&id).ok_or_else(|| {
-                        Error::invalid(format!(
-                            "ImageDetRecordIter: fail to find imagelabel for id {id}"
-                        ))
-                    })?;
-                    super::image_det::instance(det, labels, bytes, &mut r, &mut data)?
-                }
-                Some(det) => {
-                    let flag = det.check_label_count(if rec.len() >= 4 {
-                        u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize
-                    } else {
-                        0
-                    })?;
-                    let (labels, bytes) = unpack(rec, flag)?;
-                    super::image_det::instance(det, &labels, bytes, &mut r, &mut data)?
-                }
-            };
+            let labels = (|| -> Result<Vec<f32>> {
+                Ok(match det {
+                    None => instance(aug, rec, &mut r, &mut data)?,
+                    Some(det) if det.label_map.is_some() => {
+                        let (id, bytes) = image_bytes(rec)?;
+                        let map = det.label_map.as_ref().expect("checked");
+                        let labels = map.get(&id).ok_or_else(|| {
+                            Error::invalid(format!(
+                                "ImageDetRecordIter: fail to find imagelabel for id {id}"
+                            ))
+                        })?;
+                        super::image_det::instance(det, labels, bytes, &mut r, &mut data)?
+                    }
+                    Some(det) => {
+                        let flag = det.check_label_count(if rec.len() >= 4 {
+                            u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")) as usize
+                        } else {
+                            0
+                        })?;
+                        let (labels, bytes) = unpack(rec, flag)?;
+                        super::image_det::instance(det, &labels, bytes, &mut r, &mut data)?
+                    }
+                })
+            })()
+            // the error names the file and the record (its byte offset in the file)
+            .map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!("{} ({path}, the record at byte {at})", e.message()),
+                )
+            })?;
             Ok((data, labels))
         };
         let threads = self.threads.min(recs.len()).max(1);

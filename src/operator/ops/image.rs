@@ -255,10 +255,10 @@ fn cv_resize(call: &Call<'_>) -> Result<Plan> {
         );
     }
     check_resize_dtype(call, x.dtype)?;
-    if interp != img::INTER_NEAREST && interp != img::INTER_LINEAR {
+    if !(img::INTER_NEAREST..=img::INTER_CUBIC).contains(&interp) {
         return Err(Error::not_supported(format!(
-            "operator {}: interpolation {interp} is not implemented by mxrt (0: nearest and 1: \
-             bilinear are)",
+            "operator {}: interpolation {interp} is not implemented by mxrt (0: nearest, 1: bilinear \
+             and 2: bicubic are)",
             call.name
         )));
     }
@@ -562,10 +562,10 @@ fn image_resize(call: &Call<'_>) -> Result<Plan> {
     let (n, h, w, c) = nhwc(call, x, true)?;
     let (dh, dw, interp) = resize_size(call, h, w)?;
     check_resize_dtype(call, x.dtype)?;
-    if interp != img::INTER_NEAREST && interp != img::INTER_LINEAR {
+    if !(img::INTER_NEAREST..=img::INTER_CUBIC).contains(&interp) {
         return Err(Error::not_supported(format!(
-            "operator {}: interpolation {interp} is not implemented by mxrt (0: nearest and 1: \
-             bilinear are)",
+            "operator {}: interpolation {interp} is not implemented by mxrt (0: nearest, 1: bilinear \
+             and 2: bicubic are)",
             call.name
         )));
     }
