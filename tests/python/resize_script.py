@@ -9,25 +9,10 @@ import json
 import numpy as np
 import mxnet as mx
 
+from case_runner import flat, rand, results, run
+
 nd = mx.nd
 ag = mx.autograd
-results = {}
-
-
-def rand(shape, seed, lo=-1.0, hi=1.0):
-    return np.random.RandomState(seed).uniform(lo, hi, size=shape)
-
-
-def run(name, fn):
-    try:
-        results[name] = {"ok": fn()}
-    except Exception as e:  # noqa: BLE001 - the message is the result
-        lines = [l for l in str(e).strip().splitlines() if l.strip()]
-        results[name] = {"error": lines[-1][:400] if lines else repr(e)}
-
-
-def flat(a):
-    return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
 
 
 def forward_backward(op, shapes, dtype="float32", **params):
@@ -108,7 +93,6 @@ run("bad_resize_mode", lambda: forward_backward(R, [(1, 1, 2, 2)], mode="nearest
 run("bad_crop_offset", lambda: forward_backward(nd.Crop, [(1, 1, 5, 5)], num_args=1, h_w=(3, 3),
                                                 offset=(3, 0)))
 run("bad_crop_too_big", lambda: forward_backward(nd.Crop, [(1, 1, 5, 5)], num_args=1, h_w=(6, 3)))
-
 
 
 def symbol_case():

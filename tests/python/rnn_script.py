@@ -8,27 +8,12 @@ import json
 
 import numpy as np
 import mxnet as mx
+
+from case_runner import flat, rand, results, run
 from mxnet import gluon
 
 nd = mx.nd
 ag = mx.autograd
-results = {}
-
-
-def rand(shape, seed, lo=-1.0, hi=1.0):
-    return np.random.RandomState(seed).uniform(lo, hi, size=shape)
-
-
-def run(name, fn):
-    try:
-        results[name] = {"ok": fn()}
-    except Exception as e:  # noqa: BLE001 - the message is the result
-        lines = [l for l in str(e).strip().splitlines() if l.strip()]
-        results[name] = {"error": lines[-1][:400] if lines else repr(e)}
-
-
-def flat(a):
-    return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
 
 
 GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
@@ -172,7 +157,6 @@ def gluon_deferred():
 
 
 run("gluon_gru_deferred_init", gluon_deferred)
-
 
 
 def symbol_case():

@@ -11,25 +11,10 @@ import json
 import numpy as np
 import mxnet as mx
 
+from case_runner import flat, rand, results, run
+
 nd = mx.nd
 ag = mx.autograd
-results = {}
-
-
-def rand(shape, seed, lo=-1.0, hi=1.0):
-    return np.random.RandomState(seed).uniform(lo, hi, size=shape)
-
-
-def run(name, fn):
-    try:
-        results[name] = {"ok": fn()}
-    except Exception as e:  # noqa: BLE001 - the message is the result
-        lines = [l for l in str(e).strip().splitlines() if l.strip()]
-        results[name] = {"error": lines[-1][:400] if lines else repr(e)}
-
-
-def flat(a):
-    return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
 
 
 def grads_of(fn, arrays, seed=50):
