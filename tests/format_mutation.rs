@@ -23,51 +23,13 @@ use mxrt::ndarray::format::{
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
 // ---- allocation accounting ----------------------------------------------------------------
 
-struct Counting;
-
-thread_local! {
-    /// Largest single allocation (or reallocation target) on this thread since the last reset.
-    static MAX_ALLOC: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    // `try_with`: the slot may be gone while the thread is being torn down.
-    let _ = MAX_ALLOC.try_with(|m| m.set(m.get().max(size)));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the only
-// extra work is updating a thread-local `Cell<usize>` (const-initialised, so no allocation).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded verbatim; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded verbatim.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded verbatim; `ptr` came from this allocator, i.e. from `System`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: forwarded verbatim; `ptr` came from `System` with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
 /// The most any single allocation of a parse of `len` input bytes may take. Element data and
 /// names are copies of input bytes (<= len). The record vector holds at most one `Record` per
@@ -304,10 +266,10 @@ fn guarded_parse(
     np: NpShape,
     what: &dyn Fn() -> String,
 ) -> mxrt::Result<Parsed> {
-    MAX_ALLOC.with(|m| m.set(0));
+    counting_alloc::reset_thread_max();
     let result = catch_unwind(AssertUnwindSafe(|| parse(kind, bytes, np)))
         .unwrap_or_else(|_| panic!("parser panicked on {}", what()));
-    let max = MAX_ALLOC.with(Cell::get);
+    let max = counting_alloc::thread_max();
     assert!(
         max <= alloc_cap(bytes.len()),
         "{}: a single allocation of {max} bytes for {} input bytes",
@@ -547,7 +509,7 @@ fn hostile_counts_and_shapes_do_not_allocate() {
             "{}",
             what()
         );
-        assert!(MAX_ALLOC.with(Cell::get) < 64 * 1024, "{}", what());
+        assert!(counting_alloc::thread_max() < 64 * 1024, "{}", what());
     }
 }
 

@@ -31,8 +31,6 @@ use mxrt::graph::json::from_json;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -40,52 +38,8 @@ use std::time::{Duration, Instant};
 
 // ---- allocation accounting ----------------------------------------------------------------
 
-struct Counting;
-
-thread_local! {
-    /// Largest single allocation (or reallocation target) on this thread since the last reset.
-    static MAX_ALLOC: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    // `try_with`: the slot may be gone while the thread is being torn down.
-    let _ = MAX_ALLOC.try_with(|m| m.set(m.get().max(size)));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the only
-// extra work is updating a thread-local `Cell<usize>` (const-initialised, so no allocation).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded verbatim; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded verbatim.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded verbatim; `ptr` came from this allocator, i.e. from `System`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: forwarded verbatim; `ptr` came from `System` with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn reset_max() {
-    MAX_ALLOC.with(|m| m.set(0));
-}
-
-fn max_alloc() -> usize {
-    MAX_ALLOC.with(Cell::get)
-}
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
 /// The most any single allocation of loading and inferring a graph of `len` JSON bytes may
 /// take: the parsed JSON tree, the node and slot vectors and the shapes are all proportional to
@@ -203,7 +157,7 @@ fn run_case(case: &str, text: &str, input: &[i64], params: &[u8], execute: bool)
         return out;
     };
     // load and infer through the C API; allocations bounded by the text's size
-    reset_max();
+    counting_alloc::reset_thread_max();
     let mut handle: *mut c_void = std::ptr::null_mut();
     // SAFETY: a NUL-terminated text and a valid out-pointer.
     let rc = unsafe { MXSymbolCreateFromJSON(c_text.as_ptr(), &mut handle) };
@@ -351,7 +305,7 @@ fn predict(case: &str, c_text: &CStr, input: &[i64], params: &[u8]) -> bool {
 }
 
 fn check_alloc(case: &str, what: &str, len: usize) {
-    let m = max_alloc();
+    let m = counting_alloc::thread_max();
     assert!(
         m <= alloc_cap(len),
         "{case}: {what} allocated {m} bytes at once for a {len}-byte graph"

@@ -30,49 +30,20 @@ use mxrt::io::DataIter;
 use mxrt::io::recordio::{RecordReader, RecordWriter};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 // ---- allocation accounting ----------------------------------------------------------------
 
-/// Largest single allocation in the process since the last reset. Process-wide (not per
-/// thread): the iterators allocate on their prefetch and decoding threads. The tests of this
-/// file run one at a time (`SERIAL`) so that one test's allocations are not charged to another.
-static MAX_ALLOC: AtomicUsize = AtomicUsize::new(0);
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
+
+/// Allocations are measured process-wide (not per thread): the iterators allocate on their
+/// prefetch and decoding threads. The tests of this file run one at a time (`SERIAL`) so that
+/// one test's allocations are not charged to another.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-struct Counting;
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the only
-// extra work is an atomic `fetch_max`, which does not allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        MAX_ALLOC.fetch_max(layout.size(), Ordering::Relaxed);
-        // SAFETY: forwarded verbatim; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        MAX_ALLOC.fetch_max(layout.size(), Ordering::Relaxed);
-        // SAFETY: forwarded verbatim.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded verbatim; `ptr` came from this allocator, i.e. from `System`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        MAX_ALLOC.fetch_max(new_size, Ordering::Relaxed);
-        // SAFETY: forwarded verbatim; `ptr` came from `System` with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 /// The most one decoded image may take: RGBA or 16-bit samples of the largest image the decoder
 /// accepts, plus slack for the decoders' tables.
@@ -102,7 +73,7 @@ fn bounded<T: Send + 'static>(
     limit: Duration,
     case: impl FnOnce() -> T + Send + 'static,
 ) -> T {
-    MAX_ALLOC.store(0, Ordering::Relaxed);
+    counting_alloc::reset_process_max();
     let (tx, rx) = std::sync::mpsc::channel();
     let start = Instant::now();
     std::thread::spawn(move || {
@@ -114,7 +85,7 @@ fn bounded<T: Send + 'static>(
         Ok(Err(_)) => panic!("{what}: panicked"),
         Err(_) => panic!("{what}: no result after {limit:?} (a hang)"),
     };
-    let most = MAX_ALLOC.load(Ordering::Relaxed);
+    let most = counting_alloc::process_max();
     assert!(
         most <= cap,
         "{what}: an allocation of {most} bytes (cap {cap}) after {:?}",
