@@ -14,7 +14,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::def::{Signature, TypeRule};
 use crate::operator::kernel::Element;
-use crate::operator::op::{Call, Plan, TensorDesc};
+use crate::operator::op::{Call, Operator, Plan, TensorDesc};
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
 
@@ -313,6 +313,11 @@ fn unravel(call: &Call<'_>) -> Result<Plan> {
 /// repeated indices sum.
 fn scatter_nd(call: &Call<'_>) -> Result<Plan> {
     scatter(call, false)
+}
+
+/// MXNet's gradient of `gather_nd`: `scatter_nd` adding up repeated indices.
+fn backward_gather_nd(call: &Call<'_>) -> Result<Plan> {
+    scatter(call, true)
 }
 
 fn scatter(call: &Call<'_>, accumulate: bool) -> Result<Plan> {
@@ -675,32 +680,26 @@ pub(crate) fn register(t: &mut Entries) {
     });
     t.def("_ravel_multi_index", &ravel).zero_grad();
     t.def("_unravel_index", &unravel).zero_grad();
-    t.def("scatter_nd", &scatter_nd)
-        .dtype_rule(TypeRule::Outputs(|_, ins| {
-            vec![ins.first().copied().flatten()]
-        }))
-        .grad(|g| {
-            let d = g.op("gather_nd", &[g.dy(0), g.x(1)], &[])?;
-            let di = if g.needs(1) {
-                Some(g.zeros_like(g.x(1))?)
-            } else {
-                None
-            };
-            Ok(vec![Some(d), di])
-        });
-    t.def("_backward_gather_nd", &|c: &Call<'_>| scatter(c, true))
-        .dtype_rule(TypeRule::Outputs(|_, ins| {
-            vec![ins.first().copied().flatten()]
-        }))
-        .grad(|g| {
-            let d = g.op("gather_nd", &[g.dy(0), g.x(1)], &[])?;
-            let di = if g.needs(1) {
-                Some(g.zeros_like(g.x(1))?)
-            } else {
-                None
-            };
-            Ok(vec![Some(d), di])
-        });
+    // `_backward_gather_nd` is `scatter_nd` adding up repeated indices
+    let forms: [(&'static str, &'static dyn Operator); 2] = [
+        ("scatter_nd", &scatter_nd),
+        ("_backward_gather_nd", &backward_gather_nd),
+    ];
+    for (name, forward) in forms {
+        t.def(name, forward)
+            .dtype_rule(TypeRule::Outputs(|_, ins| {
+                vec![ins.first().copied().flatten()]
+            }))
+            .grad(|g| {
+                let d = g.op("gather_nd", &[g.dy(0), g.x(1)], &[])?;
+                let di = if g.needs(1) {
+                    Some(g.zeros_like(g.x(1))?)
+                } else {
+                    None
+                };
+                Ok(vec![Some(d), di])
+            });
+    }
     t.def("reset_arrays", &reset_arrays)
         .dtype_rule(TypeRule::Outputs(|_, _| Vec::new()))
         .signature(|p| {
