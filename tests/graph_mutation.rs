@@ -26,7 +26,6 @@ use mxrt::capi::error::MXGetLastError;
 use mxrt::capi::predict::{MXPredCreate, MXPredForward, MXPredFree};
 use mxrt::capi::symbol::{MXSymbolCreateFromJSON, MXSymbolFree, MXSymbolInferShapeEx64};
 use mxrt::graph::exec::Executor;
-use mxrt::graph::infer::{Known, infer_shapes};
 use mxrt::graph::json::from_json;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

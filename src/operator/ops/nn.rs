@@ -2,6 +2,7 @@
 //! `log_softmax`, `softmin`, `clip`, `add_n`, `Dropout` and `BatchNorm` (both following the
 //! invoking thread's training mode).
 
+use crate::operator::stype::StorageRule;
 use super::binary::{Add, apply_same};
 use super::unary::{Math, apply, c};
 use super::{Entries, axis as norm_axis, dims, inputs, same_dtype};
@@ -11,15 +12,14 @@ use crate::operator::def::{
     GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param, param_flag, param_int,
 };
 use crate::operator::kernel::map::{Ptr, map1, map2};
+use crate::parallel::{for_chunks_mut, for_ranges};
+use half::f16;
 use crate::operator::kernel::strided::{split_axes, walk};
 use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, GpuKernel, Operator, Plan, TensorDesc};
 use crate::operator::param;
-use crate::operator::stype::StorageRule;
 use crate::operator::tensor::Tensor;
-use crate::parallel::{for_chunks_mut, for_ranges};
 use crate::resource::ResourceRequest;
-use half::f16;
 
 struct SoftRelu;
 impl Math for SoftRelu {
@@ -240,11 +240,7 @@ fn leaky_relu(call: &Call<'_>) -> Result<Plan> {
                 });
                 Ok(())
             });
-            return Ok(if random {
-                plan.with_resource(ResourceRequest::Random)
-            } else {
-                plan
-            });
+            return Ok(if random { plan.with_resource(ResourceRequest::Random) } else { plan });
         }
         other => {
             return Err(Error::invalid(format!(
@@ -307,13 +303,7 @@ fn softmax(call: &Call<'_>, kind: Soft) -> Result<Plan> {
             let lines: usize = ks.iter().product();
             let mut bases = Vec::with_capacity(lines);
             walk(&ks, [&kst], [0], 0, lines, |_, [b]| bases.push(b));
-            let lines = Lines {
-                bases: &bases,
-                n: shape[axis],
-                stride: rst[0],
-                kind,
-                temp,
-            };
+            let lines = Lines { bases: &bases, n: shape[axis], stride: rst[0], kind, temp };
             if out_dtype == dtype {
                 crate::with_element!(dtype, T => lines.forward::<T>(k.inputs[0].ptr::<T>(), k.outputs[0].ptr::<T>()));
             } else {
@@ -413,12 +403,7 @@ fn dropout(call: &Call<'_>) -> Result<Plan> {
     let x = inputs(call, 1)?[0].clone();
     let params = call.params;
     let p = params.or("p", param::float, "a number", 0.5)?;
-    let mode = params.or(
-        "mode",
-        param::choice,
-        "training or always",
-        "training".into(),
-    )?;
+    let mode = params.or("mode", param::choice, "training or always", "training".into())?;
     let axes = params.or("axes", param::shape, "a tuple of axes", vec![])?;
     params.optional("cudnn_off", param::boolean, "a boolean")?;
     if mode != "training" && mode != "always" {
@@ -449,11 +434,7 @@ fn dropout(call: &Call<'_>) -> Result<Plan> {
     float_only(call, x.dtype)?;
     // the mask's shape: 1 along the shared axes; element i of the output reads mask[m(i)]
     let shape: Vec<usize> = x.shape.iter().map(|&d| d.max(0) as usize).collect();
-    let mask_shape: Vec<usize> = shape
-        .iter()
-        .zip(&shared)
-        .map(|(&d, &s)| if s { 1 } else { d })
-        .collect();
+    let mask_shape: Vec<usize> = shape.iter().zip(&shared).map(|(&d, &s)| if s { 1 } else { d }).collect();
     let dtype = x.dtype;
     let keep = 1.0 - p;
     // the mask (0 or 1 / (1 - p), shaped like the draw) is a hidden second output, as MXNet's:
@@ -461,9 +442,7 @@ fn dropout(call: &Call<'_>) -> Result<Plan> {
     let mask_dims: Vec<i64> = mask_shape.iter().map(|&d| d as i64).collect();
     let mask_desc = TensorDesc::new(&mask_dims, x.dtype);
     Ok(Plan::new(vec![x, mask_desc], move |k| {
-        let res = k
-            .resource
-            .ok_or_else(|| Error::invalid("Dropout without its generator"))?;
+        let res = k.resource.ok_or_else(|| Error::invalid("Dropout without its generator"))?;
         let mut g = res.random()?;
         let n_mask: usize = mask_shape.iter().product();
         let scale = if keep > 0.0 { 1.0 / keep } else { 0.0 };
@@ -528,12 +507,7 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
     }
     let axis = norm_axis(call, p.or("axis", param::int, "an integer", 1)?, nd)?;
     let ch = x.shape[axis];
-    for (i, name) in [
-        (1, "gamma"),
-        (2, "beta"),
-        (3, "moving_mean"),
-        (4, "moving_var"),
-    ] {
+    for (i, name) in [(1, "gamma"), (2, "beta"), (3, "moving_mean"), (4, "moving_var")] {
         if ins[i].shape[..] != [ch] {
             return Err(Error::invalid(format!(
                 "operator {}: {name} has shape {:?}, expected ({ch},) for {ch} channels on axis {axis}",
@@ -541,11 +515,7 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
                 &ins[i].shape[..]
             )));
         }
-        let want = if x.dtype == DType::F16 {
-            DType::F32
-        } else {
-            x.dtype
-        };
+        let want = if x.dtype == DType::F16 { DType::F32 } else { x.dtype };
         if ins[i].dtype != want {
             return Err(Error::invalid(format!(
                 "operator {}: {name} is {}, but {} data needs {} parameters",
@@ -558,11 +528,7 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
     }
     let inner: usize = x.shape[axis + 1..].iter().product::<i64>().max(0) as usize;
     let c = ch.max(0) as usize;
-    let outer = if inner == 0 || c == 0 {
-        0
-    } else {
-        x.size() / (inner * c)
-    };
+    let outer = if inner == 0 || c == 0 { 0 } else { x.size() / (inner * c) };
     let (dtype, pdt) = (x.dtype, ins[1].dtype);
     let mut outs = vec![TensorDesc::new(&x.shape, dtype)];
     if mean_var {
@@ -654,11 +620,7 @@ fn batch_norm_v1(call: &Call<'_>) -> Result<Plan> {
         ("output_mean_var", "True"),
     ];
     let params = param::Params::new(call.name, pairs)?;
-    let inner = Call {
-        params: &params,
-        given_outputs: None,
-        ..*call
-    };
+    let inner = Call { params: &params, given_outputs: None, ..*call };
     let mut plan = batch_norm(&inner)?;
     let kernel = std::mem::replace(&mut plan.kernel, Box::new(|_| Ok(())));
     plan.kernel = Box::new(move |k| {
@@ -680,16 +642,10 @@ pub(crate) fn register(t: &mut Entries) {
         t.push(form)
             .grad(batch_norm_grad)
             .signature(|p| {
-                let visible = if param_flag(p, "output_mean_var", false)? {
-                    3
-                } else {
-                    1
-                };
-                Ok(
-                    Signature::simple(&["data", "gamma", "beta", "moving_mean", "moving_var"])
-                        .named_outputs(&["output", "mean", "var"], visible)
-                        .mutating(&[3, 4]),
-                )
+                let visible = if param_flag(p, "output_mean_var", false)? { 3 } else { 1 };
+                Ok(Signature::simple(&["data", "gamma", "beta", "moving_mean", "moving_var"])
+                    .named_outputs(&["output", "mean", "var"], visible)
+                    .mutating(&[3, 4]))
             })
             .shape_rule(ShapeRule::Rule(batch_norm_shapes))
             .input_var_attr(|i| match i {
@@ -754,22 +710,14 @@ pub(crate) fn register(t: &mut Entries) {
         .signature(|_| Ok(Signature::simple(&["data"]).named_outputs(&["output", "mask"], 1)))
         // the output and its (hidden) mask have the data's shape
         .shape_rule(ShapeRule::Rule(|_, ins, outs| {
-            let known = ins
-                .first()
-                .cloned()
-                .flatten()
-                .or_else(|| outs.first().cloned().flatten());
+            let known = ins.first().cloned().flatten().or_else(|| outs.first().cloned().flatten());
             Ok((vec![known.clone()], vec![known.clone(), known]))
         }));
 
-    t.def("_mxrt_activation_grad", &activation_backward)
-        .grad(activation_backward_grad);
-    t.def("_mxrt_leaky_grad", &leaky_backward)
-        .grad(leaky_backward_grad);
-    t.def("_mxrt_prelu_grad", &prelu_backward)
-        .grad(prelu_backward_grad);
-    t.def("_mxrt_softmax_grad", &softmax_backward)
-        .grad(softmax_backward_grad);
+    t.def("_mxrt_activation_grad", &activation_backward).grad(activation_backward_grad);
+    t.def("_mxrt_leaky_grad", &leaky_backward).grad(leaky_backward_grad);
+    t.def("_mxrt_prelu_grad", &prelu_backward).grad(prelu_backward_grad);
+    t.def("_mxrt_softmax_grad", &softmax_backward).grad(softmax_backward_grad);
     t.def("_mxrt_clip_grad", &clip_backward).grad(|g| {
         let p = passed(g, &["a_min", "a_max"]);
         let d = g.op("_mxrt_clip_grad", &[g.dy(0), g.x(1)], &as_refs(&p))?;
@@ -827,35 +775,12 @@ fn zip_float(
     // SAFETY (all arms): the three tensors hold `n` elements of `dtype` (planned with one shape
     // and dtype); the plan is elementwise, so `out` may be exactly an input, which `map2` allows.
     match dtype {
-        DType::F32 => unsafe {
-            map2(
-                a.ptr::<f32>(),
-                b.ptr::<f32>(),
-                out.ptr::<f32>(),
-                n,
-                cost,
-                f32f,
-            )
-        },
-        DType::F64 => unsafe {
-            map2(
-                a.ptr::<f64>(),
-                b.ptr::<f64>(),
-                out.ptr::<f64>(),
-                n,
-                cost,
-                f64f,
-            )
-        },
+        DType::F32 => unsafe { map2(a.ptr::<f32>(), b.ptr::<f32>(), out.ptr::<f32>(), n, cost, f32f) },
+        DType::F64 => unsafe { map2(a.ptr::<f64>(), b.ptr::<f64>(), out.ptr::<f64>(), n, cost, f64f) },
         DType::F16 => unsafe {
-            map2(
-                a.ptr::<f16>(),
-                b.ptr::<f16>(),
-                out.ptr::<f16>(),
-                n,
-                cost,
-                |x: f16, y: f16| f16::from_f32(f32f(x.to_f32(), y.to_f32())),
-            )
+            map2(a.ptr::<f16>(), b.ptr::<f16>(), out.ptr::<f16>(), n, cost, |x: f16, y: f16| {
+                f16::from_f32(f32f(x.to_f32(), y.to_f32()))
+            })
         },
         other => crate::with_element!(other, T => unsafe {
             map2(a.ptr::<T>(), b.ptr::<T>(), out.ptr::<T>(), n, cost, |x: T, y: T| {
@@ -901,21 +826,9 @@ fn zip3_float(
     f32f: impl Fn(f32, f32, f32) -> f32 + Sync,
     f64f: impl Fn(f64, f64, f64) -> f64 + Sync,
 ) {
-    fn go<T: Element>(
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        out: &Tensor,
-        cost: usize,
-        f: impl Fn(T, T, T) -> T + Sync,
-    ) {
+    fn go<T: Element>(a: &Tensor, b: &Tensor, c: &Tensor, out: &Tensor, cost: usize, f: impl Fn(T, T, T) -> T + Sync) {
         let n = out.len();
-        let (a, b, c, o) = (
-            Ptr(a.ptr::<T>()),
-            Ptr(b.ptr::<T>()),
-            Ptr(c.ptr::<T>()),
-            Ptr(out.ptr::<T>()),
-        );
+        let (a, b, c, o) = (Ptr(a.ptr::<T>()), Ptr(b.ptr::<T>()), Ptr(c.ptr::<T>()), Ptr(out.ptr::<T>()));
         for_ranges(n, cost, |s, e| {
             for i in s..e {
                 // SAFETY: the four tensors hold `n` elements of `T` (one planned shape and dtype);
@@ -1024,11 +937,7 @@ fn activation_backward(call: &Call<'_>) -> Result<Plan> {
 fn activation_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
     let act = owned(g, "act_type", "relu");
     let v = if act == "softsign" { g.x(0) } else { g.y(0) };
-    let dx = g.op(
-        "_mxrt_activation_grad",
-        &[g.dy(0), v],
-        &[("act_type", &act)],
-    )?;
+    let dx = g.op("_mxrt_activation_grad", &[g.dy(0), v], &[("act_type", &act)])?;
     Ok(vec![Some(dx)])
 }
 
@@ -1138,12 +1047,7 @@ impl LeakyD {
 /// rrelu (whose slopes are the forward's `mask` output, the third input).
 fn leaky_backward(call: &Call<'_>) -> Result<Plan> {
     let p = call.params;
-    let act = p.or(
-        "act_type",
-        param::choice,
-        "leaky, elu, selu, gelu or rrelu",
-        "leaky".into(),
-    )?;
+    let act = p.or("act_type", param::choice, "leaky, elu, selu, gelu or rrelu", "leaky".into())?;
     let slope = p.or("slope", param::float, "a number", 0.25)?;
     p.or("lower_bound", param::float, "a number", 0.125)?;
     p.or("upper_bound", param::float, "a number", 0.334)?;
@@ -1151,16 +1055,9 @@ fn leaky_backward(call: &Call<'_>) -> Result<Plan> {
         let x = same_inputs(call, 3)?;
         let dtype = x.dtype;
         return Ok(Plan::new(vec![x], move |k| {
-            zip3_float(
-                &k.inputs[0],
-                &k.inputs[1],
-                &k.inputs[2],
-                &k.outputs[0],
-                dtype,
-                1,
+            zip3_float(&k.inputs[0], &k.inputs[1], &k.inputs[2], &k.outputs[0], dtype, 1,
                 |g: f32, x: f32, m: f32| if x > 0.0 { g } else { g * m },
-                |g: f64, x: f64, m: f64| if x > 0.0 { g } else { g * m },
-            );
+                |g: f64, x: f64, m: f64| if x > 0.0 { g } else { g * m });
             Ok(())
         })
         .elementwise());
@@ -1213,10 +1110,7 @@ fn leaky_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
     let act = owned(g, "act_type", "leaky");
     let (dy, x, go) = (g.x(0), g.x(1), g.dy(0));
     let params: Vec<(String, String)> = g.params.to_vec();
-    let p: Vec<(&str, &str)> = params
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+    let p: Vec<(&str, &str)> = params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let ddy = if g.needs(0) {
         let mut ins = vec![go, x];
         if g.inputs.len() > 2 {
@@ -1232,11 +1126,7 @@ fn leaky_backward_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
         match act.as_str() {
             // elu: f'' = slope e^x below 0; selu: λα e^x below 0
             "elu" | "selu" => {
-                let k = if act == "elu" {
-                    g.float("slope", 0.25)?
-                } else {
-                    SELU_LAMBDA * SELU_ALPHA
-                };
+                let k = if act == "elu" { g.float("slope", 0.25)? } else { SELU_LAMBDA * SELU_ALPHA };
                 let below = g.op("_lesser_equal_scalar", &[x], &[("scalar", "0")])?;
                 let e = g.op("exp", &[x], &[])?;
                 let t = g.mul(below, e)?;
@@ -1358,11 +1248,7 @@ pub(super) fn as_refs(p: &[(String, String)]) -> Vec<(&str, &str)> {
 
 /// The forward's parameters among `keys`, owned (so ops can be applied while they are held).
 pub(super) fn passed(g: &GradCtx<'_>, keys: &[&str]) -> Vec<(String, String)> {
-    g.params
-        .iter()
-        .filter(|(k, _)| keys.contains(&k.as_str()))
-        .cloned()
-        .collect()
+    g.params.iter().filter(|(k, _)| keys.contains(&k.as_str())).cloned().collect()
 }
 
 fn softmax_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
@@ -1397,15 +1283,7 @@ fn softmax_backward(call: &Call<'_>) -> Result<Plan> {
             call.name
         )));
     }
-    let kind = match p
-        .or(
-            "kind",
-            param::choice,
-            "softmax, log_softmax or softmin",
-            "softmax".into(),
-        )?
-        .as_str()
-    {
+    let kind = match p.or("kind", param::choice, "softmax, log_softmax or softmin", "softmax".into())?.as_str() {
         "softmax" => Soft::Max,
         "log_softmax" => Soft::LogMax,
         "softmin" => Soft::Min,
@@ -1417,59 +1295,39 @@ fn softmax_backward(call: &Call<'_>) -> Result<Plan> {
         }
     };
     let x = ins[0].clone();
-    let axis = norm_axis(
-        call,
-        p.or("axis", param::int, "an integer", -1)?,
-        x.shape.len(),
-    )?;
-    let temp = p
-        .optional("temperature", param::float, "a number")?
-        .unwrap_or(1.0);
+    let axis = norm_axis(call, p.or("axis", param::int, "an integer", -1)?, x.shape.len())?;
+    let temp = p.optional("temperature", param::float, "a number")?.unwrap_or(1.0);
     let out_dtype = if n_in == 3 { ins[2].dtype } else { x.dtype };
     let (gdt, ydt) = (x.dtype, ins[1].dtype);
     let shape = dims(&x.shape);
     let mut mask = vec![false; shape.len()];
     mask[axis] = true;
-    Ok(Plan::new(
-        vec![TensorDesc::new(&x.shape, out_dtype)],
-        move |k| {
-            let (ks, kst, _, rst) = split_axes(&shape, &mask);
-            let n = shape[axis];
-            let st = rst[0];
-            let lines: usize = ks.iter().product();
-            let mut bases = Vec::with_capacity(lines);
-            walk(&ks, [&kst], [0], 0, lines, |_, [b]| bases.push(b));
-            let lines = Lines {
-                bases: &bases,
-                n,
-                stride: st,
-                kind,
-                temp,
+    Ok(Plan::new(vec![TensorDesc::new(&x.shape, out_dtype)], move |k| {
+        let (ks, kst, _, rst) = split_axes(&shape, &mask);
+        let n = shape[axis];
+        let st = rst[0];
+        let lines: usize = ks.iter().product();
+        let mut bases = Vec::with_capacity(lines);
+        walk(&ks, [&kst], [0], 0, lines, |_, [b]| bases.push(b));
+        let lines = Lines { bases: &bases, n, stride: st, kind, temp };
+        if gdt == ydt && gdt == out_dtype && matches!(gdt, DType::F32 | DType::F64 | DType::F16) {
+            crate::with_element!(gdt, T => lines.run::<T>(k.inputs[0].ptr::<T>(), k.inputs[1].ptr::<T>(), k.outputs[0].ptr::<T>()));
+        } else {
+            // mixed dtypes: through f64 copies
+            let read = |t: &Tensor| -> Vec<f64> {
+                crate::with_element!(t.dtype, T => t.slice::<T>().iter().map(|v| v.to_f64()).collect())
             };
-            if gdt == ydt && gdt == out_dtype && matches!(gdt, DType::F32 | DType::F64 | DType::F16)
-            {
-                crate::with_element!(gdt, T => lines.run::<T>(k.inputs[0].ptr::<T>(), k.inputs[1].ptr::<T>(), k.outputs[0].ptr::<T>()));
-            } else {
-                // mixed dtypes: through f64 copies
-                let read = |t: &Tensor| -> Vec<f64> {
-                    crate::with_element!(t.dtype, T => t.slice::<T>().iter().map(|v| v.to_f64()).collect())
-                };
-                let (dy, y) = (read(&k.inputs[0]), read(&k.inputs[1]));
-                let mut out = vec![0f64; dy.len()];
-                lines.run::<f64>(
-                    dy.as_ptr().cast_mut(),
-                    y.as_ptr().cast_mut(),
-                    out.as_mut_ptr(),
-                );
-                crate::with_element!(out_dtype, O => {
-                    for (o, &v) in k.outputs[0].slice_mut::<O>().iter_mut().zip(&out) {
-                        *o = O::from_f64(v);
-                    }
-                });
-            }
-            Ok(())
-        },
-    ))
+            let (dy, y) = (read(&k.inputs[0]), read(&k.inputs[1]));
+            let mut out = vec![0f64; dy.len()];
+            lines.run::<f64>(dy.as_ptr().cast_mut(), y.as_ptr().cast_mut(), out.as_mut_ptr());
+            crate::with_element!(out_dtype, O => {
+                for (o, &v) in k.outputs[0].slice_mut::<O>().iter_mut().zip(&out) {
+                    *o = O::from_f64(v);
+                }
+            });
+        }
+        Ok(())
+    }))
 }
 
 /// The lines of a softmax gradient: where they start, their length and stride.
@@ -1485,12 +1343,7 @@ impl Lines<'_> {
     /// Calls `f(line buffers)` for every line (in parallel when large), with the line's
     /// elements of each array in `ins` copied to f64 buffers, and writes back the buffer `f`
     /// fills as `out`'s line.
-    fn each<T: Element, const N: usize>(
-        &self,
-        ins: [*mut T; N],
-        out: *mut T,
-        f: impl Fn(&[Vec<f64>; N], &mut [f64]) + Sync,
-    ) {
+    fn each<T: Element, const N: usize>(&self, ins: [*mut T; N], out: *mut T, f: impl Fn(&[Vec<f64>; N], &mut [f64]) + Sync) {
         let ins = ins.map(Ptr);
         let out = Ptr(out);
         let (n, st) = (self.n, self.stride);
@@ -1502,8 +1355,7 @@ impl Lines<'_> {
                     if st == 1 {
                         // SAFETY: a line of `n` contiguous elements of the planned shape, which
                         // every buffer holds; inputs are only read.
-                        let line =
-                            unsafe { std::slice::from_raw_parts(p.get().add(b as usize), n) };
+                        let line = unsafe { std::slice::from_raw_parts(p.get().add(b as usize), n) };
                         for (v, x) in buf.iter_mut().zip(line) {
                             *v = x.to_f64();
                         }
@@ -1518,8 +1370,7 @@ impl Lines<'_> {
                 if st == 1 {
                     // SAFETY: the output holds the planned shape and is exclusive (the plan is
                     // staged); lines are disjoint, so threads write disjoint elements.
-                    let line =
-                        unsafe { std::slice::from_raw_parts_mut(out.get().add(b as usize), n) };
+                    let line = unsafe { std::slice::from_raw_parts_mut(out.get().add(b as usize), n) };
                     for (o, &v) in line.iter_mut().zip(&res) {
                         *o = T::from_f64(v);
                     }
@@ -1538,11 +1389,7 @@ impl Lines<'_> {
         let (kind, temp) = (self.kind, self.temp);
         self.each([x], out, |[x], res| {
             for (r, &v) in res.iter_mut().zip(x) {
-                *r = if kind == Soft::Min {
-                    -v / temp
-                } else {
-                    v / temp
-                };
+                *r = if kind == Soft::Min { -v / temp } else { v / temp };
             }
             let m = res.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             if kind == Soft::LogMax {
@@ -1562,11 +1409,7 @@ impl Lines<'_> {
     /// The gradient of every line from `dy` and `y` into `out`.
     fn run<T: Element>(&self, dy: *mut T, y: *mut T, out: *mut T) {
         let kind = self.kind;
-        let scale = if kind == Soft::Min {
-            -1.0 / self.temp
-        } else {
-            1.0 / self.temp
-        };
+        let scale = if kind == Soft::Min { -1.0 / self.temp } else { 1.0 / self.temp };
         self.each([dy, y], out, |[dy, y], res| {
             let sum: f64 = match kind {
                 Soft::LogMax => dy.iter().sum(),
@@ -1696,11 +1539,7 @@ type Each<'a> = &'a dyn Fn(&mut dyn FnMut(std::ops::Range<usize>));
 
 /// Calls `f(j, each)` for every channel `j` (in parallel when large), where `each` walks the
 /// channel's elements; collects the results.
-fn per_channel<R: Copy + Default + Send>(
-    s: BnShape,
-    cost: usize,
-    f: impl Fn(usize, Each<'_>) -> R + Sync,
-) -> Vec<R> {
+fn per_channel<R: Copy + Default + Send>(s: BnShape, cost: usize, f: impl Fn(usize, Each<'_>) -> R + Sync) -> Vec<R> {
     let BnShape { outer, c, inner } = s;
     let mut out = vec![R::default(); c];
     for_chunks_mut(&mut out, outer * inner * cost, |start, chunk| {
@@ -1720,13 +1559,7 @@ fn per_channel<R: Copy + Default + Send>(
 
 /// One channel's mean, biased variance and inverse standard deviation from the batch (`batch`)
 /// or the moving statistics.
-fn bn_stats<T: Element>(
-    x: &[T],
-    j: usize,
-    n: f64,
-    p: &BnParams<'_>,
-    each: Each<'_>,
-) -> (f64, f64, f64) {
+fn bn_stats<T: Element>(x: &[T], j: usize, n: f64, p: &BnParams<'_>, each: Each<'_>) -> (f64, f64, f64) {
     if !p.batch {
         return (p.mean[j], p.var[j], 1.0 / (p.var[j] + p.eps).sqrt());
     }
@@ -1734,30 +1567,15 @@ fn bn_stats<T: Element>(
     each(&mut |r| sum += x[r].iter().map(|v| v.to_f64()).sum::<f64>());
     let mean = sum / n;
     let mut sq = 0.0;
-    each(&mut |r| {
-        sq += x[r]
-            .iter()
-            .map(|v| (v.to_f64() - mean).powi(2))
-            .sum::<f64>()
-    });
+    each(&mut |r| sq += x[r].iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>());
     let var = sq / n;
-    let invstd = if sq == 0.0 && p.eps == 0.0 {
-        0.0
-    } else {
-        1.0 / (var + p.eps).sqrt()
-    };
+    let invstd = if sq == 0.0 && p.eps == 0.0 { 0.0 } else { 1.0 / (var + p.eps).sqrt() };
     (mean, var, invstd)
 }
 
 /// BatchNorm's output into `y`, channels in parallel; returns each channel's mean and inverse
 /// standard deviation.
-fn bn_forward<T: Element>(
-    x: &[T],
-    y: Ptr<T>,
-    s: BnShape,
-    p: &BnParams<'_>,
-    beta: &[f64],
-) -> (Vec<f64>, Vec<f64>) {
+fn bn_forward<T: Element>(x: &[T], y: Ptr<T>, s: BnShape, p: &BnParams<'_>, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let n = (s.outer * s.inner).max(1) as f64;
     let stats = per_channel(s, 4, |j, each| {
         let (mean, _, invstd) = bn_stats(x, j, n, p, each);
@@ -1778,13 +1596,7 @@ fn bn_forward<T: Element>(
 /// BatchNorm's data gradient into `dx`, channels in parallel; returns each channel's statistics.
 /// Training (`batch`): `dx = (dy - mean(dy) - (x - mean)·Σ(x - mean)·dy·invstd²/n)·invstd·γ`;
 /// otherwise `dx = dy·invstd·γ` with the moving statistics.
-fn bn_backward<T: Element>(
-    dy: &[T],
-    x: &[T],
-    dx: Ptr<T>,
-    s: BnShape,
-    p: &BnParams<'_>,
-) -> Vec<BnStats> {
+fn bn_backward<T: Element>(dy: &[T], x: &[T], dx: Ptr<T>, s: BnShape, p: &BnParams<'_>) -> Vec<BnStats> {
     let n = (s.outer * s.inner).max(1) as f64;
     per_channel(s, 6, |j, each| {
         let (mean, var, invstd) = bn_stats(x, j, n, p, each);
@@ -1805,21 +1617,11 @@ fn bn_backward<T: Element>(
             let out = unsafe { std::slice::from_raw_parts_mut(dx.get().add(r.start), r.len()) };
             for ((o, d), v) in out.iter_mut().zip(&dy[r.clone()]).zip(&x[r]) {
                 let d = d.to_f64();
-                let g = if p.batch {
-                    (d - mean_dy - (v.to_f64() - mean) * kk) * iw
-                } else {
-                    d * iw
-                };
+                let g = if p.batch { (d - mean_dy - (v.to_f64() - mean) * kk) * iw } else { d * iw };
                 *o = T::from_f64(g);
             }
         });
-        BnStats {
-            mean,
-            var,
-            invstd,
-            sum_dy,
-            dotp,
-        }
+        BnStats { mean, var, invstd, sum_dy, dotp }
     })
 }
 
@@ -1828,11 +1630,7 @@ fn bn_backward<T: Element>(
 /// forward used them, as MXNet's backward does; the moving statistics get no gradient.
 fn batch_norm_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
     let global = g.flag("use_global_stats", false);
-    let batch = if g.training && !global {
-        "True"
-    } else {
-        "False"
-    };
+    let batch = if g.training && !global { "True" } else { "False" };
     let mut p = passed(g, &["eps", "momentum", "fix_gamma", "axis"]);
     p.push(("batch_stats".into(), batch.into()));
     let ins = [g.dy(0), g.x(0), g.x(1), g.x(3), g.x(4)];
@@ -1869,11 +1667,7 @@ fn batch_norm_backward(call: &Call<'_>) -> Result<Plan> {
             &x.shape[..]
         )));
     }
-    let axis = norm_axis(
-        call,
-        p.or("axis", param::int, "an integer", 1)?,
-        x.shape.len(),
-    )?;
+    let axis = norm_axis(call, p.or("axis", param::int, "an integer", 1)?, x.shape.len())?;
     let ch = x.shape[axis];
     for i in 2..5 {
         if ins[i].shape[..] != [ch] || ins[i].dtype != ins[2].dtype {
@@ -1894,11 +1688,7 @@ fn batch_norm_backward(call: &Call<'_>) -> Result<Plan> {
         TensorDesc::new(&[ch], pdt),
         TensorDesc::new(&[ch], pdt),
     ];
-    let outer = if inner == 0 || c == 0 {
-        0
-    } else {
-        x.size() / (inner * c)
-    };
+    let outer = if inner == 0 || c == 0 { 0 } else { x.size() / (inner * c) };
     let plan = Plan::new(outs, move |k| {
         // inputs 3 and 4 may be written (mutated), so they are read through pointers
         let param = |i: usize| -> Vec<f64> {
