@@ -249,7 +249,8 @@ fn parse_list(p: &ParamList, kind: Kind) -> Result<ConvParams> {
     })
 }
 
-fn float_dtype(call: &Call<'_>, d: DType) -> Result<()> {
+/// The floating-point-only check of the NN ops, with MXNet's message.
+pub(crate) fn float_dtype(call: &Call<'_>, d: DType) -> Result<()> {
     if matches!(d, DType::F32 | DType::F64 | DType::F16) {
         Ok(())
     } else {

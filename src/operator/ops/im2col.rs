@@ -1,7 +1,8 @@
 //! Sliding-window rearrangements: `im2col` / `col2im` (each the other's gradient) and
 //! `_contrib_AdaptiveAvgPooling2D` (average pooling to a given output size).
 
-use super::misc::{read, real_only, write};
+use super::conv::float_dtype;
+use super::misc::{read, write};
 use super::{Entries, inputs};
 use crate::error::{Error, Result};
 use crate::operator::op::{Call, Plan, TensorDesc};
@@ -195,7 +196,7 @@ fn im2col_plan(call: &Call<'_>, w: Window, lay: Layout, dtype: crate::dtype::DTy
 /// `(N, C * prod(kernel), positions)`.
 fn im2col(call: &Call<'_>) -> Result<Plan> {
     let x = inputs(call, 1)?[0].clone();
-    real_only(call, x.dtype)?;
+    float_dtype(call, x.dtype)?;
     let w = window(call)?;
     let lay = image_layout(call, &w, &x.shape)?;
     Ok(im2col_plan(call, w, lay, x.dtype))
@@ -250,7 +251,7 @@ fn col2im_plan(call: &Call<'_>, w: Window, col: &TensorDesc, spatial: &[i64]) ->
 /// `col2im(data; output_size, kernel, stride, dilate, pad)`: sums columns back into images.
 fn col2im(call: &Call<'_>) -> Result<Plan> {
     let x = inputs(call, 1)?[0].clone();
-    real_only(call, x.dtype)?;
+    float_dtype(call, x.dtype)?;
     let size = call
         .params
         .required("output_size", param::shape, "a shape")?;
@@ -323,7 +324,7 @@ fn cell(a: usize, b: usize, c: usize) -> (usize, usize) {
 }
 
 fn adaptive_check(call: &Call<'_>, x: &TensorDesc) -> Result<()> {
-    real_only(call, x.dtype)?;
+    float_dtype(call, x.dtype)?;
     if x.shape.len() != 4 {
         return Err(Error::invalid(format!(
             "operator {}: data must be 4-dimensional (N, C, H, W), got {:?}",

@@ -9,6 +9,7 @@
 //! of the activations (`_mxrt_kl_sparse_reg_grad`); the ravel ops have a zero gradient;
 //! `khatri_rao`, `reset_arrays` and the finiteness checks have none.
 
+use super::conv::float_dtype;
 use super::{Entries, axis as norm_axis, inputs};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -30,19 +31,6 @@ pub(crate) fn write(t: &mut Tensor, vals: &[f64]) {
             *o = T::from_f64(v);
         }
     })
-}
-
-/// MXNet's `MSHADOW_REAL_TYPE_SWITCH`: float16, float32 and float64 only.
-pub(crate) fn real_only(call: &Call<'_>, d: DType) -> Result<()> {
-    if matches!(d, DType::F32 | DType::F64 | DType::F16) {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!(
-            "operator {}: This operation only support floating point types, not {}",
-            call.name,
-            d.name()
-        )))
-    }
 }
 
 fn prod(s: &[i64]) -> usize {
@@ -90,7 +78,7 @@ fn khatri_rao(call: &Call<'_>) -> Result<Plan> {
         }
         rows.push(m.shape[0].max(0) as usize);
     }
-    real_only(call, dtype)?;
+    float_dtype(call, dtype)?;
     let total: usize = rows.iter().product();
     let c = cols.max(0) as usize;
     Ok(Plan::new(
@@ -448,7 +436,7 @@ fn all_finite(call: &Call<'_>, multi: bool) -> Result<Plan> {
         .params
         .or("init_output", param::boolean, "a boolean", true)?;
     for t in ins {
-        real_only(call, t.dtype)?;
+        float_dtype(call, t.dtype)?;
     }
     Ok(Plan::new(
         vec![TensorDesc::new(&[1], DType::F32)],

@@ -1,6 +1,23 @@
 //! The operators mxrt implements, by family. Each module's `register` adds its ops to the
 //! kernel table under MXNet's op names (aliases resolve through the registry).
 
+/// Runs `$body` with `$T` the float type of `$d` (f64 for float64, else f32): the kernels of the
+/// ops that compute in f32 or f64 only (RNN, the attention products).
+macro_rules! with_real {
+    ($d:expr, $T:ident => $body:expr) => {
+        match $d {
+            $crate::dtype::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            _ => {
+                type $T = f32;
+                $body
+            }
+        }
+    };
+}
+
 pub mod binary;
 pub mod contrib;
 pub mod conv;

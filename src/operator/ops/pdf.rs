@@ -9,7 +9,8 @@
 //! sample's gradient is zero for uniform and the discrete distributions
 //! (`_mxrt_pdf_grad`).
 
-use super::misc::{read, real_only, write};
+use super::conv::float_dtype;
+use super::misc::{read, write};
 use super::unary::digamma;
 use super::{Entries, inputs};
 use crate::error::{Error, Result};
@@ -89,7 +90,7 @@ fn layout(call: &Call<'_>, d: Dist, ins: &[TensorDesc]) -> Result<(Vec<i64>, usi
             )));
         }
     }
-    real_only(call, s.dtype)?;
+    float_dtype(call, s.dtype)?;
     if p.shape.len() > s.shape.len() {
         return Err(Error::invalid(format!(
             "operator {}: dimension of input samples ({}) must be at least dimension of \

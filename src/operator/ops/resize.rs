@@ -8,6 +8,7 @@
 //! the forward's inputs as "like" inputs for the gradients' shapes; bilinear `UpSampling` takes
 //! the transposed convolution's gradient ops of `conv.rs`.
 
+use super::conv::float_dtype;
 use super::nn::as_refs;
 use super::{Entries, dims};
 use crate::dtype::DType;
@@ -17,18 +18,6 @@ use crate::operator::kernel::Element;
 use crate::operator::kernel::conv::{ConvGeom, raise};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param as p;
-
-fn float_dtype(call: &Call<'_>, d: DType) -> Result<()> {
-    if matches!(d, DType::F32 | DType::F64 | DType::F16) {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!(
-            "operator {}: This operation only support floating point types, not {}",
-            call.name,
-            d.name()
-        )))
-    }
-}
 
 fn check_4d(call: &Call<'_>, t: &TensorDesc, what: &str) -> Result<[usize; 4]> {
     if t.shape.len() != 4 {

@@ -275,22 +275,6 @@ fn check_shapes(call: &Call<'_>, p: &RnnParams, ins: &[TensorDesc]) -> Result<Rn
     Ok(g)
 }
 
-/// Runs `$body` with `$T` the float type of `$d` (f32 or f64).
-macro_rules! with_real {
-    ($d:expr, $T:ident => $body:expr) => {
-        match $d {
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            _ => {
-                type $T = f32;
-                $body
-            }
-        }
-    };
-}
-
 fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
     let p = parse_call(call)?;
     if call.inputs.len() != p.num_inputs() {

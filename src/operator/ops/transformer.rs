@@ -245,22 +245,6 @@ fn attention_geom(call: &Call<'_>, kind: Kind) -> Result<(Geom, Vec<i64>, DType)
     Ok((g, out.into_iter().map(|d| d as i64).collect(), dtype))
 }
 
-/// Runs `$body` with `$T` the float type of `$d` (f32 or f64).
-macro_rules! with_real {
-    ($d:expr, $T:ident => $body:expr) => {
-        match $d {
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            _ => {
-                type $T = f32;
-                $body
-            }
-        }
-    };
-}
-
 /// Queries' view: slot 0 of the interleaved projection (of three, two or one slots).
 fn q_view(g: &Geom, slots: usize) -> View {
     slot(g.batch, g.heads, slots, g.dim, 0)
