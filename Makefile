@@ -42,7 +42,7 @@ WITH_DIST := $(findstring dist,$(FEATURES))
 # (make soak runs everything bigger)
 TEST_SIZES ?= MXRT_STRESS_OPS=1000000 MXRT_SOAK_SECS=60
 
-.PHONY: mxnet-graph-tests wheel test-wheel check-layers mpi-deps dist-test gpu-test ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean mxnet-io-tests
+.PHONY: mxnet-graph-tests wheel test-wheel check-layers mpi-deps dist-test gpu-test gpu-test-real ptx check-ptx miri loom profile-demo python-demo python-test all lib run test rust-test check-header check-abi mxnet-venv examples run-examples test-install install uninstall bench bench-floor clean mxnet-io-tests
 
 all: lib
 
@@ -195,6 +195,11 @@ gpu-test: lib mxnet-venv
 	@ln -sf libmxrt.so $(DROP_SYNC_DIR)/libmxrt.so.$(MAJOR)
 	MXRT_LIB_DIR=$(abspath $(TARGET)) PYTHON=$(abspath $(MXNET_VENV))/bin/python \
 	  DROP_SYNC_LIB_DIR=$(abspath $(DROP_SYNC_DIR)) bash tests/gpu/run.sh
+
+# The GPU suite's C checks and bench/gpu_ops.c against the machine's real CUDA driver (needs an
+# NVIDIA GPU; not part of make test)
+gpu-test-real: lib
+	MXRT_GPU_REAL=1 MXRT_LIB_DIR=$(abspath $(TARGET)) BUILD=$(BUILD) bash tests/gpu/run.sh
 
 # The GPU kernels' PTX (src/gpu/kernels/kernels.cu -> kernels.ptx, committed; clang-14)
 ptx:

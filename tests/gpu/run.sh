@@ -12,6 +12,11 @@
 # Environment: MXRT_LIB_DIR (default target/release), BUILD (default build), PYTHON (the venv with
 # MXNet's wheel; the Python checks are skipped when unset), DROP_SYNC_LIB_DIR (a build with the
 # test-drop-stream-sync feature; that check is skipped when unset).
+#
+# MXRT_GPU_REAL=1 runs the same C checks against the machine's real CUDA driver instead (not part
+# of make test: CI has no GPU): the devices nvidia-smi lists, GPU arrays on them (with one GPU the
+# chains copy within it), every engine and completion mode, the bounded-memory, fork and
+# sticky-error checks, and then bench/gpu_ops.c's copy, kernel and latency figures.
 set -u
 cd "$(dirname "$0")/../.."
 lib_dir="$(cd "${MXRT_LIB_DIR:-target/release}" && pwd)"
@@ -37,11 +42,33 @@ check() { # NAME ENV... -- PROGRAM ARGS...
   local prog=$1; shift
   if out=$(env "${envs[@]}" timeout 120 "$build/$prog" "$@" 2>&1); then
     printf '  ok    %s\n' "$name"
+    [ -z "${MXRT_GPU_REAL:-}" ] || sed 's/^/        | /' <<<"$out"
   else
     printf '  FAIL  %s\n' "$name"; sed 's/^/        | /' <<<"$out"
     failures=$((failures + 1))
   fi
 }
+
+if [ -n "${MXRT_GPU_REAL:-}" ]; then
+  $cc -std=c11 -Wall -Wextra -Werror -O2 -pthread -Iinclude bench/gpu_ops.c -o "$build/gpu_ops" \
+    -L"$lib_dir" -Wl,-rpath,"$lib_dir" -lmxrt -ldl || { echo "gpu: building gpu_ops failed"; exit 1; }
+  n=$(nvidia-smi -L | grep -c '^GPU')
+  echo "GPU suite (real CUDA driver, $n GPU(s)):"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/  /'
+  check "the driver's GPUs"                       -- gpu_probe "$n"
+  check "GPU arrays, 4 threads"                   -- gpu_arrays 0
+  check "... waiting on the worker (MXRT_GPU_COMPLETION=sync)" MXRT_GPU_COMPLETION=sync -- gpu_arrays 0
+  check "... on the ThreadedEngine"               MXNET_ENGINE_TYPE=ThreadedEngine -- gpu_arrays 0
+  check "... on the NaiveEngine"                  MXNET_ENGINE_TYPE=NaiveEngine -- gpu_arrays 0
+  check "GPU work in a forked child is -1"        -- gpu_arrays fork
+  check "a sticky device error is -1"             -- gpu_arrays sticky 256
+  echo "GPU ops (bench/gpu_ops.c; medians of 5):"
+  "$build/gpu_ops" 256 || failures=$((failures + 1))
+  MXRT_GPU_COMPLETION=sync "$build/gpu_ops" 16 | grep -e '(sync)' -e '^ok' || failures=$((failures + 1))
+  if [ "$failures" != 0 ]; then echo "gpu: $failures check(s) failed"; exit 1; fi
+  echo "gpu: all checks passed"
+  exit 0
+fi
 
 echo "GPU suite (fake CUDA driver $fake/libcuda.so.1):"
 check "no driver: 0 GPUs"                    LD_LIBRARY_PATH= -- gpu_probe 0 0 "no CUDA driver"
@@ -50,6 +77,7 @@ check "a driver that fails to start"         LD_LIBRARY_PATH="$fake" FAKECUDA_IN
 check "1 device, 64 MiB"                     LD_LIBRARY_PATH="$fake" FAKECUDA_DEVICES=1 FAKECUDA_MEM_MB=64 -- gpu_probe 1 64
 check "2 devices, 256 MiB"                   LD_LIBRARY_PATH="$fake" FAKECUDA_DEVICES=2 -- gpu_probe 2 256
 fake2=(LD_LIBRARY_PATH="$fake" FAKECUDA_DEVICES=2 FAKECUDA_MEM_MB=64)
+check "1 device: GPU arrays, 4 threads"      LD_LIBRARY_PATH="$fake" FAKECUDA_DEVICES=1 FAKECUDA_MEM_MB=64 -- gpu_arrays 64
 check "2 devices: GPU arrays, 4 threads"     "${fake2[@]}" -- gpu_arrays 64
 check "... with a 200 us delay per stream op" "${fake2[@]}" FAKECUDA_DELAY_US=200 -- gpu_arrays 64
 check "... waiting on the worker (MXRT_GPU_COMPLETION=sync)" "${fake2[@]}" FAKECUDA_DELAY_US=200 MXRT_GPU_COMPLETION=sync -- gpu_arrays 64
