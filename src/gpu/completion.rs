@@ -11,8 +11,9 @@ use super::driver::{self, cuda_error};
 use crate::error::Result;
 use cudarc::driver::{CudaContext, result, sys};
 use parking_lot::Mutex;
-use std::sync::mpsc::{Sender, channel};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// What runs when the device has finished an op's work (or failed it).
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
@@ -55,7 +56,7 @@ fn device(dev: i32, ctx: &Arc<CudaContext>) -> Arc<Device> {
         .name(format!("mxrt-gpu{dev}-done"))
         .spawn(move || {
             let bound = ctx.bind_to_thread();
-            for job in rx {
+            while let Some(job) = next_job(&rx) {
                 let r = match &bound {
                     // SAFETY: the event was recorded on a stream of this context and is owned
                     // by this job until it goes back to the free list below.
@@ -74,6 +75,28 @@ fn device(dev: i32, ctx: &Arc<CudaContext>) -> Arc<Device> {
     });
     devices.push((dev, d.clone()));
     d
+}
+
+/// How long a completion thread polls for its next job before it sleeps. In a chain of
+/// dependent GPU ops the next job arrives a few microseconds after the previous one completed
+/// (the engine dispatches the successor, whose worker queues it and records its event); a thread
+/// already asleep would add a wake-up to every link of the chain.
+const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(50);
+
+/// The next job, polling for `POLL_BEFORE_SLEEP` before blocking; `None` once every sender is
+/// gone.
+fn next_job(rx: &Receiver<Job>) -> Option<Job> {
+    let start = Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(job) => return Some(job),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if start.elapsed() < POLL_BEFORE_SLEEP => {
+                std::hint::spin_loop()
+            }
+            Err(TryRecvError::Empty) => return rx.recv().ok(),
+        }
+    }
 }
 
 /// Records an event behind the work queued on `stream` (of gpu(`dev`), whose context is bound
