@@ -1021,13 +1021,16 @@ impl Executor {
             })
             .collect();
         let training = grad_inputs.contains(&true);
-        let g = plan::forward_backward(
-            &self.runner,
-            &descs,
-            self.ctx,
-            training,
-            training.then_some(&grad_inputs[..]),
-        )?;
+        let graph = |grads: Option<&[bool]>| {
+            plan::forward_backward(&self.runner, &descs, self.ctx, training, grads)
+        };
+        // an op whose gradient the planner cannot follow (one that needs its forward's state)
+        // leaves the forward's plan
+        let g = match graph(training.then_some(&grad_inputs[..])) {
+            Ok(g) => g,
+            Err(_) if training => graph(None)?,
+            Err(e) => return Err(e),
+        };
         Ok(plan::plan(&g).total_bytes())
     }
 
