@@ -296,6 +296,11 @@ pub fn forward_backward(
             Gradient::Ops(f) => f,
         };
         let outs = values[s].clone();
+        // no gradient arrived (below `stop_gradient`): the inputs' gradients are zero, no ops
+        // (MXNet's gradient pass prunes these too)
+        if outs.iter().all(|o| !parts.contains_key(o)) {
+            continue;
+        }
         let mut ograds = Vec::with_capacity(outs.len());
         for &o in &outs {
             let g = match parts.remove(&o) {
