@@ -42,12 +42,14 @@ def child(args):
     out = {"plan": {}, "predict": {}}
     tmp = tempfile.mkdtemp()
     for name in args.nets.split(","):
-        net = vision.get_model(name, pretrained=False, classes=1000)
-        net.initialize(mx.init.Xavier(magnitude=2), ctx=mx.cpu())
-        net.hybridize()
-        net(mx.nd.zeros((1, 3, 224, 224)))
-        prefix = os.path.join(tmp, name)
-        net.export(prefix, 0)
+        prefix = os.path.join(args.dir or tmp, name)
+        # the first library run exports the network; the other loads the same files
+        if not os.path.exists(prefix + "-0000.params"):
+            net = vision.get_model(name, pretrained=False, classes=1000)
+            net.initialize(mx.init.Xavier(magnitude=2), ctx=mx.cpu())
+            net.hybridize()
+            net(mx.nd.zeros((1, 3, 224, 224)))
+            net.export(prefix, 0)
         sym = mx.sym.load(prefix + "-symbol.json")
         for batch in [int(b) for b in args.batches.split(",")]:
             shape = (batch, 3, 224, 224)
@@ -101,19 +103,21 @@ def main():
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--only", choices=["plan", "predict"])
     p.add_argument("--child", action="store_true")
+    p.add_argument("--dir", help="where the exported networks are (made if missing)")
     args = p.parse_args()
     if args.child:
         return child(args)
     py = str(ROOT / ".venv-mxnet" / "bin" / "python")
     lib = os.environ.get("MXRT_LIB", str(ROOT / "target" / "release" / "libmxrt.so"))
     results = {}
+    tmp = tempfile.TemporaryDirectory()
     for label, path in (("mxnet", None), ("mxrt", lib)):
         env = dict(os.environ)
         env.pop("MXNET_LIBRARY_PATH", None)
         if path:
             env["MXNET_LIBRARY_PATH"] = path
         cmd = [py, __file__, "--child", "--nets", args.nets, "--batches", args.batches,
-               "--repeats", str(args.repeats)] + (["--only", args.only] if args.only else [])
+               "--repeats", str(args.repeats), "--dir", tmp.name] + (["--only", args.only] if args.only else [])
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"{label} failed:\n{proc.stderr[-3000:]}")
@@ -122,11 +126,18 @@ def main():
         print("| network, batch, mode | MXNet MB | mxrt MB |\n|---|---|---|")
         for k, v in results["mxnet"]["plan"].items():
             print(f"| {k} | {v} | {results['mxrt']['plan'][k]} |")
+    failed = False
     if results["mxnet"]["predict"]:
         print("\n| network, batch | MXNet ms | mxrt ms | MXNet/mxrt |\n|---|---|---|---|")
         for k, v in results["mxnet"]["predict"].items():
             o = results["mxrt"]["predict"][k]
-            print(f"| {k} | {v['ms']:.2f} | {o['ms']:.2f} | {v['ms'] / o['ms']:.2f} |")
+            same = abs(v["checksum"] - o["checksum"]) <= 1e-3 * abs(v["checksum"])
+            print(f"| {k} | {v['ms']:.2f} | {o['ms']:.2f} | {v['ms'] / o['ms']:.2f} |"
+                  + ("" if same else " outputs differ"))
+            if not same:
+                failed = True
+    if failed:
+        sys.exit("mxrt's predictions differ from MXNet's")
 
 
 if __name__ == "__main__":
