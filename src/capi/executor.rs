@@ -833,10 +833,13 @@ pub unsafe extern "C" fn MXExecutorPrint(
         // SAFETY: API contract: out-parameter.
         let out = unsafe { args::out(out_str, "out_str")? };
         let e = e.0.lock();
+        // a graph the planner cannot follow (an op without a symbolic gradient) reports its
+        // bound arrays instead
+        let bytes = e.planned_bytes().unwrap_or_else(|_| e.bytes_allocated());
         let text = format!(
             "{}Total {} MB allocated\nTotal 11 TempSpace resource requested\n",
             e.symbol().debug_string(),
-            e.bytes_allocated() >> 20
+            bytes >> 20
         );
         with_returned(|r| {
             r.text = CString::new(text.replace('\0', "")).unwrap_or_default();

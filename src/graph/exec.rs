@@ -22,10 +22,12 @@ use crate::ndarray::NDArray;
 use crate::operator::def::{Gradient, OpDef};
 use crate::operator::imperative::{self, Invoke};
 use crate::operator::mode::ModeGuard;
+use crate::operator::op::TensorDesc;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 mod fast;
+pub mod plan;
 
 /// Called after each op of a monitored run with `<node>_<output>` (or, for inputs, the input's
 /// name), the op's name and the array.
@@ -690,6 +692,8 @@ pub struct Executor {
     monitor: Option<(Monitor, bool)>,
     /// The node arrays of a partial forward in progress.
     partial: Vec<Vec<NDArray>>,
+    /// The planned runs of forwards without gradients ([`fast`]).
+    signatures: fast::SignatureCache,
 }
 
 impl Executor {
@@ -865,6 +869,7 @@ impl Executor {
             heads: Vec::new(),
             monitor: None,
             partial: Vec::new(),
+            signatures: fast::SignatureCache::default(),
         })
     }
 
@@ -992,7 +997,44 @@ impl Executor {
         self.monitor = other.monitor.clone();
     }
 
-    /// Bytes of the bound and output arrays (what `MXExecutorPrint` reports).
+    /// Bytes of the memory plan of one run ([`plan`]): internal values and outputs of the
+    /// forward and, when gradients are bound, of the backward; bound arrays are not counted.
+    /// This is what `MXExecutorPrint` reports as `Total N MB allocated`, with MXNet's meaning.
+    pub fn planned_bytes(&self) -> Result<usize> {
+        let descs: Vec<TensorDesc> = self
+            .input_map
+            .iter()
+            .map(|m| {
+                let a = match *m {
+                    Ok(i) => &self.args[i],
+                    Err(i) => &self.aux[i],
+                };
+                TensorDesc::new(a.shape(), a.dtype())
+            })
+            .collect();
+        let grad_inputs: Vec<bool> = self
+            .input_map
+            .iter()
+            .map(|m| match *m {
+                Ok(i) => self.reqs[i] != GradReq::Null && self.grads[i].is_some(),
+                Err(_) => false,
+            })
+            .collect();
+        let training = grad_inputs.contains(&true);
+        let graph = |grads: Option<&[bool]>| {
+            plan::forward_backward(&self.runner, &descs, self.ctx, training, grads)
+        };
+        // an op whose gradient the planner cannot follow (one that needs its forward's state)
+        // leaves the forward's plan
+        let g = match graph(training.then_some(&grad_inputs[..])) {
+            Ok(g) => g,
+            Err(_) if training => graph(None)?,
+            Err(e) => return Err(e),
+        };
+        Ok(plan::plan(&g).total_bytes())
+    }
+
+    /// Bytes of the bound and output arrays.
     pub fn bytes_allocated(&self) -> usize {
         let grads = self
             .grads
@@ -1046,8 +1088,21 @@ impl Executor {
                 }
                 autograd::mark_variables(&vars, &reqs, &bufs)?;
             }
-            let monitor = self.monitor.as_ref().map(|(m, all)| (m, *all));
-            self.runner.run(&inputs, monitor)?
+            // without gradients or a monitor, the planned run: one engine op whose scratch
+            // buffers are kept across forwards (static allocation)
+            let planned = match (&self.monitor, wants_grad, &self.runner.placement) {
+                (None, false, None) => {
+                    fast::try_run(&self.signatures, &self.runner, &inputs, true)?
+                }
+                _ => None,
+            };
+            match planned {
+                Some(r) => r,
+                None => {
+                    let monitor = self.monitor.as_ref().map(|(m, all)| (m, *all));
+                    self.runner.run(&inputs, monitor)?
+                }
+            }
         };
         for (r, o) in results.iter().zip(&self.outputs) {
             copy_into(r, o)?;

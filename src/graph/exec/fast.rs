@@ -17,6 +17,7 @@
 //! uses, so results are identical. A kernel's error fails the engine op, whose outputs then carry
 //! it, as an op of the per-op path would.
 
+use super::plan::{self, PlanGraph, PlanNode};
 use super::{GraphRunner, Step};
 use crate::context::Context;
 use crate::engine::{Engine, PushArgs, Var};
@@ -25,7 +26,7 @@ use crate::ndarray::NDArray;
 use crate::ndarray::format::StorageType;
 use crate::operator::def::OpDef;
 use crate::operator::imperative::run_kernel;
-use crate::operator::op::{Call, TensorDesc};
+use crate::operator::op::{Aliasing, Call, TensorDesc};
 use crate::operator::param::Params;
 use crate::operator::stype::{self, StorageRule};
 use crate::operator::tensor::Tensor;
@@ -162,29 +163,12 @@ fn compile(
     ctx: Context,
     training: bool,
 ) -> Option<Compiled> {
-    let n = runner.steps.len();
-    // the last step reading each value; graph outputs are read "after the end"
-    let mut last_use: Vec<SmallVec<[usize; 2]>> = vec![SmallVec::new(); n];
-    let note = |last: &mut Vec<SmallVec<[usize; 2]>>, (node, out): (usize, usize), at| {
-        let l = &mut last[node];
-        if l.len() <= out {
-            l.resize(out + 1, 0);
-        }
-        l[out] = l[out].max(at);
-    };
-    for (s, step) in runner.steps.iter().enumerate() {
-        if let Step::Op(op) = step {
-            for &e in &op.inputs {
-                note(&mut last_use, e, s);
-            }
-        }
-    }
     // graph outputs: the first occurrence of an op output is written in place
+    let n = runner.steps.len();
     let mut out_of: Vec<((usize, usize), usize)> = Vec::new();
     let mut copies = Vec::new();
     let mut aliases: Vec<(usize, usize)> = Vec::new();
     for (k, &(node, o)) in runner.outputs.iter().enumerate() {
-        note(&mut last_use, (node, o), n);
         match runner.steps[node] {
             Step::Input(i) if aliases.iter().any(|&(a, _)| a == i) => copies.push((Loc::In(i), k)),
             Step::Input(i) => aliases.push((i, k)),
@@ -196,13 +180,16 @@ fn compile(
     }
     let mut values: Vec<Vec<(TensorDesc, Loc)>> = Vec::with_capacity(n);
     let mut steps = Vec::new();
-    let mut tmp_bytes: Vec<usize> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
+    // the values and nodes for the memory plan: scratch values are placed by it
+    let mut pg = PlanGraph::default();
+    let mut entries: Vec<Vec<usize>> = Vec::with_capacity(n);
     let mut out_descs: Vec<Option<TensorDesc>> = vec![None; runner.outputs.len()];
     for (s, step) in runner.steps.iter().enumerate() {
         let op = match step {
             Step::Input(i) => {
                 values.push(vec![(descs[*i].clone(), Loc::In(*i))]);
+                let d = &descs[*i];
+                entries.push(vec![pg.entry(d.size() * d.dtype.size(), d.dtype.code(), true)]);
                 continue;
             }
             Step::Op(op) => op,
@@ -264,46 +251,26 @@ fn compile(
             }
         }
         let mut out_locs: SmallVec<[Loc; 4]> = SmallVec::new();
+        let mut out_entries: SmallVec<[usize; 4]> = SmallVec::new();
         for (j, d) in plan.outputs.iter().enumerate() {
+            let bytes = d.size() * d.dtype.size();
             if let Some(&(_, k)) = out_of.iter().find(|(e, _)| *e == (s, j)) {
                 out_descs[k] = Some(d.clone());
                 out_locs.push(Loc::Out(k));
+                out_entries.push(pg.entry(bytes, d.dtype.code(), true));
                 continue;
             }
-            let bytes = d.size() * d.dtype.size();
-            // a free buffer that is big enough, else the biggest free one (grown), else a new one
-            let pick = free
-                .iter()
-                .position(|&t| tmp_bytes[t] >= bytes)
-                .or_else(|| (0..free.len()).max_by_key(|&i| tmp_bytes[free[i]]));
-            let t = match pick {
-                Some(i) => free.swap_remove(i),
-                None => {
-                    tmp_bytes.push(0);
-                    tmp_bytes.len() - 1
-                }
-            };
-            tmp_bytes[t] = tmp_bytes[t].max(bytes);
-            out_locs.push(Loc::Tmp(t));
+            // a scratch value: `Tmp` names its entry until the plan gives it a buffer
+            let e = pg.entry(bytes, d.dtype.code(), false);
+            out_locs.push(Loc::Tmp(e));
+            out_entries.push(e);
         }
-        // buffers whose last reader is this step, and outputs nobody reads, are free again
-        let mut release = |loc: Loc| {
-            if let Loc::Tmp(t) = loc
-                && !free.contains(&t)
-            {
-                free.push(t);
-            }
-        };
-        for &(node, o) in &op.inputs {
-            if last_use[node].get(o).copied() == Some(s) {
-                release(values[node][o].1);
-            }
-        }
-        for (j, &l) in out_locs.iter().enumerate() {
-            if last_use[s].get(j).is_none_or(|&u| u <= s) {
-                release(l);
-            }
-        }
+        pg.nodes.push(PlanNode {
+            inputs: op.inputs.iter().map(|&(node, o)| entries[node][o]).collect(),
+            outputs: out_entries.iter().copied().collect(),
+            inplace: plan.aliasing == Aliasing::Elementwise,
+        });
+        entries.push(out_entries.to_vec());
         values.push(
             plan.outputs
                 .iter()
@@ -320,6 +287,18 @@ fn compile(
             out_descs: plan.outputs,
         });
     }
+    // scratch values into the planned buffers (in place where the plan says so)
+    let mem = plan::plan(&pg);
+    let place = |l: &mut Loc| {
+        if let Loc::Tmp(e) = *l {
+            *l = Loc::Tmp(mem.slot[e].expect("scratch values are planned"));
+        }
+    };
+    for step in &mut steps {
+        step.inputs.iter_mut().for_each(place);
+        step.outputs.iter_mut().for_each(place);
+    }
+    let tmp_bytes = mem.slot_bytes;
     // graph outputs that are copies or inputs take their source's description
     for &(i, k) in &aliases {
         out_descs[k] = Some(descs[i].clone());
@@ -487,20 +466,27 @@ impl Compiled {
             // described bytes (inputs and outputs kept alive by the engine op, scratch buffers by
             // `bufs`), aligned for its dtype; the engine op reads the inputs' variables and writes
             // the outputs', and scratch buffers are private to it. An output never overlaps
-            // another tensor of the same kernel: the compiler gives each live value its own
-            // buffer and graph outputs are new arrays, so every tensor is exclusive (inputs are
-            // only read).
+            // another tensor of the same kernel except in place: the plan gives each live value
+            // its own buffer and graph outputs are new arrays; an output it placed in its
+            // input's buffer (only for kernels whose aliasing is elementwise, same size and
+            // dtype) is an exact alias, and both tensors are then marked non-exclusive.
             let inputs: SmallVec<[Tensor; 4]> = step
                 .inputs
                 .iter()
                 .zip(&step.in_descs)
-                .map(|(&l, d)| unsafe { Tensor::new(addr(l, nbytes(d)), &d.shape, d.dtype, true) })
+                .map(|(&l, d)| {
+                    let own = !step.outputs.contains(&l);
+                    unsafe { Tensor::new(addr(l, nbytes(d)), &d.shape, d.dtype, own) }
+                })
                 .collect();
             let mut outputs: SmallVec<[Tensor; 4]> = step
                 .outputs
                 .iter()
                 .zip(&step.out_descs)
-                .map(|(&l, d)| unsafe { Tensor::new(addr(l, nbytes(d)), &d.shape, d.dtype, true) })
+                .map(|(&l, d)| {
+                    let own = !step.inputs.contains(&l);
+                    unsafe { Tensor::new(addr(l, nbytes(d)), &d.shape, d.dtype, own) }
+                })
                 .collect();
             run_kernel(plan.kernel, &inputs, &mut outputs, None, name).map_err(fail)?;
         }
