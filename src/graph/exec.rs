@@ -702,6 +702,7 @@ impl Executor {
         reqs: Vec<GradReq>,
         aux: Vec<NDArray>,
     ) -> Result<Executor> {
+        let symbol = &super::cse::for_executor(symbol)?;
         let arg_names = symbol.input_names(InputKind::ReadOnly);
         let aux_names = symbol.input_names(InputKind::Auxiliary);
         if args.len() != arg_names.len() {
@@ -809,6 +810,9 @@ impl Executor {
         aux: Vec<NDArray>,
         share: &[NDArray],
     ) -> Result<Executor> {
+        if reqs.iter().any(|r| *r != GradReq::Null) {
+            super::grad_check::check_differentiable(symbol)?;
+        }
         let runner = GraphRunner::new(symbol)?;
         let (mut ai, mut xi) = (0, 0);
         let mut input_map = Vec::with_capacity(runner.num_inputs());
@@ -879,6 +883,7 @@ impl Executor {
         reqs: &dyn Fn(&str) -> GradReq,
         shared: &dyn Fn(&str) -> Option<(NDArray, Option<NDArray>)>,
     ) -> Result<Executor> {
+        let symbol = &super::cse::for_executor(symbol)?;
         let arg_names = symbol.input_names(InputKind::ReadOnly);
         let aux_names = symbol.input_names(InputKind::Auxiliary);
         let s = infer_shapes(symbol, &Known::Named(shapes))?;

@@ -14,7 +14,9 @@
 //! A graph is a DAG: composition refuses to close a cycle and the JSON reader only lets a node
 //! read nodes listed before it, so every walk terminates.
 
+pub mod cse;
 pub mod exec;
+pub mod grad_check;
 pub mod infer;
 pub mod json;
 pub mod predict;
