@@ -16,6 +16,7 @@
 
 pub mod cse;
 pub mod exec;
+pub mod bind_prep;
 pub mod grad_check;
 pub mod infer;
 pub mod json;
