@@ -941,7 +941,8 @@ pub unsafe extern "C" fn MXExecutorSetMonitorCallbackEX(
     })
 }
 
-/// A copy of the executor's graph (mxrt runs the graph as bound, unchanged).
+/// A copy of the graph the executor runs (the bound graph after common-subexpression
+/// elimination, as MXNet's).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXExecutorGetOptimizedSymbol(
     handle: ExecutorHandle,
