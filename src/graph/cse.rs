@@ -57,6 +57,14 @@ fn mergeable(n: &NodeData, node: &NodeRef) -> bool {
     if n.inputs.is_empty() || !def.graph.mutates.is_empty() || random_or_stateful(def.name) {
         return false;
     }
+    // LeakyReLU draws random slopes in its rrelu form
+    if def.name == "LeakyReLU"
+        && n.attrs
+            .get("act_type")
+            .is_some_and(|t| t.trim_matches(['\'', '"']) == "rrelu")
+    {
+        return false;
+    }
     node.signature().is_ok_and(|s| s.mutates.is_empty())
 }
 
