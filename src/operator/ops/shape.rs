@@ -742,8 +742,10 @@ fn slice_channel_shapes(
     if dropped {
         y.remove(a);
     }
+    // every output's known dimensions (they all have one shape)
+    let mut back = vec![0; x.len()];
     for o in outs.iter().flatten() {
-        let back = if dropped && o.len() + 1 == x.len() {
+        let b = if dropped && o.len() + 1 == x.len() {
             let mut b = o.clone();
             b.insert(a, n);
             b
@@ -754,8 +756,14 @@ fn slice_channel_shapes(
         } else {
             continue;
         };
+        for (k, &d) in b.iter().enumerate() {
+            if d > 0 && back[k] <= 0 {
+                back[k] = d;
+            }
+        }
+    }
+    if back.iter().any(|&d| d > 0) {
         for_ins[0] = Some(back);
-        break;
     }
     Ok((for_ins, vec![Some(y); n as usize]))
 }
