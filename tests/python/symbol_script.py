@@ -356,7 +356,8 @@ def shapes_inferred_backward():
     fc3 = sym.FullyConnected(V("a", shape=(0, 0, 10)), num_hidden=4, flatten=False, name="fc")
     out["fc_no_flatten"] = infer(fc3 + V("c", shape=(5, 3, 4)), partial=True)
     out["fc_flatten_partial"] = infer(
-        sym.FullyConnected(V("a", shape=(0, 2, 0)), num_hidden=3, name="fc"), partial=True)
+        sym.FullyConnected(V("a", shape=(0, 2, 5)), num_hidden=3, name="fc") +
+        V("c", shape=(4, 0)), partial=True)
     sc = sym.SliceChannel(V("a", shape=(0, 10)), num_outputs=10, axis=1, squeeze_axis=True,
                           name="sc")
     out["slice_squeeze"] = infer(sc[1] + V("c", shape=(5,)))
