@@ -751,7 +751,7 @@ fn slice_channel_shapes(
             b
         } else if o.len() == x.len() {
             let mut b = o.clone();
-            b[a] = if o[a] > 0 { o[a] * n } else { 0 };
+            b[a] = if o[a] > 0 { o[a].saturating_mul(n) } else { 0 };
             b
         } else {
             continue;
@@ -765,7 +765,7 @@ fn slice_channel_shapes(
     if back.iter().any(|&d| d > 0) {
         for_ins[0] = Some(back);
     }
-    Ok((for_ins, vec![Some(y); n as usize]))
+    Ok((for_ins, vec![Some(y); outs.len()]))
 }
 
 fn identity_like_rhs(call: &Call<'_>) -> Result<Plan> {
