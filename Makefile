@@ -107,7 +107,7 @@ rust-test: mxnet-venv lib
 # MXNET_SRC) on libmxrt and on libmxnet.so, each test's outcome listed (not part of make test)
 MXNET_SRC ?= /tmp/mx
 MXNET_GRAPH_TESTS ?= test_symbol test_executor test_infer_shape test_infer_type \
-  test_model_parallel test_multi_device_exec \
+  test_model_parallel test_multi_device_exec test_module \
   "test_gluon:hybrid or export or symbolblock or deferred or infer or summary"
 mxnet-graph-tests: mxnet-venv lib
 	MXRT_LIB=$(abspath $(LIB)) bash scripts/mxnet-conformance.sh $(MXNET_SRC) $(MXNET_GRAPH_TESTS)

@@ -1035,7 +1035,8 @@ int MXExecutorSetMonitorCallbackEX(ExecutorHandle handle,
                                    bool monitor_all);
 
 /**
- * A copy of the executor's graph (mxrt runs the graph as bound, unchanged).
+ * A copy of the graph the executor runs (the bound graph after common-subexpression
+ * elimination, as MXNet's).
  */
 int MXExecutorGetOptimizedSymbol(ExecutorHandle handle, SymbolHandle *out);
 

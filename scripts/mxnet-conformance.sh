@@ -9,6 +9,8 @@
 # test_random and test_kvstore. The tests need nose (for their helpers) and scipy, which are
 # installed into the reference venv when missing. Not part of make test: it needs the checkout.
 # A file may carry a pytest -k expression after a colon (test_gluon:"hybrid or export").
+# tests/python/train is on PYTHONPATH for the runs (as in MXNet's CI: test_module imports
+# test_bucketing from there).
 # MXRT_CONFORMANCE_OUT=DIR keeps each run's pytest output there.
 set -euo pipefail
 
@@ -39,7 +41,7 @@ run() { # library label file [-k expression]
   local env=(env -u MXNET_LIBRARY_PATH) sel=()
   [ "$1" = mxnet ] || env=(env MXNET_LIBRARY_PATH="$1")
   [ -z "${4:-}" ] || sel=(-k "$4")
-  (cd "$src" && "${env[@]}" "$py" -m pytest -q -p no:cacheprovider --timeout 300 -W ignore \
+  (cd "$src" && "${env[@]}" PYTHONPATH="$src/tests/python/train${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -q -p no:cacheprovider --timeout 300 -W ignore \
      -rA "${sel[@]}" "tests/python/unittest/$3.py" > "$out/$2-$3.txt" 2>&1) || true
   sed -n 's/^\(PASSED\|FAILED\|ERROR\) [^:]*::\([^ ]*\).*/\2 \1/p' "$out/$2-$3.txt" | sort
 }

@@ -557,13 +557,40 @@ unsafe fn simple_bind<D: Copy + Into<i64>>(
     } else {
         Some(exec(shared_exec_handle, "shared_exec_handle")?)
     };
+    // the shared buffer (DataParallelExecutorGroup's shared_data_arrays): the arrays of the
+    // arguments that are not shared parameters, and "grad of <name>" for their gradients,
+    // reused when they fit and added when new, as MXNet's executor does
+    // SAFETY: API contract: `shared_buffer_len` is valid for reads and writes.
+    let buffer_len = unsafe { args::out(shared_buffer_len, "shared_buffer_len")? };
+    let mut buffer: Vec<(String, NDArray)> = Vec::new();
+    if *buffer_len > 0 {
+        let n = *buffer_len as usize;
+        // SAFETY: API contract: `n` names and handles.
+        let (names, bufs) = unsafe {
+            (
+                strings(shared_buffer_name_list, n, "shared_buffer_name_list")?,
+                arrays(
+                    shared_buffer_handle_list,
+                    n,
+                    "shared_buffer_handle_list",
+                    false,
+                )?,
+            )
+        };
+        for (name, a) in names.into_iter().zip(bufs) {
+            buffer.push((name, a.expect("non-NULL")));
+        }
+    }
+    let in_buffer = |name: &str| buffer.iter().find(|(n, _)| n == name).map(|(_, a)| a.clone());
     let shared_lookup = |name: &str| -> Option<(NDArray, Option<NDArray>)> {
+        if !shared_names.iter().any(|n| n == name) {
+            let a = in_buffer(name)?;
+            let g = in_buffer(&format!("grad of {name}")).filter(|g| g.shape() == a.shape());
+            return Some((a, g));
+        }
         let se = shared_exec.as_ref()?;
         let se = se.0.lock();
         if let Some(i) = se.arg_names.iter().position(|n| n == name) {
-            if !shared_names.iter().any(|n| n == name) {
-                return None;
-            }
             return Some((se.args[i].clone(), se.grads[i].clone()));
         }
         let i = se.aux_names.iter().position(|n| n == name)?;
@@ -577,21 +604,35 @@ unsafe fn simple_bind<D: Copy + Into<i64>>(
     };
     let mut e = Executor::simple_bind(&s, ctx, shape_list, dtypes, &req_for, &shared_lookup)?;
     e.set_group2ctx(groups, true)?;
-    // the shared buffer: handed back as given (mxrt allocates each executor's own arrays)
-    // SAFETY: API contract: `shared_buffer_len` is valid for reads and writes.
-    let buffer_len = unsafe { args::out(shared_buffer_len, "shared_buffer_len")? };
     if *buffer_len >= 0 {
-        let n = *buffer_len as usize;
-        // SAFETY: API contract: `n` names and handles.
-        let (names, bufs, out_names, out_handles) = unsafe {
+        let mut put = |name: String, a: &NDArray| {
+            // the buffer holds dense arrays only (MXNet's Python checks it)
+            if a.stype() != crate::ndarray::format::StorageType::Default {
+                return;
+            }
+            match buffer.iter_mut().find(|(n, _)| *n == name) {
+                // a bigger array replaces a smaller one; one at least as big stays
+                Some((_, old))
+                    if old.shape().iter().product::<i64>() < a.shape().iter().product() =>
+                {
+                    *old = a.clone()
+                }
+                Some(_) => {}
+                None => buffer.push((name, a.clone())),
+            }
+        };
+        for (i, name) in e.arg_names.iter().enumerate() {
+            if shared_names.iter().any(|n| n == name) {
+                continue;
+            }
+            put(name.clone(), &e.args[i]);
+            if let Some(g) = &e.grads[i] {
+                put(format!("grad of {name}"), g);
+            }
+        }
+        // SAFETY: API contract: out-parameters.
+        let (out_names, out_handles) = unsafe {
             (
-                strings(shared_buffer_name_list, n, "shared_buffer_name_list")?,
-                arrays(
-                    shared_buffer_handle_list,
-                    n,
-                    "shared_buffer_handle_list",
-                    false,
-                )?,
                 args::out(
                     updated_shared_buffer_name_list,
                     "updated_shared_buffer_name_list",
@@ -602,16 +643,14 @@ unsafe fn simple_bind<D: Copy + Into<i64>>(
                 )?,
             )
         };
+        *buffer_len = buffer.len() as c_int;
         with_returned(|r| {
-            r.buffer_names = names
+            r.buffer_names = buffer
                 .iter()
-                .map(|n| CString::new(n.as_str()).unwrap_or_default())
+                .map(|(n, _)| CString::new(n.as_str()).unwrap_or_default())
                 .collect();
             r.buffer_name_ptrs = r.buffer_names.iter().map(|c| c.as_ptr()).collect();
-            r.buffer_handles = bufs
-                .into_iter()
-                .map(|a| new_handle(a.expect("non-NULL")))
-                .collect();
+            r.buffer_handles = buffer.iter().map(|(_, a)| new_handle(a.clone())).collect();
             *out_names = r.buffer_name_ptrs.as_mut_ptr();
             *out_handles = r.buffer_handles.as_mut_ptr();
         });
@@ -905,7 +944,8 @@ pub unsafe extern "C" fn MXExecutorSetMonitorCallbackEX(
     })
 }
 
-/// A copy of the executor's graph (mxrt runs the graph as bound, unchanged).
+/// A copy of the graph the executor runs (the bound graph after common-subexpression
+/// elimination, as MXNet's).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXExecutorGetOptimizedSymbol(
     handle: ExecutorHandle,

@@ -706,6 +706,7 @@ impl Executor {
         reqs: Vec<GradReq>,
         aux: Vec<NDArray>,
     ) -> Result<Executor> {
+        let symbol = &super::cse::for_executor(symbol)?;
         let arg_names = symbol.input_names(InputKind::ReadOnly);
         let aux_names = symbol.input_names(InputKind::Auxiliary);
         if args.len() != arg_names.len() {
@@ -813,6 +814,17 @@ impl Executor {
         aux: Vec<NDArray>,
         share: &[NDArray],
     ) -> Result<Executor> {
+        if reqs.iter().any(|r| *r != GradReq::Null) {
+            super::grad_check::check_differentiable(symbol)?;
+        }
+        let bound: Vec<(String, Vec<i64>)> = arg_names
+            .iter()
+            .zip(&args)
+            .chain(aux_names.iter().zip(&aux))
+            .map(|(n, a)| (n.clone(), a.shape().to_vec()))
+            .collect();
+        let filled = super::bind_prep::fill_creation_shapes(symbol, &bound)?;
+        let symbol = filled.as_ref().unwrap_or(symbol);
         let runner = GraphRunner::new(symbol)?;
         let (mut ai, mut xi) = (0, 0);
         let mut input_map = Vec::with_capacity(runner.num_inputs());
@@ -884,8 +896,10 @@ impl Executor {
         reqs: &dyn Fn(&str) -> GradReq,
         shared: &dyn Fn(&str) -> Option<(NDArray, Option<NDArray>)>,
     ) -> Result<Executor> {
+        let symbol = &super::cse::for_executor(symbol)?;
         let arg_names = symbol.input_names(InputKind::ReadOnly);
         let aux_names = symbol.input_names(InputKind::Auxiliary);
+        let arg_nodes = symbol.list_inputs(InputKind::ReadOnly);
         let s = infer_shapes(symbol, &Known::Named(shapes))?;
         let t = infer_types(symbol, &Known::Named(dtypes))?;
         let shape_of = |what: &str, n: &str, s: &Option<Vec<i64>>| -> Result<Vec<i64>> {
@@ -918,7 +932,12 @@ impl Executor {
                 req_list.push(req);
                 continue;
             }
-            args.push(zeros(&shape, dt, ctx)?);
+            let hinted = super::bind_prep::storage_hint(&arg_nodes[i])
+                .and_then(|st| super::bind_prep::sparse_zeros(st, &shape, dt, ctx));
+            args.push(match hinted {
+                Some(a) => a,
+                None => zeros(&shape, dt, ctx)?,
+            });
             grads.push(if req == GradReq::Null {
                 None
             } else {

@@ -216,6 +216,18 @@ pub fn infer_shapes(sym: &Symbol, known: &Known<Vec<i64>>) -> Result<Inferred<Ve
             break;
         }
     }
+    // MXNet rereads a variable's `__shape__` hint on every pass while its shape is not
+    // complete, so dimensions filled into a hint that stays partial do not last
+    for (i, n) in slots.order.clone().iter().enumerate() {
+        if !given[i]
+            && n.is_variable()
+            && !is_known(&slots.values[i][0])
+            && let Some(hint) = n.attrs().get("__shape__")
+            && let Some(s) = param::shape(hint)
+        {
+            slots.values[i][0] = Some(s.iter().map(|&d| d.max(0)).collect());
+        }
+    }
     Ok(slots.results(sym, is_known))
 }
 

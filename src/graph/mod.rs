@@ -9,12 +9,18 @@
 //! An operator's inputs, outputs and mutated inputs come from its definition
 //! ([`crate::operator::def::GraphDef`]), so graphs only hold ops mxrt implements. The modules:
 //! this one builds and lists graphs (MXNet's naming rules), `json` writes and reads MXNet's JSON
-//! format byte for byte, `infer` runs shape and dtype inference through the ops' plans.
+//! format byte for byte, `infer` runs shape and dtype inference through the ops' plans. Before
+//! an executor runs a graph, `cse` merges common subexpressions, `grad_check` refuses graphs
+//! whose gradients would reach an op without one, and `bind_prep` gives creation ops their
+//! inferred shapes and sparse variables their storage.
 //!
 //! A graph is a DAG: composition refuses to close a cycle and the JSON reader only lets a node
 //! read nodes listed before it, so every walk terminates.
 
+pub mod cse;
 pub mod exec;
+pub mod bind_prep;
+pub mod grad_check;
 pub mod infer;
 pub mod json;
 pub mod predict;

@@ -28,6 +28,11 @@ grad("reshape_like", ["reshape_like"], [X234, (rand(12, 2), False)])(
                   nd.reshape_like(x, y, lhs_begin=1, lhs_end=None, rhs_begin=0, rhs_end=1) * 2])
 grad("reshape_like_rhs", ["reshape_like"], [X23, rand(3, 2, seed=24)])(
     lambda x, y: nd.reshape_like(x, y) + y)
+# the lhs unchanged (its gradient the head's), the rhs only a shape constraint (zero)
+grad("identity_with_attr_like_rhs", ["_identity_with_attr_like_rhs"],
+     [X23, rand(2, 3, seed=28)])(
+    lambda x, y: [nd._internal._identity_with_attr_like_rhs(x, y) * 2,
+                  nd._internal._identity_with_attr_like_rhs(x * y, y)])
 
 # permutations and flips (MXNet's transpose, reverse and broadcast_axis refuse negative axes)
 grad("transpose", ["transpose"], [X234])(

@@ -344,6 +344,188 @@ def shape_inference_through_many_ops():
 
 
 @scenario
+def shapes_inferred_backward():
+    """Unknown input dimensions filled from known outputs and from other inputs: through
+    FullyConnected, SliceChannel and Convolution (MXNet's FInferShape rules), dimensions two
+    inputs share (batch_dot, pick), broadcasting with unknown dimensions, and
+    _identity_with_attr_like_rhs as a shape constraint."""
+    V = sym.var
+    out = {}
+    fc = sym.FullyConnected(V("a", shape=(0, 10)), num_hidden=21, name="fc")
+    out["fc"] = infer(fc + V("c", shape=(5, 0)))
+    fc3 = sym.FullyConnected(V("a", shape=(0, 0, 10)), num_hidden=4, flatten=False, name="fc")
+    out["fc_no_flatten"] = infer(fc3 + V("c", shape=(5, 3, 4)), partial=True)
+    out["fc_flatten_partial"] = infer(
+        sym.FullyConnected(V("a", shape=(0, 2, 5)), num_hidden=3, name="fc") +
+        V("c", shape=(4, 0)), partial=True)
+    sc = sym.SliceChannel(V("a", shape=(0, 10)), num_outputs=10, axis=1, squeeze_axis=True,
+                          name="sc")
+    out["slice_squeeze"] = infer(sc[1] + V("c", shape=(5,)))
+    sc = sym.SliceChannel(V("a", shape=(0, 15, 0)), num_outputs=3, name="sc")
+    out["slice"] = infer(sc[1] + V("c", shape=(3, 5, 2)))
+    sc = sym.SliceChannel(V("a", shape=(0, 0, 6)), num_outputs=3, axis=-1, name="sc")
+    out["slice_last_axis"] = infer(sc[2] * V("c", shape=(4, 2, 0)), partial=True)
+    out["slice_uneven"] = infer(sym.SliceChannel(V("a"), num_outputs=4, axis=1, name="sc"),
+                                a=(2, 6))
+    conv = sym.Convolution(V("a", shape=(0, 10, 0, 0)), num_filter=21, kernel=(3, 3),
+                           dilate=(1, 1), pad=(1, 1), name="conv")
+    out["conv"] = infer(conv + V("c", shape=(5, 21, 32, 32)))
+    conv = sym.Convolution(V("a", shape=(0, 4, 0, 0)), num_filter=6, kernel=(3, 5),
+                           dilate=(2, 1), pad=(0, 2), name="conv")
+    out["conv_dilated"] = infer(conv + V("c", shape=(2, 6, 7, 9)))
+    conv = sym.Convolution(V("a", shape=(0, 4, 0, 0)), num_filter=6, kernel=(3, 3),
+                           stride=(2, 1), name="conv")
+    out["conv_strided"] = infer(conv + V("c", shape=(2, 6, 7, 9)), partial=True)
+    x, y = V("x"), V("y")
+    bd = sym.batch_dot(x, y, name="bd")
+    out["batch_dot"] = infer(bd, partial=True, x=(0, 3, 4), y=(0, 4, 5))
+    out["batch_dot_unknown_k"] = infer(bd, partial=True, x=(0, 3, 4), y=(0, 0, 5))
+    out["batch_dot_transposed"] = infer(sym.batch_dot(x, y, transpose_a=True, transpose_b=True,
+                                                      name="bd"),
+                                        partial=True, x=(0, 2, 4, 3), y=(0, 2, 5, 4))
+    out["batch_dot_bad"] = infer(bd, partial=True, x=(0, 3, 4), y=(0, 5, 5))
+    out["pick"] = infer(sym.pick(x, y, axis=1, name="p"), partial=True, x=(0, 3, 3), y=(0, 3))
+    out["pick_keepdims"] = infer(sym.pick(x, y, axis=-1, keepdims=True, name="p"),
+                                 partial=True, x=(0, 2, 5), y=(0, 2, 1))
+    out["pick_index_from_data"] = infer(sym.pick(x, y, axis=0, name="p"), x=(4, 3), y=(3,))
+    out["broadcast_partial"] = infer(sym.broadcast_add(x, y, name="b"), partial=True,
+                                     x=(0, 10), y=(12, 1))
+    out["broadcast_bad"] = infer(sym.broadcast_mul(x, y, name="b"), partial=True,
+                                 x=(3, 0), y=(5, 1))
+    w = V("weight")
+    wt = sym.broadcast_add(w, V("wshift", shape=(1,)))
+    wt = sym._internal._identity_with_attr_like_rhs(wt, w, name="like")
+    net = sym.FullyConnected(data=V("data"), weight=wt, num_hidden=11, no_bias=True, name="fc")
+    out["identity_like_rhs"] = infer(net, data=(7, 100))
+    out["identity_like_rhs_bad"] = infer(
+        sym._internal._identity_with_attr_like_rhs(x, y, name="like"), x=(2, 3), y=(3, 2))
+    return out
+
+
+@scenario
+def identity_with_attr_like_rhs_values():
+    from mxnet import nd
+    a = nd.array([[1, 2, 3], [4, 5, 6]])
+    out = {"same": nd._internal._identity_with_attr_like_rhs(a, nd.zeros((2, 3))).asnumpy()
+           .tolist()}
+    try:
+        nd._internal._identity_with_attr_like_rhs(a, nd.zeros((3, 2))).asnumpy()
+        out["mismatch"] = "ok"
+    except mx.base.MXNetError:
+        out["mismatch"] = "error"
+    e = sym._internal._identity_with_attr_like_rhs(sym.var("a") * 2, sym.var("b"), name="l")
+    ex = e.bind(mx.cpu(), {"a": a, "b": nd.ones((2, 3))},
+                args_grad={"a": nd.zeros((2, 3)), "b": nd.ones((2, 3))})
+    ex.forward(is_train=True)
+    ex.backward(nd.ones((2, 3)))
+    out["bound"] = [ex.outputs[0].asnumpy().tolist(),
+                    {k: v.asnumpy().tolist() for k, v in ex.grad_dict.items()}]
+    return out
+
+
+def optimized(s, env, **shapes):
+    """The graph an executor runs with MXNET_ELIMINATE_COMMON_EXPR=env, and its results."""
+    from mxnet import nd
+    old = os.environ.get("MXNET_ELIMINATE_COMMON_EXPR")
+    os.environ["MXNET_ELIMINATE_COMMON_EXPR"] = env
+    try:
+        ex = s.simple_bind(mx.cpu(), **shapes)
+    finally:
+        if old is None:
+            del os.environ["MXNET_ELIMINATE_COMMON_EXPR"]
+        else:
+            os.environ["MXNET_ELIMINATE_COMMON_EXPR"] = old
+    for i, (k, v) in enumerate(sorted(ex.arg_dict.items())):
+        v[:] = nd.arange(v.size).reshape(v.shape) / 7 + i
+    outs = ex.forward(is_train=True)
+    ex.backward([nd.ones_like(o) for o in outs])
+    opt = ex.get_optimized_symbol()
+    return {"internals": opt.get_internals().list_outputs(), "outputs": opt.list_outputs(),
+            "values": [o.asnumpy().astype("float64").round(3).tolist() for o in outs],
+            "grads": {k: v.asnumpy().astype("float64").round(3).tolist()
+                      for k, v in sorted(ex.grad_dict.items())}}
+
+
+@scenario
+def common_subexpressions():
+    """Executors merge nodes computing the same thing (MXNET_ELIMINATE_COMMON_EXPR, default on):
+    the optimised graph, outputs that became one node copied apart, and the same values."""
+    a, b, c = sym.var("a"), sym.var("b"), sym.var("c")
+    d = a + 1
+    graphs = {
+        "distinct": (a + 1) + (a + 2),
+        "pair": (a + b) + (a + b),
+        "chain": ((a + b) + c) + ((a + b) + c),
+        "group": sym.Group([a * d, a * d]),
+        "group_plus": sym.Group([a * d + b, a * d + b]),
+        "attrs_differ": sym.sum(a, axis=1) + sym.sum(a, axis=1, keepdims=False),
+        "dropout": sym.Dropout(a, p=0.0) + sym.Dropout(a, p=0.0),
+        "fc_shared": sym.FullyConnected(a, num_hidden=3, name="f1") * sym.FullyConnected(
+            a, num_hidden=3, name="f2"),
+    }
+    out = {}
+    for name, s in graphs.items():
+        shapes = {k: (2, 3) for k in s.list_arguments() if k in "abc"}
+        out[name] = {env: optimized(s, env, **shapes) for env in ("0", "1")}
+    return out
+
+
+@scenario
+def bind_checks_gradients():
+    """A bind that computes gradients fails where a gradient would reach an op without one
+    (batch_take), as MXNet's gradient pass does, and binds once stop_gradient cuts it off."""
+    import numpy as np
+    x, idx = sym.var("x"), sym.var("idx")
+    y = sym.batch_take(x, idx)
+    out = {}
+    for name, s, req in [("stopped", sym.stop_gradient(y), "write"), ("reached", y, "write"),
+                         ("no_grad", y, "null"), ("reached_add", y * 2, "add"),
+                         ("zero_grad_path", sym.BlockGrad(y) + x.sum(axis=1), "write")]:
+        try:
+            ex = s.simple_bind(mx.cpu(), x=(4, 3), idx=(4,), grad_req=req,
+                               type_dict={"x": np.float32, "idx": np.int32})
+            ex.arg_dict["x"][:] = mx.nd.arange(12).reshape((4, 3))
+            ex.arg_dict["idx"][:] = mx.nd.array([0, 2, 1, 2])
+            ex.forward(is_train=True)
+            out[name] = ex.outputs[0].asnumpy().tolist()
+        except (mx.base.MXNetError, RuntimeError) as e:
+            out[name] = "error: non-differentiable" if "non-differentiable" in str(e) else \
+                "error"
+    return out
+
+
+@scenario
+def executor_allocations():
+    """simple_bind fills creation ops' unknown dimensions from inference (an RNN cell's zero
+    begin state), allocates sparse arrays for variables declared sparse, and fills the
+    shared buffer with the arrays of the arguments that are not shared parameters."""
+    from mxnet import nd
+    a = sym.var("a")
+    s = sym.zeros(shape=(0, 4)) + a
+    ex = s.simple_bind(mx.cpu(), a=(3, 4))
+    ex.arg_dict["a"][:] = 2
+    out = {"zeros_filled": ex.forward()[0].asnumpy().tolist()}
+    v = sym.var("v", stype="row_sparse")
+    d = sym.var("d", stype="csr")
+    ex = sym.dot(d, v).simple_bind(mx.cpu(), d=(3, 4), v=(4, 2))
+    out["stypes"] = {k: x.stype for k, x in sorted(ex.arg_dict.items())}
+    w = sym.var("w")
+    net = sym.FullyConnected(sym.var("data"), weight=w, num_hidden=2, no_bias=True, name="f")
+    buf = {}
+    ex1 = net.simple_bind(mx.cpu(), data=(4, 3), shared_arg_names=["w"], shared_buffer=buf,
+                          grad_req={"data": "write", "w": "write"})
+    out["buffer"] = sorted(buf)
+    ex2 = net.simple_bind(mx.cpu(), data=(4, 3), shared_arg_names=["w"], shared_buffer=buf,
+                          shared_exec=ex1)
+    out["buffer_after"] = sorted(buf)
+    ex2.arg_dict["data"][:] = 5
+    out["data_shared"] = ex1.arg_dict["data"].asnumpy().tolist()
+    out["weight_shared"] = ex2.arg_dict["w"] is not None and ex1.arg_dict["w"].shape == (2, 3)
+    nd.waitall()
+    return out
+
+
+@scenario
 def type_inference_with_casts():
     a, b = sym.var("a"), sym.var("b")
     with warnings.catch_warnings():

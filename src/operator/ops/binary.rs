@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::operator::kernel::map::{map1, map2};
 use crate::operator::kernel::strided::{broadcast_shape, broadcast_strides, zip2};
 use crate::operator::kernel::{Element, Real};
-use crate::operator::def::{GradCtx, OpDef, ShapeRule, Val};
+use crate::operator::def::{GradCtx, OpDef, PartialShape, ShapeRule, Val};
 use crate::operator::op::{Call, GpuBinary, GpuKernel, Operator, Plan, TensorDesc};
 use crate::operator::stype::StorageRule;
 use crate::operator::param;
@@ -440,6 +440,8 @@ fn define<B: Binary>(d: &mut OpDef, kind: u8) {
     // elementwise forms: every input and the output have one shape
     if kind != BROADCAST {
         d.shape_rule(ShapeRule::Same);
+    } else {
+        d.shape_rule(ShapeRule::Rule(broadcast_shapes));
     }
     if B::GRAD.zero {
         d.zero_grad();
@@ -450,6 +452,50 @@ fn define<B: Binary>(d: &mut OpDef, kind: u8) {
         BROADCAST => grad_broadcast::<B>,
         _ => grad_scalar_form::<B>,
     });
+}
+
+/// A broadcasting form's output from operands with unknown dimensions (MXNet's
+/// BinaryBroadcastShape): once both ranks are known, each output dimension whose two operand
+/// dimensions are known; incompatible known dimensions are MXNet's error.
+fn broadcast_shapes(
+    _: &crate::operator::def::ParamList,
+    ins: &[PartialShape],
+    _: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let none = vec![None; ins.len()];
+    let (Some(Some(l)), Some(Some(r))) = (ins.first(), ins.get(1)) else {
+        return Ok((none, Vec::new()));
+    };
+    if l.is_empty() || r.is_empty() {
+        return Ok((none, Vec::new()));
+    }
+    if l == r {
+        return Ok((none, vec![Some(l.clone())]));
+    }
+    let n = l.len().max(r.len());
+    let (bl, br) = (n - l.len(), n - r.len());
+    let mut out = vec![0; n];
+    for (i, o) in out.iter_mut().enumerate() {
+        let a = if i >= bl { l[i - bl] } else { 1 };
+        let b = if i >= br { r[i - br] } else { 1 };
+        if a <= 0 || b <= 0 {
+            continue;
+        }
+        if a != b && a != 1 && b != 1 {
+            return Err(Error::invalid(format!(
+                "operands could not be broadcast together with shapes {} {}",
+                show(l),
+                show(r)
+            )));
+        }
+        *o = if a == 1 { b } else { a };
+    }
+    Ok((none, vec![Some(out)]))
+}
+
+fn show(s: &[i64]) -> String {
+    let d: Vec<String> = s.iter().map(|v| v.to_string()).collect();
+    format!("[{}]", d.join(","))
 }
 
 fn grad_same<B: Binary>(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {

@@ -753,6 +753,36 @@ fn weight_shapes(
     Ok((out, Vec::new()))
 }
 
+/// `Convolution`'s weights from the data, and for 2-D kernels the data's batch size back
+/// from a known output, with its height and width where the stride is 1 (MXNet's
+/// ConvolutionShape does the same for 2-D kernels only).
+fn convolution_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let (mut for_ins, for_outs) = weight_shapes(p, ins, false)?;
+    let data = ins.first().cloned().flatten();
+    let out = outs.first().cloned().flatten();
+    if let (Some(x), Some(y)) = (data, out)
+        && x.len() == 4
+        && y.len() == 4
+    {
+        let cp = parse_list(p, Kind::Conv)?;
+        if cp.nd == 2 {
+            let mut back = vec![y[0], 0, 0, 0];
+            for (i, a) in cp.axes().enumerate() {
+                if y[2 + i] > 0 && cp.stride[a] == 1 {
+                    let d = y[2 + i] + cp.dilated(a) as i64 - 1 - 2 * cp.pad[a] as i64;
+                    back[2 + i] = d.max(0);
+                }
+            }
+            for_ins[0] = Some(back);
+        }
+    }
+    Ok((for_ins, for_outs))
+}
+
 fn signature(p: &ParamList, no_bias_default: bool) -> Result<Signature> {
     Ok(if param_flag(p, "no_bias", no_bias_default)? {
         Signature::simple(&["data", "weight"])
@@ -765,7 +795,7 @@ pub(crate) fn register(t: &mut Entries) {
     t.def("Convolution", &|c: &Call<'_>| convolution(c, Kind::Conv))
         .grad(convolution_grad)
         .signature(|p| signature(p, false))
-        .shape_rule(ShapeRule::Rule(|p, ins, _| weight_shapes(p, ins, false)));
+        .shape_rule(ShapeRule::Rule(convolution_shapes));
     t.def("Convolution_v1", &|c: &Call<'_>| {
         convolution(c, Kind::ConvV1)
     })

@@ -10,6 +10,7 @@ use super::shape::{slice_view, some_params};
 use super::{Entries, axis as norm_axis, dims, inputs, same_dtype};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::operator::def::{ParamList, PartialShape, ShapeRule, param_flag, param_int};
 use crate::operator::kernel::Element;
 use crate::operator::kernel::map::Ptr;
 use crate::operator::kernel::strided::{broadcast_strides, walk, zip3};
@@ -240,6 +241,36 @@ fn pick_geometry(call: &Call<'_>, x: &TensorDesc) -> Result<(usize, String, Vec<
         out.remove(a);
     }
     Ok((a, mode, out))
+}
+
+/// `pick`'s output and index shapes from the data's alone, unknown dimensions included
+/// (MXNet's PickOpShape): the data without the axis (kept as 1 with `keepdims`); the index is
+/// shaped like the output, or with the axis as 1 when it has the data's rank.
+fn pick_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    _outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let mut for_ins: Vec<PartialShape> = vec![None; ins.len()];
+    let Some(Some(x)) = ins.first() else {
+        return Ok((for_ins, Vec::new()));
+    };
+    let rank = x.len() as i64;
+    let axis = param_int(p, "axis", -1)?;
+    let a = if axis < 0 { axis + rank } else { axis };
+    if rank == 0 || !(0..rank).contains(&a) {
+        return Ok((for_ins, Vec::new()));
+    }
+    let a = a as usize;
+    let mut kept = x.clone();
+    kept[a] = 1;
+    let mut dropped = x.clone();
+    dropped.remove(a);
+    let out = if param_flag(p, "keepdims", false)? { kept.clone() } else { dropped.clone() };
+    if let Some(Some(idx)) = ins.get(1) {
+        for_ins[1] = Some(if idx.len() == x.len() { kept } else { dropped });
+    }
+    Ok((for_ins, vec![Some(out)]))
 }
 
 fn pick(call: &Call<'_>) -> Result<Plan> {
@@ -701,11 +732,13 @@ pub(crate) fn register(t: &mut Entries) {
         let p = some_params(g, &["axis", "mode"]);
         Ok(vec![Some(g.op("take", &[g.dy(0), g.x(1)], &p)?), None, None])
     });
-    t.push(("pick", &pick)).grad(|g| {
-        let p = some_params(g, &["axis", "keepdims", "mode"]);
-        let dx = g.op("_mxrt_pick_grad", &[g.dy(0), g.x(1), g.x(0)], &p)?;
-        Ok(vec![Some(dx), None])
-    });
+    t.push(("pick", &pick))
+        .grad(|g| {
+            let p = some_params(g, &["axis", "keepdims", "mode"]);
+            let dx = g.op("_mxrt_pick_grad", &[g.dy(0), g.x(1), g.x(0)], &p)?;
+            Ok(vec![Some(dx), None])
+        })
+        .shape_rule(ShapeRule::Rule(pick_shapes));
     t.def("_mxrt_pick_grad", &pick_grad).grad(|g| {
         let p = some_params(g, &["axis", "keepdims", "mode"]);
         Ok(vec![Some(g.op("pick", &[g.dy(0), g.x(1)], &p)?), None, None])

@@ -226,7 +226,9 @@ pub(crate) fn register(t: &mut Entries) {
             let p = passed(g, &["transpose_a", "transpose_b"]);
             matmul_grads(g, g.x(0), g.x(1), g.dy(0), &as_refs(&p))
         });
-    t.push(("batch_dot", &batch_dot)).grad(batch_dot_grad);
+    t.push(("batch_dot", &batch_dot))
+        .grad(batch_dot_grad)
+        .shape_rule(ShapeRule::Rule(batch_dot_shapes));
     t.push(("FullyConnected", &fully_connected))
         .grad(fully_connected_grad)
         .signature(|p| {
@@ -321,7 +323,7 @@ fn batch_dot_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
 fn fully_connected_shapes(
     p: &ParamList,
     ins: &[PartialShape],
-    _outs: &[PartialShape],
+    outs: &[PartialShape],
 ) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
     let hidden = param_int(p, "num_hidden", 0)?;
     let flatten = param_flag(p, "flatten", true)?;
@@ -330,6 +332,20 @@ fn fully_connected_shapes(
     let Some(x) = ins.first().cloned().flatten().filter(|x| !x.is_empty()) else {
         return Ok((out, Vec::new()));
     };
+    // the output from the data's known dimensions, and the data's batch size back from a
+    // known output (MXNet's FullyConnectedShape)
+    let y = if flatten {
+        vec![x[0], hidden]
+    } else {
+        let mut y = x.clone();
+        *y.last_mut().expect("rank checked") = hidden;
+        y
+    };
+    if let Some(o) = outs.first().cloned().flatten().filter(|o| !o.is_empty()) {
+        let mut back = vec![0; x.len()];
+        back[0] = o[0];
+        out[0] = Some(back);
+    }
     let k = if flatten {
         if x[1..].iter().all(|&d| d > 0) { x[1..].iter().product() } else { 0 }
     } else {
@@ -341,7 +357,44 @@ fn fully_connected_shapes(
     if ins.len() > 2 {
         out[2] = Some(vec![hidden]);
     }
-    Ok((out, Vec::new()))
+    Ok((out, vec![Some(y)]))
+}
+
+/// `batch_dot`'s output from inputs whose batch dimensions may be unknown (MXNet's
+/// BatchDotShape): once both ranks and the contracted dimensions are known, the output has the
+/// lhs's batch dimensions and the two free ones.
+fn batch_dot_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    _outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let none = || Ok((vec![None; ins.len()], Vec::new()));
+    let (Some(Some(l)), Some(Some(r))) = (ins.first(), ins.get(1)) else {
+        return none();
+    };
+    let n = l.len();
+    if n < 3 || r.len() != n {
+        return none();
+    }
+    let ta = param_flag(p, "transpose_a", false)?;
+    let tb = param_flag(p, "transpose_b", false)?;
+    if l[n - 1] <= 0 || r[n - 2] <= 0 {
+        return none();
+    }
+    let (m, lk) = if ta { (l[n - 1], l[n - 2]) } else { (l[n - 2], l[n - 1]) };
+    let (rn, rk) = if tb { (r[n - 2], r[n - 1]) } else { (r[n - 1], r[n - 2]) };
+    let batch_ok = l[..n - 2]
+        .iter()
+        .zip(&r[..n - 2])
+        .all(|(&a, &b)| a <= 0 || b <= 0 || a == b);
+    if !batch_ok || (lk > 0 && rk > 0 && lk != rk) {
+        return Err(Error::invalid(format!(
+            "batch_dot shape error: {l:?} X {r:?} trans_a={ta} trans_b={tb}"
+        )));
+    }
+    let mut y = l[..n - 2].to_vec();
+    y.extend([m, rn]);
+    Ok((vec![None; ins.len()], vec![Some(y)]))
 }
 
 fn fully_connected_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {

@@ -14,7 +14,8 @@ use super::{Entries, axis as norm_axis, dims, inputs};
 use crate::error::{Error, Result};
 use crate::ndarray::shape::reshape_codes;
 use crate::operator::def::{
-    GradCtx, InferShapesFn, ParamList, PartialShape, ShapeRule, Signature, Val, param_int,
+    GradCtx, InferShapesFn, ParamList, PartialShape, ShapeRule, Signature, Val, param_flag,
+    param_int,
 };
 use crate::operator::kernel::Element;
 use crate::operator::kernel::strided::{broadcast_shape, contiguous_strides, gather, walk};
@@ -705,6 +706,95 @@ fn split_v2(call: &Call<'_>) -> Result<Plan> {
     split_plan(call, x, axis, bounds, squeeze)
 }
 
+/// `SliceChannel`'s outputs from the data's known dimensions, and the data back from any
+/// output's (MXNet's SliceChannelProp::InferShape): the split axis is `num_outputs` times an
+/// output's, or `num_outputs` itself where `squeeze_axis` dropped it.
+fn slice_channel_shapes(
+    p: &ParamList,
+    ins: &[PartialShape],
+    outs: &[PartialShape],
+) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
+    let mut for_ins: Vec<PartialShape> = vec![None; ins.len()];
+    let Some(Some(x)) = ins.first() else {
+        return Ok((for_ins, Vec::new()));
+    };
+    let n = param_int(p, "num_outputs", 1)?.max(1);
+    let squeeze = param_flag(p, "squeeze_axis", false)?;
+    let rank = x.len() as i64;
+    let axis = param_int(p, "axis", 1)?;
+    let a = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&a) {
+        return Ok((for_ins, Vec::new()));
+    }
+    let a = a as usize;
+    if x[a] > 0 && x[a] % n != 0 {
+        return Err(Error::invalid(format!(
+            "You are trying to split the {a}-th axis of input tensor with shape {} into \
+             num_outputs={n} evenly sized chunks, but this is not possible because {n} does \
+             not evenly divide {}",
+            fmt_shape(x),
+            x[a]
+        )));
+    }
+    let mut y = x.clone();
+    y[a] = if x[a] > 0 { x[a] / n } else { 0 };
+    let dropped = squeeze && (y[a] == 1 || x[a] <= 0);
+    if dropped {
+        y.remove(a);
+    }
+    // every output's known dimensions (they all have one shape)
+    let mut back = vec![0; x.len()];
+    for o in outs.iter().flatten() {
+        let b = if dropped && o.len() + 1 == x.len() {
+            let mut b = o.clone();
+            b.insert(a, n);
+            b
+        } else if o.len() == x.len() {
+            let mut b = o.clone();
+            b[a] = if o[a] > 0 { o[a].saturating_mul(n) } else { 0 };
+            b
+        } else {
+            continue;
+        };
+        for (k, &d) in b.iter().enumerate() {
+            if d > 0 && back[k] <= 0 {
+                back[k] = d;
+            }
+        }
+    }
+    if back.iter().any(|&d| d > 0) {
+        for_ins[0] = Some(back);
+    }
+    Ok((for_ins, vec![Some(y); outs.len()]))
+}
+
+fn identity_like_rhs(call: &Call<'_>) -> Result<Plan> {
+    let ins = inputs(call, 2)?;
+    let (x, like) = (&ins[0], &ins[1]);
+    if x.dtype != like.dtype {
+        return Err(Error::invalid(format!(
+            "operator {}: lhs is {} but rhs is {} (one dtype for both)",
+            call.name,
+            x.dtype.name(),
+            like.dtype.name()
+        )));
+    }
+    if x.shape != like.shape {
+        return Err(Error::invalid(format!(
+            "operator {}: Incompatible attr in node at 1-th input: expected {}, got {}",
+            call.name,
+            fmt_shape(&x.shape),
+            fmt_shape(&like.shape)
+        )));
+    }
+    Ok(copy_plan(x, x.shape.to_vec()))
+}
+
+fn fmt_shape(s: &[i64]) -> String {
+    let d: Vec<String> = s.iter().map(|v| v.to_string()).collect();
+    format!("[{}]", d.join(","))
+}
+
 fn reshape_like(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 2)?;
     let (x, like) = (&ins[0], &ins[1]);
@@ -1234,7 +1324,12 @@ pub(crate) fn register(t: &mut Entries) {
                 return Err(Error::invalid(format!("num_outputs must be positive, got {n}")));
             }
             Ok(Signature::simple(&["data"]).with_outputs(n as usize))
-        });
+        })
+        .shape_rule(ShapeRule::Rule(slice_channel_shapes));
+    // the lhs unchanged, shaped like the rhs (a shape constraint for graph inference)
+    t.push(("_identity_with_attr_like_rhs", &identity_like_rhs))
+        .grad(|g| Ok(vec![Some(g.op("_copy", &[g.dy(0)], &[])?), None]))
+        .shape_rule(ShapeRule::Same);
     t.push(("_split_v2", &split_v2)).grad(split_grad);
 }
 
