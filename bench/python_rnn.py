@@ -1,7 +1,7 @@
 """The fused RNN operator forward + backward through MXNet's Python package on the library
 MXNET_LIBRARY_PATH names (the wheel's libmxnet.so, with oneDNN, when unset): a 2-layer LSTM
-(T=35, N=32, C=H=256, the word language model's size), a bidirectional GRU and a tanh RNN of the
-same size. Each figure is the median over MXBENCH_REPEATS (3) timings of a few autograd steps
+(T=35, N=32, C=H=256, the word language model's size, and C=H=512), a bidirectional GRU and a
+tanh RNN of the smaller size. Each figure is the median over MXBENCH_REPEATS (3) timings of a few autograd steps
 (record, forward, backward of data, parameters and states, wait), in milliseconds per step. The
 intra-op threads are the caller's OMP_NUM_THREADS; the figure's name carries it.
 
@@ -45,6 +45,7 @@ GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 # name, mode, layers, bidirectional, T, N, C, H
 CASES = [
     ("lstm_2layer_t35_n32_256", "lstm", 2, False, 35, 32, 256, 256),
+    ("lstm_2layer_t35_n32_512", "lstm", 2, False, 35, 32, 512, 512),
     ("gru_bi_t35_n32_256", "gru", 1, True, 35, 32, 256, 256),
     ("rnn_tanh_t35_n32_256", "rnn_tanh", 1, False, 35, 32, 256, 256),
 ]

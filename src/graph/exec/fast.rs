@@ -199,6 +199,8 @@ fn compile(
     let mut tmp_bytes: Vec<usize> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut out_descs: Vec<Option<TensorDesc>> = vec![None; runner.outputs.len()];
+    let shapes: Vec<Vec<i64>> = descs.iter().map(|d| d.shape.to_vec()).collect();
+    let open = runner.open_params(&shapes).ok()?;
     for (s, step) in runner.steps.iter().enumerate() {
         let op = match step {
             Step::Input(i) => {
@@ -208,6 +210,7 @@ fn compile(
             Step::Op(op) => op,
         };
         let def = op.def;
+        let op_params = open.get(&s).unwrap_or(&op.params);
         // a custom operator's planning calls into its frontend (it creates the operator), and
         // it runs through its own launch anyway: not planned here at all
         if matches!(def.name, "Custom" | "_backward_Custom") {
@@ -220,8 +223,7 @@ fn compile(
             in_descs.push(d.clone());
             in_locs.push(*l);
         }
-        let pairs = op
-            .params
+        let pairs = op_params
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
@@ -313,7 +315,7 @@ fn compile(
         );
         steps.push(FastStep {
             def,
-            params: op.params.clone(),
+            params: op_params.clone(),
             in_descs,
             inputs: in_locs,
             outputs: out_locs,

@@ -321,15 +321,28 @@ fn batch_dot_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
 fn fully_connected_shapes(
     p: &ParamList,
     ins: &[PartialShape],
-    _outs: &[PartialShape],
+    outs: &[PartialShape],
 ) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
     let hidden = param_int(p, "num_hidden", 0)?;
     let flatten = param_flag(p, "flatten", true)?;
     let mut out: Vec<PartialShape> = vec![None; ins.len()];
     // nothing is said before the data's rank is known, as in MXNet
-    let Some(x) = ins.first().cloned().flatten().filter(|x| !x.is_empty()) else {
+    let Some(mut x) = ins.first().cloned().flatten().filter(|x| !x.is_empty()) else {
         return Ok((out, Vec::new()));
     };
+    // the output's leading dimensions are the data's (MXNet's FullyConnectedShape): a batch
+    // known only downstream, as a `begin_state` of `zeros(shape=(0, H))`, comes back this way
+    if let Some(Some(y)) = outs.first() {
+        let lead = if flatten { 1 } else { x.len() - 1 };
+        if y.len() == lead + 1 {
+            for (d, &v) in x.iter_mut().zip(&y[..lead]) {
+                if *d <= 0 && v > 0 {
+                    *d = v;
+                }
+            }
+            out[0] = Some(x.clone());
+        }
+    }
     let k = if flatten {
         if x[1..].iter().all(|&d| d > 0) { x[1..].iter().product() } else { 0 }
     } else {

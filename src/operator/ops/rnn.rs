@@ -533,17 +533,19 @@ fn signature(p: &ParamList) -> Result<Signature> {
 fn shapes(p: &ParamList, ins: &[PartialShape]) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
     let rp = parse_list(p)?;
     let mut for_ins: Vec<PartialShape> = vec![None; ins.len()];
+    // the data's rank known, its unknown dimensions (0) stay unknown in what follows from them
     let Some(x) = ins
         .first()
         .cloned()
         .flatten()
-        .filter(|x| x.len() == 3 && x.iter().all(|&d| d > 0))
+        .filter(|x| x.len() == 3 && x.iter().all(|&d| d >= 0))
     else {
         return Ok((for_ins, Vec::new()));
     };
-    let g = rp.geom(&x);
+    let complete = x.iter().all(|&d| d > 0);
+    let g = rp.geom(&[x[0].max(1), x[1].max(1), x[2]]);
     let (state, cell) = (rp.state_shape(&x), rp.cell_shape(&x));
-    if ins.len() > 1 {
+    if ins.len() > 1 && x[2] > 0 {
         for_ins[1] = Some(vec![rp.param_size(&g) as i64]);
     }
     if ins.len() > 2 {
@@ -559,7 +561,7 @@ fn shapes(p: &ParamList, ins: &[PartialShape]) -> Result<(Vec<PartialShape>, Vec
     if rp.num_outputs() > 2 {
         outs.push(Some(cell));
     }
-    outs.push(Some(vec![rp.reserve_len(&g) as i64]));
+    outs.push(complete.then(|| vec![rp.reserve_len(&g) as i64]));
     Ok((for_ins, outs))
 }
 
