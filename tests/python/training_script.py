@@ -1,5 +1,5 @@
-"""Short training runs from fixed parameters, for test_training.py: a Gluon ResNet-18 (32x32
-images, batch 4, 3 SGD steps) and a 2-layer LSTM language model (Embedding -> LSTM -> Dense,
+"""Short training runs from fixed parameters, for test_training.py: a Gluon ResNet-18 (64x64
+images, batch 4, 3 SGD steps with momentum) and a 2-layer LSTM language model (Embedding -> LSTM -> Dense,
 softmax cross-entropy, 4 SGD steps) built either from the fused `rnn.LSTM` layer or from
 `LSTMCell`s unrolled over the sequence, on the same parameters. Every parameter starts from a
 numpy generator, so two runs (two libraries, or the two LSTM builds) start from the same point.
@@ -32,7 +32,7 @@ def resnet():
     from mxnet.gluon.model_zoo import vision
     net = vision.get_model("resnet18_v1", pretrained=False, classes=10)
     net.initialize()
-    net(mx.nd.zeros((1, 3, 32, 32)))
+    net(mx.nd.zeros((1, 3, 64, 64)))
     rs = np.random.RandomState(0)
     params = net.collect_params()
     for name in sorted(params.keys()):
@@ -46,10 +46,10 @@ def resnet():
             v = rs.normal(0, np.sqrt(2.0 / fan_in), p.shape)
         p.set_data(mx.nd.array(v))
     net.hybridize()
-    x = mx.nd.array(rs.uniform(-1, 1, (4, 3, 32, 32)))
+    x = mx.nd.array(rs.uniform(-1, 1, (4, 3, 64, 64)))
     y = mx.nd.array([1, 3, 5, 7])
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.01, "momentum": 0.5})
+    trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.001, "momentum": 0.9})
     losses = []
     for _ in range(3):
         with autograd.record():
@@ -58,10 +58,14 @@ def resnet():
         trainer.step(x.shape[0])
         losses.append(float(loss.mean().asscalar()))
     out = {"losses": losses}
-    # a fixed set of parameters: the first and last convolution, a BatchNorm's, the classifier
+    # a fixed set of parameters: the first and last convolutions, the first BatchNorm's (with
+    # its running statistics), the classifier; by role (names carry a per-process counter)
     names = sorted(params.keys())
-    for name in [names[0], names[1], names[-1], names[-2]] + [n for n in names if "conv19" in n]:
-        out[name] = summary(params[name].data())
+    roles = ["conv0_weight", "batchnorm0_gamma", "batchnorm0_beta", "batchnorm0_running_mean",
+             "batchnorm0_running_var", "dense0_weight", "dense0_bias"]
+    for role in roles:
+        out[role] = summary(params[net.prefix + role].data())
+    out["last_conv_weight"] = summary(params[names[-1]].data())
     out["logits"] = net(x).asnumpy().astype(np.float64).ravel().tolist()
     return out
 
