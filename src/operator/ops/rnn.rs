@@ -84,10 +84,11 @@ impl RnnParams {
         }
     }
     /// The hidden reserve output's length: the kernel's reserve, then the dropout factors
-    /// (nothing for LSTMP, which has no backward).
+    /// (one unused element for LSTMP, which has no backward: an empty output would read as a
+    /// shape graph inference cannot complete).
     fn reserve_len(&self, g: &RnnGeom) -> usize {
         if self.proj.is_some() {
-            return 0;
+            return 1;
         }
         g.reserve_size() + self.drop_len(g)
     }
@@ -400,7 +401,7 @@ fn lstmp_plan(
         )));
     }
     let visible = outs.len();
-    outs.push(TensorDesc::new(&[0], dtype));
+    outs.push(TensorDesc::new(&[p.reserve_len(&g) as i64], dtype));
     Ok(Plan::new(outs, move |k| {
         let n = k.outputs.len();
         let (vis, _) = k.outputs.split_at_mut(n - 1);
