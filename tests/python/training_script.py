@@ -15,7 +15,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
-VOCAB, EMBED, HIDDEN, LAYERS, SEQ, BATCH, LM_STEPS = 40, 12, 16, 2, 6, 3, 4
+VOCAB, EMBED, HIDDEN, LAYERS, SEQ, BATCH, LM_STEPS = 40, 12, 64, 2, 6, 16, 4
 
 
 def summary(a):
