@@ -287,7 +287,7 @@ pub fn matmul(m: usize, n: usize, a: &[f32], b: &Packed, c: &mut [f32], accumula
     });
 }
 
-/// `e^x` for float32 within about 2 ulp, in code the compiler vectorises: `x = n·ln2 + r`,
+/// `e^x` for float32, within 3 ulp on [-87, 88], in code the compiler vectorises: `x = n·ln2 + r`,
 /// a degree-6 polynomial for `e^r` (`|r| ≤ ln2/2`) scaled by `2^n` through the exponent bits.
 /// Arguments are clamped to `[-87, 88]`, where float32's `e^x` stays normal and finite.
 #[inline(always)]
@@ -513,7 +513,7 @@ mod tests {
         let mut x = -90.0f32;
         while x < 90.0 {
             let (e, want) = (exp(x), x.exp());
-            if want.is_normal() && want < 1e38 {
+            if (-87.0..=88.0).contains(&x) {
                 assert!(
                     (e - want).abs() <= 6e-7 * want,
                     "exp({x}) = {e}, libm {want}"
