@@ -12,7 +12,7 @@
 //! ([`crate::operator::def::Gradient`]) exactly as for imperative code. The Executor records
 //! its forward against private variables bound to its gradient arrays (see [`Executor`]).
 
-use super::infer::{Known, infer_shapes, infer_types};
+use super::infer::{Known, infer_node_shapes, infer_shapes, infer_types};
 use super::{Entry, InputKind, Node, NodeRef, Symbol, entry_name, post_order};
 use crate::autograd::{self, BackwardArgs, GradReq};
 use crate::context::Context;
@@ -71,6 +71,22 @@ pub struct GraphRunner {
     /// When set, inputs may live on several devices and an op's inputs are copied to its
     /// group's device first.
     placement: Option<(Vec<(String, Context)>, Context)>,
+    /// Steps of ops without inputs whose `shape` parameter leaves dimensions open (0, as
+    /// `begin_state`'s `zeros(shape=(0, H))`): MXNet fills them from the graph's shape
+    /// inference, so a run does the same for its inputs' shapes.
+    open: Vec<usize>,
+    /// The last inputs' shapes and the `shape` parameters they gave the `open` steps.
+    open_cache: parking_lot::Mutex<Option<(Vec<Vec<i64>>, Arc<OpenShapes>)>>,
+}
+
+/// Resolved `shape` parameters of a runner's open steps, by step.
+type OpenShapes = HashMap<usize, Vec<(String, String)>>;
+
+/// Whether an op node without inputs has a `shape` parameter with an open (0) dimension.
+fn has_open_shape(params: &[(String, String)]) -> bool {
+    params.iter().any(|(k, v)| {
+        k == "shape" && crate::operator::param::shape(v).is_some_and(|s| s.contains(&0))
+    })
 }
 
 fn node_key(n: &NodeRef) -> *const Node {
@@ -160,6 +176,14 @@ impl GraphRunner {
             .iter()
             .map(|n| aux_nodes.contains(&node_key(n)))
             .collect();
+        let open = steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Step::Op(op) if op.inputs.is_empty() && has_open_shape(&op.params) => Some(i),
+                _ => None,
+            })
+            .collect();
         Ok(GraphRunner {
             symbol: symbol.clone(),
             steps,
@@ -168,7 +192,54 @@ impl GraphRunner {
             outputs,
             alias_inputs: false,
             placement: None,
+            open,
+            open_cache: parking_lot::Mutex::new(None),
         })
+    }
+
+    /// The parameters of the open steps (see [`GraphRunner::open`]) for inputs of shapes
+    /// `shapes` (in input order): each `shape` with its open dimensions from the graph's shape
+    /// inference. Steps inference leaves open keep their parameters.
+    fn open_params(&self, shapes: &[Vec<i64>]) -> Result<Arc<OpenShapes>> {
+        if self.open.is_empty() {
+            return Ok(Arc::default());
+        }
+        let mut cache = self.open_cache.lock();
+        if let Some((k, v)) = cache.as_ref()
+            && k.as_slice() == shapes
+        {
+            return Ok(v.clone());
+        }
+        let known = self
+            .inputs
+            .iter()
+            .zip(shapes)
+            .map(|(n, s)| (n.name(), s.clone()))
+            .collect();
+        let nodes = infer_node_shapes(&self.symbol, &Known::Named(known))?;
+        let mut resolved = OpenShapes::new();
+        for &i in &self.open {
+            let Step::Op(op) = &self.steps[i] else {
+                continue;
+            };
+            let Some(Some(shape)) = nodes.get(i).and_then(|o| o.first()) else {
+                continue;
+            };
+            if shape.iter().any(|&d| d <= 0) {
+                continue;
+            }
+            let dims: Vec<String> = shape.iter().map(i64::to_string).collect();
+            let text = format!("({})", dims.join(", "));
+            let params = op
+                .params
+                .iter()
+                .map(|(k, v)| (k.clone(), if k == "shape" { text.clone() } else { v.clone() }))
+                .collect();
+            resolved.insert(i, params);
+        }
+        let resolved = Arc::new(resolved);
+        *cache = Some((shapes.to_vec(), resolved.clone()));
+        Ok(resolved)
     }
 
     pub fn symbol(&self) -> &Symbol {
@@ -307,6 +378,12 @@ impl GraphRunner {
         monitor: Option<(&Monitor, bool)>,
     ) -> Result<()> {
         let until = until.min(self.steps.len());
+        let shapes: Vec<Vec<i64>> = if self.open.is_empty() {
+            Vec::new()
+        } else {
+            inputs.iter().map(|a| a.shape().to_vec()).collect()
+        };
+        let open = self.open_params(&shapes)?;
         while values.len() < until {
             match &self.steps[values.len()] {
                 Step::Input(i) => values.push(vec![inputs[*i].clone()]),
@@ -321,8 +398,9 @@ impl GraphRunner {
                             *a = copy_to_ctx(a, ctx)?;
                         }
                     }
-                    let params: Vec<(&str, &str)> = op
-                        .params
+                    let params: Vec<(&str, &str)> = open
+                        .get(&values.len())
+                        .unwrap_or(&op.params)
                         .iter()
                         .map(|(k, v)| (k.as_str(), v.as_str()))
                         .collect();

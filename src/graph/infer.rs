@@ -178,6 +178,17 @@ fn place_known<T: Clone>(
 /// Shapes of every argument, output and auxiliary state from the `known` input shapes
 /// (unknown dimensions as 0). Fails on inconsistent shapes, naming the node.
 pub fn infer_shapes(sym: &Symbol, known: &Known<Vec<i64>>) -> Result<Inferred<Vec<i64>>> {
+    Ok(shape_slots(sym, known)?.results(sym, is_known))
+}
+
+/// The inferred shapes of every node's outputs, the nodes in `post_order(&sym.outputs)` order
+/// (the order a graph runner walks): for ops whose own parameters leave dimensions open
+/// (`zeros(shape=(0, 100))`), which take them from the graph.
+pub fn infer_node_shapes(sym: &Symbol, known: &Known<Vec<i64>>) -> Result<Vec<Vec<PartialShape>>> {
+    Ok(shape_slots(sym, known)?.values)
+}
+
+fn shape_slots(sym: &Symbol, known: &Known<Vec<i64>>) -> Result<Slots<Vec<i64>>> {
     // dtypes for the plans: what type inference gives from the hints alone, float32 otherwise
     let dtypes = infer_types_slots(sym, &Known::Named(Vec::new())).ok();
     let mut slots: Slots<Vec<i64>> = Slots::new(sym);
@@ -228,7 +239,7 @@ pub fn infer_shapes(sym: &Symbol, known: &Known<Vec<i64>>) -> Result<Inferred<Ve
             slots.values[i][0] = Some(s.iter().map(|&d| d.max(0)).collect());
         }
     }
-    Ok(slots.results(sym, is_known))
+    Ok(slots)
 }
 
 /// One node's inference; returns whether any shape changed.

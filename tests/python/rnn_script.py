@@ -313,4 +313,72 @@ def gluon_bidir_deferred(projection_size):
 run("gluon_lstm_bidir_deferred", lambda: gluon_bidir_deferred(None))
 run("bad_lstmp_training", lstmp_training)
 
+
+# ---- wider layers than the cases above: several blocks of hidden units and row tiles
+for mode in ["lstm", "gru", "rnn_tanh"]:
+    run(f"{mode}_wide", lambda m=mode: rnn_case(m, 2, True, True, T=3, N=11, C=9, H=37, seed=9))
+
+
+# ---- begin_state of batch 0 (`zeros(shape=(0, H))`): the batch comes from the graph
+CELLS = {"rnn": gluon.rnn.RNNCell, "lstm": gluon.rnn.LSTMCell, "gru": gluon.rnn.GRUCell}
+
+
+def unrolled_infer(kind):
+    cell = CELLS[kind](7, prefix=f"{kind}_")
+    inputs = [mx.sym.Variable(f"t{i}") for i in range(3)]
+    outputs, states = cell.unroll(3, inputs)
+    g = mx.sym.Group(outputs + states)
+    args, outs, _ = g.infer_shape(t0=(4, 5), t1=(4, 5), t2=(4, 5))
+    return {"args": [list(a) for a in args] if args else None,
+            "outs": [list(o) for o in outs] if outs else None}
+
+
+def unrolled_executor(kind, residual=False):
+    cell = CELLS[kind](5, prefix=f"{kind}_")
+    if residual:
+        cell = gluon.rnn.ResidualCell(cell)
+    out, _ = cell.unroll(3, mx.sym.Variable("data"), layout="NTC", merge_outputs=True)
+    exe = out.simple_bind(mx.cpu(), data=(2, 3, 5))
+    for i, name in enumerate(sorted(exe.arg_dict)):
+        exe.arg_dict[name][:] = rand(exe.arg_dict[name].shape, 80 + i, -0.5, 0.5)
+    exe.forward(is_train=False)
+    return {"out": flat(exe.outputs[0].asnumpy()), "shape": list(exe.outputs[0].shape)}
+
+
+def lstmp_cell_infer():
+    cell = gluon.contrib.rnn.LSTMPCell(8, 3, prefix="p_")
+    inputs = [mx.sym.Variable(f"t{i}") for i in range(2)]
+    outputs, _ = cell.unroll(2, inputs)
+    args, outs, _ = mx.sym.Group(outputs).infer_shape(t0=(4, 5), t1=(4, 5))
+    return {"args": [list(a) for a in args] if args else None,
+            "outs": [list(o) for o in outs] if outs else None}
+
+
+def hybrid_sequential_layer(kind):
+    """A fused layer inside a hybridized block, called without states: its begin_state is
+    zeros of batch 0 in the graph."""
+    net = gluon.nn.HybridSequential()
+    with net.name_scope():
+        cls = {"lstm": gluon.rnn.LSTM, "gru": gluon.rnn.GRU}[kind]
+        net.add(cls(6, num_layers=2, bidirectional=True, input_size=4))
+        net.add(gluon.nn.Dense(3, flatten=False, in_units=12))
+    net.initialize()
+    set_params(net, 85)
+    net.hybridize()
+    x = nd.array(rand((5, 2, 4), 86))
+    with ag.record():
+        out = net(x)
+    out.backward()
+    return {"out": flat(out.asnumpy()),
+            "grads": [flat(p.grad().asnumpy()) for _, p in sorted(net.collect_params().items())]}
+
+
+for kind in CELLS:
+    run(f"zero_batch_state_infer_{kind}", lambda k=kind: unrolled_infer(k))
+    run(f"zero_batch_state_executor_{kind}", lambda k=kind: unrolled_executor(k))
+run("zero_batch_state_residual", lambda: unrolled_executor("rnn", residual=True))
+run("zero_batch_state_lstmp_cell", lstmp_cell_infer)
+run("zero_batch_state_hybrid_lstm", lambda: hybrid_sequential_layer("lstm"))
+run("zero_batch_state_hybrid_gru", lambda: hybrid_sequential_layer("gru"))
+
 print(json.dumps(results))

@@ -184,6 +184,8 @@ fn compile(
     let mut pg = PlanGraph::default();
     let mut entries: Vec<Vec<usize>> = Vec::with_capacity(n);
     let mut out_descs: Vec<Option<TensorDesc>> = vec![None; runner.outputs.len()];
+    let shapes: Vec<Vec<i64>> = descs.iter().map(|d| d.shape.to_vec()).collect();
+    let open = runner.open_params(&shapes).ok()?;
     for (s, step) in runner.steps.iter().enumerate() {
         let op = match step {
             Step::Input(i) => {
@@ -195,6 +197,7 @@ fn compile(
             Step::Op(op) => op,
         };
         let def = op.def;
+        let op_params = open.get(&s).unwrap_or(&op.params);
         // a custom operator's planning calls into its frontend (it creates the operator), and
         // it runs through its own launch anyway: not planned here at all
         if matches!(def.name, "Custom" | "_backward_Custom") {
@@ -207,8 +210,7 @@ fn compile(
             in_descs.push(d.clone());
             in_locs.push(*l);
         }
-        let pairs = op
-            .params
+        let pairs = op_params
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
@@ -280,7 +282,7 @@ fn compile(
         );
         steps.push(FastStep {
             def,
-            params: op.params.clone(),
+            params: op_params.clone(),
             in_descs,
             inputs: in_locs,
             outputs: out_locs,

@@ -18,6 +18,7 @@ pub mod map;
 pub mod pool;
 pub mod real;
 pub mod rnn;
+pub mod rnn_step;
 pub mod strided;
 
 pub use element::{Bool, Element};

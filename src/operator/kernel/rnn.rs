@@ -15,10 +15,16 @@
 //! drops between layers). The backward runs the steps in
 //! reverse to get the gates' pre-activation gradients, then gets the weights', biases' and
 //! inputs' gradients in one GEMM each for the whole sequence.
+//!
+//! For float32 the per-step products by `Wh` run on `Wh` packed once per layer and direction
+//! ([`super::rnn_step`]), and the LSTM forward step is one fused pass per block of hidden units;
+//! `exp`, `tanh` and the sigmoid go through that module's vectorisable float32 versions.
 
 use super::gemm::{Operand, matmul};
 use super::real::Real;
+use super::rnn_step::{self, Packed};
 use crate::parallel::{self, for_each_mut};
+use std::any::TypeId;
 
 /// The recurrent cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +135,9 @@ fn step_threads(g: &RnnGeom) -> usize {
 /// near 0, where that cancels): libm's `tanhf` goes through `expm1f` and was a quarter of an
 /// LSTM's forward. Within a few float32 ulps of `tanh` in absolute terms.
 fn tanh<T: Real>(x: T) -> T {
+    if let Some(v) = f32_value(x) {
+        return <T as num_traits::NumCast>::from(rnn_step::tanh(v)).unwrap_or(x);
+    }
     let a = x.abs();
     let small = T::from_f64(0.004);
     if a < small {
@@ -142,7 +151,47 @@ fn tanh<T: Real>(x: T) -> T {
 }
 
 fn sigmoid<T: Real>(x: T) -> T {
+    if let Some(v) = f32_value(x) {
+        return <T as num_traits::NumCast>::from(rnn_step::sigmoid(v)).unwrap_or(x);
+    }
     T::ONE / (T::ONE + (-x).exp())
+}
+
+fn is_f32<T: Real>() -> bool {
+    TypeId::of::<T>() == TypeId::of::<f32>()
+}
+
+/// `x` when `T` is f32 (a no-op conversion the compiler folds), else `None`.
+fn f32_value<T: Real>(x: T) -> Option<f32> {
+    if is_f32::<T>() {
+        num_traits::ToPrimitive::to_f32(&x)
+    } else {
+        None
+    }
+}
+
+/// `s` as f32 when `T` is f32.
+fn f32s<T: Real>(s: &[T]) -> Option<&[f32]> {
+    // SAFETY: `T` is f32 (checked by type id), so the cast is an identity.
+    is_f32::<T>().then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) })
+}
+
+/// `s` as f32 when `T` is f32 (the borrow moves to the result).
+fn f32s_mut<T: Real>(s: &mut [T]) -> Option<&mut [f32]> {
+    if !is_f32::<T>() {
+        return None;
+    }
+    // SAFETY: `T` is f32 (checked by type id), so the cast is an identity.
+    Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) })
+}
+
+/// The f32 view of a slice known to be f32 (callers hold a [`Packed`], made only for f32).
+fn as32<T: Real>(s: &[T]) -> &[f32] {
+    f32s(s).expect("float32 data")
+}
+
+fn as32_mut<T: Real>(s: &mut [T]) -> &mut [f32] {
+    f32s_mut(s).expect("float32 data")
 }
 
 fn row<T>(a: &[T]) -> Operand<'_, T> {
@@ -212,11 +261,42 @@ pub fn forward<T: Real>(
             }
             let block = &mut rs[g.block_offset(l, d)..][..g.block()];
             let (h_all, rest) = block.split_at_mut(g.tnh());
+            // float32: `Wh` packed once for all steps (the LSTM's with its gates by unit block)
+            let (lstm_wh, step_wh) = match (f32s(wh), g.cell) {
+                (Some(w), Cell::Lstm) => (Some(Packed::lstm_wh_t(w, h)), None),
+                (Some(w), _) => (None, Some(Packed::wh_t(w, gh, h))),
+                (None, _) => (None, None),
+            };
             for s in 0..tt {
                 let t = g.time(d, s);
-                matmul(n, gh, h, row(&hprev), trans(wh), &mut hh, false);
                 let p = &pre[t * n * gh..(t + 1) * n * gh];
                 let ht = &mut h_all[t * nh..(t + 1) * nh];
+                if let Some(pk) = &lstm_wh {
+                    let (c_all, gates) = rest.split_at_mut(g.tnh());
+                    let ct = &mut c_all[t * nh..(t + 1) * nh];
+                    rnn_step::lstm_step(
+                        n,
+                        h,
+                        as32(&hprev),
+                        as32(&cprev),
+                        as32(p),
+                        pk,
+                        as32_mut(ht),
+                        as32_mut(ct),
+                        as32_mut(&mut gates[t * n * gh..(t + 1) * n * gh]),
+                    );
+                    cprev.copy_from_slice(ct);
+                    hprev.copy_from_slice(ht);
+                    for j in 0..n {
+                        let dst = (t * n + j) * dd * h + d * h;
+                        layer_out[dst..dst + h].copy_from_slice(&ht[j * h..(j + 1) * h]);
+                    }
+                    continue;
+                }
+                match &step_wh {
+                    Some(pk) => rnn_step::matmul(n, gh, as32(&hprev), pk, as32_mut(&mut hh), false),
+                    None => matmul(n, gh, h, row(&hprev), trans(wh), &mut hh, false),
+                }
                 match g.cell {
                     Cell::Relu | Cell::Tanh => {
                         let mut rows: Vec<&mut [T]> = ht.chunks_mut(h).collect();
@@ -494,6 +574,8 @@ pub fn backward<T: Real>(
                 Some(v) => dc_next.copy_from_slice(&v[state..state + nh]),
                 None => dc_next.fill(T::ZERO),
             }
+            // float32: `Wh` packed once for the steps' `dpre · Wh`
+            let step_wh = f32s(wh).map(|w| Packed::wh(w, gh, h));
             for s in (0..tt).rev() {
                 let t = g.time(d, s);
                 let dyo = |j: usize, k: usize| dlayer_out[(t * n + j) * dd * h + d * h + k];
@@ -582,15 +664,25 @@ pub fn backward<T: Real>(
                 } else {
                     &dpre_x[t * n * gh..(t + 1) * n * gh]
                 };
-                matmul(
-                    n,
-                    h,
-                    gh,
-                    row(dph),
-                    row(wh),
-                    &mut dh_next,
-                    g.cell == Cell::Gru,
-                );
+                match &step_wh {
+                    Some(pk) => rnn_step::matmul(
+                        n,
+                        h,
+                        as32(dph),
+                        pk,
+                        as32_mut(&mut dh_next),
+                        g.cell == Cell::Gru,
+                    ),
+                    None => matmul(
+                        n,
+                        h,
+                        gh,
+                        row(dph),
+                        row(wh),
+                        &mut dh_next,
+                        g.cell == Cell::Gru,
+                    ),
+                }
             }
             dhx[state..state + nh].copy_from_slice(&dh_next);
             if let Some(dcx) = dcx.as_deref_mut() {

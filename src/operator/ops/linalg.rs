@@ -329,11 +329,23 @@ fn fully_connected_shapes(
     let flatten = param_flag(p, "flatten", true)?;
     let mut out: Vec<PartialShape> = vec![None; ins.len()];
     // nothing is said before the data's rank is known, as in MXNet
-    let Some(x) = ins.first().cloned().flatten().filter(|x| !x.is_empty()) else {
+    let Some(mut x) = ins.first().cloned().flatten().filter(|x| !x.is_empty()) else {
         return Ok((out, Vec::new()));
     };
-    // the output from the data's known dimensions, and the data's batch size back from a
-    // known output (MXNet's FullyConnectedShape)
+    // the output's leading dimensions are the data's (MXNet's FullyConnectedShape): a batch
+    // known only downstream, as a `begin_state` of `zeros(shape=(0, H))`, comes back this way
+    if let Some(Some(y)) = outs.first() {
+        let lead = if flatten { 1 } else { x.len() - 1 };
+        if y.len() == lead + 1 {
+            for (d, &v) in x.iter_mut().zip(&y[..lead]) {
+                if *d <= 0 && v > 0 {
+                    *d = v;
+                }
+            }
+            out[0] = Some(x.clone());
+        }
+    }
+    // the output from the data's known dimensions (MXNet's FullyConnectedShape)
     let y = if flatten {
         vec![x[0], hidden]
     } else {
@@ -341,11 +353,6 @@ fn fully_connected_shapes(
         *y.last_mut().expect("rank checked") = hidden;
         y
     };
-    if let Some(o) = outs.first().cloned().flatten().filter(|o| !o.is_empty()) {
-        let mut back = vec![0; x.len()];
-        back[0] = o[0];
-        out[0] = Some(back);
-    }
     let k = if flatten {
         if x[1..].iter().all(|&d| d > 0) { x[1..].iter().product() } else { 0 }
     } else {

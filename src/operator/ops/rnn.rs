@@ -84,10 +84,11 @@ impl RnnParams {
         }
     }
     /// The hidden reserve output's length: the kernel's reserve, then the dropout factors
-    /// (nothing for LSTMP, which has no backward).
+    /// (one unused element for LSTMP, which has no backward: an empty output would read as a
+    /// shape graph inference cannot complete).
     fn reserve_len(&self, g: &RnnGeom) -> usize {
         if self.proj.is_some() {
-            return 0;
+            return 1;
         }
         g.reserve_size() + self.drop_len(g)
     }
@@ -400,7 +401,7 @@ fn lstmp_plan(
         )));
     }
     let visible = outs.len();
-    outs.push(TensorDesc::new(&[0], dtype));
+    outs.push(TensorDesc::new(&[p.reserve_len(&g) as i64], dtype));
     Ok(Plan::new(outs, move |k| {
         let n = k.outputs.len();
         let (vis, _) = k.outputs.split_at_mut(n - 1);
@@ -533,17 +534,19 @@ fn signature(p: &ParamList) -> Result<Signature> {
 fn shapes(p: &ParamList, ins: &[PartialShape]) -> Result<(Vec<PartialShape>, Vec<PartialShape>)> {
     let rp = parse_list(p)?;
     let mut for_ins: Vec<PartialShape> = vec![None; ins.len()];
+    // the data's rank known, its unknown dimensions (0) stay unknown in what follows from them
     let Some(x) = ins
         .first()
         .cloned()
         .flatten()
-        .filter(|x| x.len() == 3 && x.iter().all(|&d| d > 0))
+        .filter(|x| x.len() == 3 && x.iter().all(|&d| d >= 0))
     else {
         return Ok((for_ins, Vec::new()));
     };
-    let g = rp.geom(&x);
+    let complete = x.iter().all(|&d| d > 0);
+    let g = rp.geom(&[x[0].max(1), x[1].max(1), x[2]]);
     let (state, cell) = (rp.state_shape(&x), rp.cell_shape(&x));
-    if ins.len() > 1 {
+    if ins.len() > 1 && x[2] > 0 {
         for_ins[1] = Some(vec![rp.param_size(&g) as i64]);
     }
     if ins.len() > 2 {
@@ -559,7 +562,7 @@ fn shapes(p: &ParamList, ins: &[PartialShape]) -> Result<(Vec<PartialShape>, Vec
     if rp.num_outputs() > 2 {
         outs.push(Some(cell));
     }
-    outs.push(Some(vec![rp.reserve_len(&g) as i64]));
+    outs.push(complete.then(|| vec![rp.reserve_len(&g) as i64]));
     Ok((for_ins, outs))
 }
 

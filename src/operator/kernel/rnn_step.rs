@@ -1,0 +1,562 @@
+//! The per-time-step products of the float32 recurrent layers on a recurrent weight packed once
+//! per layer and direction, and the LSTM's step (product and gates) fused per block of hidden
+//! units.
+//!
+//! A step multiplies a small matrix (batch × hidden) by the same `Wh` every time. A general GEMM
+//! packs its right operand on every call; here [`Packed`] holds it once as column panels of
+//! [`NR`] values (`k` rows of `NR` contiguous floats per panel, zeros past the last column), and
+//! a micro-kernel computes up to 8 rows by one panel with the vector unit the CPU has (AVX-512,
+//! AVX2 with FMA, else plain loops the compiler vectorises as it can), chosen at run time.
+//!
+//! The LSTM forward packs `Whᵀ` with the four gates of each block of [`NR`] hidden units in
+//! adjacent panels, so one task computes a block's gate pre-activations for the whole batch and
+//! applies the gates right away (vectorised `exp`, [`exp`]); the blocks are independent, so a
+//! step is one hand-off to the intra-op pool (none when the step is small).
+
+use crate::parallel;
+
+/// Columns per panel (one AVX-512 vector of f32).
+pub const NR: usize = 16;
+
+/// Most rows one micro-kernel call computes.
+const MR: usize = 8;
+
+/// A `k × n` right operand packed in column panels.
+pub struct Packed {
+    k: usize,
+    panels: usize,
+    data: Vec<f32>,
+}
+
+impl Packed {
+    /// Packs `panels` panels of `k` rows: lane `c` of panel `p` is column `col(p, c)` of the
+    /// logical matrix (`None`: zeros), whose element `(row, column)` is `at(row, column)`.
+    fn new(
+        k: usize,
+        panels: usize,
+        col: impl Fn(usize, usize) -> Option<usize>,
+        at: impl Fn(usize, usize) -> f32,
+    ) -> Packed {
+        let mut data = vec![0.0f32; panels * k * NR];
+        for p in 0..panels {
+            for c in 0..NR {
+                if let Some(j) = col(p, c) {
+                    for r in 0..k {
+                        data[(p * k + r) * NR + c] = at(r, j);
+                    }
+                }
+            }
+        }
+        Packed { k, panels, data }
+    }
+
+    /// `Whᵀ` (`h × g·h`) from `Wh` (`g·h × h`, row-major), panels in column order: the
+    /// forward's `h_{t-1} · Whᵀ`.
+    pub fn wh_t(wh: &[f32], gh: usize, h: usize) -> Packed {
+        Packed::new(
+            h,
+            gh.div_ceil(NR),
+            |p, c| Some(p * NR + c).filter(|&j| j < gh),
+            |r, j| wh[j * h + r],
+        )
+    }
+
+    /// `Whᵀ` of an LSTM with the gates of each block of `NR` units adjacent: panel `4·b + q` is
+    /// gate `q` of units `b·NR ..`.
+    pub fn lstm_wh_t(wh: &[f32], h: usize) -> Packed {
+        Packed::new(
+            h,
+            4 * h.div_ceil(NR),
+            |p, c| {
+                let (b, q) = (p / 4, p % 4);
+                let u = b * NR + c;
+                (u < h).then_some(q * h + u)
+            },
+            |r, j| wh[j * h + r],
+        )
+    }
+
+    /// `Wh` itself (`g·h × h`): the backward's `dpre · Wh`.
+    pub fn wh(wh: &[f32], gh: usize, h: usize) -> Packed {
+        Packed::new(
+            gh,
+            h.div_ceil(NR),
+            |p, c| Some(p * NR + c).filter(|&j| j < h),
+            |r, j| wh[r * h + j],
+        )
+    }
+
+    fn panel(&self, p: usize) -> &[f32] {
+        &self.data[p * self.k * NR..(p + 1) * self.k * NR]
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    Avx512,
+    Avx2,
+    Plain,
+}
+
+fn isa() -> Isa {
+    use std::sync::OnceLock;
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::env::var_os("MXRT_RNN_NO_AVX512").is_none()
+                && is_x86_feature_detected!("avx512f")
+            {
+                return Isa::Avx512;
+            }
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Plain
+    })
+}
+
+/// `out[r][c] = Σ_i a[r·lda + i] · panel[i·NR + c]` for `rows ≤ MR` rows.
+fn tile(rows: usize, a: &[f32], lda: usize, panel: &[f32], out: &mut [[f32; NR]; MR]) {
+    let k = panel.len() / NR;
+    assert!(rows <= MR && (rows == 0 || a.len() >= (rows - 1) * lda + k));
+    macro_rules! by_rows {
+        ($f:ident) => {
+            match rows {
+                1 => $f::<1>(k, a, lda, panel, out),
+                2 => $f::<2>(k, a, lda, panel, out),
+                3 => $f::<3>(k, a, lda, panel, out),
+                4 => $f::<4>(k, a, lda, panel, out),
+                5 => $f::<5>(k, a, lda, panel, out),
+                6 => $f::<6>(k, a, lda, panel, out),
+                7 => $f::<7>(k, a, lda, panel, out),
+                8 => $f::<8>(k, a, lda, panel, out),
+                _ => {}
+            }
+        };
+    }
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            // SAFETY: the CPU has AVX-512F (detected); `tile_avx512` reads `rows` rows of `k`
+            // values of `a` (asserted above) and `k` rows of the panel.
+            unsafe { by_rows!(tile_avx512) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // SAFETY: the CPU has AVX2 and FMA (detected); reads as for AVX-512.
+            unsafe { by_rows!(tile_avx2) }
+        }
+        _ => by_rows!(tile_plain),
+    }
+}
+
+fn tile_plain<const R: usize>(
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    panel: &[f32],
+    out: &mut [[f32; NR]; MR],
+) {
+    let mut acc = [[0.0f32; NR]; R];
+    for i in 0..k {
+        let b = &panel[i * NR..(i + 1) * NR];
+        for r in 0..R {
+            let av = a[r * lda + i];
+            for c in 0..NR {
+                acc[r][c] += av * b[c];
+            }
+        }
+    }
+    out[..R].copy_from_slice(&acc);
+}
+
+/// # Safety
+/// The CPU must have AVX-512F; `a` must hold `R` rows of `k` values at stride `lda` and `panel`
+/// `k · NR` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512<const R: usize>(
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    panel: &[f32],
+    out: &mut [[f32; NR]; MR],
+) {
+    use std::arch::x86_64::*;
+    let (ap, bp) = (a.as_ptr(), panel.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); R];
+    for i in 0..k {
+        // SAFETY: `i < k`, so the panel row `i` and the values `a[r·lda + i]` (`r < R`) are in
+        // bounds (the caller's contract).
+        unsafe {
+            let b = _mm512_loadu_ps(bp.add(i * NR));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm512_fmadd_ps(_mm512_set1_ps(*ap.add(r * lda + i)), b, *acc);
+            }
+        }
+    }
+    for (o, v) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` is NR = 16 floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX2 and FMA; reads as [`tile_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    panel: &[f32],
+    out: &mut [[f32; NR]; MR],
+) {
+    use std::arch::x86_64::*;
+    let (ap, bp) = (a.as_ptr(), panel.as_ptr());
+    let mut lo = [_mm256_setzero_ps(); R];
+    let mut hi = [_mm256_setzero_ps(); R];
+    for i in 0..k {
+        // SAFETY: as in `tile_avx512`.
+        unsafe {
+            let b0 = _mm256_loadu_ps(bp.add(i * NR));
+            let b1 = _mm256_loadu_ps(bp.add(i * NR + 8));
+            for r in 0..R {
+                let av = _mm256_set1_ps(*ap.add(r * lda + i));
+                lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
+                hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: `out[r]` is 16 floats.
+        unsafe {
+            _mm256_storeu_ps(out[r].as_mut_ptr(), lo[r]);
+            _mm256_storeu_ps(out[r].as_mut_ptr().add(8), hi[r]);
+        }
+    }
+}
+
+/// Threads for a step of `flops` multiply-adds: one below about a quarter million, where the
+/// hand-off costs more than it saves.
+fn threads_for(flops: usize) -> usize {
+    if flops >= 1 << 18 {
+        parallel::max_threads()
+    } else {
+        1
+    }
+}
+
+/// A raw pointer tasks write disjoint parts through.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: every use below gives each task a disjoint set of elements to write.
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+/// `c (+)= a · B` for `a` of `m` rows (`m × k`, row-major) and `c` `m × n` (row-major, `n` the
+/// packed matrix's columns): the panels are split over the pool.
+pub fn matmul(m: usize, n: usize, a: &[f32], b: &Packed, c: &mut [f32], accumulate: bool) {
+    let k = b.k;
+    assert!(a.len() >= m * k && c.len() >= m * n && b.panels * NR >= n);
+    let dst = Out(c.as_mut_ptr());
+    parallel::for_tasks(b.panels, threads_for(m * n * k), |p| {
+        let dst = dst;
+        let mut acc = [[0.0f32; NR]; MR];
+        let width = NR.min(n - p * NR);
+        for r0 in (0..m).step_by(MR) {
+            let rows = MR.min(m - r0);
+            tile(rows, &a[r0 * k..], k, b.panel(p), &mut acc);
+            for (r, v) in acc.iter().enumerate().take(rows) {
+                let at = (r0 + r) * n + p * NR;
+                // SAFETY: columns `p·NR .. p·NR + width` of row `r0 + r` are inside `c`
+                // (asserted) and written by this task only (panel `p`).
+                let row = unsafe { std::slice::from_raw_parts_mut(dst.0.add(at), width) };
+                if accumulate {
+                    for (o, x) in row.iter_mut().zip(v) {
+                        *o += x;
+                    }
+                } else {
+                    row.copy_from_slice(&v[..width]);
+                }
+            }
+        }
+    });
+}
+
+/// `e^x` for float32, within 3 ulp on [-87, 88], in code the compiler vectorises: `x = n·ln2 + r`,
+/// a degree-6 polynomial for `e^r` (`|r| ≤ ln2/2`) scaled by `2^n` through the exponent bits.
+/// Arguments are clamped to `[-87, 88]`, where float32's `e^x` stays normal and finite.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E).round();
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
+}
+
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// `tanh` through [`exp`] as the generic kernel's (`(1 - e^{-2|x|}) / (1 + e^{-2|x|})`, its
+/// Taylor polynomial near 0), branch-free so that it vectorises.
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    let a = x.abs();
+    let e = exp(-2.0 * a);
+    let big = (1.0 - e) / (1.0 + e);
+    let x2 = x * x;
+    let small = a * (1.0 - x2 * (1.0 / 3.0 - x2 * (2.0 / 15.0)));
+    let t = if a < 0.004 { small } else { big };
+    t.copysign(x)
+}
+
+/// One LSTM forward step: from `h_{t-1}` (`n × h`), `c_{t-1}`, the step's input projection
+/// with both biases (`pre`, `n × 4h`) and the grouped `Whᵀ` ([`Packed::lstm_wh_t`]), writes
+/// `h_t`, `c_t` (`n × h`) and the gates' activations (`n × 4h`, gate-major per row).
+#[allow(clippy::too_many_arguments)]
+pub fn lstm_step(
+    n: usize,
+    h: usize,
+    hprev: &[f32],
+    cprev: &[f32],
+    pre: &[f32],
+    wh: &Packed,
+    ht: &mut [f32],
+    ct: &mut [f32],
+    gates: &mut [f32],
+) {
+    assert!(
+        wh.k == h
+            && hprev.len() >= n * h
+            && cprev.len() >= n * h
+            && pre.len() >= n * 4 * h
+            && ht.len() >= n * h
+            && ct.len() >= n * h
+            && gates.len() >= n * 4 * h
+    );
+    let (hp, cp, gp) = (
+        Out(ht.as_mut_ptr()),
+        Out(ct.as_mut_ptr()),
+        Out(gates.as_mut_ptr()),
+    );
+    let blocks = h.div_ceil(NR);
+    parallel::for_tasks(blocks, threads_for(n * 4 * h * h), |b| {
+        let (hp, cp, gp) = (hp, cp, gp);
+        let u0 = b * NR;
+        let width = NR.min(h - u0);
+        let mut acc = [[[0.0f32; NR]; MR]; 4];
+        for r0 in (0..n).step_by(MR) {
+            let rows = MR.min(n - r0);
+            for (q, acc) in acc.iter_mut().enumerate() {
+                tile(rows, &hprev[r0 * h..], h, wh.panel(4 * b + q), acc);
+            }
+            for r in 0..rows {
+                let j = r0 + r;
+                // SAFETY: row `j`'s units `u0 .. u0 + width` of `h_t`, `c_t` and each gate's
+                // span of the gates are inside the arrays (asserted) and this block's alone.
+                let (hrow, crow, grow) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(hp.0.add(j * h + u0), width),
+                        std::slice::from_raw_parts_mut(cp.0.add(j * h + u0), width),
+                        gp.0.add(j * 4 * h + u0),
+                    )
+                };
+                let at = |q: usize| {
+                    let p = &pre[j * 4 * h + q * h + u0..][..width];
+                    let mut v = [0.0f32; NR];
+                    for c in 0..width {
+                        v[c] = p[c] + acc[q][r][c];
+                    }
+                    v
+                };
+                let (ai, af, ag, ao) = (at(0), at(1), at(2), at(3));
+                let cprow = &cprev[j * h + u0..][..width];
+                let mut gi = [0.0f32; NR];
+                let mut gf = [0.0f32; NR];
+                let mut gg = [0.0f32; NR];
+                let mut go = [0.0f32; NR];
+                let mut cn = [0.0f32; NR];
+                let mut hn = [0.0f32; NR];
+                gates16(
+                    &ai, &af, &ag, &ao, cprow, &mut gi, &mut gf, &mut gg, &mut go, &mut cn, &mut hn,
+                );
+                hrow.copy_from_slice(&hn[..width]);
+                crow.copy_from_slice(&cn[..width]);
+                for (q, g) in [gi, gf, gg, go].iter().enumerate() {
+                    // SAFETY: as above (gate `q`'s span of row `j`).
+                    let dst = unsafe { std::slice::from_raw_parts_mut(grow.add(q * h), width) };
+                    dst.copy_from_slice(&g[..width]);
+                }
+            }
+        }
+    });
+}
+
+/// The gates of up to 16 units, dispatched to the widest vector unit.
+#[allow(clippy::too_many_arguments)]
+fn gates16(
+    ai: &[f32; NR],
+    af: &[f32; NR],
+    ag: &[f32; NR],
+    ao: &[f32; NR],
+    cprev: &[f32],
+    i: &mut [f32; NR],
+    f: &mut [f32; NR],
+    g: &mut [f32; NR],
+    o: &mut [f32; NR],
+    c: &mut [f32; NR],
+    hn: &mut [f32; NR],
+) {
+    let mut cp = [0.0f32; NR];
+    cp[..cprev.len()].copy_from_slice(cprev);
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            // SAFETY: the CPU has AVX-512F (detected).
+            unsafe { gates_avx512(ai, af, ag, ao, &cp, i, f, g, o, c, hn) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // SAFETY: the CPU has AVX2 and FMA (detected).
+            unsafe { gates_avx2(ai, af, ag, ao, &cp, i, f, g, o, c, hn) }
+        }
+        _ => gates_body(ai, af, ag, ao, &cp, i, f, g, o, c, hn),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn gates_body(
+    ai: &[f32; NR],
+    af: &[f32; NR],
+    ag: &[f32; NR],
+    ao: &[f32; NR],
+    cp: &[f32; NR],
+    i: &mut [f32; NR],
+    f: &mut [f32; NR],
+    g: &mut [f32; NR],
+    o: &mut [f32; NR],
+    c: &mut [f32; NR],
+    hn: &mut [f32; NR],
+) {
+    for k in 0..NR {
+        i[k] = sigmoid(ai[k]);
+        f[k] = sigmoid(af[k]);
+        g[k] = tanh(ag[k]);
+        o[k] = sigmoid(ao[k]);
+        c[k] = f[k] * cp[k] + i[k] * g[k];
+        hn[k] = o[k] * tanh(c[k]);
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gates_avx512(
+    ai: &[f32; NR],
+    af: &[f32; NR],
+    ag: &[f32; NR],
+    ao: &[f32; NR],
+    cp: &[f32; NR],
+    i: &mut [f32; NR],
+    f: &mut [f32; NR],
+    g: &mut [f32; NR],
+    o: &mut [f32; NR],
+    c: &mut [f32; NR],
+    hn: &mut [f32; NR],
+) {
+    gates_body(ai, af, ag, ao, cp, i, f, g, o, c, hn)
+}
+
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gates_avx2(
+    ai: &[f32; NR],
+    af: &[f32; NR],
+    ag: &[f32; NR],
+    ao: &[f32; NR],
+    cp: &[f32; NR],
+    i: &mut [f32; NR],
+    f: &mut [f32; NR],
+    g: &mut [f32; NR],
+    o: &mut [f32; NR],
+    c: &mut [f32; NR],
+    hn: &mut [f32; NR],
+) {
+    gates_body(ai, af, ag, ao, cp, i, f, g, o, c, hn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_and_gates_match_libm() {
+        let mut x = -90.0f32;
+        while x < 90.0 {
+            let (e, want) = (exp(x), x.exp());
+            if (-87.0..=88.0).contains(&x) {
+                assert!(
+                    (e - want).abs() <= 6e-7 * want,
+                    "exp({x}) = {e}, libm {want}"
+                );
+            }
+            assert!((tanh(x) - x.tanh()).abs() < 3e-7, "tanh({x})");
+            assert!(
+                (sigmoid(x) - 1.0 / (1.0 + (-x).exp())).abs() < 3e-7,
+                "sigmoid({x})"
+            );
+            x += 0.0137;
+        }
+    }
+
+    #[test]
+    fn packed_products_match_a_plain_product() {
+        let (gh, h) = (4 * 21, 21);
+        let wh: Vec<f32> = (0..gh * h)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        for m in [1, 7, 8, 13] {
+            let a: Vec<f32> = (0..m * gh)
+                .map(|i| ((i * 11 % 29) as f32 - 14.0) / 14.0)
+                .collect();
+            // forward: a (m × h) · Whᵀ
+            let mut c = vec![0.0f32; m * gh];
+            matmul(m, gh, &a[..m * h], &Packed::wh_t(&wh, gh, h), &mut c, false);
+            for r in 0..m {
+                for j in 0..gh {
+                    let want: f32 = (0..h).map(|i| a[r * h + i] * wh[j * h + i]).sum();
+                    assert!((c[r * gh + j] - want).abs() < 1e-4, "{m} {r} {j}");
+                }
+            }
+            // backward: a (m × gh) · Wh, accumulated onto ones
+            let mut d = vec![1.0f32; m * h];
+            matmul(m, h, &a, &Packed::wh(&wh, gh, h), &mut d, true);
+            for r in 0..m {
+                for j in 0..h {
+                    let want: f32 =
+                        1.0 + (0..gh).map(|i| a[r * gh + i] * wh[i * h + j]).sum::<f32>();
+                    assert!((d[r * h + j] - want).abs() < 1e-4, "{m} {r} {j}");
+                }
+            }
+        }
+    }
+}
