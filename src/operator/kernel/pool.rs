@@ -387,8 +387,60 @@ fn plane_forward<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], c
     }
 }
 
+/// The first element equal to `m` among `K` columns from `c` of each row of `rows`, in order
+/// (row-major in the window), found without branches.
+#[inline(always)]
+fn first_equal<R: Real, const K: usize>(x: &[R], rows: &[usize], c: usize, m: R) -> Option<usize> {
+    let mut pos = usize::MAX;
+    for &r in rows.iter().rev() {
+        let w: &[R; K] = x[r + c..][..K].try_into().unwrap();
+        for j in (0..K).rev() {
+            if w[j] == m {
+                pos = r + c + j;
+            }
+        }
+    }
+    (pos != usize::MAX).then_some(pos)
+}
+
+/// Max pooling's gradient for one output row: `dy[ox]` goes to the first element of its window
+/// equal to `y[ox]` (the window's rows start at `rows`).
+fn route_max<R: Real>(
+    g: &PoolGeom,
+    win: &Windows,
+    x: &[R],
+    rows: &[usize],
+    y: &[R],
+    dy: &[R],
+    dx: &mut [R],
+) {
+    let (lo, hi) = interior(g);
+    let (s, pad) = (g.stride[2], g.pad[2]);
+    // any window, row by row with early exits
+    let scan = |ox: usize| {
+        let (x0, x1, _) = win.axes[2][ox];
+        rows.iter().find_map(|&r| {
+            let run = &x[r + x0..r + x1];
+            run.iter().position(|&v| v == y[ox]).map(|j| r + x0 + j)
+        })
+    };
+    let mut add = |pos: Option<usize>, d: R| {
+        if let Some(p) = pos {
+            dx[p] = dx[p] + d;
+        }
+    };
+    match g.kernel[2] {
+        2 => (lo..hi).for_each(|ox| add(first_equal::<R, 2>(x, rows, ox * s - pad, y[ox]), dy[ox])),
+        3 => (lo..hi).for_each(|ox| add(first_equal::<R, 3>(x, rows, ox * s - pad, y[ox]), dy[ox])),
+        _ => (lo..hi).for_each(|ox| add(scan(ox), dy[ox])),
+    }
+    for ox in (0..lo).chain(hi..y.len()) {
+        add(scan(ox), dy[ox]);
+    }
+}
+
 /// One plane's gradient of max, average or sum pooling (`dx` overwritten); `t` and `dd` hold a
-/// row of the input and of the output.
+/// row of the input and of the output, `rows` a window's row starts.
 #[allow(clippy::too_many_arguments)]
 fn plane_backward<R: Real>(
     g: &PoolGeom,
@@ -399,6 +451,7 @@ fn plane_backward<R: Real>(
     dx: &mut [R],
     t: &mut [R],
     dd: &mut [R],
+    rows: &mut Vec<usize>,
 ) {
     let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
     dx.fill(R::ZERO);
@@ -406,20 +459,10 @@ fn plane_backward<R: Real>(
         for (yi, &(y0, y1, py)) in win.axes[1].iter().enumerate() {
             let orow = (z * oh + yi) * ow;
             if g.kind == PoolKind::Max {
-                // the first element of each window equal to the output
-                for (ox, &(x0, x1, _)) in win.axes[2].iter().enumerate() {
-                    let m = y[orow + ox];
-                    'win: for zz in z0..z1 {
-                        for yy in y0..y1 {
-                            let row = (zz * ih + yy) * iw;
-                            if let Some(j) = x[row + x0..row + x1].iter().position(|&v| v == m) {
-                                let d = &mut dx[row + x0 + j];
-                                *d = *d + dy[orow + ox];
-                                break 'win;
-                            }
-                        }
-                    }
-                }
+                rows.clear();
+                rows.extend((z0..z1).flat_map(|zz| (y0..y1).map(move |yy| (zz * ih + yy) * iw)));
+                let (ys, ds) = (&y[orow..orow + ow], &dy[orow..orow + ow]);
+                route_max(g, win, x, rows, ys, ds, dx);
                 continue;
             }
             dd.copy_from_slice(&dy[orow..orow + ow]);
@@ -472,6 +515,7 @@ fn backward_direct<T: Element, R: Real>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T]
     split_planes(planes, 2 * in_sp + 2 * out_sp, |range| {
         let (mut db, mut xb, mut yb, mut ob) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut t, mut dd) = (vec![R::ZERO; g.input[2]], vec![R::ZERO; g.output[2]]);
+        let mut rows = Vec::new();
         for p in range {
             let ds = plane_in::<T, R>(g, dy, p, out_sp, &mut db);
             let (xs, ys): (&[R], &[R]) = if max {
@@ -485,7 +529,7 @@ fn backward_direct<T: Element, R: Real>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T]
             // SAFETY: `dx` holds `planes × in_sp` elements (asserted by the caller) and plane
             // p is written by this range only.
             let (os, direct) = unsafe { plane_out::<T, R>(g, dxp, p, in_sp, &mut ob) };
-            plane_backward(g, &win, ds, xs, ys, os, &mut t, &mut dd);
+            plane_backward(g, &win, ds, xs, ys, os, &mut t, &mut dd, &mut rows);
             if !direct {
                 // SAFETY: as above.
                 unsafe { plane_out_store(g, dxp, p, in_sp, &ob) };
