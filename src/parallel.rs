@@ -81,6 +81,14 @@ fn pool_with(helpers: usize) -> &'static rayon::ThreadPool {
         .or_insert_with(|| Box::leak(Box::new(build_pool(helpers, "mxrt-par"))))
 }
 
+/// How many pieces `n` items of `cost` each split into: one per thread, but none with less
+/// than half the threshold's work, so a few costly items (channels, planes, rows) split as
+/// well as many cheap ones.
+fn parts(n: usize, cost: usize, threads: usize) -> usize {
+    let work = n.saturating_mul(cost.max(1));
+    threads.min(n).min(work / (MIN_PARALLEL_ELEMS / 2)).max(1)
+}
+
 /// Calls `f(start, end)` over disjoint ranges covering `0..n`, in parallel when `n` elements of
 /// work are worth it (`cost` scales the threshold: 1 for a simple map, more for costly ones).
 pub fn for_ranges(n: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
@@ -89,7 +97,7 @@ pub fn for_ranges(n: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
         f(0, n);
         return;
     }
-    let parts = threads.min(n.div_ceil(1024).max(1));
+    let parts = parts(n, cost, threads);
     let step = n.div_ceil(parts);
     // the calling (engine worker) thread computes the first range itself instead of waiting
     // for a pool thread to pick the whole scope up
@@ -115,7 +123,7 @@ pub fn for_chunks_mut<T: Send>(out: &mut [T], cost: usize, f: impl Fn(usize, &mu
         f(0, out);
         return;
     }
-    let step = n.div_ceil(threads.min(n.div_ceil(1024).max(1)));
+    let step = n.div_ceil(parts(n, cost, threads));
     pool().install(|| {
         out.par_chunks_mut(step)
             .enumerate()

@@ -165,6 +165,30 @@ POOL += [
                                                 pooling_convention="full")),
     ("3d_global_avg", rand((2, 2, 3, 4, 5), 611), dict(global_pool=True, pool_type="avg")),
     ("3d_max_ties", np.floor(rand((1, 1, 4, 4, 4), 612, 0, 2)), dict(kernel=(2, 2, 2))),
+    # the unrolled 2- and 3-wide windows at strides 1 and 2: odd sizes, padding, ties, the 'full'
+    # convention's clipped last window, and planes enough to split over threads
+    ("2d_max_2x2_s2_odd", rand((2, 3, 9, 11), 613), dict(kernel=(2, 2), stride=(2, 2))),
+    ("2d_max_2x2_s2_ties_full", np.floor(rand((2, 2, 7, 9), 614, 0, 2)),
+     dict(kernel=(2, 2), stride=(2, 2), pooling_convention="full")),
+    ("2d_max_3x3_s2_pad", rand((2, 3, 11, 13), 615), dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1))),
+    ("2d_max_3x3_s2_ties_pad", np.floor(rand((2, 2, 9, 10), 616, -2, 1)),
+     dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1))),
+    ("2d_max_3x3_s2_full", rand((1, 2, 10, 12), 617), dict(kernel=(3, 3), stride=(2, 2),
+                                                            pooling_convention="full")),
+    ("2d_max_3x3_s1_pad", rand((2, 2, 8, 9), 618), dict(kernel=(3, 3), stride=(1, 1), pad=(1, 1))),
+    ("2d_max_2x2_s1", np.floor(rand((2, 2, 6, 7), 619, 0, 2)), dict(kernel=(2, 2), stride=(1, 1))),
+    ("2d_max_negative", rand((2, 2, 7, 7), 620, -5, -1), dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1))),
+    ("2d_avg_3x3_s1_pad", rand((2, 3, 9, 10), 621), dict(kernel=(3, 3), pad=(1, 1), pool_type="avg")),
+    ("2d_avg_3x3_s2_full_exclude", rand((2, 3, 10, 11), 622),
+     dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg", count_include_pad=False,
+          pooling_convention="full")),
+    ("2d_sum_2x2_s2_full", rand((2, 3, 7, 9), 623), dict(kernel=(2, 2), stride=(2, 2), pool_type="sum",
+                                                          pooling_convention="full")),
+    ("2d_max_5x4_s3", rand((2, 3, 13, 12), 624), dict(kernel=(5, 4), stride=(3, 3), pad=(2, 1))),
+    ("2d_max_3x3_s2_many_planes", rand((4, 8, 35, 33), 625), dict(kernel=(3, 3), stride=(2, 2),
+                                                                   pad=(1, 1))),
+    ("2d_avg_3x3_s1_many_planes", rand((4, 8, 35, 33), 626), dict(kernel=(3, 3), pad=(1, 1),
+                                                                   pool_type="avg")),
 ]
 for name, x, params in POOL:
     run(f"pool_{name}", lambda: forward_backward(nd.Pooling, [x], **params))
@@ -172,6 +196,12 @@ run("pool_2d_avg_f64", lambda: forward_backward(nd.Pooling, [X2], "float64", ker
                                                  pool_type="avg", pad=(1, 1)))
 run("pool_2d_max_f16", lambda: forward_backward(nd.Pooling, [X2], "float16", kernel=(2, 2),
                                                  stride=(2, 2)))
+run("pool_2d_max_3x3_s2_f64", lambda: forward_backward(nd.Pooling, [rand((2, 3, 11, 9), 627)],
+                                                        "float64", kernel=(3, 3), stride=(2, 2),
+                                                        pad=(1, 1)))
+run("pool_2d_max_3x3_s2_f16", lambda: forward_backward(nd.Pooling, [rand((2, 3, 11, 9), 628)],
+                                                        "float16", kernel=(3, 3), stride=(2, 2),
+                                                        pad=(1, 1)))
 for pool_type in ("max", "avg", "sum"):
     run(f"pool_v1_{pool_type}", lambda: forward_backward(
         nd.Pooling_v1, [X2], kernel=(3, 2), stride=(2, 1), pad=(1, 1), pool_type=pool_type))

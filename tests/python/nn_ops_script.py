@@ -74,6 +74,10 @@ case("embedding_int_indices", lambda i, w: nd.Embedding(i, w, input_dim=7, outpu
      [IDX.astype(np.int32), rand(7, 3, seed=3)], needs=[False, True])
 case("embedding_1d", lambda i, w: nd.Embedding(i, w, input_dim=7, output_dim=3),
      [np.array([3, 3, 1, 0, 6], dtype=np.float32), rand(7, 3, seed=4)], needs=[False, True])
+# many repeated indices into a larger table (rows picked 0, 1 or many times; clipped indices)
+case("embedding_repeats_60x16", lambda i, w: nd.Embedding(i, w, input_dim=60, output_dim=16),
+     [np.random.RandomState(5).randint(-3, 70, size=(9, 13)).astype(np.float32), rand(60, 16, seed=5)],
+     needs=[False, True])
 
 # --- normalisation layers ---------------------------------------------------------------------
 X3 = rand(3, 4, 5, seed=10)
@@ -97,6 +101,11 @@ case("groupnorm_mean_var", lambda x, g, b: nd.GroupNorm(x, g, b, num_groups=3, e
 for mode in ["instance", "channel", "spatial"]:
     case(f"l2norm_{mode}", lambda x, m=mode: nd.L2Normalization(x, mode=m), [X4])
 case("l2norm_2d_eps", lambda x: nd.L2Normalization(x, eps=0.5), [rand(5, 3, seed=31)])
+# BatchNorm over channels large enough to be split over threads, batch statistics and global ones
+for name, kw in [("batchnorm_train_large", {}), ("batchnorm_global_large", {"use_global_stats": True})]:
+    case(name, lambda x, g, b, m, v, kw=kw: nd.BatchNorm(x, g, b, m, v, fix_gamma=False, **kw),
+         [rand(4, 8, 33, 35, seed=32), rand(8, lo=0.5, hi=1.5, seed=33), rand(8, seed=34), rand(8, seed=35),
+          rand(8, lo=0.5, hi=2.0, seed=36)], needs=[True, True, True, False, False])
 
 # --- output layers and losses ---------------------------------------------------------------
 D2 = rand(5, 4, seed=40) * 3

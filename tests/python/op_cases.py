@@ -110,6 +110,12 @@ for op in ["sum", "mean", "prod", "max", "min", "nansum", "nanprod"]:
     case("reduce_axis_" + op)(lambda op=op: getattr(nd, op)(X3(), axis=1))
     case("reduce_axes_keep_" + op)(lambda op=op: getattr(nd, op)(X3(), axis=(0, 2), keepdims=True))
 case("reduce_exclude")(lambda: nd.sum(X3(), axis=1, exclude=True))
+# one kept block between reduced ones (a bias gradient's sum over N, H, W), column and row sums
+XB = lambda dtype="float32": nd.array(np.random.RandomState(7).uniform(-1, 1, (5, 6, 7, 9)), dtype=dtype)
+case("reduce_bias_grad_sum")(lambda: [nd.sum(XB(), axis=(0, 2, 3)), nd.mean(XB(), axis=(0, 2, 3)),
+                                      nd.sum(XB("float64"), axis=(0, 2, 3), keepdims=True)])
+case("reduce_columns_rows")(lambda: [nd.sum(XB(), axis=0), nd.sum(XB(), axis=(2, 3)), nd.sum(XB(), axis=(0, 1)),
+                                     nd.mean(XB().reshape((30, 63)), axis=0), nd.sum(XB("int32"), axis=(0, 2, 3))])
 case("norm")(lambda: [nd.norm(X3()), nd.norm(X3(), axis=1), nd.norm(X3(), ord=1, axis=(1, 2))])
 case("argmax")(lambda: [nd.argmax(X3(), axis=2), nd.argmin(X3(), axis=0), nd.argmax(A())])
 case("argmax_channel")(lambda: nd.argmax_channel(A()))

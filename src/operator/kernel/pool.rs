@@ -4,12 +4,23 @@
 //! Windows follow MXNet's CPU kernels: a window starts at `o * stride - pad` and ends at
 //! `min(start + kernel, size + pad)`; its elements are those inside the array. Average pooling
 //! divides by the window's size including padding (`count_include_pad`) or by the elements
-//! inside; max pooling's gradient goes to the first maximum of the window in row-major order.
-//! Each (image, channel) plane is independent, and the planes are split over the pool.
+//! inside; max pooling's gradient goes to the first element of the window (row-major) equal to
+//! the forward's output, as MXNet's CPU kernel routes it (the first maximum).
+//!
+//! Max, average and sum pooling compute in the array's own float type (f32, f64 for float64
+//! arrays, f32 for half precision) directly on channels-first planes: each output row first
+//! reduces the input rows of its window elementwise into one row (a contiguous, vectorised
+//! pass), then reduces that row's x windows, with unrolled loops for the common 2- and 3-wide
+//! windows. Their gradients zero the plane and route each output gradient (max) or spread it
+//! back through the same two passes (average, sum). `Pooling_v1` and lp pooling go through
+//! float64 plane copies window by window. Each (image, channel) plane is independent; planes
+//! are split over the intra-op pool when the work is worth a hand-off.
 
-use super::conv::split;
 use super::element::Element;
 use super::map::Ptr;
+use super::real::Real;
+use crate::parallel;
+use std::any::TypeId;
 
 /// What a window reduces to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,171 +191,351 @@ unsafe fn store<T: Element>(g: &PoolGeom, ptr: Ptr<T>, p: usize, sp: usize, buf:
     }
 }
 
-/// Max, average and sum pooling are separable: each input row is reduced over every x window
-/// first (`r`: rows × output columns), then each output row reduces the rows of its (z, y)
-/// window elementwise across the output columns, a loop the compiler vectorises.
-fn row_pass(
-    g: &PoolGeom,
-    win: &Windows,
-    xin: &[f64],
-    max: bool,
-    low: f64,
-    r: &mut [f64],
-    mut at: Option<&mut [usize]>,
-) {
-    let (iw, ow) = (g.input[2], g.output[2]);
-    for row in 0..g.input[0] * g.input[1] {
-        let xr = &xin[row * iw..][..iw];
-        for (ox, &(x0, x1, _)) in win.axes[2].iter().enumerate() {
-            let k = row * ow + ox;
-            if max {
-                // the maximum (from `low`, as the forward) and the first maximum's position
-                let (mut m, mut i, mut first) = (low, x0, f64::NAN);
-                for (j, &v) in xr[x0..x1].iter().enumerate() {
-                    if j == 0 || v > first {
-                        first = v;
-                        i = x0 + j;
-                    }
-                    if v > m {
-                        m = v;
-                    }
-                }
-                r[k] = m;
-                if let Some(at) = at.as_deref_mut() {
-                    at[k] = i;
-                }
-            } else {
-                r[k] = xr[x0..x1].iter().sum();
-            }
-        }
-    }
+/// Whether the direct passes compute this pooling (else the float64 window walk).
+fn direct_kind(g: &PoolGeom) -> bool {
+    !g.v1 && matches!(g.kind, PoolKind::Max | PoolKind::Avg | PoolKind::Sum)
 }
 
-/// The divisor of average pooling for output columns of window rows (z, y).
-#[inline]
-fn divisor(g: &PoolGeom, win: &Windows, z: usize, y: usize, ox: usize) -> f64 {
-    let ((z0, z1, pz), (y0, y1, py), (x0, x1, px)) =
-        (win.axes[0][z], win.axes[1][y], win.axes[2][ox]);
-    match g.kind {
-        PoolKind::Avg if g.v1 => g.kernel.iter().product::<usize>() as f64,
-        PoolKind::Avg if g.count_include_pad => (pz * py * px) as f64,
-        PoolKind::Avg => ((z1 - z0) * (y1 - y0) * (x1 - x0)) as f64,
-        _ => 1.0,
-    }
-}
-
-fn forward_separable(
-    g: &PoolGeom,
-    win: &Windows,
-    xin: &[f64],
-    r: &mut [f64],
-    out: &mut [f64],
-    low: f64,
-) {
-    let max = g.kind == PoolKind::Max;
-    row_pass(g, win, xin, max, low, r, None);
-    let (ih, oh, ow) = (g.input[1], g.output[1], g.output[2]);
-    for (z, &(z0, z1, _)) in win.axes[0].iter().enumerate() {
-        for (y, &(y0, y1, _)) in win.axes[1].iter().enumerate() {
-            let o = &mut out[(z * oh + y) * ow..][..ow];
-            o.fill(if max { low } else { 0.0 });
-            for zz in z0..z1 {
-                for yy in y0..y1 {
-                    let rr = &r[(zz * ih + yy) * ow..][..ow];
-                    if max {
-                        for (a, &b) in o.iter_mut().zip(rr) {
-                            if b > *a {
-                                *a = b;
-                            }
-                        }
-                    } else {
-                        for (a, &b) in o.iter_mut().zip(rr) {
-                            *a += b;
-                        }
-                    }
-                }
-            }
-            if g.kind == PoolKind::Avg {
-                for (ox, a) in o.iter_mut().enumerate() {
-                    let d = divisor(g, win, z, y, ox);
-                    if d > 0.0 {
-                        *a /= d;
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn backward_separable(
-    g: &PoolGeom,
-    win: &Windows,
-    d: &[f64],
-    xin: &[f64],
-    r: &mut [f64],
-    at: &mut [usize],
-    acc: &mut [f64],
-    low: f64,
-) {
-    let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
-    if g.kind == PoolKind::Max {
-        row_pass(g, win, xin, true, low, r, Some(at));
-        for (z, &(z0, z1, _)) in win.axes[0].iter().enumerate() {
-            for (y, &(y0, y1, _)) in win.axes[1].iter().enumerate() {
-                for (ox, &(x0, x1, _)) in win.axes[2].iter().enumerate() {
-                    if x1 == x0 {
-                        continue;
-                    }
-                    let mut best: Option<(usize, f64)> = None;
-                    for zz in z0..z1 {
-                        for yy in y0..y1 {
-                            let k = (zz * ih + yy) * ow + ox;
-                            if best.is_none_or(|(_, m)| r[k] > m) {
-                                best = Some(((zz * ih + yy) * iw + at[k], r[k]));
-                            }
-                        }
-                    }
-                    if let Some((i, _)) = best {
-                        acc[i] += d[(z * oh + y) * ow + ox];
-                    }
-                }
-            }
-        }
+/// Splits `planes` planes of `work` elements each over the intra-op pool, one range per thread,
+/// or runs them on the calling thread when the whole is too small to pay for a hand-off.
+fn split_planes(planes: usize, work: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+    let threads = parallel::max_threads().min(planes).max(1);
+    if threads == 1 || planes.saturating_mul(work) < parallel::MIN_PARALLEL_ELEMS {
+        f(0..planes);
         return;
     }
-    // average and sum: the transposes of the two passes
-    let t = r;
-    t.fill(0.0);
-    let mut dd = vec![0.0; ow];
-    for (z, &(z0, z1, _)) in win.axes[0].iter().enumerate() {
-        for (y, &(y0, y1, _)) in win.axes[1].iter().enumerate() {
-            for (ox, v) in dd.iter_mut().enumerate() {
-                let div = divisor(g, win, z, y, ox);
-                let dv = d[(z * oh + y) * ow + ox];
-                *v = if div > 0.0 { dv / div } else { dv };
-            }
-            for zz in z0..z1 {
-                for yy in y0..y1 {
-                    for (a, &b) in t[(zz * ih + yy) * ow..][..ow].iter_mut().zip(&dd) {
-                        *a += b;
-                    }
-                }
+    parallel::for_tasks(threads, threads, |t| {
+        let (a, b) = (planes * t / threads, planes * (t + 1) / threads);
+        f(a..b)
+    });
+}
+
+/// `s` as a slice of `R` when `T` is `R`.
+fn same_type<T: 'static, R: 'static>(s: &[T]) -> Option<&[R]> {
+    if TypeId::of::<T>() == TypeId::of::<R>() {
+        // SAFETY: `T` and `R` are the same type, so the slice's memory is a valid `[R]`.
+        Some(unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<R>(), s.len()) })
+    } else {
+        None
+    }
+}
+
+/// Plane `p` of `src` (`sp` positions per plane): borrowed when it is contiguous and of type
+/// `R`, else copied into `buf`.
+fn plane_in<'a, T: Element, R: Real>(
+    g: &PoolGeom,
+    src: &'a [T],
+    p: usize,
+    sp: usize,
+    buf: &'a mut Vec<R>,
+) -> &'a [R] {
+    let (base, step) = g.plane(p, sp);
+    if step == 1
+        && let Some(s) = same_type::<T, R>(src)
+    {
+        return &s[base..base + sp];
+    }
+    buf.clear();
+    buf.extend((0..sp).map(|i| <R as Element>::from_f64(src[base + i * step].to_f64())));
+    buf
+}
+
+/// Where plane `p` of an output goes: the array itself when contiguous and of type `R` (then
+/// `Some`), else `buf`, stored by [`plane_out_store`] afterwards.
+///
+/// # Safety
+/// `ptr` must address an array of at least `planes × sp` elements of `T` of which the caller
+/// writes plane `p` alone while the returned slice lives.
+unsafe fn plane_out<'a, T: Element, R: Real>(
+    g: &PoolGeom,
+    ptr: Ptr<T>,
+    p: usize,
+    sp: usize,
+    buf: &'a mut Vec<R>,
+) -> (&'a mut [R], bool) {
+    let (base, step) = g.plane(p, sp);
+    if step == 1 && TypeId::of::<T>() == TypeId::of::<R>() {
+        // SAFETY: `T` is `R`; the plane is in bounds and this caller's alone (the contract).
+        let s = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(base).cast::<R>(), sp) };
+        return (s, true);
+    }
+    buf.clear();
+    buf.resize(sp, R::ZERO);
+    (buf, false)
+}
+
+/// Writes `buf` into plane `p` of the output through `ptr`.
+///
+/// # Safety
+/// As [`plane_out`].
+unsafe fn plane_out_store<T: Element, R: Real>(
+    g: &PoolGeom,
+    ptr: Ptr<T>,
+    p: usize,
+    sp: usize,
+    buf: &[R],
+) {
+    let (base, step) = g.plane(p, sp);
+    for (i, v) in buf.iter().enumerate() {
+        // SAFETY: in bounds and this plane's own (the caller's contract).
+        unsafe { ptr.get().add(base + i * step).write(T::from_f64(Element::to_f64(*v))) };
+    }
+}
+
+#[inline(always)]
+fn vmax<R: Real>(a: R, b: R) -> R {
+    if b > a { b } else { a }
+}
+
+/// The output columns whose x window lies wholly inside the row: `lo..hi`.
+fn interior(g: &PoolGeom) -> (usize, usize) {
+    let (k, s, p, iw, ow) = (g.kernel[2], g.stride[2], g.pad[2], g.input[2], g.output[2]);
+    let lo = p.div_ceil(s).min(ow);
+    let hi = if iw + p >= k { ((iw + p - k) / s + 1).min(ow) } else { 0 };
+    (lo, hi.max(lo))
+}
+
+/// `o[ox] = reduce(col[ox·S - pad ..][..K])` over the interior columns `lo..hi`.
+#[inline(always)]
+fn reduce_fixed<R: Real, const K: usize, const S: usize>(
+    col: &[R],
+    o: &mut [R],
+    lo: usize,
+    hi: usize,
+    pad: usize,
+    max: bool,
+) {
+    for (ox, out) in o[lo..hi].iter_mut().enumerate() {
+        let c: &[R; K] = col[(lo + ox) * S - pad..][..K].try_into().unwrap();
+        let mut m = c[0];
+        for &v in &c[1..] {
+            m = if max { vmax(m, v) } else { m + v };
+        }
+        *out = m;
+    }
+}
+
+/// Reduces `col` (one row, the window rows already reduced) over every x window into `o`.
+fn reduce_row<R: Real>(g: &PoolGeom, win: &Windows, col: &[R], o: &mut [R], max: bool, low: R) {
+    let (lo, hi) = interior(g);
+    let (k, s, pad) = (g.kernel[2], g.stride[2], g.pad[2]);
+    match (k, s) {
+        (2, 2) => reduce_fixed::<R, 2, 2>(col, o, lo, hi, pad, max),
+        (3, 2) => reduce_fixed::<R, 3, 2>(col, o, lo, hi, pad, max),
+        (3, 1) => reduce_fixed::<R, 3, 1>(col, o, lo, hi, pad, max),
+        (2, 1) => reduce_fixed::<R, 2, 1>(col, o, lo, hi, pad, max),
+        _ => {
+            for (ox, out) in o[lo..hi].iter_mut().enumerate() {
+                let c = &col[(lo + ox) * s - pad..][..k];
+                *out = if max {
+                    c.iter().fold(low, |m, &v| vmax(m, v))
+                } else {
+                    c.iter().fold(R::ZERO, |m, &v| m + v)
+                };
             }
         }
     }
-    for row in 0..g.input[0] * ih {
-        let ar = &mut acc[row * iw..][..iw];
-        for (ox, &(x0, x1, _)) in win.axes[2].iter().enumerate() {
-            let v = t[row * ow + ox];
-            ar[x0..x1].iter_mut().for_each(|a| *a += v);
+    for ox in (0..lo).chain(hi..o.len()) {
+        let (x0, x1, _) = win.axes[2][ox];
+        let c = &col[x0..x1];
+        o[ox] = if max {
+            c.iter().fold(low, |m, &v| vmax(m, v))
+        } else {
+            c.iter().fold(R::ZERO, |m, &v| m + v)
+        };
+    }
+}
+
+/// Average pooling's divisors of an output row's columns, given the (z, y) window's padded and
+/// inside sizes.
+fn divide_row<R: Real>(g: &PoolGeom, win: &Windows, padded: usize, inside: usize, o: &mut [R]) {
+    for (v, &(x0, x1, px)) in o.iter_mut().zip(&win.axes[2]) {
+        let d = if g.count_include_pad {
+            padded * px
+        } else {
+            inside * (x1 - x0)
+        };
+        if d > 0 {
+            *v = *v / R::from_usize(d);
         }
     }
 }
 
-/// Whether the separable passes compute this pooling.
-fn separable(g: &PoolGeom) -> bool {
-    !g.v1 && matches!(g.kind, PoolKind::Max | PoolKind::Avg | PoolKind::Sum)
+/// One plane's max, average or sum pooling; `col` holds a row.
+fn plane_forward<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
+    let max = g.kind == PoolKind::Max;
+    let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
+    for (z, &(z0, z1, pz)) in win.axes[0].iter().enumerate() {
+        for (y, &(y0, y1, py)) in win.axes[1].iter().enumerate() {
+            col.fill(if max { low } else { R::ZERO });
+            for zz in z0..z1 {
+                for yy in y0..y1 {
+                    let xr = &x[(zz * ih + yy) * iw..][..iw];
+                    if max {
+                        col.iter_mut().zip(xr).for_each(|(c, &v)| *c = vmax(*c, v));
+                    } else {
+                        col.iter_mut().zip(xr).for_each(|(c, &v)| *c = *c + v);
+                    }
+                }
+            }
+            let o = &mut out[(z * oh + y) * ow..][..ow];
+            reduce_row(g, win, col, o, max, low);
+            if g.kind == PoolKind::Avg {
+                divide_row(g, win, pz * py, (z1 - z0) * (y1 - y0), o);
+            }
+        }
+    }
+}
+
+/// The first element equal to `m` among `K` columns from `c` of each row of `rows`, in order
+/// (row-major in the window), found without branches.
+#[inline(always)]
+fn first_equal<R: Real, const K: usize>(x: &[R], rows: &[usize], c: usize, m: R) -> Option<usize> {
+    let mut pos = usize::MAX;
+    for &r in rows.iter().rev() {
+        let w: &[R; K] = x[r + c..][..K].try_into().unwrap();
+        for j in (0..K).rev() {
+            if w[j] == m {
+                pos = r + c + j;
+            }
+        }
+    }
+    (pos != usize::MAX).then_some(pos)
+}
+
+/// Max pooling's gradient for one output row: `dy[ox]` goes to the first element of its window
+/// equal to `y[ox]` (the window's rows start at `rows`).
+fn route_max<R: Real>(
+    g: &PoolGeom,
+    win: &Windows,
+    x: &[R],
+    rows: &[usize],
+    y: &[R],
+    dy: &[R],
+    dx: &mut [R],
+) {
+    let (lo, hi) = interior(g);
+    let (s, pad) = (g.stride[2], g.pad[2]);
+    // any window, row by row with early exits
+    let scan = |ox: usize| {
+        let (x0, x1, _) = win.axes[2][ox];
+        rows.iter().find_map(|&r| {
+            let run = &x[r + x0..r + x1];
+            run.iter().position(|&v| v == y[ox]).map(|j| r + x0 + j)
+        })
+    };
+    let mut add = |pos: Option<usize>, d: R| {
+        if let Some(p) = pos {
+            dx[p] = dx[p] + d;
+        }
+    };
+    match g.kernel[2] {
+        2 => (lo..hi).for_each(|ox| add(first_equal::<R, 2>(x, rows, ox * s - pad, y[ox]), dy[ox])),
+        3 => (lo..hi).for_each(|ox| add(first_equal::<R, 3>(x, rows, ox * s - pad, y[ox]), dy[ox])),
+        _ => (lo..hi).for_each(|ox| add(scan(ox), dy[ox])),
+    }
+    for ox in (0..lo).chain(hi..y.len()) {
+        add(scan(ox), dy[ox]);
+    }
+}
+
+/// One plane's gradient of max, average or sum pooling (`dx` overwritten); `t` and `dd` hold a
+/// row of the input and of the output, `rows` a window's row starts.
+#[allow(clippy::too_many_arguments)]
+fn plane_backward<R: Real>(
+    g: &PoolGeom,
+    win: &Windows,
+    dy: &[R],
+    x: &[R],
+    y: &[R],
+    dx: &mut [R],
+    t: &mut [R],
+    dd: &mut [R],
+    rows: &mut Vec<usize>,
+) {
+    let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
+    dx.fill(R::ZERO);
+    for (z, &(z0, z1, pz)) in win.axes[0].iter().enumerate() {
+        for (yi, &(y0, y1, py)) in win.axes[1].iter().enumerate() {
+            let orow = (z * oh + yi) * ow;
+            if g.kind == PoolKind::Max {
+                rows.clear();
+                rows.extend((z0..z1).flat_map(|zz| (y0..y1).map(move |yy| (zz * ih + yy) * iw)));
+                let (ys, ds) = (&y[orow..orow + ow], &dy[orow..orow + ow]);
+                route_max(g, win, x, rows, ys, ds, dx);
+                continue;
+            }
+            dd.copy_from_slice(&dy[orow..orow + ow]);
+            if g.kind == PoolKind::Avg {
+                divide_row(g, win, pz * py, (z1 - z0) * (y1 - y0), dd);
+            }
+            t.fill(R::ZERO);
+            for (&(x0, x1, _), &d) in win.axes[2].iter().zip(dd.iter()) {
+                t[x0..x1].iter_mut().for_each(|v| *v = *v + d);
+            }
+            for zz in z0..z1 {
+                for yy in y0..y1 {
+                    let r = &mut dx[(zz * ih + yy) * iw..][..iw];
+                    r.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a = *a + b);
+                }
+            }
+        }
+    }
+}
+
+fn forward_direct<T: Element, R: Real>(g: &PoolGeom, x: &[T], y: &mut [T]) {
+    let planes = g.batch * g.channels;
+    let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+    let yp = Ptr(y.as_mut_ptr());
+    let win = Windows::new(g);
+    let low = <R as Element>::from_f64(lowest::<T>());
+    split_planes(planes, in_sp + out_sp, |range| {
+        let (mut xb, mut ob) = (Vec::new(), Vec::new());
+        let mut col = vec![R::ZERO; g.input[2]];
+        for p in range {
+            let xs = plane_in::<T, R>(g, x, p, in_sp, &mut xb);
+            // SAFETY: `y` holds `planes × out_sp` elements (asserted by the caller) and plane
+            // p is written by this range only.
+            let (os, direct) = unsafe { plane_out::<T, R>(g, yp, p, out_sp, &mut ob) };
+            plane_forward(g, &win, xs, os, &mut col, low);
+            if !direct {
+                // SAFETY: as above.
+                unsafe { plane_out_store(g, yp, p, out_sp, &ob) };
+            }
+        }
+    });
+}
+
+fn backward_direct<T: Element, R: Real>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [T]) {
+    let planes = g.batch * g.channels;
+    let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+    let dxp = Ptr(dx.as_mut_ptr());
+    let win = Windows::new(g);
+    let max = g.kind == PoolKind::Max;
+    split_planes(planes, 2 * in_sp + 2 * out_sp, |range| {
+        let (mut db, mut xb, mut yb, mut ob) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut t, mut dd) = (vec![R::ZERO; g.input[2]], vec![R::ZERO; g.output[2]]);
+        let mut rows = Vec::new();
+        for p in range {
+            let ds = plane_in::<T, R>(g, dy, p, out_sp, &mut db);
+            let (xs, ys): (&[R], &[R]) = if max {
+                (
+                    plane_in::<T, R>(g, x, p, in_sp, &mut xb),
+                    plane_in::<T, R>(g, y, p, out_sp, &mut yb),
+                )
+            } else {
+                (&[], &[])
+            };
+            // SAFETY: `dx` holds `planes × in_sp` elements (asserted by the caller) and plane
+            // p is written by this range only.
+            let (os, direct) = unsafe { plane_out::<T, R>(g, dxp, p, in_sp, &mut ob) };
+            plane_backward(g, &win, ds, xs, ys, os, &mut t, &mut dd, &mut rows);
+            if !direct {
+                // SAFETY: as above.
+                unsafe { plane_out_store(g, dxp, p, in_sp, &ob) };
+            }
+        }
+    });
 }
 
 /// `y = pool(x)`.
@@ -352,21 +543,21 @@ pub fn forward<T: Element>(g: &PoolGeom, x: &[T], y: &mut [T]) {
     let planes = g.batch * g.channels;
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     assert!(x.len() >= planes * in_sp && y.len() >= planes * out_sp);
+    if direct_kind(g) {
+        if T::DTYPE == crate::dtype::DType::F64 {
+            forward_direct::<T, f64>(g, x, y);
+        } else {
+            forward_direct::<T, f32>(g, x, y);
+        }
+        return;
+    }
     let yp = Ptr(y.as_mut_ptr());
     let windows = Windows::new(g);
     let low = lowest::<T>();
-    split(planes, |range| {
+    split_planes(planes, in_sp + out_sp, |range| {
         let (mut xin, mut out) = (vec![0.0f64; in_sp], vec![0.0f64; out_sp]);
-        let rows = g.input[0] * g.input[1] * g.output[2];
-        let mut r = vec![0.0f64; if separable(g) { rows } else { 0 }];
         for p in range {
             load(g, x, p, in_sp, &mut xin);
-            if separable(g) {
-                forward_separable(g, &windows, &xin, &mut r, &mut out, low);
-                // SAFETY: as below.
-                unsafe { store(g, yp, p, out_sp, &out) };
-                continue;
-            }
             windows.each(g, |o, w, div, padded| {
                 out[o] = match g.kind {
                     PoolKind::Max => {
@@ -405,24 +596,25 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     assert!(x.len() >= planes * in_sp && dx.len() >= planes * in_sp);
     assert!(y.len() >= planes * out_sp && dy.len() >= planes * out_sp);
+    if direct_kind(g) {
+        if T::DTYPE == crate::dtype::DType::F64 {
+            backward_direct::<T, f64>(g, dy, x, y, dx);
+        } else {
+            backward_direct::<T, f32>(g, dy, x, y, dx);
+        }
+        return;
+    }
     let dxp = Ptr(dx.as_mut_ptr());
     let windows = Windows::new(g);
     let needs_y = matches!(g.kind, PoolKind::Lp(_)) || (g.v1 && g.kind == PoolKind::Max);
     let needs_x = !matches!(g.kind, PoolKind::Avg | PoolKind::Sum);
-    split(planes, |range| {
+    split_planes(planes, 2 * in_sp + 2 * out_sp, |range| {
         let mut acc = vec![0.0f64; in_sp];
         let mut xin = vec![0.0f64; if needs_x { in_sp } else { 0 }];
         let (mut d, mut yo) = (
             vec![0.0f64; out_sp],
             vec![0.0f64; if needs_y { out_sp } else { 0 }],
         );
-        let rows = if separable(g) {
-            g.input[0] * g.input[1] * g.output[2]
-        } else {
-            0
-        };
-        let (mut r, mut at) = (vec![0.0f64; rows], vec![0usize; rows]);
-        let low = lowest::<T>();
         for p in range {
             load(g, dy, p, out_sp, &mut d);
             if needs_x {
@@ -432,35 +624,17 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
                 load(g, y, p, out_sp, &mut yo);
             }
             acc.fill(0.0);
-            if separable(g) {
-                backward_separable(g, &windows, &d, &xin, &mut r, &mut at, &mut acc, low);
-                // SAFETY: `dx` holds `planes × in_sp` elements (asserted) and plane p is written
-                // by this range only.
-                unsafe { store(g, dxp, p, in_sp, &acc) };
-                continue;
-            }
             windows.each(g, |o, w, div, _| {
                 let d = d[o];
                 match g.kind {
-                    PoolKind::Max if g.v1 => {
+                    // (Pooling_v1's: every element equal to the maximum)
+                    PoolKind::Max => {
                         let m = yo[o];
                         each_in(g, w, |i| {
                             if xin[i] == m {
                                 acc[i] += d;
                             }
                         });
-                    }
-                    PoolKind::Max => {
-                        // the first maximum of the window
-                        let mut best: Option<(usize, f64)> = None;
-                        each_in(g, w, |i| {
-                            if best.is_none_or(|(_, m)| xin[i] > m) {
-                                best = Some((i, xin[i]));
-                            }
-                        });
-                        if let Some((i, _)) = best {
-                            acc[i] += d;
-                        }
                     }
                     PoolKind::Avg | PoolKind::Sum => {
                         let d = if div > 0 { d / div as f64 } else { d };

@@ -5,6 +5,7 @@
 //! (each a choice of strides), and the reductions (which walk the reduced axes of each output).
 //! Indexing goes through slices, so a wrong stride is a panic, never a stray read.
 
+use super::element::Element;
 use crate::parallel::for_chunks_mut;
 
 /// Row-major strides (in elements) of a contiguous array of `shape`.
@@ -241,6 +242,66 @@ pub fn reduce<T: Copy + Sync, O: Copy + Send, A: Copy + Sync>(
             });
             chunk[k - start] = finish(acc, count);
         });
+    });
+}
+
+/// `(A, K, B)` when the reduction of a contiguous `shape` over the `reduced` axes keeps one
+/// block of axes between two reduced blocks (either may be empty): `out[k] = Σ_{a,b}
+/// x[a, k, b]` then walks the input as `A × K × B`. A bias gradient (`N × C × H × W` summed over
+/// all axes but C) and column sums are of this form.
+pub fn kept_middle(shape: &[usize], reduced: &[bool]) -> Option<(usize, usize, usize)> {
+    // the axes of size above 1, as runs of reduced / kept
+    let mut runs: Vec<(bool, usize)> = Vec::new();
+    for (&d, &r) in shape.iter().zip(reduced) {
+        if d == 1 {
+            continue;
+        }
+        match runs.last_mut() {
+            Some((lr, n)) if *lr == r => *n *= d,
+            _ => runs.push((r, d)),
+        }
+    }
+    match runs[..] {
+        [] => None,
+        [(true, b)] => Some((1, 1, b)),
+        [(false, _)] => None,
+        [(false, k), (true, b)] => Some((1, k, b)),
+        [(true, a), (false, k)] => Some((a, k, 1)),
+        [(true, a), (false, k), (true, b)] => Some((a, k, b)),
+        _ => None,
+    }
+}
+
+/// `out[k] = Σ_{a,b} x[a, k, b]` in f64 over a contiguous `A × K × B` array, as vectorised
+/// passes: contiguous runs of `B` summed in eight independent lanes, or (`B` = 1) whole rows of
+/// `K` added elementwise.
+pub fn sum_kept_middle<T: Element>(x: &[T], a: usize, k: usize, b: usize, out: &mut [f64]) {
+    assert!(x.len() >= a * k * b && out.len() >= k);
+    let out = &mut out[..k];
+    if b == 1 {
+        out.fill(0.0);
+        for row in x[..a * k].chunks_exact(k.max(1)) {
+            out.iter_mut().zip(row).for_each(|(o, v)| *o += v.to_f64());
+        }
+        return;
+    }
+    for_chunks_mut(out, a * b, |start, chunk| {
+        for (j, o) in chunk.iter_mut().enumerate() {
+            let c = start + j;
+            let mut lanes = [0.0f64; 8];
+            let mut tail = 0.0;
+            for i in 0..a {
+                let run = &x[(i * k + c) * b..][..b];
+                let mut it = run.chunks_exact(8);
+                for ch in &mut it {
+                    for (l, v) in lanes.iter_mut().zip(ch) {
+                        *l += v.to_f64();
+                    }
+                }
+                tail += it.remainder().iter().map(|v| v.to_f64()).sum::<f64>();
+            }
+            *o = lanes.iter().sum::<f64>() + tail;
+        }
     });
 }
 

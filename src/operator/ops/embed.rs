@@ -118,34 +118,68 @@ fn embedding_backward(call: &Call<'_>) -> Result<Plan> {
     let gdt = dy.dtype;
     Ok(Plan::new(vec![weight.clone()], move |k| {
         let idx = indices(&k.inputs[1], rows);
-        // rows no index picks stay zero; the picked ones sum their gradients in place
+        let (start, order) = by_row(&idx, rows);
         let (inp, outs) = (&k.inputs[0], &mut k.outputs[0]);
         crate::with_element!(dtype, T => {
-            let dw = outs.slice_mut::<T>();
-            dw.fill(T::zero());
-            if gdt == dtype && matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-                // float32 sums, as MXNet's kernel does
-                let g = inp.slice::<T>();
-                for (i, &r) in idx.iter().enumerate() {
-                    let dst = &mut dw[r * width..(r + 1) * width];
-                    for (a, v) in dst.iter_mut().zip(&g[i * width..(i + 1) * width]) {
-                        *a = T::from_f32(a.to_f32() + v.to_f32());
-                    }
-                }
-            } else {
-                crate::with_element!(gdt, G => {
-                    let g = inp.slice::<G>();
-                    for (i, &r) in idx.iter().enumerate() {
-                        let dst = &mut dw[r * width..(r + 1) * width];
-                        for (a, v) in dst.iter_mut().zip(&g[i * width..(i + 1) * width]) {
-                            *a = T::from_f64(a.to_f64() + v.to_f64());
+            let dw = Ptr(outs.slice_mut::<T>().as_mut_ptr());
+            // float32 sums where the gradient has the weight's float type, as MXNet's kernel
+            // does; each sum rounds to the weight's dtype at every step, in position order
+            let f32_sums = gdt == dtype && matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+            crate::with_element!(gdt, G => {
+                let g = inp.slice::<G>();
+                // each destination row is one task's: rows no index picks are zeroed, a picked
+                // row starts from its first gradient row and adds the others
+                for_ranges(rows, width, |a, b| {
+                    for r in a..b {
+                        // SAFETY: the output holds `rows * width` elements; this range writes
+                        // rows a..b only, and ranges are disjoint.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(dw.get().add(r * width), width) };
+                        let picked = &order[start[r]..start[r + 1]];
+                        let Some((&first, rest)) = picked.split_first() else {
+                            dst.fill(T::zero());
+                            continue;
+                        };
+                        let src = |i: usize| &g[i * width..(i + 1) * width];
+                        if f32_sums {
+                            dst.iter_mut().zip(src(first)).for_each(|(a, v)| *a = T::from_f32(v.to_f32()));
+                            for &i in rest {
+                                for (a, v) in dst.iter_mut().zip(src(i)) {
+                                    *a = T::from_f32(a.to_f32() + v.to_f32());
+                                }
+                            }
+                        } else {
+                            dst.iter_mut().zip(src(first)).for_each(|(a, v)| *a = T::from_f64(v.to_f64()));
+                            for &i in rest {
+                                for (a, v) in dst.iter_mut().zip(src(i)) {
+                                    *a = T::from_f64(a.to_f64() + v.to_f64());
+                                }
+                            }
                         }
                     }
                 });
-            }
+            });
         });
         Ok(())
     }))
+}
+
+/// The positions of `idx` grouped by the row they pick (a counting sort): those picking row
+/// `r` are `order[start[r]..start[r + 1]]`, in increasing order.
+fn by_row(idx: &[usize], rows: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut start = vec![0usize; rows + 1];
+    for &r in idx {
+        start[r + 1] += 1;
+    }
+    for r in 0..rows {
+        start[r + 1] += start[r];
+    }
+    let mut next = start.clone();
+    let mut order = vec![0usize; idx.len()];
+    for (i, &r) in idx.iter().enumerate() {
+        order[next[r]] = i;
+        next[r] += 1;
+    }
+    (start, order)
 }
 
 /// The weight's shape from the parameters (Gluon's deferred initialisation infers it so).

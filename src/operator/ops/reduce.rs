@@ -6,7 +6,7 @@ use super::{Entries, axis as norm_axis, dims, inputs};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::kernel::Element;
-use crate::operator::kernel::strided::{reduce, split_axes, walk};
+use crate::operator::kernel::strided::{kept_middle, reduce, split_axes, sum_kept_middle, walk};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::def::{GradCtx, Signature, Val, param};
 use crate::operator::param;
@@ -123,6 +123,17 @@ fn plan_fold(call: &Call<'_>, fold: Fold) -> Result<Plan> {
             let mut acc = vec![0f64; out.len()];
             crate::with_element!(dtype, T => {
                 let src = xin.slice::<T>();
+                if matches!(fold, Fold::Sum | Fold::Mean)
+                    && let Some((a, kk, b)) = kept_middle(&shape, &mask)
+                {
+                    // one vectorised pass per kept index (a bias gradient, column sums)
+                    sum_kept_middle(src, a, kk, b, &mut acc);
+                    if matches!(fold, Fold::Mean) {
+                        acc.iter_mut().for_each(|v| *v /= (a * b) as f64);
+                    }
+                    write_f64(out, &acc);
+                    return Ok(());
+                }
                 let (init, f): (f64, fn(f64, f64) -> f64) = match fold {
                     Fold::Sum | Fold::Mean => (0.0, |a, x| a + x),
                     Fold::Prod => (1.0, |a, x| a * x),
