@@ -693,7 +693,11 @@ pub fn warp_affine(src: &Image, m: [f32; 6], dh: usize, dw: usize, interp: i64, 
         INTER_LANCZOS4 => 8,
         _ => 0,
     };
-    let wtab = if ksize > 0 { remap_tab(ksize) } else { Vec::new() };
+    let wtab = if ksize > 0 {
+        remap_tab(ksize)
+    } else {
+        Vec::new()
+    };
     for y in 0..dh {
         let x0 = round((inv[1] * y as f64 + inv[2]) * AB_SCALE) + round_delta;
         let y0 = round((inv[4] * y as f64 + inv[5]) * AB_SCALE) + round_delta;
@@ -854,8 +858,19 @@ pub fn hls_to_bgr(p: [u8; 3]) -> [u8; 3] {
     let (b, g, r) = if s == 0.0 {
         (l, l, l)
     } else {
-        const SECTOR: [[usize; 3]; 6] = [[1, 3, 0], [1, 0, 2], [3, 0, 1], [0, 2, 1], [0, 1, 3], [2, 1, 0]];
-        let p2 = if l <= 0.5 { l * (1.0 + s) } else { l + s - l * s };
+        const SECTOR: [[usize; 3]; 6] = [
+            [1, 3, 0],
+            [1, 0, 2],
+            [3, 0, 1],
+            [0, 2, 1],
+            [0, 1, 3],
+            [2, 1, 0],
+        ];
+        let p2 = if l <= 0.5 {
+            l * (1.0 + s)
+        } else {
+            l + s - l * s
+        };
         let p1 = 2.0 * l - p2;
         h *= 6.0f32 / 180.0;
         while h < 0.0 {

@@ -678,7 +678,11 @@ pub fn instance(
     // MXNet normalises the whole data_shape canvas (zeros outside a smaller image): the
     // channel means when any is set, else the mean image, then std and scale
     let any_mean = d.mean.iter().any(|&m| m > 0.0);
-    let mean_img = if any_mean { None } else { d.mean_img.as_deref() };
+    let mean_img = if any_mean {
+        None
+    } else {
+        d.mean_img.as_deref()
+    };
     for k in 0..c {
         let src_k = if c == 3 { 2 - k } else { k };
         let mean = if any_mean { d.mean[k] } else { 0.0 };
