@@ -1,6 +1,8 @@
 """ImageRecordIter's affine augmenter (rotation, shear, scale, aspect ratio, image size limits,
-pad and fill value), its mean image and image lists, and ImageDetRecordIter on libmxrt against
-libmxnet.so (imgaug_script.py through the unmodified mxnet package). Deterministic settings on
+pad and fill value), its HSL augmenters and interpolation methods (bicubic, area, Lanczos), its
+mean image and image lists, and ImageDetRecordIter (its colour augmenters and mean image
+included) on libmxrt against libmxnet.so (imgaug_script.py through the unmodified mxnet
+package). Deterministic settings on
 PNG records give MXNet's pixels within one step (OpenCV's warp and resize round in fixed point);
 random settings draw from MXNet's distributions, compared through statistics of their outputs."""
 import json
