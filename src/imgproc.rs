@@ -967,6 +967,52 @@ mod tests {
     }
 
     #[test]
+    fn lanczos_and_remap_weights_sum_to_one() {
+        for i in 0..32 {
+            let w = lanczos_weights(i as f32 / 32.0);
+            assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{w:?}");
+        }
+        assert_eq!(lanczos_weights(0.0)[3], 1.0);
+        for ksize in [4, 8] {
+            let tab = remap_tab(ksize);
+            for cell in tab.chunks_exact(ksize * ksize) {
+                assert_eq!(cell.iter().map(|&v| v as i32).sum::<i32>(), 1 << 15);
+            }
+        }
+    }
+
+    #[test]
+    fn hls_round_trips_grays_and_primaries() {
+        for v in [0u8, 1, 77, 128, 254, 255] {
+            assert_eq!(bgr_to_hls([v, v, v]), [0, v, 0]);
+            assert_eq!(hls_to_bgr([0, v, 0]), [v, v, v]);
+        }
+        // pure red (BGR order): hue 0, lightness 128, full saturation
+        assert_eq!(bgr_to_hls([0, 0, 255]), [0, 128, 255]);
+        assert_eq!(bgr_to_hls([255, 0, 0]), [120, 128, 255]);
+        // back to BGR: lightness 128 of 255 lifts the dark channels to 1, as in OpenCV
+        assert_eq!(hls_to_bgr([0, 128, 255]), [1, 1, 255]);
+        assert_eq!(hls_to_bgr([60, 128, 255]), [1, 255, 1]);
+    }
+
+    #[test]
+    fn area_and_lanczos_keep_a_constant_image() {
+        let src = vec![91u8; 9 * 13 * 3];
+        for (interp, dh, dw) in [
+            (INTER_AREA, 4, 5),
+            (INTER_AREA, 3, 13),
+            (INTER_AREA, 17, 20),
+        ] {
+            let mut dst = vec![0u8; dh * dw * 3];
+            resize(&src, 9, 13, 3, &mut dst, dh, dw, interp).unwrap();
+            assert!(dst.iter().all(|&v| v == 91), "{interp} {dh}x{dw}");
+        }
+        let mut dst = vec![0u8; 20 * 7 * 3];
+        resize(&src, 9, 13, 3, &mut dst, 20, 7, INTER_LANCZOS4).unwrap();
+        assert!(dst.iter().all(|&v| v.abs_diff(91) <= 1));
+    }
+
+    #[test]
     fn borders_follow_opencv() {
         // abcd with 2 positions on either side
         let idx = |k| (-2..6).map(|p| border_index(p, 4, k)).collect::<Vec<_>>();
