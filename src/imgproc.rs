@@ -1,6 +1,7 @@
 //! Images: JPEG and PNG decoding (zune-jpeg, zune-png) into OpenCV's layout, and the pixel
-//! kernels MXNet takes from OpenCV: `resize` (nearest and bilinear with OpenCV's pixel-centre
-//! mapping and its fixed-point arithmetic for 8-bit images) and `copy_make_border`.
+//! kernels MXNet takes from OpenCV: `resize` (nearest, bilinear, bicubic, area and Lanczos with
+//! OpenCV's pixel-centre mapping and its fixed-point arithmetic for 8-bit images),
+//! `warp_affine`, the 8-bit HLS conversions and `copy_make_border`.
 //!
 //! Images are HWC, row-major, channels interleaved. Decoding gives 1 channel (`flag` 0) or 3
 //! (`flag` 1, RGB, or BGR as OpenCV when `to_rgb` is false); an alpha channel is dropped, 16-bit
@@ -192,6 +193,8 @@ fn convert(data: Vec<u8>, from: usize, to: usize, n: usize) -> Vec<u8> {
 pub const INTER_NEAREST: i64 = 0;
 pub const INTER_LINEAR: i64 = 1;
 pub const INTER_CUBIC: i64 = 2;
+pub const INTER_AREA: i64 = 3;
+pub const INTER_LANCZOS4: i64 = 4;
 
 /// A pixel type the resize kernels work on.
 pub trait Pixel: Copy + Default + Send + Sync + 'static {
@@ -262,20 +265,187 @@ fn cubic_weights(x: f32) -> [f32; 4] {
     [c0, c1, c2, 1.0 - c0 - c1 - c2]
 }
 
-/// For each output position along an axis of `src` samples resized to `dst`: the four source
-/// positions (replicated at the edges, as OpenCV's resize) and their bicubic weights.
-fn cubic_taps(src: usize, dst: usize) -> Vec<([usize; 4], [f32; 4])> {
+/// OpenCV's Lanczos weights (`interpolateLanczos4`) of the eight samples around a position `x`
+/// past the fourth one: `sinc(t) * sinc(t / 4)` over `t = x + 3 - i`, normalised to sum 1.
+fn lanczos_weights(x: f32) -> [f32; 8] {
+    let mut w = [0f32; 8];
+    if x < f32::EPSILON {
+        w[3] = 1.0;
+        return w;
+    }
+    const S45: f64 = std::f64::consts::FRAC_1_SQRT_2;
+    const CS: [[f64; 2]; 8] = [
+        [1.0, 0.0],
+        [-S45, -S45],
+        [0.0, 1.0],
+        [S45, -S45],
+        [-1.0, 0.0],
+        [S45, S45],
+        [0.0, -1.0],
+        [-S45, S45],
+    ];
+    let y0 = -(x as f64 + 3.0) * std::f64::consts::PI * 0.25;
+    let (s0, c0) = (y0.sin(), y0.cos());
+    let mut sum = 0f32;
+    for (i, wi) in w.iter_mut().enumerate() {
+        let y = -(x as f64 + 3.0 - i as f64) * std::f64::consts::PI * 0.25;
+        *wi = ((CS[i][0] * s0 + CS[i][1] * c0) / (y * y)) as f32;
+        sum += *wi;
+    }
+    let inv = 1.0 / sum;
+    w.iter_mut().for_each(|v| *v *= inv);
+    w
+}
+
+/// The weights of an interpolation kernel of `n` taps (4: bicubic, 8: Lanczos) at `x`.
+fn kernel_weights(n: usize, x: f32) -> Vec<f32> {
+    if n == 4 {
+        cubic_weights(x).to_vec()
+    } else {
+        lanczos_weights(x).to_vec()
+    }
+}
+
+/// For each output position along an axis of `src` samples resized to `dst`: the `n` source
+/// positions (replicated at the edges, as OpenCV's resize) and their kernel weights (`n` 4:
+/// bicubic, 8: Lanczos).
+fn kernel_taps(src: usize, dst: usize, n: usize) -> Vec<(Vec<usize>, Vec<f32>)> {
     let scale = 1.0 / (dst as f64 / src as f64);
     let last = src as i64 - 1;
+    let first = 1 - (n as i64) / 2;
     (0..dst)
         .map(|d| {
             let f = ((d as f64 + 0.5) * scale - 0.5) as f32;
             let s = f.floor() as i64;
             let frac = f - s as f32;
-            let at = |k: i64| (s + k).clamp(0, last) as usize;
-            ([at(-1), at(0), at(1), at(2)], cubic_weights(frac))
+            let at = (0..n as i64)
+                .map(|k| (s + first + k).clamp(0, last) as usize)
+                .collect();
+            (at, kernel_weights(n, frac))
         })
         .collect()
+}
+
+/// OpenCV's taps of `INTER_AREA` when enlarging: bilinear, with the fraction of each output
+/// cell that falls on the next source pixel as the weight.
+fn area_up_taps(src: usize, dst: usize) -> Vec<(usize, usize, f32)> {
+    let scale = 1.0 / (dst as f64 / src as f64);
+    let inv = dst as f64 / src as f64;
+    (0..dst)
+        .map(|d| {
+            let mut s = (d as f64 * scale).floor() as i64;
+            let mut f = ((d + 1) as f64 - (s + 1) as f64 * inv) as f32;
+            f = if f <= 0.0 { 0.0 } else { f - f.floor() };
+            if s >= src as i64 - 1 {
+                s = src as i64 - 1;
+                f = 0.0;
+            }
+            let s = s as usize;
+            (s, (s + 1).min(src - 1), f)
+        })
+        .collect()
+}
+
+/// OpenCV's `computeResizeAreaTab`: for each output position the source positions it covers
+/// and the share of each (`(dst, src, weight)` in order).
+fn area_tab(src: usize, dst: usize, scale: f64) -> Vec<(usize, usize, f32)> {
+    let mut tab = Vec::with_capacity(src * 2);
+    for d in 0..dst {
+        let f1 = d as f64 * scale;
+        let f2 = f1 + scale;
+        let cell = scale.min(src as f64 - f1);
+        let mut s2 = f2.floor() as i64;
+        s2 = s2.min(src as i64 - 1);
+        let s1 = (f1.ceil() as i64).min(s2);
+        if s1 as f64 - f1 > 1e-3 {
+            tab.push((d, (s1 - 1) as usize, ((s1 as f64 - f1) / cell) as f32));
+        }
+        for s in s1..s2 {
+            tab.push((d, s as usize, (1.0 / cell) as f32));
+        }
+        if f2 - s2 as f64 > 1e-3 {
+            tab.push((
+                d,
+                s2 as usize,
+                ((f2 - s2 as f64).min(1.0).min(cell) / cell) as f32,
+            ));
+        }
+    }
+    tab
+}
+
+/// OpenCV's `INTER_AREA` shrink (`dh <= sh`, `dw <= sw`): whole-number factors average their
+/// blocks, other factors weigh each source pixel by the part of it an output cell covers (in
+/// single precision, as OpenCV).
+#[allow(clippy::too_many_arguments)]
+fn area_shrink<T: Pixel>(
+    src: &[T],
+    sh: usize,
+    sw: usize,
+    c: usize,
+    dst: &mut [T],
+    dh: usize,
+    dw: usize,
+) {
+    let (sx, sy) = (sw as f64 / dw as f64, sh as f64 / dh as f64);
+    if sw % dw == 0 && sh % dh == 0 {
+        let (ix, iy) = (sw / dw, sh / dh);
+        let scale = 1.0f32 / (ix * iy) as f32;
+        for y in 0..dh {
+            for x in 0..dw {
+                for k in 0..c {
+                    let mut sum = 0f32;
+                    let mut isum = 0i64;
+                    for yy in y * iy..(y + 1) * iy {
+                        for xx in x * ix..(x + 1) * ix {
+                            let v = src[(yy * sw + xx) * c + k];
+                            if T::FIXED {
+                                isum += v.to_f64() as i64;
+                            } else {
+                                sum += v.to_f64() as f32;
+                            }
+                        }
+                    }
+                    if T::FIXED {
+                        sum = isum as f32;
+                    }
+                    dst[(y * dw + x) * c + k] = T::from_f64((sum * scale) as f64);
+                }
+            }
+        }
+        return;
+    }
+    let xtab = area_tab(sw, dw, sx);
+    let ytab = area_tab(sh, dh, sy);
+    let n = dw * c;
+    let mut buf = vec![0f32; n];
+    let mut sum = vec![0f32; n];
+    let mut prev = ytab.first().map_or(0, |t| t.0);
+    for &(dy, srow, beta) in &ytab {
+        buf.iter_mut().for_each(|v| *v = 0.0);
+        let row = &src[srow * sw * c..(srow + 1) * sw * c];
+        for &(dx, sxx, alpha) in &xtab {
+            for k in 0..c {
+                buf[dx * c + k] += row[sxx * c + k].to_f64() as f32 * alpha;
+            }
+        }
+        if dy != prev {
+            let out = &mut dst[prev * n..(prev + 1) * n];
+            for i in 0..n {
+                out[i] = T::from_f64(sum[i] as f64);
+                sum[i] = beta * buf[i];
+            }
+            prev = dy;
+        } else {
+            for i in 0..n {
+                sum[i] += beta * buf[i];
+            }
+        }
+    }
+    let out = &mut dst[prev * n..(prev + 1) * n];
+    for i in 0..n {
+        out[i] = T::from_f64(sum[i] as f64);
+    }
 }
 
 /// `round(v * 2048)` as a 16-bit coefficient (OpenCV's `saturate_cast<short>`).
@@ -285,8 +455,10 @@ fn coef(v: f32) -> i32 {
 
 /// Resizes an HWC image of `c` channels from `sh x sw` to `dh x dw` into `dst` with OpenCV's
 /// `cv::resize` semantics for `interp` 0 (nearest), 1 (bilinear; an exact halving of both
-/// sides averages 2x2 blocks, as OpenCV switches to INTER_AREA there) and 2 (bicubic: 8-bit
-/// images in OpenCV's 11-bit fixed point, within one step of OpenCV's vectorised rounding).
+/// sides averages 2x2 blocks, as OpenCV switches to INTER_AREA there), 2 (bicubic) and 4
+/// (Lanczos: 8-bit images in OpenCV's 11-bit fixed point, within one step of OpenCV's
+/// vectorised rounding) and 3 (area: block averages or coverage weights when shrinking,
+/// area-weighted bilinear taps when enlarging).
 #[allow(clippy::too_many_arguments)]
 pub fn resize<T: Pixel>(
     src: &[T],
@@ -320,7 +492,7 @@ pub fn resize<T: Pixel>(
             }
             Ok(())
         }
-        INTER_LINEAR if sw == 2 * dw && sh == 2 * dh => {
+        INTER_LINEAR | INTER_AREA if sw == 2 * dw && sh == 2 * dh => {
             for y in 0..dh {
                 for x in 0..dw {
                     for k in 0..c {
@@ -338,9 +510,16 @@ pub fn resize<T: Pixel>(
             }
             Ok(())
         }
-        INTER_LINEAR => {
-            let xt = linear_taps(sw, dw);
-            let yt = linear_taps(sh, dh);
+        INTER_AREA if dw <= sw && dh <= sh => {
+            area_shrink(src, sh, sw, c, dst, dh, dw);
+            Ok(())
+        }
+        INTER_LINEAR | INTER_AREA => {
+            let (xt, yt) = if interp == INTER_AREA {
+                (area_up_taps(sw, dw), area_up_taps(sh, dh))
+            } else {
+                (linear_taps(sw, dw), linear_taps(sh, dh))
+            };
             if T::FIXED {
                 // horizontal pass in 11-bit fixed point, vertical pass as OpenCV's SIMD code
                 let hrow = |yy: usize| -> Vec<i32> {
@@ -396,9 +575,10 @@ pub fn resize<T: Pixel>(
             }
             Ok(())
         }
-        INTER_CUBIC => {
-            let xt = cubic_taps(sw, dw);
-            let yt = cubic_taps(sh, dh);
+        INTER_CUBIC | INTER_LANCZOS4 => {
+            let n = if interp == INTER_CUBIC { 4 } else { 8 };
+            let xt = kernel_taps(sw, dw, n);
+            let yt = kernel_taps(sh, dh, n);
             // one horizontal pass per source row, in fixed point (8-bit) or f64
             let hrow = |yy: usize| -> Vec<f64> {
                 let row = &src[yy * sw * c..(yy + 1) * sw * c];
@@ -407,12 +587,12 @@ pub fn resize<T: Pixel>(
                     for k in 0..c {
                         out[x * c + k] = if T::FIXED {
                             let mut acc = 0i64;
-                            for j in 0..4 {
+                            for j in 0..n {
                                 acc += row[xs[j] * c + k].to_f64() as i64 * coef(ws[j]) as i64;
                             }
                             acc as f64
                         } else {
-                            (0..4)
+                            (0..n)
                                 .map(|j| row[xs[j] * c + k].to_f64() * ws[j] as f64)
                                 .sum()
                         };
@@ -442,14 +622,14 @@ pub fn resize<T: Pixel>(
                     let b: Vec<i64> = ws.iter().map(|&w| coef(w) as i64).collect();
                     for i in 0..dw * c {
                         let mut acc = 1i64 << 21;
-                        for j in 0..4 {
+                        for j in 0..n {
                             acc += b[j] * h[j][i] as i64;
                         }
                         out[i] = T::from_f64((acc >> 22).clamp(0, 255) as f64);
                     }
                 } else {
                     for i in 0..dw * c {
-                        let v: f64 = (0..4).map(|j| h[j][i] * ws[j] as f64).sum();
+                        let v: f64 = (0..n).map(|j| h[j][i] * ws[j] as f64).sum();
                         out[i] = T::from_f64(v);
                     }
                 }
@@ -457,8 +637,8 @@ pub fn resize<T: Pixel>(
             Ok(())
         }
         other => Err(Error::not_supported(format!(
-            "resize: interpolation {other} is not implemented by mxrt (0: nearest, 1: bilinear \
-             and 2: bicubic are)"
+            "resize: interpolation {other} is not implemented by mxrt (0: nearest, 1: bilinear, \
+             2: bicubic, 3: area and 4: Lanczos are)"
         ))),
     }
 }
@@ -469,8 +649,9 @@ pub const BORDER_CONSTANT: i64 = 0;
 /// forward 2x3 matrix (source to destination, row-major, single precision as MXNet builds it),
 /// inverted in double precision; destination positions map to the source in OpenCV's fixed
 /// point (10 fractional bits, rounded to 1/32 of a pixel for bilinear), and bilinear taps
-/// use OpenCV's 15-bit integer weights. `interp` 0 is nearest, anything else bilinear (the
-/// caller resolves the other methods).
+/// use OpenCV's 15-bit integer weights. `interp` 0 is nearest, 2 bicubic and 4 Lanczos (4x4
+/// and 8x8 taps weighted by OpenCV's 32x32 tables of 15-bit weights), anything else bilinear
+/// (OpenCV warps `INTER_AREA` bilinearly).
 pub fn warp_affine(src: &Image, m: [f32; 6], dh: usize, dw: usize, interp: i64, fill: u8) -> Image {
     let c = src.c;
     let mut inv = m.map(f64::from);
@@ -507,6 +688,16 @@ pub fn warp_affine(src: &Image, m: [f32; 6], dh: usize, dw: usize, interp: i64, 
             fill as i32
         }
     };
+    let ksize = match interp {
+        INTER_CUBIC => 4,
+        INTER_LANCZOS4 => 8,
+        _ => 0,
+    };
+    let wtab = if ksize > 0 {
+        remap_tab(ksize)
+    } else {
+        Vec::new()
+    };
     for y in 0..dh {
         let x0 = round((inv[1] * y as f64 + inv[2]) * AB_SCALE) + round_delta;
         let y0 = round((inv[4] * y as f64 + inv[5]) * AB_SCALE) + round_delta;
@@ -524,6 +715,24 @@ pub fn warp_affine(src: &Image, m: [f32; 6], dh: usize, dw: usize, interp: i64, 
             let xx = (x0 + adelta[x]) >> (AB_BITS - INTER_BITS);
             let yy = (y0 + bdelta[x]) >> (AB_BITS - INTER_BITS);
             let (sx, sy) = (xx >> INTER_BITS, yy >> INTER_BITS);
+            if ksize > 0 {
+                let n = ksize as i64;
+                let (sx, sy) = (sx - (n / 2 - 1), sy - (n / 2 - 1));
+                if sx >= sw || sx + n <= 0 || sy >= sh || sy + n <= 0 {
+                    continue;
+                }
+                let w = &wtab[(((yy & 31) * 32 + (xx & 31)) as usize) * ksize * ksize..];
+                for (k, o) in out.iter_mut().enumerate() {
+                    let mut v = 0i32;
+                    for i in 0..n {
+                        for j in 0..n {
+                            v += px(sx + j, sy + i, k) * w[(i * n + j) as usize] as i32;
+                        }
+                    }
+                    *o = ((v + (1 << 14)) >> 15).clamp(0, 255) as u8;
+                }
+                continue;
+            }
             if sx >= sw || sx + 1 < 0 || sy >= sh || sy + 1 < 0 {
                 continue;
             }
@@ -548,6 +757,149 @@ pub fn warp_affine(src: &Image, m: [f32; 6], dh: usize, dw: usize, interp: i64, 
         w: dw,
         c,
         data,
+    }
+}
+
+/// OpenCV's `initInterTab2D` for fixed point: for each of the 32x32 fractional positions the
+/// `ksize x ksize` weights (products of the 1-D kernel's, rounded to 15 bits), corrected to sum
+/// to 1 << 15 on the largest (or smallest) of the four central weights.
+fn remap_tab(ksize: usize) -> Vec<i16> {
+    let one = 1i32 << 15;
+    let tabs: Vec<Vec<f32>> = (0..32)
+        .map(|i| kernel_weights(ksize, i as f32 * (1.0 / 32.0)))
+        .collect();
+    let mut out = Vec::with_capacity(32 * 32 * ksize * ksize);
+    for i in 0..32 {
+        for j in 0..32 {
+            let mut it = vec![0i32; ksize * ksize];
+            let mut isum = 0;
+            for k1 in 0..ksize {
+                let vy = tabs[i][k1];
+                for k2 in 0..ksize {
+                    let v = vy * tabs[j][k2];
+                    let q = (v * one as f32).round_ties_even().clamp(-32768.0, 32767.0) as i32;
+                    it[k1 * ksize + k2] = q;
+                    isum += q;
+                }
+            }
+            if isum != one {
+                let diff = isum - one;
+                let k = ksize / 2;
+                let (mut mk, mut big) = ((k, k), (k, k));
+                for k1 in k..k + 2 {
+                    for k2 in k..k + 2 {
+                        let v = it[k1 * ksize + k2];
+                        if v < it[mk.0 * ksize + mk.1] {
+                            mk = (k1, k2);
+                        } else if v > it[big.0 * ksize + big.1] {
+                            big = (k1, k2);
+                        }
+                    }
+                }
+                if diff < 0 {
+                    it[big.0 * ksize + big.1] -= diff;
+                } else {
+                    it[mk.0 * ksize + mk.1] -= diff;
+                }
+            }
+            out.extend(it.iter().map(|&v| v as i16));
+        }
+    }
+    out
+}
+
+/// OpenCV's 8-bit `BGR2HLS` of one pixel: hue in `[0, 180)` (degrees halved), lightness and
+/// saturation in `[0, 255]`, through single-precision floats as OpenCV converts.
+pub fn bgr_to_hls(p: [u8; 3]) -> [u8; 3] {
+    let k = 1.0f32 / 255.0;
+    let (b, g, r) = (p[0] as f32 * k, p[1] as f32 * k, p[2] as f32 * k);
+    let (mut vmax, mut vmin) = (r, r);
+    if vmax < g {
+        vmax = g;
+    }
+    if vmax < b {
+        vmax = b;
+    }
+    if vmin > g {
+        vmin = g;
+    }
+    if vmin > b {
+        vmin = b;
+    }
+    let mut diff = vmax - vmin;
+    let l = (vmax + vmin) * 0.5;
+    let (mut h, mut s) = (0f32, 0f32);
+    if diff > f32::EPSILON {
+        s = if l < 0.5 {
+            diff / (vmax + vmin)
+        } else {
+            diff / (2.0 - vmax - vmin)
+        };
+        diff = 60.0 / diff;
+        h = if vmax == r {
+            (g - b) * diff
+        } else if vmax == g {
+            (b - r) * diff + 120.0
+        } else {
+            (r - g) * diff + 240.0
+        };
+        if h < 0.0 {
+            h += 360.0;
+        }
+    }
+    let sat = |v: f32| v.round_ties_even().clamp(0.0, 255.0) as u8;
+    [sat(h * 0.5), sat(l * 255.0), sat(s * 255.0)]
+}
+
+/// OpenCV's 8-bit `HLS2BGR` of one pixel (hue in `[0, 180)`).
+pub fn hls_to_bgr(p: [u8; 3]) -> [u8; 3] {
+    let k = 1.0f32 / 255.0;
+    let (mut h, l, s) = (p[0] as f32, p[1] as f32 * k, p[2] as f32 * k);
+    let (b, g, r) = if s == 0.0 {
+        (l, l, l)
+    } else {
+        const SECTOR: [[usize; 3]; 6] = [
+            [1, 3, 0],
+            [1, 0, 2],
+            [3, 0, 1],
+            [0, 2, 1],
+            [0, 1, 3],
+            [2, 1, 0],
+        ];
+        let p2 = if l <= 0.5 {
+            l * (1.0 + s)
+        } else {
+            l + s - l * s
+        };
+        let p1 = 2.0 * l - p2;
+        h *= 6.0f32 / 180.0;
+        while h < 0.0 {
+            h += 6.0;
+        }
+        while h >= 6.0 {
+            h -= 6.0;
+        }
+        let sector = h.floor() as usize;
+        h -= sector as f32;
+        let tab = [p2, p1, p1 + (p2 - p1) * (1.0 - h), p1 + (p2 - p1) * h];
+        let sd = SECTOR[sector];
+        (tab[sd[0]], tab[sd[1]], tab[sd[2]])
+    };
+    let sat = |v: f32| (v * 255.0).round_ties_even().clamp(0.0, 255.0) as u8;
+    [sat(b), sat(g), sat(r)]
+}
+
+/// MXNet's HSL augmenter on an 8-bit BGR image: to HLS, `(dh, dl, ds)` added to each pixel
+/// (hue clamped to `[0, 180]`, the others to `[0, 255]`), back to BGR.
+pub fn shift_hls(data: &mut [u8], dh: i32, dl: i32, ds: i32) {
+    for p in data.chunks_exact_mut(3) {
+        let hls = bgr_to_hls([p[0], p[1], p[2]]);
+        let moved = [
+            (hls[0] as i32 + dh).clamp(0, 180) as u8,
+            (hls[1] as i32 + dl).clamp(0, 255) as u8,
+            (hls[2] as i32 + ds).clamp(0, 255) as u8,
+        ];
+        p.copy_from_slice(&hls_to_bgr(moved));
     }
 }
 
@@ -612,6 +964,52 @@ mod tests {
         let mut dst = vec![0u8; 3 * 11 * 3];
         resize(&src, 5, 7, 3, &mut dst, 3, 11, INTER_LINEAR).unwrap();
         assert!(dst.iter().all(|&v| v == 77));
+    }
+
+    #[test]
+    fn lanczos_and_remap_weights_sum_to_one() {
+        for i in 0..32 {
+            let w = lanczos_weights(i as f32 / 32.0);
+            assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{w:?}");
+        }
+        assert_eq!(lanczos_weights(0.0)[3], 1.0);
+        for ksize in [4, 8] {
+            let tab = remap_tab(ksize);
+            for cell in tab.chunks_exact(ksize * ksize) {
+                assert_eq!(cell.iter().map(|&v| v as i32).sum::<i32>(), 1 << 15);
+            }
+        }
+    }
+
+    #[test]
+    fn hls_round_trips_grays_and_primaries() {
+        for v in [0u8, 1, 77, 128, 254, 255] {
+            assert_eq!(bgr_to_hls([v, v, v]), [0, v, 0]);
+            assert_eq!(hls_to_bgr([0, v, 0]), [v, v, v]);
+        }
+        // pure red (BGR order): hue 0, lightness 128, full saturation
+        assert_eq!(bgr_to_hls([0, 0, 255]), [0, 128, 255]);
+        assert_eq!(bgr_to_hls([255, 0, 0]), [120, 128, 255]);
+        // back to BGR: lightness 128 of 255 lifts the dark channels to 1, as in OpenCV
+        assert_eq!(hls_to_bgr([0, 128, 255]), [1, 1, 255]);
+        assert_eq!(hls_to_bgr([60, 128, 255]), [1, 255, 1]);
+    }
+
+    #[test]
+    fn area_and_lanczos_keep_a_constant_image() {
+        let src = vec![91u8; 9 * 13 * 3];
+        for (interp, dh, dw) in [
+            (INTER_AREA, 4, 5),
+            (INTER_AREA, 3, 13),
+            (INTER_AREA, 17, 20),
+        ] {
+            let mut dst = vec![0u8; dh * dw * 3];
+            resize(&src, 9, 13, 3, &mut dst, dh, dw, interp).unwrap();
+            assert!(dst.iter().all(|&v| v == 91), "{interp} {dh}x{dw}");
+        }
+        let mut dst = vec![0u8; 20 * 7 * 3];
+        resize(&src, 9, 13, 3, &mut dst, 20, 7, INTER_LANCZOS4).unwrap();
+        assert!(dst.iter().all(|&v| v.abs_diff(91) <= 1));
     }
 
     #[test]

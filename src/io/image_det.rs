@@ -11,8 +11,11 @@
 //! final resize (`resize_mode` force, shrink or fit). A label row is
 //! `[channels, height, width, label length, label..., label_pad_value...]`, `label_pad_width + 4`
 //! wide; `label_pad_width` 0 takes the widest label in the file. Labels come from the record
-//! headers or, with `path_imglist`, from an image list by record id. The HSL and contrast
-//! augmenters and `mean_img` are refused by name.
+//! headers or, with `path_imglist`, from an image list by record id. After the first resize the
+//! colour augmenters run as MXNet's: hue, saturation and illumination offsets (each up to its
+//! `max_random_*`, applied with its `random_*_prob`) in OpenCV's 8-bit HLS, and a contrast
+//! factor `1 + c`. `mean_img` is loaded or computed over the part as for `ImageRecordIter`;
+//! `inter_method` takes OpenCV's five methods and MXNet's 9 and 10.
 
 use super::image_rec::{c_number, cropped, int_in, inter_method, resized_with, unit};
 use super::params::Params;
@@ -63,9 +66,17 @@ pub struct Det {
     samplers: Vec<Sampler>,
     emit_overlap: Option<f32>,
     resize_mode: ResizeMode,
+    /// `max_random_hue`, `max_random_saturation`, `max_random_illumination`.
+    max_hsl: [i64; 3],
+    /// `random_hue_prob`, `random_saturation_prob`, `random_illumination_prob`,
+    /// `random_contrast_prob`.
+    colour_prob: [f32; 4],
+    max_contrast: f32,
     mean: [f32; 4],
     std: [f32; 4],
     scale: f32,
+    /// The mean image (`mean_img`), CHW of `shape`, once loaded or computed.
+    pub mean_img: Option<std::sync::Arc<Vec<f32>>>,
     /// Labels by record id (`path_imglist`).
     pub label_map: Option<std::sync::Arc<std::collections::HashMap<u64, Vec<f32>>>>,
 }
@@ -146,35 +157,10 @@ impl Det {
                  channels)"
             )));
         }
-        for key in [
-            "random_hue_prob",
-            "random_saturation_prob",
-            "random_illumination_prob",
-            "random_contrast_prob",
-        ] {
-            if float(p, key, 0.0)? > 0.0 {
-                return Err(Error::not_supported(format!(
-                    "parameter {key} is not implemented by mxrt (its augmenter is not built)"
-                )));
-            }
-        }
-        for key in ["mean_img"] {
-            if p.get(key).is_some_and(|v| !v.is_empty()) {
-                return Err(Error::not_supported(format!(
-                    "parameter {key} of ImageDetRecordIter is not implemented by mxrt"
-                )));
-            }
-        }
         let interp = p.int("inter_method", Some(1))?;
         if !matches!(interp, 0..=4 | 9 | 10) {
             return Err(Error::invalid(format!(
                 "invalid inter_method: valid value 0,1,2,3,9,10 (got {interp})"
-            )));
-        }
-        if interp == 2 || interp == 3 || interp == 4 {
-            return Err(Error::not_supported(format!(
-                "inter_method {interp} is not implemented by mxrt's ImageDetRecordIter (0: \
-                 nearest, 1: bilinear are)"
             )));
         }
         let n = p.int("num_crop_sampler", Some(1))?;
@@ -286,6 +272,19 @@ impl Det {
             samplers,
             emit_overlap,
             resize_mode,
+            max_hsl: [
+                p.int("max_random_hue", Some(0))?,
+                p.int("max_random_saturation", Some(0))?,
+                p.int("max_random_illumination", Some(0))?,
+            ],
+            colour_prob: [
+                float(p, "random_hue_prob", 0.0)?,
+                float(p, "random_saturation_prob", 0.0)?,
+                float(p, "random_illumination_prob", 0.0)?,
+                float(p, "random_contrast_prob", 0.0)?,
+            ],
+            max_contrast: float(p, "max_random_contrast", 0.0)?,
+            mean_img: None,
             mean: [
                 float(p, "mean_r", 0.0)?,
                 float(p, "mean_g", 0.0)?,
@@ -540,6 +539,37 @@ fn augment(d: &Det, mut res: Image, raw: &[f32], r: &mut ChaCha8Rng) -> Result<(
         res = resize_to(res, h, w, d, r)?;
     }
     let mut label = Label::parse(raw)?;
+    if d.colour_prob.iter().any(|&p| p > 0.0) {
+        let mut off = [0i32; 3];
+        for (o, &m) in off.iter_mut().zip(&d.max_hsl) {
+            *o = (uniform(r, -1.0, 1.0) * m as f32) as i32;
+        }
+        let mut c = uniform(r, -1.0, 1.0) * d.max_contrast;
+        for (o, &p) in off.iter_mut().zip(&d.colour_prob) {
+            if unit(r) >= p {
+                *o = 0;
+            }
+        }
+        if unit(r) >= d.colour_prob[3] {
+            c = 0.0;
+        }
+        let [h, s, l] = off;
+        if h != 0 || s != 0 || l != 0 {
+            if res.c != 3 {
+                return Err(Error::invalid(
+                    "ImageDetRecordIter: the hue, saturation and illumination augmenters need \
+                     3-channel images",
+                ));
+            }
+            img::shift_hls(&mut res.data, h, l, s);
+        }
+        if c.abs() > 1e-3 {
+            let a = c + 1.0;
+            res.data
+                .iter_mut()
+                .for_each(|v| *v = (*v as f32 * a).round_ties_even().clamp(0.0, 255.0) as u8);
+        }
+    }
     if d.mirror_prob > 0.0 && unit(r) < d.mirror_prob {
         for o in &mut label.objects {
             let (l, rt) = (o.v[1], o.v[3]);
@@ -645,20 +675,31 @@ pub fn instance(
             res.h, res.w
         )));
     }
+    // MXNet normalises the whole data_shape canvas (zeros outside a smaller image): the
+    // channel means when any is set, else the mean image, then std and scale
     let any_mean = d.mean.iter().any(|&m| m > 0.0);
-    data.fill(0);
+    let mean_img = if any_mean {
+        None
+    } else {
+        d.mean_img.as_deref()
+    };
     for k in 0..c {
         let src_k = if c == 3 { 2 - k } else { k };
         let mean = if any_mean { d.mean[k] } else { 0.0 };
         let std = d.std[k];
-        for y in 0..res.h {
-            for x in 0..res.w {
-                let mut v = res.data[(y * res.w + x) * c + src_k] as f32 - mean;
+        for y in 0..dh {
+            for x in 0..dw {
+                let px = if y < res.h && x < res.w {
+                    res.data[(y * res.w + x) * c + src_k] as f32
+                } else {
+                    0.0
+                };
+                let at = (k * dh + y) * dw + x;
+                let mut v = px - mean_img.map_or(mean, |m| m[at]);
                 if std > 0.0 {
                     v /= std;
                 }
-                let at = ((k * dh + y) * dw + x) * 4;
-                data[at..at + 4].copy_from_slice(&(v * d.scale).to_le_bytes());
+                data[at * 4..at * 4 + 4].copy_from_slice(&(v * d.scale).to_le_bytes());
             }
         }
     }

@@ -16,8 +16,10 @@
 //! after the resize and before `pad`, as OpenCV's `warpAffine` with a constant border of
 //! `fill_value`. `mean_img` is loaded (an MXNet NDArray file) or computed over the part and
 //! saved; `path_imglist` gives labels by record id. `ImageDetRecordIter` shares this source
-//! with its own augmenter and label rows ([`image_det`](super::image_det)). Parameters for the
-//! HSL augmenters are refused by name.
+//! with its own augmenter and label rows ([`image_det`](super::image_det)). `random_h`,
+//! `random_s` and `random_l` shift hue, saturation and lightness in OpenCV's 8-bit HLS after the
+//! colour jitter; `inter_method` takes OpenCV's five methods (nearest, bilinear, bicubic, area,
+//! Lanczos) and MXNet's 9 and 10, in resizes and in the affine warp.
 
 use super::batch::{BatchLoader, DenseSource};
 use super::params::Params;
@@ -61,6 +63,8 @@ struct Aug {
     contrast: f32,
     saturation: f32,
     pca_noise: f32,
+    /// `random_h`, `random_s`, `random_l`: the HSL augmenter's ranges.
+    random_hls: [i64; 3],
     mirror: bool,
     rand_mirror: bool,
     mean: [f32; 4],
@@ -72,12 +76,6 @@ struct Aug {
     mean_img: Option<std::sync::Arc<Vec<f32>>>,
     /// Labels by record id (`path_imglist`).
     label_map: Option<std::sync::Arc<std::collections::HashMap<u64, Vec<f32>>>>,
-}
-
-fn not_built(key: &str) -> Error {
-    Error::not_supported(format!(
-        "parameter {key} is not implemented by mxrt (its augmenter is not built)"
-    ))
 }
 
 impl Aug {
@@ -94,12 +92,6 @@ impl Aug {
             )));
         }
         let f = |k: &str, d: f64| -> Result<f32> { Ok(float(p, k, d)? as f32) };
-        // augmenters mxrt does not build: refused when asked for
-        for key in ["random_h", "random_s", "random_l"] {
-            if f(key, 0.0)? != 0.0 {
-                return Err(not_built(key));
-            }
-        }
         let random_resized_crop = p.bool("random_resized_crop", false)?;
         let max_aspect = f("max_aspect_ratio", 0.0)?;
         let (min_ratio, max_ratio) = match p.get("min_aspect_ratio") {
@@ -157,13 +149,6 @@ impl Aug {
                  1, 2, 3, 4, 9 or 10)",
             ));
         }
-        if interp == 2 || interp == 4 {
-            return Err(Error::not_supported(format!(
-                "inter_method {interp} ({}) is not implemented by mxrt (0: nearest, 1: bilinear, \
-                 3: area for the affine warp, 9 and 10 where they choose those are)",
-                if interp == 2 { "bicubic" } else { "Lanczos" }
-            )));
-        }
         let fill = p.int("fill_value", Some(255))?;
         let pad = p.int("pad", Some(0))?;
         let label_width = p.int_at_least("label_width", Some(1), 1)? as usize;
@@ -196,6 +181,11 @@ impl Aug {
             contrast: f("contrast", 0.0)?,
             saturation: f("saturation", 0.0)?,
             pca_noise: f("pca_noise", 0.0)?,
+            random_hls: [
+                p.int("random_h", Some(0))?,
+                p.int("random_s", Some(0))?,
+                p.int("random_l", Some(0))?,
+            ],
             mirror: p.bool("mirror", false)?,
             rand_mirror: p.bool("rand_mirror", false)?,
             mean: [
@@ -266,28 +256,15 @@ pub(super) fn inter_method(m: i64, ow: f32, oh: f32, nw: f32, nh: f32, r: &mut C
     }
 }
 
-fn inter_not_built(m: i64, what: &str) -> Error {
-    let name = match m {
-        2 => "bicubic",
-        3 => "area",
-        _ => "Lanczos",
-    };
-    Error::not_supported(format!(
-        "ImageRecordIter: inter_method {m} ({name}) for {what} is not implemented by mxrt"
-    ))
-}
-
 /// A resize with the method MXNet's augmenter resolves.
 fn resized_by(src: &Image, h: usize, w: usize, a: &Aug, r: &mut ChaCha8Rng) -> Result<Image> {
     let m = inter_method(a.interp, src.w as f32, src.h as f32, w as f32, h as f32, r);
     resized_with(src, h, w, m)
 }
 
-/// A resize with a resolved method (nearest and bilinear are built).
+/// A resize with a resolved method (OpenCV's 0 nearest, 1 bilinear, 2 bicubic, 3 area, 4
+/// Lanczos).
 pub(super) fn resized_with(src: &Image, h: usize, w: usize, m: i64) -> Result<Image> {
-    if m > 1 {
-        return Err(inter_not_built(m, "a resize"));
-    }
     resized(src, h, w, m)
 }
 
@@ -322,9 +299,6 @@ fn affine(a: &Aug, res: &Image, r: &mut ChaCha8Rng) -> Result<Image> {
     let ch = m10 * cols + m11 * rows;
     let m = [m00, m01, (nw - cw) / 2.0, m10, m11, (nh - ch) / 2.0];
     let method = inter_method(a.interp, cols, rows, nw, nh, r);
-    if method == 2 || method == 4 {
-        return Err(inter_not_built(method, "the affine warp"));
-    }
     // cv::Size truncates the float sizes
     let (w, h) = (nw as i64, nh as i64);
     if w <= 0 || h <= 0 || w as usize > img::MAX_SIDE || h as usize > img::MAX_SIDE {
@@ -538,6 +512,22 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
                 _ => {}
             }
         }
+    }
+    if a.random_hls.iter().any(|&v| v != 0) {
+        // (1 + 4) uniforms over 5: a rough bell over [0, 1) that keeps extreme offsets rare
+        let mut off = [0i32; 3];
+        for (o, &range) in off.iter_mut().zip(&a.random_hls) {
+            let x = (unit(r) + 4.0 * unit(r)) / 5.0;
+            *o = (x * range as f32 * 2.0 - range as f32) as i32;
+        }
+        if res.c != 3 {
+            return Err(Error::invalid(
+                "ImageRecordIter: random_h, random_s and random_l need 3-channel images",
+            ));
+        }
+        // drawn as hue, saturation, lightness; HLS pixels take them as hue, lightness, saturation
+        let [h, s, l] = off;
+        img::shift_hls(&mut res.data, h, l, s);
     }
     if a.pca_noise > 0.0 && res.c == 3 {
         const EIG: [[f32; 3]; 3] = [
@@ -924,7 +914,11 @@ impl ImageRecordSource {
         s.start_epoch()?;
         let mean_img = p.string("mean_img", Some(""))?;
         if !mean_img.is_empty() && dtype != DType::U8 {
-            s.aug.mean_img = Some(std::sync::Arc::new(s.mean_image(&mean_img)?));
+            let m = std::sync::Arc::new(s.mean_image(&mean_img)?);
+            match &mut s.det {
+                Some(det) => std::sync::Arc::make_mut(det).mean_img = Some(m),
+                None => s.aug.mean_img = Some(m),
+            }
             s.start_epoch()?;
         }
         Ok(s)

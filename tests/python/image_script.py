@@ -80,6 +80,9 @@ def ops(d):
         out[f"imresize_{w}_{h}"] = mx.image.imresize(img, w, h).asnumpy()
         out[f"imresize_nn_{w}_{h}"] = mx.image.imresize(img, w, h, interp=0).asnumpy()
         out[f"imresize_f32_{w}_{h}"] = mx.image.imresize(img.astype("float32"), w, h).asnumpy()
+        # OpenCV's area (3) and Lanczos (4) methods
+        out[f"imresize_area_{w}_{h}"] = mx.image.imresize(img, w, h, interp=3).asnumpy()
+        out[f"imresize_lanczos_{w}_{h}"] = mx.image.imresize(img, w, h, interp=4).asnumpy()
     out["resize_short"] = mx.image.resize_short(img, 30, interp=1).asnumpy()
     out["center_crop"] = mx.image.center_crop(img, (20, 16), interp=1)[0].asnumpy()
     out["fixed_crop"] = mx.image.fixed_crop(img, 3, 4, 20, 22, size=(16, 16), interp=1).asnumpy()

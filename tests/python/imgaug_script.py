@@ -8,6 +8,10 @@ compares).
   imgaug_script.py lists DIR    mean_img (computed and saved, then loaded), path_imglist labels,
                                 path_imgidx; arrays to DIR/lists.npz
   imgaug_script.py det DIR      ImageDetRecordIter on DIR/det.rec; arrays to DIR/det.npz
+  imgaug_script.py colour DIR   the HSL augmenters (random_h/s/l; the detection iterator's hue,
+                                saturation, illumination and contrast), inter_method 2, 3 and 4
+                                in resizes and warps, and the detection iterator's mean image;
+                                arrays to DIR/colour.npz, statistics of random draws to stdout
 """
 import json
 import os
@@ -288,6 +292,108 @@ def det(d):
     return facts
 
 
+def per_image_change(base, data):
+    """Per image: the mean pixel change from `base` and the mean absolute change."""
+    diff = data.astype(np.float64) - base.astype(np.float64)
+    return diff.mean(axis=(1, 2, 3)), np.abs(diff).mean(axis=(1, 2, 3))
+
+
+def summary(values):
+    v = np.asarray(values, dtype=np.float64)
+    return dict(mean=float(v.mean()), std=float(v.std()), n=int(v.size),
+                zero=float((np.abs(v) < 1e-6).mean()))
+
+
+def colour(d):
+    rec = os.path.join(d, "col.rec")
+    # sizes with whole-number shrink factors (area's block average) and others
+    sizes = [(24, 20), (20, 28), (17, 23), (32, 32), (21, 19), (26, 22)]
+    write_rec(rec, sizes)
+    out, facts = {}, {}
+    common = dict(path_imgrec=rec, batch_size=3, preprocess_threads=2)
+    runs = {
+        # random_h/s/l of 1 draw offsets of 0: the HLS round trip alone
+        "hls_round_trip": dict(data_shape=(3, 16, 16), random_h=1, random_s=1, random_l=1),
+        "cubic_resize": dict(data_shape=(3, 16, 16), resize=18, inter_method=2),
+        "cubic_grow": dict(data_shape=(3, 30, 30), inter_method=2),
+        "lanczos_resize": dict(data_shape=(3, 16, 16), resize=18, inter_method=4),
+        "lanczos_grow": dict(data_shape=(3, 30, 30), inter_method=4),
+        "area_shrink": dict(data_shape=(3, 12, 12), resize=13, inter_method=3),
+        "area_quarter": dict(data_shape=(3, 8, 8), resize=8, inter_method=3),
+        "area_grow": dict(data_shape=(3, 30, 30), inter_method=3),
+        "auto_grow": dict(data_shape=(3, 30, 30), inter_method=9),
+        "cubic_affine": dict(data_shape=(3, 16, 16), rotate=30, inter_method=2),
+        "lanczos_affine": dict(data_shape=(3, 16, 16), rotate=50, fill_value=40, inter_method=4),
+        "lanczos_scale": dict(data_shape=(3, 14, 14), min_random_scale=0.8, max_random_scale=0.8,
+                              inter_method=4),
+        "cubic_crop": dict(data_shape=(3, 12, 12), max_crop_size=15, min_crop_size=15,
+                           inter_method=2),
+    }
+    for k, kw in runs.items():
+        args = dict(common)
+        args.update(kw)
+        ep = first_epoch(mx.io.ImageRecordIter(**args))
+        facts[k] = [(l.tolist(), p) for (_, l, p) in ep]
+        for b, (data, _, _) in enumerate(ep):
+            out[f"{k}_{b}"] = data
+    # random HSL offsets on 64 images: per image the mean and mean absolute change
+    many = os.path.join(d, "many.rec")
+    write_rec(many, [(20, 20)] * 64)
+    shape = dict(path_imgrec=many, data_shape=(3, 20, 20), batch_size=16, seed=5)
+    base = np.concatenate([x for (x, _, _) in first_epoch(mx.io.ImageRecordIter(**shape))])
+    stats = {}
+    for k, kw in {"l": dict(random_l=60), "s": dict(random_s=80), "h": dict(random_h=40)}.items():
+        data = np.concatenate([x for (x, _, _) in first_epoch(mx.io.ImageRecordIter(**shape, **kw))])
+        mean, mad = per_image_change(base, data)
+        stats[k] = dict(mean=summary(mean), mad=summary(mad))
+    # the detection iterator's colour augmenters
+    many_det = os.path.join(d, "many_det.rec")
+    w = recordio.MXRecordIO(many_det, "w")
+    for i in range(64):
+        lab = det_label([(1, 0.1, 0.2, 0.6, 0.7)])
+        w.write(recordio.pack(recordio.IRHeader(0, lab, i, 0), png_bytes(picture(20, 20, 30 + i))))
+    w.close()
+    dshape = dict(path_imgrec=many_det, data_shape=(3, 20, 20), batch_size=16, seed=5)
+    dbase = np.concatenate([b.data[0].asnumpy() for b in mx.io.ImageDetRecordIter(**dshape)])
+    for k, kw in {
+        "det_illumination": dict(max_random_illumination=50, random_illumination_prob=1.0),
+        "det_saturation": dict(max_random_saturation=80, random_saturation_prob=1.0),
+        "det_hue_half": dict(max_random_hue=30, random_hue_prob=0.5),
+        "det_contrast": dict(max_random_contrast=0.4, random_contrast_prob=1.0),
+    }.items():
+        data = np.concatenate([b.data[0].asnumpy()
+                               for b in mx.io.ImageDetRecordIter(**dshape, **kw)])
+        mean, mad = per_image_change(dbase, data)
+        ratio = data.mean(axis=(1, 2, 3)) / dbase.mean(axis=(1, 2, 3))
+        stats[k] = dict(mean=summary(mean), mad=summary(mad), ratio=summary(ratio))
+    facts["random"] = stats
+    # the detection iterator's mean image: computed and saved, then loaded; and gray with HSL
+    det = os.path.join(d, "det.rec")
+    w = recordio.MXRecordIO(det, "w")
+    for i, (h, wd) in enumerate(sizes):
+        lab = det_label([(1, 0.1, 0.2, 0.6, 0.7)])
+        w.write(recordio.pack(recordio.IRHeader(0, lab, i, 0), png_bytes(picture(h, wd, 50 + i))))
+    w.close()
+    mean = os.path.join(d, "det_mean.nd")
+    dcommon = dict(path_imgrec=det, data_shape=(3, 16, 16), batch_size=3, preprocess_threads=2)
+    ep = first_epoch(mx.io.ImageDetRecordIter(mean_img=mean, scale=0.5, **dcommon))
+    out["det_mean_saved"] = mx.nd.load(mean)["mean_img"].asnumpy()
+    for b, (data, _, _) in enumerate(ep):
+        out[f"det_mean_computed_{b}"] = data
+    ep = first_epoch(mx.io.ImageDetRecordIter(mean_img=mean, std_r=2, std_g=3, std_b=4,
+                                              **dcommon))
+    for b, (data, _, _) in enumerate(ep):
+        out[f"det_mean_loaded_{b}"] = data
+    for k, kw in {"det_cubic": dict(inter_method=2), "det_lanczos": dict(inter_method=4),
+                  "det_area": dict(inter_method=3, data_shape=(3, 10, 10))}.items():
+        args = dict(dcommon)
+        args.update(kw)
+        for b, (data, _, _) in enumerate(first_epoch(mx.io.ImageDetRecordIter(**args))):
+            out[f"{k}_{b}"] = data
+    np.savez(os.path.join(d, "colour.npz"), **out)
+    return facts
+
+
 if __name__ == "__main__":
     mode, d = sys.argv[1], sys.argv[2]
-    print(json.dumps({"affine": affine, "lists": lists, "det": det}[mode](d)))
+    print(json.dumps({"affine": affine, "lists": lists, "det": det, "colour": colour}[mode](d)))

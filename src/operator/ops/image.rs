@@ -255,10 +255,10 @@ fn cv_resize(call: &Call<'_>) -> Result<Plan> {
         );
     }
     check_resize_dtype(call, x.dtype)?;
-    if !(img::INTER_NEAREST..=img::INTER_CUBIC).contains(&interp) {
+    if !(img::INTER_NEAREST..=img::INTER_LANCZOS4).contains(&interp) {
         return Err(Error::not_supported(format!(
-            "operator {}: interpolation {interp} is not implemented by mxrt (0: nearest, 1: bilinear \
-             and 2: bicubic are)",
+            "operator {}: interpolation {interp} is not implemented by mxrt (0: nearest, 1: bilinear, \
+             2: bicubic, 3: area and 4: Lanczos are)",
             call.name
         )));
     }
@@ -562,10 +562,10 @@ fn image_resize(call: &Call<'_>) -> Result<Plan> {
     let (n, h, w, c) = nhwc(call, x, true)?;
     let (dh, dw, interp) = resize_size(call, h, w)?;
     check_resize_dtype(call, x.dtype)?;
-    if !(img::INTER_NEAREST..=img::INTER_CUBIC).contains(&interp) {
+    if !(img::INTER_NEAREST..=img::INTER_LANCZOS4).contains(&interp) {
         return Err(Error::not_supported(format!(
-            "operator {}: interpolation {interp} is not implemented by mxrt (0: nearest, 1: bilinear \
-             and 2: bicubic are)",
+            "operator {}: interpolation {interp} is not implemented by mxrt (0: nearest, 1: bilinear, \
+             2: bicubic, 3: area and 4: Lanczos are)",
             call.name
         )));
     }
