@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 mod fast;
+mod fuse;
 
 /// Called after each op of a monitored run with `<node>_<output>` (or, for inputs, the input's
 /// name), the op's name and the array.
