@@ -3,10 +3,13 @@
 
 - a hybridized MLP training step (784-512-512-10, relu, batch 128, SoftmaxCrossEntropyLoss,
   autograd.record/backward, Trainer(sgd)) with static_alloc and static_shape;
-- calls of a CachedOp of a 20-op graph of small ops (a chain of elementwise ops on 16 floats).
+- calls of a CachedOp of a 20-op graph of small ops (a chain of elementwise ops on 16 floats);
+- calls of a hybridized Gluon block of 10 elementwise ops on 4 M float32 (mxrt fuses them into
+  one pass over memory).
 
 Each figure is the median of MXBENCH_REPEATS timed runs; the step checks that the loss falls,
-the CachedOp that its result equals the same ops run one by one.
+the CachedOp that its result equals the same ops run one by one, the elementwise block its
+result against numpy.
 
 Prints mxbench's result lines: name, value, unit, check, note (tab-separated).
 """
@@ -91,4 +94,40 @@ for _ in range(repeats):
     rates.append(n / (time.perf_counter() - t0))
 print(f"python.cachedop_20_small_ops\t{statistics.median(rates):.4g}\tcalls/s\t{ccheck}\t"
       "20 elementwise ops on 16 floats")
+
+# a hybridized block of 10 elementwise ops on 4 M floats
+
+
+class Elementwise(gluon.HybridBlock):
+    def hybrid_forward(self, F, x):
+        h = F.relu(x * 2 + 1)
+        h = F.sigmoid(h - 0.5) * 3
+        h = F.tanh(h)
+        h = F.clip(F.exp(h), 0.5, 2.5)
+        return h / 4
+
+
+block = Elementwise()
+block.hybridize(static_alloc=True, static_shape=True)
+xe_np = rng.uniform(-2, 2, 4 << 20).astype(np.float32)
+xe = nd.array(xe_np)
+w = np.maximum(xe_np.astype(np.float64) * 2 + 1, 0)
+w = np.clip(np.exp(np.tanh(1 / (1 + np.exp(-(w - 0.5))) * 3)), 0.5, 2.5) / 4
+got = block(xe).asnumpy()
+echeck = "ok" if np.allclose(got, w, rtol=1e-5, atol=1e-6) else "FAIL: result differs from numpy"
+if echeck != "ok":
+    status = 1
+for _ in range(3):
+    block(xe)
+nd.waitall()
+n = 20
+rates = []
+for _ in range(repeats):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        block(xe)
+    nd.waitall()
+    rates.append(n / (time.perf_counter() - t0))
+print(f"python.hybrid_elementwise_10_ops\t{statistics.median(rates):.4g}\tcalls/s\t{echeck}\t"
+      "10 elementwise ops on 4 M float32, static_alloc")
 sys.exit(status)

@@ -210,7 +210,8 @@ for round in $(seq 1 "$rounds"); do
         MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" OMP_NUM_THREADS="$nt" \
           timeout "${MXBENCH_TIMEOUT:-600}" "$venv_python" bench/python_rnn.py >> "$raw" 2>> "$raw.stderr" || prc=$?
         [ "$prc" -eq 0 ] || { log "${names[$i]} nt=$nt: bench/python_rnn.py exit $prc"; status=1; }
-        # symbolic execution: a hybridized MLP step, CachedOp calls (bench/python_cachedop.py)
+        # symbolic execution: a hybridized MLP step, CachedOp calls, a fused elementwise block
+        # (bench/python_cachedop.py)
         prc=0
         MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" timeout "${MXBENCH_TIMEOUT:-600}" \
           "$venv_python" bench/python_cachedop.py >> "$raw" 2>> "$raw.stderr" || prc=$?

@@ -89,11 +89,33 @@ fn parts(n: usize, cost: usize, threads: usize) -> usize {
     threads.min(n).min(work / (MIN_PARALLEL_ELEMS / 2)).max(1)
 }
 
+thread_local! {
+    /// Set while this thread runs work that is already one part of a split ([`serial`]).
+    static SERIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the parallel loops it calls ([`for_ranges`], [`for_chunks_mut`]) kept on this
+/// thread: for work that is itself one part of a split over the pool (a fused kernel's blocks).
+pub fn serial<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _reset = Reset(SERIAL.with(|s| s.replace(true)));
+    f()
+}
+
+fn in_serial() -> bool {
+    SERIAL.with(std::cell::Cell::get)
+}
+
 /// Calls `f(start, end)` over disjoint ranges covering `0..n`, in parallel when `n` elements of
 /// work are worth it (`cost` scales the threshold: 1 for a simple map, more for costly ones).
 pub fn for_ranges(n: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
     let threads = max_threads();
-    if threads <= 1 || n.saturating_mul(cost.max(1)) < MIN_PARALLEL_ELEMS {
+    if threads <= 1 || n.saturating_mul(cost.max(1)) < MIN_PARALLEL_ELEMS || in_serial() {
         f(0, n);
         return;
     }
@@ -119,7 +141,7 @@ pub fn for_chunks_mut<T: Send>(out: &mut [T], cost: usize, f: impl Fn(usize, &mu
     use rayon::prelude::*;
     let n = out.len();
     let threads = max_threads();
-    if threads <= 1 || n.saturating_mul(cost.max(1)) < MIN_PARALLEL_ELEMS {
+    if threads <= 1 || n.saturating_mul(cost.max(1)) < MIN_PARALLEL_ELEMS || in_serial() {
         f(0, out);
         return;
     }

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 mod fast;
 pub mod plan;
+mod fuse;
 
 /// Called after each op of a monitored run with `<node>_<output>` (or, for inputs, the input's
 /// name), the op's name and the array.

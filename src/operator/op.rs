@@ -82,6 +82,11 @@ pub enum Aliasing {
 /// What runs inside the engine op.
 pub type Kernel = Box<dyn FnOnce(&mut KernelArgs<'_>) -> Result<()> + Send>;
 
+/// An elementwise map that may run on any matching part of its tensors (see [`Plan::map`]): given
+/// inputs and outputs of one length, it sets element `i` of each output from element `i` of the
+/// inputs only. Graph fusion runs it block by block on slices of the arrays.
+pub type BlockKernel = Arc<dyn Fn(&[Tensor], &[Tensor]) + Send + Sync>;
+
 /// The arrays and resource a kernel gets.
 pub struct KernelArgs<'a> {
     pub inputs: &'a [Tensor],
@@ -112,6 +117,8 @@ pub struct Plan {
     /// Instead of `kernel`: the op pushes its own engine work (`Custom`, whose Python callbacks
     /// run outside the engine's workers). Runs after the outputs are allocated.
     pub launch: Option<Launch>,
+    /// The kernel as a reusable elementwise map over slices, when it is one ([`Plan::map`]).
+    pub block: Option<BlockKernel>,
 }
 
 /// An op's work on GPU arrays. Every variant runs on the device (or copies between devices):
@@ -152,7 +159,26 @@ impl Plan {
             visible: None,
             state: None,
             launch: None,
+            block: None,
         }
+    }
+
+    /// An elementwise plan whose kernel is the map `f` over whole tensors. `f` must compute
+    /// element `i` of every output from element `i` of the inputs alone (all of one length), so
+    /// it also runs on slices of them (it is kept as [`Plan::block`] for fusion).
+    pub fn map(
+        outputs: Vec<TensorDesc>,
+        f: impl Fn(&[Tensor], &[Tensor]) + Send + Sync + 'static,
+    ) -> Plan {
+        let f: BlockKernel = Arc::new(f);
+        let whole = f.clone();
+        let mut plan = Plan::new(outputs, move |k| {
+            whole(k.inputs, k.outputs);
+            Ok(())
+        })
+        .elementwise();
+        plan.block = Some(f);
+        plan
     }
 
     /// Only the first `n` outputs are visible; the rest are hidden (see [`Plan::visible`]).

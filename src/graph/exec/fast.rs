@@ -18,6 +18,7 @@
 //! it, as an op of the per-op path would.
 
 use super::plan::{self, PlanGraph, PlanNode};
+use super::fuse;
 use super::{GraphRunner, Step};
 use crate::context::Context;
 use crate::engine::{Engine, PushArgs, Var};
@@ -36,7 +37,7 @@ use std::sync::Arc;
 
 /// Where a value lives during a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Loc {
+pub(super) enum Loc {
     /// Graph input `i`.
     In(usize),
     /// Graph output `k` (a new array).
@@ -46,14 +47,19 @@ enum Loc {
 }
 
 /// One op node, planned for one signature.
-struct FastStep {
+pub(super) struct FastStep {
     def: &'static OpDef,
     params: Vec<(String, String)>,
-    in_descs: Vec<TensorDesc>,
-    inputs: SmallVec<[Loc; 4]>,
+    pub(super) in_descs: Vec<TensorDesc>,
+    pub(super) inputs: SmallVec<[Loc; 4]>,
     /// Where each of the op's outputs (hidden ones included) goes.
-    outputs: SmallVec<[Loc; 4]>,
-    out_descs: Vec<TensorDesc>,
+    pub(super) outputs: SmallVec<[Loc; 4]>,
+    pub(super) out_descs: Vec<TensorDesc>,
+    /// The node's position in the graph, and its inputs' (node, output) pairs.
+    pub(super) node: usize,
+    pub(super) in_values: Vec<(usize, usize)>,
+    /// Whether the kernel is an elementwise map that may run on slices (fusion).
+    pub(super) fusable: bool,
 }
 
 /// Scratch memory, aligned for every dtype.
@@ -68,6 +74,8 @@ pub(super) struct Compiled {
     ctx: Context,
     training: bool,
     steps: Vec<FastStep>,
+    /// Runs of elementwise steps that run fused (in step order).
+    groups: Vec<fuse::Group>,
     /// The graph outputs' descriptions.
     out_descs: Vec<TensorDesc>,
     /// Graph outputs that are copies (of a graph input, or of an output listed earlier).
@@ -287,6 +295,9 @@ fn compile(
             inputs: in_locs,
             outputs: out_locs,
             out_descs: plan.outputs,
+            node: s,
+            in_values: op.inputs.clone(),
+            fusable: plan.block.is_some(),
         });
     }
     // scratch values into the planned buffers (in place where the plan says so)
@@ -300,7 +311,41 @@ fn compile(
         step.inputs.iter_mut().for_each(place);
         step.outputs.iter_mut().for_each(place);
     }
-    let tmp_bytes = mem.slot_bytes;
+    let mut tmp_bytes = mem.slot_bytes;
+    let groups = if fuse::enabled() {
+        fuse::find_groups(&steps, &runner.outputs)
+    } else {
+        Vec::new()
+    };
+    // scratch buffers that only values kept in a group's block buffers were given are not needed
+    let mut used = vec![false; tmp_bytes.len()];
+    for (i, step) in steps.iter().enumerate() {
+        let group = groups.iter().find(|g| (g.first..g.end()).contains(&i));
+        let locs: Vec<Loc> = match group {
+            Some(g) => {
+                let op = &g.ops[i - g.first];
+                op.inputs
+                    .iter()
+                    .chain([&op.output])
+                    .filter_map(|s| match s {
+                        fuse::Src::Ext(l) => Some(*l),
+                        fuse::Src::Slot(_) => None,
+                    })
+                    .collect()
+            }
+            None => step.inputs.iter().chain(&step.outputs).copied().collect(),
+        };
+        for l in locs {
+            if let Loc::Tmp(t) = l {
+                used[t] = true;
+            }
+        }
+    }
+    for (t, u) in used.into_iter().enumerate() {
+        if !u {
+            tmp_bytes[t] = 0;
+        }
+    }
     // graph outputs that are copies or inputs take their source's description
     for &(i, k) in &aliases {
         out_descs[k] = Some(descs[i].clone());
@@ -316,6 +361,7 @@ fn compile(
         ctx,
         training,
         steps,
+        groups,
         out_descs: out_descs.into_iter().collect::<Option<Vec<_>>>()?,
         copies,
         aliases,
@@ -425,6 +471,31 @@ impl Compiled {
         result
     }
 
+    /// Plans a step again (planning makes its kernel).
+    fn plan_step(&self, step: &FastStep) -> Result<crate::operator::op::Plan> {
+        let name = step.def.name;
+        let pairs = step
+            .params
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let fail = |e: Error| Error::invalid(format!("operator {name}: {e}"));
+        let params = Params::new(name, pairs).map_err(fail)?;
+        step.def
+            .forward
+            .plan(&Call {
+                name,
+                inputs: &step.in_descs,
+                params: &params,
+                given_outputs: None,
+                input_ctx: (!step.inputs.is_empty()).then_some(self.ctx),
+                training: self.training,
+                state: None,
+                input_values: None,
+            })
+            .map_err(fail)
+    }
+
     fn run_steps(&self, ins: &[*mut u8], outs: &[*mut u8], bufs: &mut Buffers) -> Result<()> {
         let tmp: Vec<*mut u8> = bufs
             .iter_mut()
@@ -441,29 +512,29 @@ impl Compiled {
             }
         };
         let nbytes = |d: &TensorDesc| d.size() * d.dtype.size();
-        for step in &self.steps {
+        let mut groups = self.groups.iter().peekable();
+        let mut next = 0;
+        while next < self.steps.len() {
+            if let Some(g) = groups.next_if(|g| g.first == next) {
+                let mut kernels = Vec::with_capacity(g.ops.len());
+                for step in &self.steps[g.first..g.end()] {
+                    let plan = self.plan_step(step)?;
+                    kernels.push(plan.block.ok_or_else(|| {
+                        Error::invalid(format!("operator {}: not an elementwise map", step.def.name))
+                    })?);
+                }
+                // SAFETY: the group's locations are the run's inputs, outputs and scratch
+                // buffers, live and sized for their values (as for the unfused steps below), and
+                // the group was planned on the same step list.
+                unsafe { g.run(&kernels, |l| addr(l, 1)) };
+                next = g.end();
+                continue;
+            }
+            let step = &self.steps[next];
+            next += 1;
             let name = step.def.name;
-            let pairs = step
-                .params
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
             let fail = |e: Error| Error::invalid(format!("operator {name}: {e}"));
-            let params = Params::new(name, pairs).map_err(fail)?;
-            let plan = step
-                .def
-                .forward
-                .plan(&Call {
-                    name,
-                    inputs: &step.in_descs,
-                    params: &params,
-                    given_outputs: None,
-                    input_ctx: (!step.inputs.is_empty()).then_some(self.ctx),
-                    training: self.training,
-                    state: None,
-                    input_values: None,
-                })
-                .map_err(fail)?;
+            let plan = self.plan_step(step)?;
             // SAFETY (both maps): each address is a live array or scratch buffer of at least the
             // described bytes (inputs and outputs kept alive by the engine op, scratch buffers by
             // `bufs`), aligned for its dtype; the engine op reads the inputs' variables and writes

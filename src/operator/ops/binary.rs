@@ -208,11 +208,9 @@ fn plan_same<B: Binary>(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     let dtype = ins[0].dtype;
-    Ok(Plan::new(vec![ins[0].clone()], move |k| {
-        apply_same::<B>(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype);
-        Ok(())
-    })
-    .elementwise())
+    Ok(Plan::map(vec![ins[0].clone()], move |i, o| {
+        apply_same::<B>(&i[0], &i[1], &o[0], dtype)
+    }))
 }
 
 fn plan_broadcast<B: Binary>(call: &Call<'_>) -> Result<Plan> {
@@ -244,11 +242,9 @@ fn plan_scalar<B: Binary>(call: &Call<'_>, reversed: bool) -> Result<Plan> {
     call.params
         .or("is_int", param::boolean, "a boolean", true)?;
     let dtype = x.dtype;
-    Ok(Plan::new(vec![x], move |k| {
-        scalar::<B>(&k.inputs[0], &k.outputs[0], dtype, s, reversed);
-        Ok(())
-    })
-    .elementwise())
+    Ok(Plan::map(vec![x], move |i, o| {
+        scalar::<B>(&i[0], &o[0], dtype, s, reversed)
+    }))
 }
 
 /// `out = B(x, s)` or `B(s, x)` over one dtype (`out` may be `x`).

@@ -95,11 +95,7 @@ fn activation(call: &Call<'_>) -> Result<Plan> {
             )));
         }
     };
-    Ok(Plan::new(vec![x], move |k| {
-        f(&k.inputs[0], &k.outputs[0], dtype);
-        Ok(())
-    })
-    .elementwise())
+    Ok(Plan::map(vec![x], move |i, o| f(&i[0], &o[0], dtype)))
 }
 
 /// Runs `f` in the compute type of a float dtype over an elementwise input/output pair.
@@ -327,8 +323,8 @@ fn clip(call: &Call<'_>) -> Result<Plan> {
     let lo = call.params.required("a_min", param::float, "a number")?;
     let hi = call.params.required("a_max", param::float, "a number")?;
     let dtype = x.dtype;
-    Ok(Plan::new(vec![x], move |k| {
-        let (xi, yo) = (&k.inputs[0], &k.outputs[0]);
+    Ok(Plan::map(vec![x], move |i, o| {
+        let (xi, yo) = (&i[0], &o[0]);
         let n = xi.len();
         match dtype {
             // SAFETY: both hold `n` f32; `yo` may be exactly `xi`.
@@ -352,9 +348,7 @@ fn clip(call: &Call<'_>) -> Result<Plan> {
                 }) }
             }),
         }
-        Ok(())
-    })
-    .elementwise())
+    }))
 }
 
 /// `add_n`: the sum of any number of same-shape arrays.

@@ -29,11 +29,7 @@ pub fn c<R: Real>(v: f64) -> R {
 fn plan<M: Math>(call: &Call<'_>) -> Result<Plan> {
     let x = inputs(call, 1)?[0].clone();
     let dtype = x.dtype;
-    Ok(Plan::new(vec![x], move |k| {
-        apply::<M>(&k.inputs[0], &k.outputs[0], dtype);
-        Ok(())
-    })
-    .elementwise())
+    Ok(Plan::map(vec![x], move |i, o| apply::<M>(&i[0], &o[0], dtype)))
 }
 
 /// `y = M(x)` over two tensors of one dtype (`y` may be `x`).
@@ -184,11 +180,9 @@ fn plan_times<M: Math>(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     let dtype = a.dtype;
-    Ok(Plan::new(vec![a.clone()], move |k| {
-        apply_times::<M>(&k.inputs[0], &k.inputs[1], &k.outputs[0], dtype);
-        Ok(())
-    })
-    .elementwise())
+    Ok(Plan::map(vec![a.clone()], move |i, o| {
+        apply_times::<M>(&i[0], &i[1], &o[0], dtype)
+    }))
 }
 
 /// `out = a * M(v)` over three tensors of one dtype (`out` may be `a` or `v`): float32 and
