@@ -19,6 +19,7 @@ pub mod pool;
 pub mod real;
 pub mod rnn;
 pub mod strided;
+pub mod winograd;
 
 pub use element::{Bool, Element};
 pub use real::Real;
