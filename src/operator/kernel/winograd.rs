@@ -182,6 +182,41 @@ fn gather<const R: usize, const C: usize>(
     }
 }
 
+/// The offsets of the `R × C` patches of `lanes` in channel 0 of their images (`ch` channels of
+/// `h × w`) when every lane has a patch inside the plane: then rows of lanes load without checks.
+fn inside_bases<const R: usize, const C: usize>(
+    lanes: &Lanes,
+    ch: usize,
+    h: usize,
+    w: usize,
+) -> Option<[usize; L]> {
+    let mut base = [0usize; L];
+    for (b, lane) in base.iter_mut().zip(lanes) {
+        let (n, y0, x0) = (*lane)?;
+        if y0 < 0 || x0 < 0 || y0 as usize + R > h || x0 as usize + C > w {
+            return None;
+        }
+        *b = n * ch * h * w + y0 as usize * w + x0 as usize;
+    }
+    Some(base)
+}
+
+/// Row `i` (`C` values) of every lane's patch in channel `c`, at offsets `base` (from
+/// [`inside_bases`], which checked that they lie inside `src`).
+#[inline(always)]
+fn load_row<const C: usize>(src: &[f32], base: &[usize; L], at: usize) -> [[f32; L]; C] {
+    let last = base.iter().max().copied().unwrap_or(0) + at + C;
+    assert!(last <= src.len());
+    let mut row = [[0.0f32; L]; C];
+    for (j, r) in row.iter_mut().enumerate() {
+        for (l, v) in r.iter_mut().enumerate() {
+            // SAFETY: base[l] + at + j < last <= src.len() (asserted above).
+            *v = unsafe { *src.get_unchecked(base[l] + at + j) };
+        }
+    }
+    row
+}
+
 /// `V[p][c][lane]` (rows of `stride` tiles from `off`) for the 16 tiles of `lanes`, every
 /// channel.
 #[inline(always)]
@@ -193,20 +228,26 @@ fn input_transform_body(
     stride: usize,
     off: usize,
 ) {
+    let hw = s.ih * s.iw;
+    let inside = inside_bases::<6, 6>(lanes, s.ci, s.ih, s.iw);
     let mut d = [[[0.0f32; L]; 6]; 6];
     for c in 0..s.ci {
-        gather::<6, 6>(x, s.ci, c, s.ih, s.iw, lanes, &mut d);
-        // columns: Bᵀ d, then rows: (Bᵀ d) B
+        // rows: t = d B
         let mut t = [[[0.0f32; L]; 6]; 6];
-        for j in 0..6 {
-            let col = bt([d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]]);
-            for i in 0..6 {
-                t[i][j] = col[i];
+        if let Some(base) = &inside {
+            for (i, ti) in t.iter_mut().enumerate() {
+                *ti = bt(load_row::<6>(x, base, c * hw + i * s.iw));
+            }
+        } else {
+            gather::<6, 6>(x, s.ci, c, s.ih, s.iw, lanes, &mut d);
+            for (ti, di) in t.iter_mut().zip(&d) {
+                *ti = bt(*di);
             }
         }
-        for (i, row) in t.iter().enumerate() {
-            let r = bt(*row);
-            for (k, vals) in r.iter().enumerate() {
+        // columns: Bᵀ t
+        for k in 0..6 {
+            let col = bt([t[0][k], t[1][k], t[2][k], t[3][k], t[4][k], t[5][k]]);
+            for (i, vals) in col.iter().enumerate() {
                 let p = i * 6 + k;
                 v[(p * s.ci + c) * stride + off..][..L].copy_from_slice(vals);
             }
@@ -273,19 +314,26 @@ fn grad_transform_body(
     stride: usize,
     off: usize,
 ) {
+    let ohw = s.oh * s.ow;
+    let inside = inside_bases::<4, 4>(lanes, s.co, s.oh, s.ow);
     let mut d = [[[0.0f32; L]; 4]; 4];
     for o in 0..s.co {
-        gather::<4, 4>(dy, s.co, o, s.oh, s.ow, lanes, &mut d);
-        let mut t = [[[0.0f32; L]; 4]; 6];
-        for j in 0..4 {
-            let col = a_adj([d[0][j], d[1][j], d[2][j], d[3][j]]);
-            for i in 0..6 {
-                t[i][j] = col[i];
+        // rows: t = dY Aᵀ
+        let mut t = [[[0.0f32; L]; 6]; 4];
+        if let Some(base) = &inside {
+            for (i, ti) in t.iter_mut().enumerate() {
+                *ti = a_adj(load_row::<4>(dy, base, o * ohw + i * s.ow));
+            }
+        } else {
+            gather::<4, 4>(dy, s.co, o, s.oh, s.ow, lanes, &mut d);
+            for (ti, di) in t.iter_mut().zip(&d) {
+                *ti = a_adj(*di);
             }
         }
-        for (i, row) in t.iter().enumerate() {
-            let r = a_adj(*row);
-            for (k, vals) in r.iter().enumerate() {
+        // columns: A t
+        for k in 0..6 {
+            let col = a_adj([t[0][k], t[1][k], t[2][k], t[3][k]]);
+            for (i, vals) in col.iter().enumerate() {
                 dm[((i * 6 + k) * s.co + o) * stride + off..][..L].copy_from_slice(vals);
             }
         }
@@ -436,10 +484,12 @@ pub fn transform_weight(w: &[f32], out: usize, inp: usize, transpose: bool) -> V
     let (to, from) = if transpose { (inp, out) } else { (out, inp) };
     let mut u = vec![0.0f32; P * to * from];
     let up = Ptr(u.as_mut_ptr());
-    super::conv::split(to, |rows| {
-        for a in rows {
-            for b in (0..from).step_by(L) {
-                weight_transform(w, inp, transpose, to, from, a, b, up);
+    // lane groups outer: with `transpose` a group's 16 kernels come from 16 rows of `w`, which
+    // then stay in cache (and the TLB) while `a` walks along them
+    super::conv::split(from.div_ceil(L), |groups| {
+        for b in groups {
+            for a in 0..to {
+                weight_transform(w, inp, transpose, to, from, a, b * L, up);
             }
         }
     });
