@@ -201,21 +201,23 @@ fn inside_bases<const R: usize, const C: usize>(
     Some(base)
 }
 
-/// Row `i` (`C` values) of every lane's patch in channel `c`, at offsets `base` (from
-/// [`inside_bases`], which checked that they lie inside `src`).
+/// Row `C` values at `at` of every lane's patch, at offsets `base` (from [`inside_bases`],
+/// which checked that they lie inside `src`), into `row[j][lane]`.
 #[inline(always)]
-fn load_row<const C: usize>(src: &[f32], base: &[usize; L], at: usize) -> [[f32; L]; C] {
+fn load_row<const C: usize>(src: &[f32], base: &[usize; L], at: usize, row: &mut [[f32; L]; C]) {
     let last = base.iter().max().copied().unwrap_or(0) + at + C;
     assert!(last <= src.len());
-    let mut row = [[0.0f32; L]; C];
     for (j, r) in row.iter_mut().enumerate() {
         for (l, v) in r.iter_mut().enumerate() {
             // SAFETY: base[l] + at + j < last <= src.len() (asserted above).
             *v = unsafe { *src.get_unchecked(base[l] + at + j) };
         }
     }
-    row
 }
+
+/// Channels gathered at a time: all their (scalar) stores reach the cache before the transforms
+/// read them back as vectors, which a load right behind the stores could not forward.
+const CHUNK: usize = 8;
 
 /// `V[p][c][lane]` (rows of `stride` tiles from `off`) for the 16 tiles of `lanes`, every
 /// channel.
@@ -230,26 +232,33 @@ fn input_transform_body(
 ) {
     let hw = s.ih * s.iw;
     let inside = inside_bases::<6, 6>(lanes, s.ci, s.ih, s.iw);
-    let mut d = [[[0.0f32; L]; 6]; 6];
-    for c in 0..s.ci {
-        // rows: t = d B
-        let mut t = [[[0.0f32; L]; 6]; 6];
-        if let Some(base) = &inside {
-            for (i, ti) in t.iter_mut().enumerate() {
-                *ti = bt(load_row::<6>(x, base, c * hw + i * s.iw));
-            }
-        } else {
-            gather::<6, 6>(x, s.ci, c, s.ih, s.iw, lanes, &mut d);
-            for (ti, di) in t.iter_mut().zip(&d) {
-                *ti = bt(*di);
+    let mut chunk = [[[[0.0f32; L]; 6]; 6]; CHUNK];
+    for c0 in (0..s.ci).step_by(CHUNK) {
+        let n = CHUNK.min(s.ci - c0);
+        for (cc, d) in chunk.iter_mut().enumerate().take(n) {
+            let c = c0 + cc;
+            if let Some(base) = &inside {
+                for (i, di) in d.iter_mut().enumerate() {
+                    load_row::<6>(x, base, c * hw + i * s.iw, di);
+                }
+            } else {
+                gather::<6, 6>(x, s.ci, c, s.ih, s.iw, lanes, d);
             }
         }
-        // columns: Bᵀ t
-        for k in 0..6 {
-            let col = bt([t[0][k], t[1][k], t[2][k], t[3][k], t[4][k], t[5][k]]);
-            for (i, vals) in col.iter().enumerate() {
-                let p = i * 6 + k;
-                v[(p * s.ci + c) * stride + off..][..L].copy_from_slice(vals);
+        for (cc, d) in chunk.iter().enumerate().take(n) {
+            let c = c0 + cc;
+            // rows: t = d B
+            let mut t = [[[0.0f32; L]; 6]; 6];
+            for (ti, di) in t.iter_mut().zip(d) {
+                *ti = bt(*di);
+            }
+            // columns: Bᵀ t
+            for k in 0..6 {
+                let col = bt([t[0][k], t[1][k], t[2][k], t[3][k], t[4][k], t[5][k]]);
+                for (i, vals) in col.iter().enumerate() {
+                    let p = i * 6 + k;
+                    v[(p * s.ci + c) * stride + off..][..L].copy_from_slice(vals);
+                }
             }
         }
     }
@@ -316,25 +325,32 @@ fn grad_transform_body(
 ) {
     let ohw = s.oh * s.ow;
     let inside = inside_bases::<4, 4>(lanes, s.co, s.oh, s.ow);
-    let mut d = [[[0.0f32; L]; 4]; 4];
-    for o in 0..s.co {
-        // rows: t = dY Aᵀ
-        let mut t = [[[0.0f32; L]; 6]; 4];
-        if let Some(base) = &inside {
-            for (i, ti) in t.iter_mut().enumerate() {
-                *ti = a_adj(load_row::<4>(dy, base, o * ohw + i * s.ow));
-            }
-        } else {
-            gather::<4, 4>(dy, s.co, o, s.oh, s.ow, lanes, &mut d);
-            for (ti, di) in t.iter_mut().zip(&d) {
-                *ti = a_adj(*di);
+    let mut chunk = [[[[0.0f32; L]; 4]; 4]; CHUNK];
+    for o0 in (0..s.co).step_by(CHUNK) {
+        let n = CHUNK.min(s.co - o0);
+        for (oo, d) in chunk.iter_mut().enumerate().take(n) {
+            let o = o0 + oo;
+            if let Some(base) = &inside {
+                for (i, di) in d.iter_mut().enumerate() {
+                    load_row::<4>(dy, base, o * ohw + i * s.ow, di);
+                }
+            } else {
+                gather::<4, 4>(dy, s.co, o, s.oh, s.ow, lanes, d);
             }
         }
-        // columns: A t
-        for k in 0..6 {
-            let col = a_adj([t[0][k], t[1][k], t[2][k], t[3][k]]);
-            for (i, vals) in col.iter().enumerate() {
-                dm[((i * 6 + k) * s.co + o) * stride + off..][..L].copy_from_slice(vals);
+        for (oo, d) in chunk.iter().enumerate().take(n) {
+            let o = o0 + oo;
+            // rows: t = dY Aᵀ
+            let mut t = [[[0.0f32; L]; 6]; 4];
+            for (ti, di) in t.iter_mut().zip(d) {
+                *ti = a_adj(*di);
+            }
+            // columns: A t
+            for k in 0..6 {
+                let col = a_adj([t[0][k], t[1][k], t[2][k], t[3][k]]);
+                for (i, vals) in col.iter().enumerate() {
+                    dm[((i * 6 + k) * s.co + o) * stride + off..][..L].copy_from_slice(vals);
+                }
             }
         }
     }
