@@ -18,8 +18,9 @@
 //! threads.
 
 use super::element::Element;
-use super::gemm::{Operand, matmul, matmul_serial};
+use super::gemm::{Operand, View, matmul, matmul_serial, matmul_view_serial};
 use super::map::Ptr;
+use super::winograd::{self, Wino};
 use crate::parallel;
 use std::ops::{Add, Mul};
 
@@ -72,11 +73,12 @@ impl ConvGeom {
     pub fn weight_len(&self) -> usize {
         self.out_ch * self.k_rows()
     }
-    fn col_len(&self) -> usize {
+    /// Elements of a block of columns (`rows` output rows).
+    fn col_len(&self, rows: usize) -> usize {
         if self.pointwise() {
             0
         } else {
-            self.k_rows() * self.out_sp()
+            self.k_rows() * rows * self.output[2]
         }
     }
     /// Multiply-adds of one image.
@@ -102,18 +104,25 @@ fn valid_range(out: usize, stride: usize, off: isize, len: usize) -> (usize, usi
     (lo, hi.min(out).max(lo))
 }
 
-/// Calls `f(c, row, plane_offset, dst_row, src_offset_row)` structure shared by im2col and
-/// col2im: for every input channel of a group and kernel offset (one column row), every output
-/// row (z, y) whose input row exists, the range of x positions and the input offset.
+/// Calls `f(dst, lo, hi, ow, off, src)` for the runs shared by im2col and col2im, over the output
+/// rows (z, y) `rows` of the flattened `od × oh` (all of them for the whole columns): for every
+/// input channel of a group and kernel offset (one column row of `rows.len() × ow` values), every
+/// output row, its place `dst` in the columns, the range `lo..hi` of x positions whose input
+/// exists and the input row's offset `src` (`usize::MAX` when the input row does not exist).
 #[inline]
-fn for_each_run(g: &ConvGeom, mut f: impl FnMut(usize, usize, usize, usize, isize, usize)) {
+fn for_each_run(
+    g: &ConvGeom,
+    rows: std::ops::Range<usize>,
+    mut f: impl FnMut(usize, usize, usize, usize, isize, usize),
+) {
     let [id, ih, iw] = g.input;
-    let [od, oh, ow] = g.output;
+    let [_, oh, ow] = g.output;
     let [k0, k1, k2] = g.kernel;
     let [s0, s1, s2] = g.stride;
     let [d0, d1, d2] = g.dilate;
     let [p0, p1, p2] = g.pad;
-    let (in_sp, l) = (g.in_sp(), g.out_sp());
+    let in_sp = g.in_sp();
+    let l = rows.len() * ow;
     let mut row = 0;
     for c in 0..g.in_g() {
         for kd in 0..k0 {
@@ -121,19 +130,18 @@ fn for_each_run(g: &ConvGeom, mut f: impl FnMut(usize, usize, usize, usize, isiz
                 for kw in 0..k2 {
                     let off = (kw * d2) as isize - p2 as isize;
                     let (lo, hi) = valid_range(ow, s2, off, iw);
-                    for z in 0..od {
+                    for zy in rows.clone() {
+                        let (z, y) = (zy / oh, zy % oh);
                         let iz = (z * s0 + kd * d0) as isize - p0 as isize;
-                        for y in 0..oh {
-                            let iy = (y * s1 + kh * d1) as isize - p1 as isize;
-                            let dst = row * l + (z * oh + y) * ow;
-                            if iz < 0 || iz >= id as isize || iy < 0 || iy >= ih as isize {
-                                // (dst, no source)
-                                f(dst, ow, 0, 0, 0, usize::MAX);
-                                continue;
-                            }
-                            let src = c * in_sp + (iz as usize * ih + iy as usize) * iw;
-                            f(dst, lo, hi, ow, off, src);
+                        let iy = (y * s1 + kh * d1) as isize - p1 as isize;
+                        let dst = row * l + (zy - rows.start) * ow;
+                        if iz < 0 || iz >= id as isize || iy < 0 || iy >= ih as isize {
+                            // (dst, no source)
+                            f(dst, ow, 0, 0, 0, usize::MAX);
+                            continue;
                         }
+                        let src = c * in_sp + (iz as usize * ih + iy as usize) * iw;
+                        f(dst, lo, hi, ow, off, src);
                     }
                     row += 1;
                 }
@@ -142,11 +150,12 @@ fn for_each_run(g: &ConvGeom, mut f: impl FnMut(usize, usize, usize, usize, isiz
     }
 }
 
-/// An image's (one group's) columns: `col[k_rows × out_sp]` from `x[in_g × in_sp]`.
-fn im2col<T: ConvElement>(g: &ConvGeom, x: &[T], col: &mut [T]) {
+/// The columns of output rows `rows` of an image's group: `col[k_rows × rows.len() * ow]` from
+/// `x[in_g × in_sp]`.
+fn im2col<T: ConvElement>(g: &ConvGeom, rows: std::ops::Range<usize>, x: &[T], col: &mut [T]) {
     let s2 = g.stride[2];
     let zero = T::zero();
-    for_each_run(g, |dst, lo, hi, ow, off, src| {
+    for_each_run(g, rows, |dst, lo, hi, ow, off, src| {
         if src == usize::MAX {
             col[dst..dst + lo].fill(zero);
             return;
@@ -154,29 +163,76 @@ fn im2col<T: ConvElement>(g: &ConvGeom, x: &[T], col: &mut [T]) {
         let out = &mut col[dst..dst + ow];
         out[..lo].fill(zero);
         out[hi..].fill(zero);
+        if hi == lo {
+            return;
+        }
+        let a = (src as isize + (lo * s2) as isize + off) as usize;
+        let xs = &x[a..a + (hi - lo - 1) * s2 + 1];
         if s2 == 1 {
-            let a = (src as isize + lo as isize + off) as usize;
-            out[lo..hi].copy_from_slice(&x[a..a + (hi - lo)]);
+            out[lo..hi].copy_from_slice(xs);
         } else {
-            for (xo, o) in out.iter_mut().enumerate().take(hi).skip(lo) {
-                *o = x[(src as isize + (xo * s2) as isize + off) as usize];
+            for (o, v) in out[lo..hi].iter_mut().zip(xs.iter().step_by(s2)) {
+                *o = *v;
             }
         }
     });
 }
 
-/// The transpose of [`im2col`]: adds the columns back into `x` (which the caller zeroed).
-fn col2im<T: ConvElement>(g: &ConvGeom, col: &[T], x: &mut [T]) {
+/// The transpose of [`im2col`]: adds the columns of output rows `rows` back into `x`.
+fn col2im<T: ConvElement>(g: &ConvGeom, rows: std::ops::Range<usize>, col: &[T], x: &mut [T]) {
     let s2 = g.stride[2];
-    for_each_run(g, |dst, lo, hi, _ow, off, src| {
-        if src == usize::MAX {
+    for_each_run(g, rows, |dst, lo, hi, _ow, off, src| {
+        if src == usize::MAX || hi == lo {
             return;
         }
-        for xo in lo..hi {
-            let i = (src as isize + (xo * s2) as isize + off) as usize;
-            x[i] = x[i] + col[dst + xo];
+        let a = (src as isize + (lo * s2) as isize + off) as usize;
+        let xs = &mut x[a..a + (hi - lo - 1) * s2 + 1];
+        let cs = &col[dst + lo..dst + hi];
+        if s2 == 1 {
+            for (v, c) in xs.iter_mut().zip(cs) {
+                *v = *v + *c;
+            }
+        } else {
+            for (v, c) in xs.iter_mut().step_by(s2).zip(cs) {
+                *v = *v + *c;
+            }
         }
     });
+}
+
+/// Output rows per block of columns: a block's columns near `MXRT_CONV_COL_BYTES` (2 MiB: the
+/// L2 cache's size, measured against 512 KiB, whose narrower products lost more than the cache
+/// won; 0: the whole image at once).
+fn block_rows<T>(g: &ConvGeom) -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let budget = *BYTES.get_or_init(|| {
+        std::env::var("MXRT_CONV_COL_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2 << 20)
+    });
+    let rows = g.output[0] * g.output[1];
+    let row_bytes = g.k_rows() * g.output[2] * std::mem::size_of::<T>();
+    if budget == 0 {
+        rows
+    } else {
+        (budget / row_bytes.max(1)).clamp(1, rows.max(1))
+    }
+}
+
+/// `0..rows` in blocks of `step`.
+fn blocks(rows: usize, step: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..rows).step_by(step.max(1)).map(move |r| r..(r + step).min(rows))
+}
+
+/// Output rows per block of columns for one call of `over_images`'s function: blocks when its
+/// products run on one thread, else the whole image for the GEMM's own threads.
+fn rows_per_block<T>(g: &ConvGeom, serial: bool) -> usize {
+    if serial || parallel::max_threads() <= 1 {
+        block_rows::<T>(g)
+    } else {
+        g.output[0] * g.output[1]
+    }
 }
 
 /// A depthwise convolution (one input and one output channel per group) runs as direct loops
@@ -201,7 +257,7 @@ fn plane_geom(g: &ConvGeom) -> ConvGeom {
 #[inline(always)]
 fn each_tap(p: &ConvGeom, mut f: impl FnMut(usize, usize, usize, usize)) {
     let (l, s2) = (p.out_sp(), p.stride[2]);
-    for_each_run(p, |dst, lo, hi, _ow, off, src| {
+    for_each_run(p, 0..p.output[0] * p.output[1], |dst, lo, hi, _ow, off, src| {
         if src == usize::MAX || hi == lo {
             return;
         }
@@ -227,6 +283,57 @@ fn axpy_to<T: ConvElement>(y: &mut [T], w: T, x: &[T], s: usize) {
             *a = *a + w * *b;
         }
     }
+}
+
+/// Whether 3×3 stride-1 float32 convolutions may take Winograd F(4×4, 3×3) (`MXRT_CONV_WINOGRAD=0`
+/// turns it off, for comparisons).
+fn winograd_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MXRT_CONV_WINOGRAD").map_or(true, |v| v != "0"))
+}
+
+/// The Winograd form of `g` for its forward product: float32, one group, a 2-D 3×3 kernel at
+/// stride 1 without dilation, and enough channels for the transforms to pay.
+fn winograd_geom<T: ConvElement>(g: &ConvGeom) -> Option<Wino> {
+    let ok = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && g.groups == 1
+        && g.kernel == [1, 3, 3]
+        && g.stride == [1; 3]
+        && g.dilate == [1; 3]
+        && g.input[0] == 1
+        && g.output[0] == 1
+        && g.pad[0] == 0
+        // every input row and column reaches an output (not so for a Deconvolution's `adj`)
+        && g.output[1] + 2 == g.input[1] + 2 * g.pad[1]
+        && g.output[2] + 2 == g.input[2] + 2 * g.pad[2]
+        && g.in_ch >= 8
+        && g.out_ch >= 8
+        && winograd_enabled();
+    ok.then_some(Wino {
+        batch: g.batch,
+        ci: g.in_ch,
+        co: g.out_ch,
+        ih: g.input[1],
+        iw: g.input[2],
+        oh: g.output[1],
+        ow: g.output[2],
+        ph: g.pad[1],
+        pw: g.pad[2],
+    })
+}
+
+/// `T` as f32 (the caller checked the type).
+fn as_f32<T: ConvElement>(x: &[T]) -> &[f32] {
+    assert_eq!(std::any::TypeId::of::<T>(), std::any::TypeId::of::<f32>());
+    // SAFETY: `T` is f32 (asserted), so the layout and length are the same.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) }
+}
+
+/// `T` as f32, mutably (the caller checked the type).
+fn as_f32_mut<T: ConvElement>(x: &mut [T]) -> &mut [f32] {
+    assert_eq!(std::any::TypeId::of::<T>(), std::any::TypeId::of::<f32>());
+    // SAFETY: `T` is f32 (asserted); the borrow moves to the result.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), x.len()) }
 }
 
 /// Runs `f(images, serial)` over ranges of the batch: split over the pool (each call with a
@@ -291,6 +398,11 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
     assert!(y.len() >= g.batch * g.out_ch * out_sp);
+    if let Some(s) = winograd_geom::<T>(g) {
+        let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, false);
+        winograd::forward(&s, as_f32(x), &u, as_f32_mut(y));
+        return;
+    }
     let yp = Ptr(y.as_mut_ptr());
     if depthwise(g) {
         let pg = plane_geom(g);
@@ -312,17 +424,13 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
         });
         return;
     }
+    let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
     over_images(g, |images, serial| {
-        let mut col = vec![T::zero(); g.col_len()];
+        let brows = rows_per_block::<T>(g, serial);
+        let mut col = vec![T::zero(); g.col_len(brows)];
         for n in images {
             for grp in 0..g.groups {
                 let xs = &x[(n * g.in_ch + grp * in_g) * in_sp..][..in_g * in_sp];
-                let cols: &[T] = if g.pointwise() {
-                    xs
-                } else {
-                    im2col(g, xs, &mut col);
-                    &col
-                };
                 // SAFETY: image n's group grp is written by this call only (images are split
                 // between the calls); the range lies inside `y` (asserted above).
                 let ys = unsafe {
@@ -332,16 +440,29 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
                     )
                 };
                 let wg = &w[grp * out_g * kr..][..out_g * kr];
-                mm(
-                    serial,
-                    out_g,
-                    out_sp,
-                    kr,
-                    op(wg, false),
-                    op(cols, false),
-                    ys,
-                    false,
-                );
+                if g.pointwise() {
+                    mm(serial, out_g, out_sp, kr, op(wg, false), op(xs, false), ys, false);
+                    continue;
+                }
+                for r in blocks(rows, brows) {
+                    let (c0, bn) = (r.start * ow, r.len() * ow);
+                    let col = &mut col[..kr * bn];
+                    im2col(g, r, xs, col);
+                    if bn == out_sp {
+                        mm(serial, out_g, out_sp, kr, op(wg, false), op(col, false), ys, false);
+                    } else {
+                        matmul_view_serial(
+                            out_g,
+                            bn,
+                            kr,
+                            View { data: wg, rs: kr, cs: 1 },
+                            View { data: col, rs: bn, cs: 1 },
+                            &mut ys[c0..],
+                            out_sp,
+                            false,
+                        );
+                    }
+                }
             }
         }
     });
@@ -353,6 +474,24 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
     assert!(y.len() >= g.batch * g.out_ch * out_sp);
+    if let Some(s) = winograd_geom::<T>(g).filter(|s| s.ph <= 2 && s.pw <= 2) {
+        // the transposed convolution: the output side's channels to the input side's, the
+        // flipped kernel, padding 2 - pad
+        let t = Wino {
+            ci: s.co,
+            co: s.ci,
+            ih: s.oh,
+            iw: s.ow,
+            oh: s.ih,
+            ow: s.iw,
+            ph: 2 - s.ph,
+            pw: 2 - s.pw,
+            ..s
+        };
+        let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, true);
+        winograd::forward(&t, as_f32(y), &u, as_f32_mut(x));
+        return;
+    }
     let xp = Ptr(x.as_mut_ptr());
     if depthwise(g) {
         let pg = plane_geom(g);
@@ -379,8 +518,10 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
         });
         return;
     }
+    let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
     over_images(g, |images, serial| {
-        let mut col = vec![T::zero(); g.col_len()];
+        let brows = rows_per_block::<T>(g, serial);
+        let mut col = vec![T::zero(); g.col_len(brows)];
         for n in images {
             for grp in 0..g.groups {
                 // SAFETY: image n's group grp of `x` is written by this call only; in bounds
@@ -394,29 +535,28 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
                 let ys = &y[(n * g.out_ch + grp * out_g) * out_sp..][..out_g * out_sp];
                 let wg = &w[grp * out_g * kr..][..out_g * kr];
                 if g.pointwise() {
-                    mm(
-                        serial,
-                        kr,
-                        out_sp,
-                        out_g,
-                        op(wg, true),
-                        op(ys, false),
-                        xs,
-                        false,
-                    );
-                } else {
-                    mm(
-                        serial,
-                        kr,
-                        out_sp,
-                        out_g,
-                        op(wg, true),
-                        op(ys, false),
-                        &mut col,
-                        false,
-                    );
-                    xs.fill(T::zero());
-                    col2im(g, &col, xs);
+                    mm(serial, kr, out_sp, out_g, op(wg, true), op(ys, false), xs, false);
+                    continue;
+                }
+                xs.fill(T::zero());
+                for r in blocks(rows, brows) {
+                    let (c0, bn) = (r.start * ow, r.len() * ow);
+                    let col = &mut col[..kr * bn];
+                    if bn == out_sp {
+                        mm(serial, kr, out_sp, out_g, op(wg, true), op(ys, false), col, false);
+                    } else {
+                        matmul_view_serial(
+                            kr,
+                            bn,
+                            out_g,
+                            View { data: wg, rs: 1, cs: kr },
+                            View { data: &ys[c0..], rs: out_sp, cs: 1 },
+                            col,
+                            bn,
+                            false,
+                        );
+                    }
+                    col2im(g, r, col, xs);
                 }
             }
         }
@@ -431,6 +571,10 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
     assert!(x.len() >= g.batch * g.in_ch * in_sp && dw.len() >= g.weight_len());
     assert!(dy.len() >= g.batch * g.out_ch * out_sp);
     let wl = g.weight_len();
+    if let Some(s) = winograd_geom::<T>(g) {
+        winograd::weight_grad(&s, as_f32(x), as_f32(dy), as_f32_mut(dw));
+        return;
+    }
     let partials = std::sync::Mutex::new(Vec::<(usize, Vec<T>)>::new());
     if depthwise(g) {
         // each channel's taps summed over the images, channels split over the pool
@@ -463,31 +607,41 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
         });
         return;
     }
+    let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
     over_images(g, |images, serial| {
-        let mut col = vec![T::zero(); g.col_len()];
+        let brows = rows_per_block::<T>(g, serial);
+        let mut col = vec![T::zero(); g.col_len(brows)];
         let mut acc = vec![T::zero(); wl];
         let first = images.start;
         for (i, n) in images.enumerate() {
             for grp in 0..g.groups {
                 let xs = &x[(n * g.in_ch + grp * in_g) * in_sp..][..in_g * in_sp];
-                let cols: &[T] = if g.pointwise() {
-                    xs
-                } else {
-                    im2col(g, xs, &mut col);
-                    &col
-                };
                 let ys = &dy[(n * g.out_ch + grp * out_g) * out_sp..][..out_g * out_sp];
                 let a = &mut acc[grp * out_g * kr..][..out_g * kr];
-                mm(
-                    serial,
-                    out_g,
-                    kr,
-                    out_sp,
-                    op(ys, false),
-                    op(cols, true),
-                    a,
-                    i > 0,
-                );
+                if g.pointwise() {
+                    mm(serial, out_g, kr, out_sp, op(ys, false), op(xs, true), a, i > 0);
+                    continue;
+                }
+                for (b, r) in blocks(rows, brows).enumerate() {
+                    let (c0, bn) = (r.start * ow, r.len() * ow);
+                    let col = &mut col[..kr * bn];
+                    im2col(g, r, xs, col);
+                    let acc = i > 0 || b > 0;
+                    if bn == out_sp {
+                        mm(serial, out_g, kr, out_sp, op(ys, false), op(col, true), a, acc);
+                    } else {
+                        matmul_view_serial(
+                            out_g,
+                            kr,
+                            bn,
+                            View { data: &ys[c0..], rs: out_sp, cs: 1 },
+                            View { data: col, rs: 1, cs: bn },
+                            a,
+                            kr,
+                            acc,
+                        );
+                    }
+                }
             }
         }
         partials
@@ -657,6 +811,64 @@ mod tests {
             let want = dot(&y, &dy);
             assert_eq!(dot(&x, &dx), want, "{g:?}");
             assert_eq!(dot(&w, &dw), want, "{g:?}");
+        }
+    }
+
+    #[test]
+    fn winograd_matches_a_direct_convolution_and_its_adjoints() {
+        // padding 0..3 (3: the data gradient falls back), planes smaller than a tile, several
+        // tile groups
+        let cases = [
+            (2, 8, 12, [9, 11], [1, 1]),
+            (3, 16, 8, [7, 6], [0, 0]),
+            (1, 9, 10, [5, 5], [2, 2]),
+            (2, 8, 8, [6, 7], [3, 1]),
+            (5, 24, 20, [3, 2], [1, 1]),
+            (3, 8, 9, [23, 21], [1, 1]),
+        ];
+        for (batch, in_ch, out_ch, [h, w], [ph, pw]) in cases {
+            let g = ConvGeom {
+                batch,
+                groups: 1,
+                in_ch,
+                out_ch,
+                input: [1, h, w],
+                output: [1, h + 2 * ph - 2, w + 2 * pw - 2],
+                kernel: [1, 3, 3],
+                stride: [1; 3],
+                dilate: [1; 3],
+                pad: [0, ph, pw],
+            };
+            assert!(winograd_geom::<f32>(&g).is_some());
+            let xl = g.batch * g.in_ch * g.in_sp();
+            let yl = g.batch * g.out_ch * g.out_sp();
+            let val = |i: usize, a: usize, b: usize| ((i * a) % b) as f64 / b as f64 - 0.5;
+            let x: Vec<f64> = (0..xl).map(|i| val(i, 7, 11)).collect();
+            let w: Vec<f64> = (0..g.weight_len()).map(|i| val(i, 5, 7)).collect();
+            let dy: Vec<f64> = (0..yl).map(|i| val(i, 3, 13)).collect();
+            let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+            let (xf, wf, dyf) = (f32s(&x), f32s(&w), f32s(&dy));
+            let near = |got: &[f32], want: &[f64], what: &str| {
+                let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                for (i, (a, b)) in got.iter().zip(want).enumerate() {
+                    let tol = 1e-3 * b.abs() + 1e-4 * scale;
+                    assert!((*a as f64 - b).abs() <= tol, "{what} {i}: {a} vs {b} ({g:?})");
+                }
+            };
+            let mut y = vec![0.0f32; yl];
+            lower(&g, &xf, &wf, &mut y);
+            near(&y, &reference(&g, &x, &w), "forward");
+            // the gradients against the f64 im2col products (exact for these inputs)
+            let mut dx = vec![0.0; xl];
+            raise(&g, &dy, &w, &mut dx);
+            let mut dxf = vec![1.0f32; xl];
+            raise(&g, &dyf, &wf, &mut dxf);
+            near(&dxf, &dx, "data gradient");
+            let mut dw = vec![0.0; g.weight_len()];
+            weight_grad(&g, &x, &dy, &mut dw);
+            let mut dwf = vec![1.0f32; g.weight_len()];
+            weight_grad(&g, &xf, &dyf, &mut dwf);
+            near(&dwf, &dw, "weight gradient");
         }
     }
 }

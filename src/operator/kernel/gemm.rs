@@ -163,6 +163,97 @@ unsafe fn blas<T: Element>(
     }
 }
 
+/// A matrix inside a buffer: element `(i, j)` at `data[i * rs + j * cs]`.
+#[derive(Clone, Copy)]
+pub struct View<'a, T> {
+    pub data: &'a [T],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<T> View<'_, T> {
+    fn holds(&self, rows: usize, cols: usize) -> bool {
+        rows == 0 || cols == 0 || (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()
+    }
+}
+
+/// `c[m×n] (+)= a[m×k] · b[k×n]` on the calling thread for matrices inside larger ones (`c` with
+/// row stride `ldc`, columns contiguous): blocks of a convolution's columns.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_view_serial<T: Element>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_, T>,
+    b: View<'_, T>,
+    c: &mut [T],
+    ldc: usize,
+    accumulate: bool,
+) {
+    assert!(a.holds(m, k) && b.holds(k, n));
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(ldc >= n && (m - 1) * ldc + n <= c.len());
+    let t = std::any::TypeId::of::<T>();
+    if t == std::any::TypeId::of::<f32>()
+        || t == std::any::TypeId::of::<f64>()
+        || t == std::any::TypeId::of::<f16>()
+    {
+        if k == 0 {
+            if !accumulate {
+                for i in 0..m {
+                    c[i * ldc..][..n].fill(T::zero());
+                }
+            }
+            return;
+        }
+        // SAFETY: `T` is one of gemm's float types (checked above, dispatched inside on its
+        // size through the type parameter); the views hold their matrices (asserted), `c` is a
+        // unique borrow holding `m` rows of `n` at stride `ldc`, and `gemm` only reads `a`, `b`.
+        unsafe {
+            let run = |dst: *mut T, lhs: *const T, rhs: *const T| {
+                gemm::gemm(
+                    m,
+                    n,
+                    k,
+                    dst,
+                    1,
+                    ldc as isize,
+                    accumulate,
+                    lhs,
+                    a.cs as isize,
+                    a.rs as isize,
+                    rhs,
+                    b.cs as isize,
+                    b.rs as isize,
+                    T::one(),
+                    T::one(),
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                )
+            };
+            run(c.as_mut_ptr(), a.data.as_ptr(), b.data.as_ptr());
+        }
+        return;
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = if accumulate {
+                c[i * ldc + j].to_f64()
+            } else {
+                0.0
+            };
+            for p in 0..k {
+                s += a.data[i * a.rs + p * a.cs].to_f64() * b.data[p * b.rs + j * b.cs].to_f64();
+            }
+            c[i * ldc + j] = T::from_f64(s);
+        }
+    }
+}
+
 fn naive<T: Element>(
     m: usize,
     n: usize,

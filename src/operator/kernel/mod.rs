@@ -20,6 +20,7 @@ pub mod real;
 pub mod rnn;
 pub mod rnn_step;
 pub mod strided;
+pub mod winograd;
 
 pub use element::{Bool, Element};
 pub use real::Real;

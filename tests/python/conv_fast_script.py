@@ -1,0 +1,73 @@
+"""Convolution's fast paths through MXNet's Python package: 3x3 stride-1 layers with enough
+channels for Winograd F(4x4, 3x3) (odd sizes, every padding, several tile blocks, Deconvolution
+through the transposed product), the cases that fall back to im2col + GEMM (groups, dilation,
+stride 2, float64, float16, padding past 2 for the data gradient), few-input-channel layers (the
+7x7 stem, 3x3 stride 2 on 3 channels) and 1x1 layers over a batch. Prints one JSON object (case
+name -> {"ok": {"shape", "y", "grads"}} or {"error": message}); test_conv_fast.py runs it on both
+libraries and compares.
+"""
+import json
+
+import mxnet as mx
+
+from case_runner import flat, rand, results, run
+
+nd = mx.nd
+ag = mx.autograd
+
+
+def forward_backward(op, arrays, dtype="float32", **params):
+    """The op's output and every input's gradient under a random head gradient."""
+    xs = [nd.array(a, dtype=dtype) for a in arrays]
+    for x in xs:
+        x.attach_grad()
+    with ag.record():
+        y = op(*xs, **params)
+    y.backward(nd.array(rand(y.shape, 99), dtype=dtype))
+    return {"shape": list(y.shape), "y": flat(y.asnumpy()),
+            "grads": [flat(x.grad.asnumpy()) for x in xs]}
+
+
+# (name, data shape, kernel, extra params, num_filter, num_group, no_bias, dtypes)
+CONV = [
+    ("wino_pad1_odd", (2, 8, 9, 11), (3, 3), dict(pad=(1, 1)), 12, 1, False, ("float32", "float64")),
+    ("wino_nopad", (3, 16, 7, 6), (3, 3), {}, 8, 1, True, ("float32",)),
+    ("wino_pad2", (1, 9, 5, 5), (3, 3), dict(pad=(2, 2)), 10, 1, False, ("float32",)),
+    ("wino_pad_3_1", (2, 8, 6, 7), (3, 3), dict(pad=(3, 1)), 8, 1, True, ("float32",)),
+    ("wino_small_plane", (5, 24, 3, 2), (3, 3), dict(pad=(1, 1)), 20, 1, True, ("float32",)),
+    ("wino_blocks", (4, 8, 40, 37), (3, 3), dict(pad=(1, 1)), 8, 1, True, ("float32",)),
+    ("3x3_groups", (2, 16, 9, 8), (3, 3), dict(pad=(1, 1)), 16, 2, False, ("float32",)),
+    ("3x3_dilate", (2, 8, 11, 9), (3, 3), dict(pad=(2, 2), dilate=(2, 2)), 8, 1, True, ("float32",)),
+    ("3x3_stride2", (2, 16, 11, 10), (3, 3), dict(pad=(1, 1), stride=(2, 2)), 12, 1, True, ("float32",)),
+    ("3x3_s2_3ch", (3, 3, 17, 15), (3, 3), dict(pad=(1, 1), stride=(2, 2)), 8, 1, False, ("float32",)),
+    ("stem_7x7", (2, 3, 23, 20), (7, 7), dict(pad=(3, 3), stride=(2, 2)), 16, 1, True, ("float32",)),
+    ("5x5_1ch", (4, 1, 12, 13), (5, 5), {}, 6, 1, False, ("float32",)),
+    ("1x1", (4, 16, 7, 9), (1, 1), {}, 24, 1, True, ("float32", "float64")),
+    ("1x1_stride2", (4, 16, 9, 9), (1, 1), dict(stride=(2, 2)), 24, 1, True, ("float32",)),
+    ("1x1_groups", (3, 16, 5, 6), (1, 1), {}, 8, 4, False, ("float32",)),
+]
+for i, (name, shape, kernel, extra, nf, ng, no_bias, dtypes) in enumerate(CONV):
+    arrays = [rand(shape, 10 + i), rand((nf, shape[1] // ng) + kernel, 100 + i)]
+    if not no_bias:
+        arrays.append(rand((nf,), 200 + i))
+    for dtype in dtypes:
+        run(f"conv_{name}_{dtype}", lambda: forward_backward(
+            nd.Convolution, arrays, dtype, kernel=kernel, num_filter=nf, num_group=ng,
+            no_bias=no_bias, **extra))
+
+# Deconvolution's forward is the transposed product, its data gradient the forward one
+run("deconv_wino_pad1_float32", lambda: forward_backward(
+    nd.Deconvolution, [rand((2, 8, 7, 6), 300), rand((8, 12, 3, 3), 301)], kernel=(3, 3),
+    pad=(1, 1), num_filter=12, no_bias=True))
+
+# last: MXNet refuses it on CPU, and its error also reaches the next operation there
+WINO = CONV[0]
+run("conv_wino_pad1_odd_float16", lambda: forward_backward(
+    nd.Convolution, [rand(WINO[1], 10), rand((12, 8, 3, 3), 100), rand((12,), 200)], "float16",
+    kernel=(3, 3), pad=(1, 1), num_filter=12))
+try:
+    nd.waitall()
+except mx.MXNetError:
+    pass
+
+print(json.dumps(results))
