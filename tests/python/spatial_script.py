@@ -5,6 +5,7 @@ Prints one JSON object (case name -> {"ok": ...} or {"error": message}); test_sp
 on both libraries and compares (and checks CTCLoss against a numpy reference).
 """
 import json
+import os
 
 import numpy as np
 import mxnet as mx
@@ -263,10 +264,14 @@ run("bad_roipool_data", lambda: forward_backward(nd.ROIPooling, [rand((1, 3, 3),
 run("bad_roialign_ps_channels", lambda: forward_backward(
     nd.contrib.ROIAlign, [rand((1, 3, 4, 4), 1), np.array([[0, 0, 0, 2, 2]])],
     pooled_size=(2, 2), spatial_scale=1.0, position_sensitive=True))
-run("bad_corr_even_kernel", lambda: forward_backward(nd.Correlation, [rand((1, 1, 5, 5), 1), rand((1, 1, 5, 5), 2)],
-                                                     kernel_size=2))
-run("bad_corr_no_fit", lambda: forward_backward(nd.Correlation, [rand((1, 1, 3, 3), 1), rand((1, 1, 3, 3), 2)],
-                                                max_displacement=3))
+# MXNet 1.9.1 checks Correlation's parameters inside the op on an engine thread and, after
+# raising, sometimes segfaults or aborts the process there: these cases run on libmxrt only
+ON_MXNET = "MXNET_LIBRARY_PATH" not in os.environ
+if not ON_MXNET:
+    run("bad_corr_even_kernel", lambda: forward_backward(nd.Correlation, [rand((1, 1, 5, 5), 1), rand((1, 1, 5, 5), 2)],
+                                                         kernel_size=2))
+    run("bad_corr_no_fit", lambda: forward_backward(nd.Correlation, [rand((1, 1, 3, 3), 1), rand((1, 1, 3, 3), 2)],
+                                                    max_displacement=3))
 run("bad_ctc_data_ndim", lambda: forward_backward(nd.CTCLoss, [rand((4, 3), 1), np.ones((3, 2))]))
 run("bad_ctc_batch", lambda: forward_backward(nd.CTCLoss, [rand((4, 3, 5), 1), np.ones((2, 2))]))
 run("bad_ctc_label_too_long", lambda: forward_backward(nd.CTCLoss, [rand((2, 1, 5), 1), np.ones((1, 3))]))

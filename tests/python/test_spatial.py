@@ -39,6 +39,10 @@ FLOAT32_ONLY = ("Other DTypes are not supported", "data type do not match specif
 # held): only the losses are compared; the numpy test checks mxrt's zeros.
 UNDEFINED = {"ctc_too_short": ("grad",)}
 
+# Error cases spatial_script.py runs on libmxrt only (MXNet 1.9.1 raises them inside the op on
+# an engine thread and then sometimes crashes): mxrt's message is checked alone.
+MXRT_ONLY = {"bad_corr_even_kernel", "bad_corr_no_fit"}
+
 
 @pytest.fixture(scope="module")
 def both():
@@ -71,8 +75,9 @@ def test_forward_and_gradients_match_mxnet(both, case):
 @pytest.mark.parametrize("case", sorted(ERRORS))
 def test_errors_as_mxnet(both, case):
     real, ours = both
-    assert "error" in real[case], real[case]
-    assert "error" in ours[case], f"mxrt gives {ours[case]}, MXNet fails: {real[case]['error']}"
+    if case not in MXRT_ONLY:
+        assert "error" in real[case], real[case]
+    assert "error" in ours[case], f"mxrt gives {ours[case]}, MXNet fails: {real.get(case)}"
     assert ERRORS[case] in ours[case]["error"], ours[case]["error"]
 
 
