@@ -320,7 +320,10 @@ fn compile(
     // scratch buffers that only values kept in a group's block buffers were given are not needed
     let mut used = vec![false; tmp_bytes.len()];
     for (i, step) in steps.iter().enumerate() {
-        let group = groups.iter().find(|g| (g.first..g.end()).contains(&i));
+        // groups are in step order and disjoint: the one containing step i, if any
+        let group = groups
+            .get(groups.partition_point(|g| g.end() <= i))
+            .filter(|g| g.first <= i);
         let locs: Vec<Loc> = match group {
             Some(g) => {
                 let op = &g.ops[i - g.first];

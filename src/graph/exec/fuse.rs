@@ -25,7 +25,13 @@ use crate::dtype::DType;
 use crate::operator::op::BlockKernel;
 use crate::operator::tensor::Tensor;
 use smallvec::SmallVec;
+use std::collections::HashMap;
 use std::sync::OnceLock;
+
+/// The most nodes one group takes: planning a group looks for each member's inputs among the
+/// earlier members (quadratic in its length), so a longer run becomes several groups, each
+/// still one pass over its values.
+const MAX_GROUP: usize = 64;
 
 /// Bytes of one block of one value (a few of them fit the L1/L2 cache together).
 const BLOCK_BYTES: usize = 32 << 10;
@@ -79,6 +85,13 @@ fn signature(step: &FastStep) -> Option<(usize, DType)> {
 /// The groups of `steps` (in step order); `graph_outputs` are the graph's output values as
 /// (node, output) pairs of the graph's positions ([`FastStep::node`]).
 pub(super) fn find_groups(steps: &[FastStep], graph_outputs: &[(usize, usize)]) -> Vec<Group> {
+    // the steps reading each value, found once: a group's planning asks for every member's
+    let mut readers: HashMap<(usize, usize), Vec<usize>> = HashMap::new();
+    for (j, st) in steps.iter().enumerate() {
+        for &v in &st.in_values {
+            readers.entry(v).or_default().push(j);
+        }
+    }
     let mut groups = Vec::new();
     let mut s = 0;
     while s < steps.len() {
@@ -87,11 +100,11 @@ pub(super) fn find_groups(steps: &[FastStep], graph_outputs: &[(usize, usize)]) 
             continue;
         };
         let mut e = s + 1;
-        while e < steps.len() && signature(&steps[e]) == Some(sig) {
+        while e < steps.len() && e - s < MAX_GROUP && signature(&steps[e]) == Some(sig) {
             e += 1;
         }
         if e - s >= 2 {
-            groups.push(build(steps, s, e, sig, graph_outputs));
+            groups.push(build(steps, s, e, sig, graph_outputs, &readers));
         }
         s = e;
     }
@@ -105,15 +118,15 @@ fn build(
     e: usize,
     (len, dtype): (usize, DType),
     graph_outputs: &[(usize, usize)],
+    readers_of: &HashMap<(usize, usize), Vec<usize>>,
 ) -> Group {
     // the steps reading step i's output
     let readers = |i: usize| {
-        let value = (steps[i].node, 0);
-        steps
+        readers_of
+            .get(&(steps[i].node, 0))
+            .map_or(&[][..], Vec::as_slice)
             .iter()
-            .enumerate()
-            .filter(move |(_, st)| st.in_values.contains(&value))
-            .map(|(j, _)| j)
+            .copied()
     };
     let local: Vec<bool> = (s..e)
         .map(|i| {
