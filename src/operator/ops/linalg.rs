@@ -334,8 +334,9 @@ fn fully_connected_shapes(
     };
     // the output's leading dimensions are the data's (MXNet's FullyConnectedShape): a batch
     // known only downstream, as a `begin_state` of `zeros(shape=(0, H))`, comes back this way
-    if let Some(Some(y)) = outs.first() {
-        let lead = if flatten { 1 } else { x.len() - 1 };
+    // (MXNet fills nothing back through a FullyConnected that keeps its leading axes)
+    if let Some(Some(y)) = outs.first().filter(|_| flatten) {
+        let lead = 1;
         if y.len() == lead + 1 {
             for (d, &v) in x.iter_mut().zip(&y[..lead]) {
                 if *d <= 0 && v > 0 {
