@@ -96,7 +96,7 @@ pub fn batched<T: Real>(
     let one = |i: usize| {
         // SAFETY: the asserts above keep every element of batch `i` inside its buffer; `c` is a
         // unique borrow whose batches the callers' views keep disjoint, so each task writes its
-        // own elements only; `gemm` only reads `a` and `b`.
+        // own elements only; the product only reads `a` and `b`.
         unsafe {
             let dst = cp.get().add(cv.offset + i * cv.batch_stride);
             let lhs = ap.get().cast_const().add(av.offset + i * av.batch_stride);
@@ -111,26 +111,13 @@ pub fn batched<T: Real>(
                 }
                 return;
             }
-            gemm::gemm(
-                m,
-                n,
-                k,
-                dst,
-                cv.col_stride,
-                cv.row_stride,
-                accumulate,
-                lhs,
-                av.col_stride,
-                av.row_stride,
-                rhs,
-                bv.col_stride,
-                bv.row_stride,
-                T::ONE,
+            super::gemm::matmul_strided_serial(
+                (m, n, k),
                 scale,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
+                (lhs, av.row_stride, av.col_stride),
+                (rhs, bv.row_stride, bv.col_stride),
+                (dst, cv.row_stride, cv.col_stride),
+                accumulate,
             )
         }
     };

@@ -1,17 +1,29 @@
 //! Matrix products for `dot`, `batch_dot` and `FullyConnected`.
 //!
-//! Floats go to the `gemm` crate (runtime SIMD dispatch, packed micro-kernels, threads from the
-//! intra-op pool; its f16 path computes like MXNet's CPU half-precision GEMM, in f32 inside);
-//! MXNet links OpenBLAS or oneDNN for the same job. Integer types, which BLAS does not cover
-//! either, use a plain loop accumulating in f64.
+//! f32 products go to mxrt's own AVX-512 GEMM ([`super::sgemm`]) where the CPU has AVX-512F
+//! and the product is not tiny; other floats, and f32 on other CPUs (or with
+//! `MXRT_SGEMM=gemm`), go to the `gemm` crate (runtime SIMD dispatch, packed micro-kernels,
+//! threads from the intra-op pool; its f16 path computes like MXNet's CPU half-precision GEMM,
+//! in f32 inside); MXNet links OpenBLAS or oneDNN for the same job. Integer types, which BLAS
+//! does not cover either, use a plain loop accumulating in f64.
 
 use super::element::Element;
 use super::map::Ptr;
+use super::sgemm;
 use crate::parallel;
 use half::f16;
 
 /// Below this many multiply-adds a product runs on the calling thread.
 const PARALLEL_FLOPS: usize = 1 << 18;
+
+/// Below this many multiply-adds an f32 product stays on the `gemm` crate, whose unpacked
+/// small-matrix kernels beat packing there.
+const SGEMM_MIN_FLOPS: usize = 1 << 12;
+
+/// Whether an f32 product of this size goes to [`sgemm`].
+fn own_sgemm(m: usize, n: usize, k: usize) -> bool {
+    m * n * k >= SGEMM_MIN_FLOPS && sgemm::enabled()
+}
 
 /// A row-major matrix operand: its data and whether it is stored transposed.
 #[derive(Clone, Copy)]
@@ -123,6 +135,38 @@ unsafe fn blas<T: Element>(
     let (a_cs, a_rs) = a.strides(m, k);
     let (b_cs, b_rs) = b.strides(k, n);
     let flops = m * n * k;
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && own_sgemm(m, n, k) {
+        let threads = if flops >= PARALLEL_FLOPS { threads } else { 1 };
+        // SAFETY: `T` is f32 (type id); the operands hold their matrices at these strides (sizes
+        // asserted by `matmul`), `c` is a unique borrow of `m × n` row-major, and the CPU has
+        // AVX-512F (`own_sgemm`).
+        unsafe {
+            sgemm::sgemm(
+                threads,
+                m,
+                n,
+                k,
+                1.0,
+                sgemm::Mat {
+                    ptr: a.data.as_ptr().cast(),
+                    rs: a_rs,
+                    cs: a_cs,
+                },
+                sgemm::Mat {
+                    ptr: b.data.as_ptr().cast(),
+                    rs: b_rs,
+                    cs: b_cs,
+                },
+                sgemm::MatMut {
+                    ptr: c.as_mut_ptr().cast(),
+                    rs: n as isize,
+                    cs: 1,
+                },
+                accumulate,
+            )
+        };
+        return;
+    }
     let dst = Ptr(c.as_mut_ptr());
     let (lhs, rhs) = (
         Ptr(a.data.as_ptr().cast_mut()),
@@ -208,6 +252,33 @@ pub fn matmul_view_serial<T: Element>(
             }
             return;
         }
+        if t == std::any::TypeId::of::<f32>() && own_sgemm(m, n, k) {
+            let mat = |v: View<'_, T>| sgemm::Mat {
+                ptr: v.data.as_ptr().cast(),
+                rs: v.rs as isize,
+                cs: v.cs as isize,
+            };
+            // SAFETY: `T` is f32 (type id); the views hold their matrices (asserted), `c` is a
+            // unique borrow holding `m` rows of `n` at stride `ldc`; AVX-512F (`own_sgemm`).
+            unsafe {
+                sgemm::sgemm(
+                    1,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    mat(a),
+                    mat(b),
+                    sgemm::MatMut {
+                        ptr: c.as_mut_ptr().cast(),
+                        rs: ldc as isize,
+                        cs: 1,
+                    },
+                    accumulate,
+                )
+            };
+            return;
+        }
         // SAFETY: `T` is one of gemm's float types (checked above, dispatched inside on its
         // size through the type parameter); the views hold their matrices (asserted), `c` is a
         // unique borrow holding `m` rows of `n` at stride `ldc`, and `gemm` only reads `a`, `b`.
@@ -251,6 +322,77 @@ pub fn matmul_view_serial<T: Element>(
             }
             c[i * ldc + j] = T::from_f64(s);
         }
+    }
+}
+
+/// `c[m×n] (+)= alpha · a[m×k] · b[k×n]` on the calling thread, over raw strided matrices
+/// (element `(i, j)` of `a` at `a + i · a_strides.0 + j · a_strides.1`, likewise `b` and `c`):
+/// the batched products of attention. `T` must be f32, f64 or f16. With `k == 0` the caller
+/// fills `c` itself.
+///
+/// # Safety
+/// `a` and `b` readable at every element of their `m × k` and `k × n` matrices, `c` writable at
+/// every element of its `m × n` one, no two of which share an address, and `c` overlapping
+/// neither `a` nor `b`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_strided_serial<T: Element>(
+    (m, n, k): (usize, usize, usize),
+    alpha: T,
+    a: (*const T, isize, isize),
+    b: (*const T, isize, isize),
+    c: (*mut T, isize, isize),
+    accumulate: bool,
+) {
+    let t = std::any::TypeId::of::<T>();
+    if t == std::any::TypeId::of::<f32>() && own_sgemm(m, n, k) {
+        // SAFETY: `T` is f32 (type id), so `alpha` is an f32 read at its own address; the
+        // matrices are as the caller vouched; AVX-512F (`own_sgemm`).
+        unsafe {
+            let alpha = *(&alpha as *const T).cast::<f32>();
+            sgemm::sgemm(
+                1,
+                m,
+                n,
+                k,
+                alpha,
+                sgemm::Mat { ptr: a.0.cast(), rs: a.1, cs: a.2 },
+                sgemm::Mat { ptr: b.0.cast(), rs: b.1, cs: b.2 },
+                sgemm::MatMut { ptr: c.0.cast(), rs: c.1, cs: c.2 },
+                accumulate,
+            )
+        };
+        return;
+    }
+    assert!(
+        t == std::any::TypeId::of::<f32>()
+            || t == std::any::TypeId::of::<f64>()
+            || t == std::any::TypeId::of::<f16>(),
+        "matmul_strided_serial: not a float type"
+    );
+    // SAFETY: `T` is one of `gemm`'s float types (asserted); the matrices are as the caller
+    // vouched, and `gemm` only reads `a` and `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.0,
+            c.2,
+            c.1,
+            accumulate,
+            a.0,
+            a.2,
+            a.1,
+            b.0,
+            b.2,
+            b.1,
+            T::one(),
+            alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
     }
 }
 

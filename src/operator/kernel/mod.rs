@@ -6,7 +6,7 @@
 //!
 //! - [`element`]: the element types and dtype dispatch; [`real`]: the float types math runs in.
 //! - [`map`]: elementwise maps; [`strided`]: broadcasting, gathers and reductions by strides.
-//! - [`gemm`]: matrix products; [`conv`]: convolutions on it (im2col); [`pool`]: pooling;
+//! - [`gemm`]: matrix products ([`sgemm`]: the AVX-512 f32 product behind them); [`conv`]: convolutions on it (im2col); [`pool`]: pooling;
 //!   [`rnn`]: the fused recurrent layers; [`attention`]: batched strided products for
 //!   multi-head attention.
 
@@ -19,6 +19,7 @@ pub mod pool;
 pub mod real;
 pub mod rnn;
 pub mod rnn_step;
+pub mod sgemm;
 pub mod strided;
 pub mod winograd;
 

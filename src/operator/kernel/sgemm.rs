@@ -1,0 +1,738 @@
+//! mxrt's own single-precision GEMM for CPUs with AVX-512.
+//!
+//! The `gemm` crate, which computes every other float product, runs only its AVX2+FMA kernels on
+//! stable Rust (its AVX-512 kernels need the nightly compiler), so on a CPU that executes 512-bit
+//! FMAs at full width it reaches half the machine's peak. This module is a BLIS-style product on
+//! AVX-512F:
+//!
+//! - the operands are read at any strides (row-major, transposed, views inside larger buffers)
+//!   and packed: `B` into `KC × NR` panels (one `NR`-float row per step of `k`), `A` into
+//!   `MR × KC` panels (one `MR`-float column per step of `k`), zero-padded at the edges;
+//! - a register-blocked micro-kernel keeps `MR × NR` results in `MR · NR / 16` zmm
+//!   accumulators and, per step of `k`, loads `NR / 16` vectors of `B` and broadcasts `MR`
+//!   values of `A` into independent FMAs; edge tiles are stored with masked loads and stores;
+//! - cache blocking: a `KC × NC` block of `B` is packed once per `NC` columns, an `MC × KC`
+//!   block of `A` sits in L2 while each `KC × NR` panel of `B` stays in L1 across it;
+//! - large products split `C` into rectangles of whole tiles, one per thread of the intra-op
+//!   pool, each packing its own operands.
+//!
+//! [`enabled`] says whether the CPU has AVX-512F and `MXRT_SGEMM` does not ask for the `gemm`
+//! crate (`MXRT_SGEMM=gemm` keeps every product on the crate, for comparison).
+
+use crate::parallel;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+/// A strided f32 matrix: element `(i, j)` at `ptr + i · rs + j · cs`.
+#[derive(Clone, Copy)]
+pub struct Mat {
+    pub ptr: *const f32,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+/// A strided f32 destination: element `(i, j)` at `ptr + i · rs + j · cs`.
+#[derive(Clone, Copy)]
+pub struct MatMut {
+    pub ptr: *mut f32,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+// SAFETY: the pointers are only dereferenced inside `sgemm`, whose caller vouches for the
+// memory; threads write disjoint rectangles of the destination.
+unsafe impl Send for Mat {}
+// SAFETY: as above.
+unsafe impl Sync for Mat {}
+// SAFETY: as above.
+unsafe impl Send for MatMut {}
+// SAFETY: as above.
+unsafe impl Sync for MatMut {}
+
+impl Mat {
+    fn at(self, i: usize, j: usize) -> Mat {
+        Mat {
+            // wrapping: only a position; the caller dereferences it in bounds
+            ptr: self
+                .ptr
+                .wrapping_offset(i as isize * self.rs + j as isize * self.cs),
+            ..self
+        }
+    }
+}
+
+impl MatMut {
+    fn at(self, i: usize, j: usize) -> MatMut {
+        MatMut {
+            ptr: self
+                .ptr
+                .wrapping_offset(i as isize * self.rs + j as isize * self.cs),
+            ..self
+        }
+    }
+}
+
+/// Rows of a micro-tile.
+const MR: usize = 8;
+/// zmm vectors per row of a micro-tile (`NR = 16 · NV` columns).
+const NV: usize = 3;
+const NR: usize = 16 * NV;
+/// Depth of a packed block.
+const KC: usize = 256;
+/// Rows of `A` packed at once (a multiple of `MR`).
+const MC: usize = 8 * MR * 3;
+/// Columns of `B` packed at once (a multiple of `NR`).
+const NC: usize = NR * 40;
+
+/// Whether products go through this module: AVX-512F present and `MXRT_SGEMM` not `gemm`.
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let forced_off = std::env::var("MXRT_SGEMM").is_ok_and(|v| v == "gemm");
+        !forced_off && detected()
+    })
+}
+
+fn detected() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `c[m×n] = alpha · a[m×k] · b[k×n] (+ c with accumulate)` on up to `threads` threads.
+///
+/// # Safety
+/// The CPU must have AVX-512F ([`enabled`]). `a`, `b` must be readable at every `(i, j)` of
+/// their `m × k` and `k × n` matrices, `c` writable at every `(i, j)` of its `m × n`, and `c`
+/// must not overlap `a` or `b` nor have two elements at one address.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sgemm(
+    threads: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: Mat,
+    b: Mat,
+    c: MatMut,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                for j in 0..n {
+                    // SAFETY: `(i, j)` is inside `c` (caller's contract).
+                    unsafe { *c.at(i, j).ptr = 0.0 };
+                }
+            }
+        }
+        return;
+    }
+    let (mt, nt) = grid(threads, m, n);
+    if mt * nt <= 1 {
+        // SAFETY: forwarded from the caller.
+        unsafe { serial(m, n, k, alpha, a, b, c, accumulate) };
+        return;
+    }
+    let (mtiles, ntiles) = (m.div_ceil(MR), n.div_ceil(NR));
+    let split = |tiles: usize, parts: usize, idx: usize, tile: usize, len: usize| {
+        let lo = (tiles * idx / parts * tile).min(len);
+        let hi = (tiles * (idx + 1) / parts * tile).min(len);
+        (lo, hi)
+    };
+    parallel::for_tasks(mt * nt, mt * nt, |t| {
+        let (i0, i1) = split(mtiles, mt, t / nt, MR, m);
+        let (j0, j1) = split(ntiles, nt, t % nt, NR, n);
+        if i1 > i0 && j1 > j0 {
+            // SAFETY: a rectangle of the caller's product; rectangles of different tasks are
+            // disjoint in `c`.
+            unsafe {
+                serial(
+                    i1 - i0,
+                    j1 - j0,
+                    k,
+                    alpha,
+                    a.at(i0, 0),
+                    b.at(0, j0),
+                    c.at(i0, j0),
+                    accumulate,
+                )
+            };
+        }
+    });
+}
+
+/// Splits `C`'s tiles into `mt × nt` rectangles for `threads` threads: the factorisation whose
+/// largest rectangle has the fewest tiles, ties going to fewer row splits (each row split packs
+/// `B` once more).
+fn grid(threads: usize, m: usize, n: usize) -> (usize, usize) {
+    let threads = threads.min(parallel::cores()).max(1);
+    let (mtiles, ntiles) = (m.div_ceil(MR), n.div_ceil(NR));
+    let mut best = (1, 1, usize::MAX);
+    for mt in 1..=threads.min(mtiles) {
+        let nt = (threads / mt).min(ntiles);
+        let cost = mtiles.div_ceil(mt) * ntiles.div_ceil(nt);
+        if cost < best.2 {
+            best = (mt, nt, cost);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// A 64-byte-aligned block of floats, the unit of the packing buffers.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+thread_local! {
+    /// Packing buffers of the calling thread: `A`'s block, then `B`'s.
+    static BUFS: RefCell<(Vec<Line>, Vec<Line>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+fn grow(v: &mut Vec<Line>, floats: usize) -> *mut f32 {
+    let lines = floats.div_ceil(16);
+    if v.len() < lines {
+        v.resize(lines, Line([0.0; 16]));
+    }
+    v.as_mut_ptr().cast()
+}
+
+/// The product on the calling thread.
+///
+/// # Safety
+/// As [`sgemm`], with `m, n, k > 0`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn serial(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: Mat,
+    b: Mat,
+    c: MatMut,
+    accumulate: bool,
+) {
+    BUFS.with(|bufs| {
+        // a nested call on this thread (none exists today) would find the buffers borrowed:
+        // it then packs into buffers of its own
+        let mut own = (Vec::new(), Vec::new());
+        let mut guard = bufs.try_borrow_mut();
+        let (abuf, bbuf) = match guard.as_mut() {
+            Ok(g) => {
+                let g = &mut **g;
+                (&mut g.0, &mut g.1)
+            }
+            Err(_) => (&mut own.0, &mut own.1),
+        };
+        let ap = grow(abuf, MC.min(m.div_ceil(MR) * MR) * KC.min(k));
+        let bp = grow(bbuf, NC.min(n.div_ceil(NR) * NR) * KC.min(k));
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let acc = accumulate || pc > 0;
+                // SAFETY: `bp` holds `ceil(nc / NR) · NR · kc` floats (grown above) and the
+                // block is inside `b`.
+                unsafe { pack_b(kc, nc, b.at(pc, jc), bp) };
+                for ic in (0..m).step_by(MC) {
+                    let mc = MC.min(m - ic);
+                    // SAFETY: as for `B`.
+                    unsafe { pack_a(mc, kc, a.at(ic, pc), ap) };
+                    for jr in (0..nc).step_by(NR) {
+                        let nr = NR.min(nc - jr);
+                        for ir in (0..mc).step_by(MR) {
+                            let mr = MR.min(mc - ir);
+                            // SAFETY: the panels were packed above with `kc` steps; the tile
+                            // `mr × nr` at `(ic + ir, jc + jr)` is inside `c`; the CPU has
+                            // AVX-512F (caller's contract).
+                            unsafe {
+                                kernel(
+                                    kc,
+                                    ap.add(ir * kc),
+                                    bp.add(jr * kc),
+                                    c.at(ic + ir, jc + jr),
+                                    mr,
+                                    nr,
+                                    alpha,
+                                    acc,
+                                )
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Packs `A`'s `mc × kc` block into `MR`-row panels: panel `q` at `out + q · MR · kc`, step `p`
+/// of it the `MR` floats of column `p`, rows past `mc` zero.
+///
+/// # Safety
+/// `a` readable over the block; `out` writable for `ceil(mc / MR) · MR · kc` floats.
+unsafe fn pack_a(mc: usize, kc: usize, a: Mat, out: *mut f32) {
+    for ir in (0..mc).step_by(MR) {
+        let mr = MR.min(mc - ir);
+        // SAFETY: panel `ir / MR` is inside `out` (caller's contract).
+        let panel = unsafe { out.add(ir * kc) };
+        for i in 0..MR {
+            if i < mr {
+                let row = a.at(ir + i, 0);
+                for p in 0..kc {
+                    // SAFETY: `(ir + i, p)` is inside the block; `p · MR + i` inside the panel.
+                    unsafe { *panel.add(p * MR + i) = *row.ptr.offset(p as isize * row.cs) };
+                }
+            } else {
+                for p in 0..kc {
+                    // SAFETY: inside the panel.
+                    unsafe { *panel.add(p * MR + i) = 0.0 };
+                }
+            }
+        }
+    }
+}
+
+/// Packs `B`'s `kc × nc` block into `NR`-column panels: panel `q` at `out + q · NR · kc`, step
+/// `p` of it the `NR` floats of row `p`, columns past `nc` zero.
+///
+/// # Safety
+/// `b` readable over the block; `out` writable for `ceil(nc / NR) · NR · kc` floats.
+unsafe fn pack_b(kc: usize, nc: usize, b: Mat, out: *mut f32) {
+    for jr in (0..nc).step_by(NR) {
+        let nr = NR.min(nc - jr);
+        // SAFETY: panel `jr / NR` is inside `out` (caller's contract).
+        let panel = unsafe { out.add(jr * kc) };
+        if b.cs == 1 {
+            for p in 0..kc {
+                let src = b.at(p, jr).ptr;
+                // SAFETY: row `p`'s `nr` columns from `jr` are inside the block; the panel row
+                // holds `NR ≥ nr` floats.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src, panel.add(p * NR), nr);
+                    for j in nr..NR {
+                        *panel.add(p * NR + j) = 0.0;
+                    }
+                }
+            }
+        } else {
+            for j in 0..NR {
+                if j < nr {
+                    let col = b.at(0, jr + j);
+                    for p in 0..kc {
+                        // SAFETY: `(p, jr + j)` is inside the block; `p · NR + j` in the panel.
+                        unsafe { *panel.add(p * NR + j) = *col.ptr.offset(p as isize * col.rs) };
+                    }
+                } else {
+                    for p in 0..kc {
+                        // SAFETY: inside the panel.
+                        unsafe { *panel.add(p * NR + j) = 0.0 };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Dispatches to the AVX-512 micro-kernel.
+///
+/// # Safety
+/// As [`micro`].
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn kernel(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: MatMut,
+    mr: usize,
+    nr: usize,
+    alpha: f32,
+    acc: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        micro(kc, a, b, c, mr, nr, alpha, acc)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (kc, a, b, c, mr, nr, alpha, acc);
+        unreachable!("sgemm needs AVX-512F")
+    }
+}
+
+/// `c[mr×nr] = alpha · Σ_p a_p ⊗ b_p (+ c with acc)` over `kc` packed steps.
+///
+/// # Safety
+/// AVX-512F present; `a` holds `kc · MR` floats, `b` holds `kc · NR` floats and is 64-byte
+/// aligned; `c` writable over `mr ≤ MR` rows and `nr ≤ NR` columns.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn micro(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: MatMut,
+    mr: usize,
+    nr: usize,
+    alpha: f32,
+    acc: bool,
+) {
+    use std::arch::x86_64::*;
+    let mut s = [[_mm512_setzero_ps(); NV]; MR];
+    let (mut a, mut b) = (a, b);
+    for _ in 0..kc {
+        let mut bv = [_mm512_setzero_ps(); NV];
+        for (v, x) in bv.iter_mut().enumerate() {
+            // SAFETY: step `p`'s `NR` floats of the panel; panels are 64-byte aligned and
+            // `NR · 4` bytes is a multiple of 64.
+            *x = unsafe { _mm512_load_ps(b.add(16 * v)) };
+        }
+        for (i, row) in s.iter_mut().enumerate() {
+            // SAFETY: step `p`'s `MR` floats of the panel.
+            let av = _mm512_set1_ps(unsafe { *a.add(i) });
+            for v in 0..NV {
+                row[v] = _mm512_fmadd_ps(av, bv[v], row[v]);
+            }
+        }
+        // SAFETY: at most `kc` steps, inside the panels.
+        unsafe {
+            a = a.add(MR);
+            b = b.add(NR);
+        }
+    }
+    let alpha = _mm512_set1_ps(alpha);
+    if c.cs == 1 {
+        for (i, row) in s.iter().enumerate().take(mr) {
+            let dst = c.at(i, 0).ptr;
+            for (v, x) in row.iter().enumerate() {
+                let col = 16 * v;
+                if col >= nr {
+                    break;
+                }
+                let rem = nr - col;
+                let mask: __mmask16 = if rem >= 16 {
+                    0xffff
+                } else {
+                    ((1u32 << rem) - 1) as u16
+                };
+                // SAFETY: the masked lanes are columns `< nr` of row `i < mr`, inside `c`.
+                unsafe {
+                    let r = if acc {
+                        _mm512_fmadd_ps(*x, alpha, _mm512_maskz_loadu_ps(mask, dst.add(col)))
+                    } else {
+                        _mm512_mul_ps(*x, alpha)
+                    };
+                    _mm512_mask_storeu_ps(dst.add(col), mask, r);
+                }
+            }
+        }
+    } else {
+        let mut tmp = [0f32; NR];
+        for (i, row) in s.iter().enumerate().take(mr) {
+            for (v, x) in row.iter().enumerate() {
+                // SAFETY: `tmp` holds `NR` floats.
+                unsafe { _mm512_storeu_ps(tmp.as_mut_ptr().add(16 * v), _mm512_mul_ps(*x, alpha)) };
+            }
+            for (j, t) in tmp.iter().enumerate().take(nr) {
+                let dst = c.at(i, j).ptr;
+                // SAFETY: `(i, j)` inside the tile, inside `c`.
+                unsafe { *dst = if acc { *dst + t } else { *t } };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `c (+)= alpha · a · b` in f64 over strided operands.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f32,
+        a: (&[f32], usize, usize),
+        b: (&[f32], usize, usize),
+        c: &mut [f32],
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (0..k)
+                    .map(|p| a.0[i * a.1 + p * a.2] as f64 * b.0[p * b.1 + j * b.2] as f64)
+                    .sum();
+                let old = if accumulate {
+                    c[i * ldc + j] as f64
+                } else {
+                    0.0
+                };
+                c[i * ldc + j] = (alpha as f64 * s + old) as f32;
+            }
+        }
+    }
+
+    fn data(len: usize, seed: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 7 + seed * 13) % 23) as f32 - 11.0) / 8.0)
+            .collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        m: usize,
+        n: usize,
+        k: usize,
+        ta: bool,
+        tb: bool,
+        acc: bool,
+        pad: usize,
+        threads: usize,
+    ) {
+        // `A` and `B` row-major or stored transposed, with `pad` extra elements per stored row;
+        // `C` with row stride `n + pad`
+        let (ars, acs, alen) = if ta {
+            (1, m + pad, k * (m + pad))
+        } else {
+            (k + pad, 1, m * (k + pad))
+        };
+        let (brs, bcs, blen) = if tb {
+            (1, k + pad, n * (k + pad))
+        } else {
+            (n + pad, 1, k * (n + pad))
+        };
+        let ldc = n + pad;
+        let (a, b) = (data(alen.max(1), 1), data(blen.max(1), 2));
+        let c0 = data(m * ldc, 3);
+        let alpha = if pad % 2 == 1 { 0.5 } else { 1.0 };
+        let mut want = c0.clone();
+        reference(
+            m,
+            n,
+            k,
+            alpha,
+            (&a, ars, acs),
+            (&b, brs, bcs),
+            &mut want,
+            ldc,
+            acc,
+        );
+        let mut got = c0.clone();
+        // SAFETY: the operands hold their matrices at these strides; the CPU check is done by
+        // the caller.
+        unsafe {
+            sgemm(
+                threads,
+                m,
+                n,
+                k,
+                alpha,
+                Mat {
+                    ptr: a.as_ptr(),
+                    rs: ars as isize,
+                    cs: acs as isize,
+                },
+                Mat {
+                    ptr: b.as_ptr(),
+                    rs: brs as isize,
+                    cs: bcs as isize,
+                },
+                MatMut {
+                    ptr: got.as_mut_ptr(),
+                    rs: ldc as isize,
+                    cs: 1,
+                },
+                acc,
+            )
+        };
+        for i in 0..m {
+            for j in 0..ldc {
+                let (g, w) = (got[i * ldc + j], want[i * ldc + j]);
+                let tol = 1e-4 * (1.0 + k as f32);
+                assert!(
+                    (g - w).abs() <= tol,
+                    "m={m} n={n} k={k} ta={ta} tb={tb} acc={acc} pad={pad} at ({i},{j}): {g} vs {w}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sgemm_matches_an_f64_reference_over_odd_shapes_layouts_and_strides() {
+        if !detected() {
+            eprintln!("no AVX-512F: sgemm not exercised");
+            return;
+        }
+        let sizes = [1, 2, 13, 16, 31, 33, 47, 63, 65];
+        let mut case = 0usize;
+        for &m in &sizes {
+            for &n in &sizes {
+                for &k in &[0, 1, 5, 17, 64, 69] {
+                    case += 1;
+                    let (ta, tb) = (case % 2 == 1, (case / 2) % 2 == 1);
+                    let acc = case % 3 == 0;
+                    let pad = case % 4;
+                    check(m, n, k, ta, tb, acc, pad, 1 + case % 3);
+                }
+            }
+        }
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            for acc in [false, true] {
+                check(257, 129, 300, ta, tb, acc, 0, 1);
+                check(257, 129, 300, ta, tb, acc, 3, 4);
+                check(70, 1000, 9, ta, tb, acc, 1, 2);
+            }
+        }
+        // beyond one `MC × NC` block and several `KC` depths, split over threads
+        check(400, 2000, 600, false, false, true, 2, 4);
+    }
+
+    #[test]
+    fn sgemm_writes_strided_destination_columns() {
+        if !detected() {
+            return;
+        }
+        // `C` stored transposed (column stride ≠ 1)
+        let (m, n, k) = (19, 37, 23);
+        let (a, b) = (data(m * k, 4), data(k * n, 5));
+        let mut want = vec![0.0; m * n];
+        reference(m, n, k, 2.0, (&a, k, 1), (&b, n, 1), &mut want, n, false);
+        let mut got = data(m * n, 6);
+        // SAFETY: dense operands; `got` holds `n × m` row-major, read as `m × n` transposed.
+        unsafe {
+            sgemm(
+                1,
+                m,
+                n,
+                k,
+                2.0,
+                Mat {
+                    ptr: a.as_ptr(),
+                    rs: k as isize,
+                    cs: 1,
+                },
+                Mat {
+                    ptr: b.as_ptr(),
+                    rs: n as isize,
+                    cs: 1,
+                },
+                MatMut {
+                    ptr: got.as_mut_ptr(),
+                    rs: 1,
+                    cs: m as isize,
+                },
+                false,
+            )
+        };
+        for i in 0..m {
+            for j in 0..n {
+                assert!((got[j * m + i] - want[i * n + j]).abs() < 1e-3);
+            }
+        }
+    }
+
+    /// GFLOP/s of this module and of the `gemm` crate on the process CPU clock, one thread:
+    /// `cargo test --profile test-fast --lib sgemm_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn sgemm_speed() {
+        fn cpu() -> f64 {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid out-pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+            t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+        }
+        for &(m, n, k) in &[
+            (512, 512, 512),
+            (128, 512, 784),
+            (1024, 1024, 1024),
+            (64, 3136, 576),
+            (3136, 64, 576),
+            (128, 784, 1152),
+            (32, 32, 32),
+            (128, 10, 512),
+        ] {
+            let (a, b) = (data(m * k, 1), data(k * n, 2));
+            let mut c = vec![0f32; m * n];
+            let flops = 2.0 * (m * n * k) as f64;
+            let reps = ((4e9 / flops) as usize).clamp(3, 20000);
+            let time = |f: &mut dyn FnMut()| {
+                f();
+                let mut best = Vec::new();
+                for _ in 0..3 {
+                    let t0 = cpu();
+                    for _ in 0..reps {
+                        f();
+                    }
+                    best.push((cpu() - t0) / reps as f64);
+                }
+                best.sort_by(f64::total_cmp);
+                flops / best[1] * 1e-9
+            };
+            let own = time(&mut || unsafe {
+                sgemm(
+                    1,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    Mat {
+                        ptr: a.as_ptr(),
+                        rs: k as isize,
+                        cs: 1,
+                    },
+                    Mat {
+                        ptr: b.as_ptr(),
+                        rs: n as isize,
+                        cs: 1,
+                    },
+                    MatMut {
+                        ptr: c.as_mut_ptr(),
+                        rs: n as isize,
+                        cs: 1,
+                    },
+                    false,
+                )
+            });
+            let crate_ = time(&mut || unsafe {
+                gemm::gemm(
+                    m,
+                    n,
+                    k,
+                    c.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    a.as_ptr(),
+                    1,
+                    k as isize,
+                    b.as_ptr(),
+                    1,
+                    n as isize,
+                    1.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                )
+            });
+            println!("{m}x{n}x{k}: sgemm {own:.1} GFLOP/s, gemm crate {crate_:.1} GFLOP/s");
+        }
+    }
+}
