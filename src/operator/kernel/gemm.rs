@@ -17,12 +17,14 @@ use half::f16;
 const PARALLEL_FLOPS: usize = 1 << 18;
 
 /// Below this many multiply-adds an f32 product stays on the `gemm` crate, whose unpacked
-/// small-matrix kernels beat packing there.
-const SGEMM_MIN_FLOPS: usize = 1 << 12;
+/// small-matrix kernels beat packing there (measured: 32³ runs faster on the crate).
+const SGEMM_MIN_FLOPS: usize = 1 << 16;
 
-/// Whether an f32 product of this size goes to [`sgemm`].
+/// Whether an f32 product of this size goes to [`sgemm`]: not tiny, and at least
+/// [`sgemm::MIN_N`] columns (narrower products waste most of the micro-tile's width and pay
+/// for packing `A` over too few columns; 3136×64×576 and 128×10×512 run faster on the crate).
 fn own_sgemm(m: usize, n: usize, k: usize) -> bool {
-    m * n * k >= SGEMM_MIN_FLOPS && sgemm::enabled()
+    m * n * k >= SGEMM_MIN_FLOPS && n >= sgemm::MIN_N && sgemm::enabled()
 }
 
 /// A row-major matrix operand: its data and whether it is stored transposed.

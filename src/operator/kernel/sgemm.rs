@@ -77,6 +77,9 @@ const MR: usize = 8;
 /// zmm vectors per row of a micro-tile (`NR = 16 · NV` columns).
 const NV: usize = 3;
 const NR: usize = 16 * NV;
+/// Products with fewer columns than this are routed elsewhere by the callers (the micro-tile's
+/// width, twice over).
+pub const MIN_N: usize = 2 * NR;
 /// Depth of a packed block.
 const KC: usize = 256;
 /// Rows of `A` packed at once (a multiple of `MR`).
