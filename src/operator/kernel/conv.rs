@@ -17,6 +17,7 @@
 //! (each thread with its own column buffer and a serial GEMM); a single image gets the GEMM's own
 //! threads.
 
+use super::depthwise;
 use super::element::Element;
 use super::gemm::{Operand, View, matmul, matmul_serial, matmul_view_serial};
 use super::map::Ptr;
@@ -322,6 +323,11 @@ fn winograd_geom<T: ConvElement>(g: &ConvGeom) -> Option<Wino> {
     })
 }
 
+/// Whether `T` is f32.
+fn is_f32<T: 'static>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+}
+
 /// `T` as f32 (the caller checked the type).
 fn as_f32<T: ConvElement>(x: &[T]) -> &[f32] {
     assert_eq!(std::any::TypeId::of::<T>(), std::any::TypeId::of::<f32>());
@@ -401,6 +407,10 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
     if let Some(s) = winograd_geom::<T>(g) {
         let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, false);
         winograd::forward(&s, as_f32(x), &u, as_f32_mut(y));
+        return;
+    }
+    if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
+        depthwise::forward(g, as_f32(x), as_f32(w), as_f32_mut(y));
         return;
     }
     let yp = Ptr(y.as_mut_ptr());
@@ -492,6 +502,10 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
         winograd::forward(&t, as_f32(y), &u, as_f32_mut(x));
         return;
     }
+    if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
+        depthwise::data_grad(g, as_f32(y), as_f32(w), as_f32_mut(x));
+        return;
+    }
     let xp = Ptr(x.as_mut_ptr());
     if depthwise(g) {
         let pg = plane_geom(g);
@@ -573,6 +587,10 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
     let wl = g.weight_len();
     if let Some(s) = winograd_geom::<T>(g) {
         winograd::weight_grad(&s, as_f32(x), as_f32(dy), as_f32_mut(dw));
+        return;
+    }
+    if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
+        depthwise::weight_grad(g, as_f32(x), as_f32(dy), as_f32_mut(dw));
         return;
     }
     let partials = std::sync::Mutex::new(Vec::<(usize, Vec<T>)>::new());

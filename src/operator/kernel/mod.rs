@@ -12,6 +12,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod depthwise;
 pub mod element;
 pub mod gemm;
 pub mod map;
