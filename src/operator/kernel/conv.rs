@@ -18,6 +18,7 @@
 //! threads.
 
 use super::depthwise;
+use super::direct;
 use super::element::Element;
 use super::gemm::{Operand, View, matmul, matmul_serial, matmul_view_serial};
 use super::map::Ptr;
@@ -400,17 +401,38 @@ fn op<T>(data: &[T], transposed: bool) -> Operand<'_, T> {
 /// `y = conv(x, w)`: `x` is `batch × in_ch × input`, `w` the weight, `y` `batch × out_ch ×
 /// output` (overwritten).
 pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
+    let t0 = std::time::Instant::now();
+    lower_impl(g, x, w, y);
+    if std::env::var("MXRT_CONV_PROF").is_ok() {
+        eprintln!("prof total lower {:?} ch {}->{} out {:?}", t0.elapsed(), g.in_ch, g.out_ch, g.output);
+    }
+}
+
+fn lower_impl<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
     let (in_sp, out_sp, kr) = (g.in_sp(), g.out_sp(), g.k_rows());
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
     assert!(y.len() >= g.batch * g.out_ch * out_sp);
     if let Some(s) = winograd_geom::<T>(g) {
+        let t0 = std::time::Instant::now();
         let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, false);
+        let t1 = std::time::Instant::now();
         winograd::forward(&s, as_f32(x), &u, as_f32_mut(y));
+        if std::env::var("MXRT_CONV_PROF").is_ok() {
+            eprintln!("prof lower wt {:?} fwd {:?}", t1 - t0, t1.elapsed());
+        }
         return;
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
         depthwise::forward(g, as_f32(x), as_f32(w), as_f32_mut(y));
+        return;
+    }
+    if is_f32::<T>() && direct::applies(g) {
+        let t0 = std::time::Instant::now();
+        direct::forward(g, as_f32(x), as_f32(w), as_f32_mut(y));
+        if std::env::var("MXRT_CONV_PROF").is_ok() {
+            eprintln!("prof direct {:?}", t0.elapsed());
+        }
         return;
     }
     let yp = Ptr(y.as_mut_ptr());
@@ -480,6 +502,14 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
 
 /// `x = convᵀ(y, w)`: the transpose of [`lower`] (`x` overwritten).
 pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
+    let t0 = std::time::Instant::now();
+    raise_impl(g, y, w, x);
+    if std::env::var("MXRT_CONV_PROF").is_ok() {
+        eprintln!("prof total raise {:?} ch {}->{} out {:?}", t0.elapsed(), g.in_ch, g.out_ch, g.output);
+    }
+}
+
+fn raise_impl<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
     let (in_sp, out_sp, kr) = (g.in_sp(), g.out_sp(), g.k_rows());
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
@@ -498,8 +528,13 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
             pw: 2 - s.pw,
             ..s
         };
+        let t0 = std::time::Instant::now();
         let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, true);
+        let t1 = std::time::Instant::now();
         winograd::forward(&t, as_f32(y), &u, as_f32_mut(x));
+        if std::env::var("MXRT_CONV_PROF").is_ok() {
+            eprintln!("prof raise wt {:?} fwd {:?}", t1 - t0, t1.elapsed());
+        }
         return;
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
@@ -580,13 +615,25 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
 /// `dw = Σ_images dy · colsᵀ`: the weight's gradient from the input side `x` and the output side
 /// `dy` (`dw` overwritten).
 pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]) {
+    let t0 = std::time::Instant::now();
+    weight_grad_impl(g, x, dy, dw);
+    if std::env::var("MXRT_CONV_PROF").is_ok() {
+        eprintln!("prof total weight_grad {:?} ch {}->{} out {:?}", t0.elapsed(), g.in_ch, g.out_ch, g.output);
+    }
+}
+
+fn weight_grad_impl<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]) {
     let (in_sp, out_sp, kr) = (g.in_sp(), g.out_sp(), g.k_rows());
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && dw.len() >= g.weight_len());
     assert!(dy.len() >= g.batch * g.out_ch * out_sp);
     let wl = g.weight_len();
     if let Some(s) = winograd_geom::<T>(g) {
+        let t0 = std::time::Instant::now();
         winograd::weight_grad(&s, as_f32(x), as_f32(dy), as_f32_mut(dw));
+        if std::env::var("MXRT_CONV_PROF").is_ok() {
+            eprintln!("prof wgrad {:?}", t0.elapsed());
+        }
         return;
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {

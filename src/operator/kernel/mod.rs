@@ -13,6 +13,7 @@
 pub mod attention;
 pub mod conv;
 pub mod depthwise;
+pub mod direct;
 pub mod element;
 pub mod gemm;
 pub mod map;

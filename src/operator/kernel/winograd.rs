@@ -55,7 +55,8 @@ impl Wino {
     /// at least 64 tiles so the products stay efficient.
     fn block_groups(&self) -> usize {
         let per_tile = P * (self.ci + self.co) * 4;
-        ((1usize << 20) / per_tile / L).clamp(4, 16)
+        let lo = std::env::var("MXRT_WINO_MINBG").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+        ((1usize << 20) / per_tile / L).clamp(lo, 16.max(lo))
     }
     /// `(image, tile row, tile column)` of tile `t`, `None` past the end.
     #[inline(always)]
@@ -502,6 +503,16 @@ pub fn transform_weight(w: &[f32], out: usize, inp: usize, transpose: bool) -> V
     let up = Ptr(u.as_mut_ptr());
     // lane groups outer: with `transpose` a group's 16 kernels come from 16 rows of `w`, which
     // then stay in cache (and the TLB) while `a` walks along them
+    if std::env::var("MXRT_WINO_AOUTER").is_ok() {
+        super::conv::split(to, |rows| {
+            for a in rows {
+                for b in (0..from).step_by(L) {
+                    weight_transform(w, inp, transpose, to, from, a, b, up);
+                }
+            }
+        });
+        return u;
+    }
     super::conv::split(from.div_ceil(L), |groups| {
         for b in groups {
             for a in 0..to {
@@ -641,9 +652,13 @@ pub fn weight_grad(s: &Wino, x: &[f32], dy: &[f32], dw: &mut [f32]) {
             *a += b;
         }
     }
+    let t0 = std::time::Instant::now();
     for o in 0..s.co {
         for c in (0..s.ci).step_by(L) {
             weight_adj(&sum, s.co, s.ci, o, c, dw);
         }
+    }
+    if std::env::var("MXRT_CONV_PROF").is_ok() {
+        eprintln!("prof wadj {:?}", t0.elapsed());
     }
 }

@@ -1,0 +1,242 @@
+//! A direct AVX-512 float32 forward convolution for 2-D layers whose im2col + GEMM is poor: few
+//! input channels (the 7×7 stride-2 stem: 147 multiply-adds per output, too short a product
+//! depth for a GEMM) and stride 2 (whose columns are a strided gather); not 1×1 kernels, whose
+//! GEMM measured faster.
+//!
+//! Each image's input is copied once into a padded, phase-split form `P[c][row][phase][j]`: row
+//! `row` of the zero-padded input, its columns `j * stride + phase`. Output column `ox` of kernel
+//! column `b` then reads `P[..][(b·dilate) % stride][ox + (b·dilate) / stride]`, so 16
+//! consecutive outputs of a kernel tap are one contiguous vector load. The kernel keeps 8 output
+//! channels × 32 output columns in 16 accumulators and, per kernel tap, loads two vectors and
+//! broadcasts the 8 channels' weights (16 fused multiply-adds); the weights are reordered once
+//! per call to `[block of 8 channels][tap][8]`.
+//!
+//! Used on CPUs with AVX-512F only; the im2col path stays the fallback. Images (and, with fewer
+//! images than threads, blocks of output channels) are split over the intra-op pool.
+
+use super::conv::{ConvGeom, split};
+use super::map::Ptr;
+
+/// Output channels per block (accumulator rows).
+const CO: usize = 8;
+/// Output columns per step: two 16-lane vectors.
+const W: usize = 32;
+
+/// Whether `g`'s forward takes the direct kernel: float32 (the caller checks), one group, 2-D,
+/// stride 2 or a short product depth, and rows wide enough for the vectors.
+pub fn applies(g: &ConvGeom) -> bool {
+    let taps = g.in_ch * g.kernel[1] * g.kernel[2];
+    let ok = g.groups == 1
+        && g.input[0] == 1
+        && g.output[0] == 1
+        && g.kernel[0] == 1
+        && g.pad[0] == 0
+        && g.output[2] >= 16
+        && g.out_ch >= CO
+        // a 1×1 kernel's columns are a plain copy (or strided gather): its GEMM wins
+        && g.kernel != [1, 1, 1]
+        && (g.stride[1] >= 2 || g.stride[2] >= 2 || taps <= 160)
+        && taps <= 4096
+        && enabled();
+    #[cfg(target_arch = "x86_64")]
+    {
+        ok && std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ok;
+        false
+    }
+}
+
+/// `MXRT_CONV_DIRECT=0` turns the direct kernel off (for comparisons).
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MXRT_CONV_DIRECT").map_or(true, |v| v != "0"))
+}
+
+/// The padded, phase-split input's sizes.
+#[derive(Clone, Copy)]
+struct Layout {
+    /// Padded rows that outputs read.
+    hp: usize,
+    /// Length of one phase row (with room for the last vector's overhang).
+    lr: usize,
+    /// Phases (the x stride).
+    s: usize,
+}
+
+impl Layout {
+    fn of(g: &ConvGeom) -> Layout {
+        let [_, oh, ow] = g.output;
+        let (kh, kw) = (g.kernel[1], g.kernel[2]);
+        let (sy, sx) = (g.stride[1], g.stride[2]);
+        let (dy, dx) = (g.dilate[1], g.dilate[2]);
+        Layout {
+            hp: (oh - 1) * sy + (kh - 1) * dy + 1,
+            lr: ow.next_multiple_of(W) + (kw - 1) * dx / sx + 1,
+            s: sx,
+        }
+    }
+    fn len(&self, ch: usize) -> usize {
+        ch * self.hp * self.s * self.lr
+    }
+}
+
+/// Fills `p` with image `x` (`ch × ih × iw`) padded and phase-split (see the module docs).
+fn fill(g: &ConvGeom, lay: &Layout, x: &[f32], p: &mut [f32]) {
+    let [_, ih, iw] = g.input;
+    let (py, px) = (g.pad[1] as isize, g.pad[2] as isize);
+    let (s, lr) = (lay.s, lay.lr);
+    p.fill(0.0);
+    for c in 0..g.in_ch {
+        for r in 0..lay.hp {
+            let iy = r as isize - py;
+            if iy < 0 || iy >= ih as isize {
+                continue;
+            }
+            let src = &x[(c * ih + iy as usize) * iw..][..iw];
+            let base = (c * lay.hp + r) * s * lr;
+            for (ix, v) in src.iter().enumerate() {
+                let q = ix as isize + px; // padded column
+                let (ph, j) = (q as usize % s, q as usize / s);
+                if j < lr {
+                    p[base + ph * lr + j] = *v;
+                }
+            }
+        }
+    }
+}
+
+/// `wt[block][tap][8]` from `w` (`out × taps`), channels past `out` zero.
+fn reorder_weight(w: &[f32], out: usize, taps: usize) -> Vec<f32> {
+    let blocks = out.div_ceil(CO);
+    let mut wt = vec![0.0f32; blocks * taps * CO];
+    for o in 0..out {
+        let (bl, j) = (o / CO, o % CO);
+        for t in 0..taps {
+            wt[(bl * taps + t) * CO + j] = w[o * taps + t];
+        }
+    }
+    wt
+}
+
+/// One block of 8 output channels over output row `oy` of one image.
+///
+/// # Safety
+/// The CPU has AVX-512F; `p` holds the image's padded input (`Layout::len`), `wb` the block's
+/// `taps × 8` weights, and `y` points at channel `co0`'s row `oy` of the image's output, whose
+/// channels lie `osp` apart; channels `co0 + j` for `j < valid` exist.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_row(
+    g: &ConvGeom,
+    lay: &Layout,
+    p: &[f32],
+    wb: &[f32],
+    oy: usize,
+    y: *mut f32,
+    osp: usize,
+    valid: usize,
+) {
+    use std::arch::x86_64::*;
+    let ow = g.output[2];
+    let (kh, kw) = (g.kernel[1], g.kernel[2]);
+    let (sy, sx) = (g.stride[1], g.stride[2]);
+    let (dy, dx) = (g.dilate[1], g.dilate[2]);
+    let (s, lr) = (lay.s, lay.lr);
+    let mut x0 = 0;
+    while x0 < ow {
+        let mut acc = [[_mm512_setzero_ps(); 2]; CO];
+        let mut t = 0;
+        for c in 0..g.in_ch {
+            for a in 0..kh {
+                let row = (c * lay.hp + oy * sy + a * dy) * s * lr;
+                for b in 0..kw {
+                    let q = b * dx;
+                    let at = row + (q % sx) * lr + q / sx + x0;
+                    debug_assert!(at + W <= p.len());
+                    // SAFETY: `at + 32 <= p.len()` (the phase rows have room for the last
+                    // vector's overhang); unaligned loads.
+                    let (v0, v1) = unsafe {
+                        (
+                            _mm512_loadu_ps(p.as_ptr().add(at)),
+                            _mm512_loadu_ps(p.as_ptr().add(at + 16)),
+                        )
+                    };
+                    let wt = &wb[t * CO..][..CO];
+                    for j in 0..CO {
+                        let wv = _mm512_set1_ps(wt[j]);
+                        acc[j][0] = _mm512_fmadd_ps(wv, v0, acc[j][0]);
+                        acc[j][1] = _mm512_fmadd_ps(wv, v1, acc[j][1]);
+                    }
+                    t += 1;
+                }
+            }
+        }
+        let n = (ow - x0).min(W);
+        let m0: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
+        let m1: __mmask16 = if n >= W {
+            0xffff
+        } else if n > 16 {
+            (1u16 << (n - 16)) - 1
+        } else {
+            0
+        };
+        for (j, a) in acc.iter().enumerate().take(valid) {
+            // SAFETY: channel co0 + j exists (j < valid); lanes past the row's end are masked.
+            unsafe {
+                let dst = y.add(j * osp + x0);
+                _mm512_mask_storeu_ps(dst, m0, a[0]);
+                _mm512_mask_storeu_ps(dst.add(16), m1, a[1]);
+            }
+        }
+        x0 += W;
+    }
+}
+
+/// `y = conv(x, w)` for a geometry that [`applies`]; `y` overwritten.
+pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
+    let taps = g.in_ch * g.kernel[1] * g.kernel[2];
+    let (isp, osp) = (g.input[1] * g.input[2], g.output[1] * g.output[2]);
+    assert!(x.len() >= g.batch * g.in_ch * isp && w.len() >= g.out_ch * taps);
+    assert!(y.len() >= g.batch * g.out_ch * osp);
+    assert!(applies(g));
+    let lay = Layout::of(g);
+    let wt = reorder_weight(w, g.out_ch, taps);
+    let blocks = g.out_ch.div_ceil(CO);
+    // items: (image, block) pairs, image-major, so that a range rebuilds few padded inputs
+    let yp = Ptr(y.as_mut_ptr());
+    split(g.batch * blocks, |items| {
+        let mut p = vec![0.0f32; lay.len(g.in_ch)];
+        let mut have = usize::MAX;
+        for it in items {
+            let (n, bl) = (it / blocks, it % blocks);
+            if have != n {
+                fill(g, &lay, &x[n * g.in_ch * isp..][..g.in_ch * isp], &mut p);
+                have = n;
+            }
+            let co0 = bl * CO;
+            let valid = (g.out_ch - co0).min(CO);
+            let wb = &wt[bl * taps * CO..][..taps * CO];
+            for oy in 0..g.output[1] {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `applies` checked AVX-512F; image n's block bl of `y` is written by
+                // this item only, inside `y` (asserted); `p` is image n's padded input.
+                unsafe {
+                    block_row(
+                        g,
+                        &lay,
+                        &p,
+                        wb,
+                        oy,
+                        yp.get().add((n * g.out_ch + co0) * osp + oy * g.output[2]),
+                        osp,
+                        valid,
+                    );
+                }
+            }
+        }
+    });
+}
