@@ -541,6 +541,10 @@ fn raise_impl<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
         depthwise::data_grad(g, as_f32(y), as_f32(w), as_f32_mut(x));
         return;
     }
+    if is_f32::<T>() && direct::applies(g) {
+        direct::data_grad(g, as_f32(y), as_f32(w), as_f32_mut(x));
+        return;
+    }
     let xp = Ptr(x.as_mut_ptr());
     if depthwise(g) {
         let pg = plane_geom(g);
@@ -638,6 +642,10 @@ fn weight_grad_impl<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
         depthwise::weight_grad(g, as_f32(x), as_f32(dy), as_f32_mut(dw));
+        return;
+    }
+    if is_f32::<T>() && direct::applies_weight_grad(g) {
+        direct::weight_grad(g, as_f32(x), as_f32(dy), as_f32_mut(dw));
         return;
     }
     let partials = std::sync::Mutex::new(Vec::<(usize, Vec<T>)>::new());

@@ -49,6 +49,12 @@ pub fn applies(g: &ConvGeom) -> bool {
     }
 }
 
+/// Whether the weight gradient also takes the direct kernel: few input channels only (a short
+/// product depth; with many channels im2col + GEMM measured as fast, and gets faster with the GEMM).
+pub fn applies_weight_grad(g: &ConvGeom) -> bool {
+    applies(g) && g.in_ch * g.kernel[1] * g.kernel[2] <= 160
+}
+
 /// `MXRT_CONV_DIRECT=0` turns the direct kernel off (for comparisons).
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -239,4 +245,260 @@ pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
             }
         }
     });
+}
+
+/// Adds the padded, phase-split gradient `p` back into image `dx` (`ch × ih × iw`, overwritten):
+/// the adjoint of [`fill`].
+fn unfill(g: &ConvGeom, lay: &Layout, p: &[f32], dx: &mut [f32]) {
+    let [_, ih, iw] = g.input;
+    let (py, px) = (g.pad[1] as isize, g.pad[2] as isize);
+    let (s, lr) = (lay.s, lay.lr);
+    for c in 0..g.in_ch {
+        for iy in 0..ih {
+            let dst = &mut dx[(c * ih + iy) * iw..][..iw];
+            let r = iy as isize + py;
+            if r < 0 || r >= lay.hp as isize {
+                dst.fill(0.0);
+                continue;
+            }
+            let base = (c * lay.hp + r as usize) * s * lr;
+            for (ix, v) in dst.iter_mut().enumerate() {
+                let q = (ix as isize + px) as usize;
+                let (ph, j) = (q % s, q / s);
+                *v = if j < lr { p[base + ph * lr + j] } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// Taps per block of the data gradient (accumulator rows).
+const TB: usize = 8;
+
+/// The data gradient's taps `t0..t0 + valid` over output row `oy` of one image: `p` (the padded,
+/// phase-split input gradient) gets `Σ_co w[co][t] · dy[co][oy][..]` at each tap's place.
+///
+/// # Safety
+/// The CPU has AVX-512F; `p` has `Layout::len` elements, `wb` holds the block's `out_ch × 8`
+/// weights and `dy` is the image's output gradient (`out_ch × oh × ow`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn grad_block_row(
+    g: &ConvGeom,
+    lay: &Layout,
+    p: &mut [f32],
+    wb: &[f32],
+    dy: &[f32],
+    oy: usize,
+    t0: usize,
+    valid: usize,
+) {
+    use std::arch::x86_64::*;
+    let [_, oh, ow] = g.output;
+    let (kh, kw) = (g.kernel[1], g.kernel[2]);
+    let (sy, sx) = (g.stride[1], g.stride[2]);
+    let (dy_, dx_) = (g.dilate[1], g.dilate[2]);
+    let (s, lr) = (lay.s, lay.lr);
+    let osp = oh * ow;
+    assert!(dy.len() >= g.out_ch * osp && wb.len() >= g.out_ch * TB);
+    let mut places = [0usize; TB];
+    for (k, pl) in places.iter_mut().enumerate().take(valid) {
+        let t = t0 + k;
+        let (c, a, b) = (t / (kh * kw), (t / kw) % kh, t % kw);
+        let q = b * dx_;
+        *pl = (c * lay.hp + oy * sy + a * dy_) * s * lr + (q % sx) * lr + q / sx;
+    }
+    let mut x0 = 0;
+    while x0 < ow {
+        let n = (ow - x0).min(W);
+        let m0: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
+        let m1: __mmask16 = if n >= W {
+            0xffff
+        } else if n > 16 {
+            (1u16 << (n - 16)) - 1
+        } else {
+            0
+        };
+        let mut acc = [[_mm512_setzero_ps(); 2]; TB];
+        for co in 0..g.out_ch {
+            let at = co * osp + oy * ow + x0;
+            // SAFETY: masked lanes stay inside row oy of channel co of `dy` (asserted length).
+            let (v0, v1) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(m0, dy.as_ptr().add(at)),
+                    _mm512_maskz_loadu_ps(m1, dy.as_ptr().add(at + 16)),
+                )
+            };
+            let wt = &wb[co * TB..][..TB];
+            for k in 0..TB {
+                let wv = _mm512_set1_ps(wt[k]);
+                acc[k][0] = _mm512_fmadd_ps(wv, v0, acc[k][0]);
+                acc[k][1] = _mm512_fmadd_ps(wv, v1, acc[k][1]);
+            }
+        }
+        for (k, a) in acc.iter().enumerate().take(valid) {
+            let at = places[k] + x0;
+            assert!(at + W <= p.len());
+            // SAFETY: `at + 32 <= p.len()` (asserted); lanes past the row hold zero sums.
+            unsafe {
+                let d = p.as_mut_ptr().add(at);
+                _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), a[0]));
+                _mm512_storeu_ps(d.add(16), _mm512_add_ps(_mm512_loadu_ps(d.add(16)), a[1]));
+            }
+        }
+        x0 += W;
+    }
+}
+
+/// `dx = convᵀ(dy, w)`, the data gradient of a geometry that [`applies`]; `dx` overwritten.
+pub fn data_grad(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
+    let taps = g.in_ch * g.kernel[1] * g.kernel[2];
+    let (isp, osp) = (g.input[1] * g.input[2], g.output[1] * g.output[2]);
+    assert!(dx.len() >= g.batch * g.in_ch * isp && w.len() >= g.out_ch * taps);
+    assert!(dy.len() >= g.batch * g.out_ch * osp);
+    assert!(applies(g));
+    let lay = Layout::of(g);
+    // wtt[tap block][co][8]
+    let tblocks = taps.div_ceil(TB);
+    let mut wtt = vec![0.0f32; tblocks * g.out_ch * TB];
+    for o in 0..g.out_ch {
+        for t in 0..taps {
+            wtt[((t / TB) * g.out_ch + o) * TB + t % TB] = w[o * taps + t];
+        }
+    }
+    let xp = Ptr(dx.as_mut_ptr());
+    split(g.batch, |images| {
+        let mut p = vec![0.0f32; lay.len(g.in_ch)];
+        for n in images {
+            p.fill(0.0);
+            let dyn_ = &dy[n * g.out_ch * osp..][..g.out_ch * osp];
+            for oy in 0..g.output[1] {
+                for tb in 0..tblocks {
+                    let valid = (taps - tb * TB).min(TB);
+                    let wb = &wtt[tb * g.out_ch * TB..][..g.out_ch * TB];
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `applies` checked AVX-512F; the sizes are as documented.
+                    unsafe {
+                        grad_block_row(g, &lay, &mut p, wb, dyn_, oy, tb * TB, valid);
+                    }
+                }
+            }
+            // SAFETY: image n of `dx` is written by this range only; in bounds (asserted).
+            let d = unsafe {
+                std::slice::from_raw_parts_mut(xp.get().add(n * g.in_ch * isp), g.in_ch * isp)
+            };
+            unfill(g, &lay, &p, d);
+        }
+    });
+}
+
+/// Output channels and taps per block of the weight gradient (4 × 4 accumulators).
+const WB: usize = 4;
+
+/// Adds one image's weight gradient to `dw` (`out_ch × taps`) from its padded input `p` and its
+/// output gradient `dy` (`out_ch × oh × ow`).
+///
+/// # Safety
+/// The CPU has AVX-512F; `p` has `Layout::len` elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn weight_grad_image(g: &ConvGeom, lay: &Layout, p: &[f32], dy: &[f32], dw: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let [_, oh, ow] = g.output;
+    let (kh, kw) = (g.kernel[1], g.kernel[2]);
+    let (sy, sx) = (g.stride[1], g.stride[2]);
+    let (dly, dlx) = (g.dilate[1], g.dilate[2]);
+    let (s, lr) = (lay.s, lay.lr);
+    let taps = g.in_ch * kh * kw;
+    let osp = oh * ow;
+    assert!(dy.len() >= g.out_ch * osp && dw.len() >= g.out_ch * taps);
+    assert!(p.len() >= lay.len(g.in_ch));
+    // a tap's place in `p` for output row 0, and its step per output row
+    let place = |t: usize| {
+        let (c, a, b) = (t / (kh * kw), (t / kw) % kh, t % kw);
+        let q = b * dlx;
+        (c * lay.hp + a * dly) * s * lr + (q % sx) * lr + q / sx
+    };
+    let row_step = sy * s * lr;
+    for co0 in (0..g.out_ch).step_by(WB) {
+        let cos: [usize; WB] = std::array::from_fn(|j| (co0 + j).min(g.out_ch - 1));
+        for t0 in (0..taps).step_by(WB) {
+            let ts: [usize; WB] = std::array::from_fn(|k| (t0 + k).min(taps - 1));
+            let pl: [usize; WB] = std::array::from_fn(|k| place(ts[k]));
+            let mut acc = [[_mm512_setzero_ps(); WB]; WB];
+            for oy in 0..oh {
+                let mut x0 = 0;
+                while x0 < ow {
+                    let n = (ow - x0).min(16);
+                    let m: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
+                    // SAFETY: masked lanes lie inside row oy of each channel of `dy` and inside
+                    // each tap's phase row of `p` (asserted lengths; `lr` covers the row).
+                    let (d, v) = unsafe {
+                        let d: [__m512; WB] = std::array::from_fn(|j| {
+                            _mm512_maskz_loadu_ps(m, dy.as_ptr().add(cos[j] * osp + oy * ow + x0))
+                        });
+                        let v: [__m512; WB] = std::array::from_fn(|k| {
+                            _mm512_maskz_loadu_ps(m, p.as_ptr().add(pl[k] + oy * row_step + x0))
+                        });
+                        (d, v)
+                    };
+                    for j in 0..WB {
+                        for k in 0..WB {
+                            acc[j][k] = _mm512_fmadd_ps(d[j], v[k], acc[j][k]);
+                        }
+                    }
+                    x0 += 16;
+                }
+            }
+            for j in 0..WB.min(g.out_ch - co0) {
+                for k in 0..WB.min(taps - t0) {
+                    dw[(co0 + j) * taps + t0 + k] += _mm512_reduce_add_ps(acc[j][k]);
+                }
+            }
+        }
+    }
+}
+
+/// `dw = Σ_images` the weight gradient from `x` and `dy` for a geometry that [`applies`] (`dw`
+/// overwritten). Per-thread partial sums are added in image order.
+pub fn weight_grad(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32]) {
+    let taps = g.in_ch * g.kernel[1] * g.kernel[2];
+    let (isp, osp) = (g.input[1] * g.input[2], g.output[1] * g.output[2]);
+    let wl = g.out_ch * taps;
+    assert!(x.len() >= g.batch * g.in_ch * isp && dw.len() >= wl);
+    assert!(dy.len() >= g.batch * g.out_ch * osp);
+    assert!(applies(g));
+    let lay = Layout::of(g);
+    let partials = std::sync::Mutex::new(Vec::<(usize, Vec<f32>)>::new());
+    split(g.batch, |images| {
+        let first = images.start;
+        let mut p = vec![0.0f32; lay.len(g.in_ch)];
+        let mut acc = vec![0.0f32; wl];
+        for n in images {
+            fill(g, &lay, &x[n * g.in_ch * isp..][..g.in_ch * isp], &mut p);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `applies` checked AVX-512F; `p` is image n's padded input.
+            unsafe {
+                weight_grad_image(
+                    g,
+                    &lay,
+                    &p,
+                    &dy[n * g.out_ch * osp..][..g.out_ch * osp],
+                    &mut acc,
+                );
+            }
+        }
+        partials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((first, acc));
+    });
+    let mut partials = partials.into_inner().unwrap_or_else(|e| e.into_inner());
+    partials.sort_by_key(|(first, _)| *first);
+    let dw = &mut dw[..wl];
+    dw.fill(0.0);
+    for (_, part) in partials {
+        for (d, v) in dw.iter_mut().zip(part) {
+            *d += v;
+        }
+    }
 }
