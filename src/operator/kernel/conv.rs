@@ -15,7 +15,9 @@
 //! column per output position); a pointwise convolution (1×1 kernel, stride 1, no padding)
 //! multiplies the image itself. With several images the batch is split over the intra-op pool
 //! (each thread with its own column buffer and a serial GEMM); a single image gets the GEMM's own
-//! threads.
+//! threads. Float32 layers have faster paths: Winograd (`winograd.rs`) for 3×3 stride-1 layers,
+//! a direct AVX-512 kernel (`direct.rs`) for few-input-channel and stride-2 layers, and row loops
+//! (`depthwise.rs`) for depthwise ones.
 
 use super::depthwise;
 use super::direct;

@@ -11,8 +11,15 @@
 //! broadcasts the 8 channels' weights (16 fused multiply-adds); the weights are reordered once
 //! per call to `[block of 8 channels][tap][8]`.
 //!
-//! Used on CPUs with AVX-512F only; the im2col path stays the fallback. Images (and, with fewer
-//! images than threads, blocks of output channels) are split over the intra-op pool.
+//! The data gradient is the same loop transposed: per output row, blocks of 8 kernel taps
+//! accumulate `Σ_co w · dy` over two vectors of outputs and add them into a padded, phase-split
+//! gradient at each tap's place, which is then folded back into the image. The weight gradient
+//! (few-channel layers only: with many input channels im2col + GEMM is as fast) keeps 4 output
+//! channels × 4 taps of 16-lane partial sums over each image's output rows.
+//!
+//! Used on CPUs with AVX-512F only; the im2col path stays the fallback. For the forward,
+//! (image, block of output channels) pairs are split over the intra-op pool; for the gradients,
+//! images (the weight gradient's per-thread sums added in image order).
 
 use super::conv::{ConvGeom, split};
 use super::map::Ptr;
