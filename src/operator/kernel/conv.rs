@@ -403,26 +403,13 @@ fn op<T>(data: &[T], transposed: bool) -> Operand<'_, T> {
 /// `y = conv(x, w)`: `x` is `batch × in_ch × input`, `w` the weight, `y` `batch × out_ch ×
 /// output` (overwritten).
 pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
-    let t0 = std::time::Instant::now();
-    lower_impl(g, x, w, y);
-    if std::env::var("MXRT_CONV_PROF").is_ok() {
-        eprintln!("prof total lower {:?} ch {}->{} out {:?}", t0.elapsed(), g.in_ch, g.out_ch, g.output);
-    }
-}
-
-fn lower_impl<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
     let (in_sp, out_sp, kr) = (g.in_sp(), g.out_sp(), g.k_rows());
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
     assert!(y.len() >= g.batch * g.out_ch * out_sp);
     if let Some(s) = winograd_geom::<T>(g) {
-        let t0 = std::time::Instant::now();
         let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, false);
-        let t1 = std::time::Instant::now();
         winograd::forward(&s, as_f32(x), &u, as_f32_mut(y));
-        if std::env::var("MXRT_CONV_PROF").is_ok() {
-            eprintln!("prof lower wt {:?} fwd {:?}", t1 - t0, t1.elapsed());
-        }
         return;
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
@@ -430,11 +417,7 @@ fn lower_impl<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
         return;
     }
     if is_f32::<T>() && direct::applies(g) {
-        let t0 = std::time::Instant::now();
         direct::forward(g, as_f32(x), as_f32(w), as_f32_mut(y));
-        if std::env::var("MXRT_CONV_PROF").is_ok() {
-            eprintln!("prof direct {:?}", t0.elapsed());
-        }
         return;
     }
     let yp = Ptr(y.as_mut_ptr());
@@ -504,14 +487,6 @@ fn lower_impl<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
 
 /// `x = convᵀ(y, w)`: the transpose of [`lower`] (`x` overwritten).
 pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
-    let t0 = std::time::Instant::now();
-    raise_impl(g, y, w, x);
-    if std::env::var("MXRT_CONV_PROF").is_ok() {
-        eprintln!("prof total raise {:?} ch {}->{} out {:?}", t0.elapsed(), g.in_ch, g.out_ch, g.output);
-    }
-}
-
-fn raise_impl<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
     let (in_sp, out_sp, kr) = (g.in_sp(), g.out_sp(), g.k_rows());
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
@@ -530,13 +505,8 @@ fn raise_impl<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
             pw: 2 - s.pw,
             ..s
         };
-        let t0 = std::time::Instant::now();
         let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, true);
-        let t1 = std::time::Instant::now();
         winograd::forward(&t, as_f32(y), &u, as_f32_mut(x));
-        if std::env::var("MXRT_CONV_PROF").is_ok() {
-            eprintln!("prof raise wt {:?} fwd {:?}", t1 - t0, t1.elapsed());
-        }
         return;
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
@@ -621,25 +591,13 @@ fn raise_impl<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
 /// `dw = Σ_images dy · colsᵀ`: the weight's gradient from the input side `x` and the output side
 /// `dy` (`dw` overwritten).
 pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]) {
-    let t0 = std::time::Instant::now();
-    weight_grad_impl(g, x, dy, dw);
-    if std::env::var("MXRT_CONV_PROF").is_ok() {
-        eprintln!("prof total weight_grad {:?} ch {}->{} out {:?}", t0.elapsed(), g.in_ch, g.out_ch, g.output);
-    }
-}
-
-fn weight_grad_impl<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]) {
     let (in_sp, out_sp, kr) = (g.in_sp(), g.out_sp(), g.k_rows());
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && dw.len() >= g.weight_len());
     assert!(dy.len() >= g.batch * g.out_ch * out_sp);
     let wl = g.weight_len();
     if let Some(s) = winograd_geom::<T>(g) {
-        let t0 = std::time::Instant::now();
         winograd::weight_grad(&s, as_f32(x), as_f32(dy), as_f32_mut(dw));
-        if std::env::var("MXRT_CONV_PROF").is_ok() {
-            eprintln!("prof wgrad {:?}", t0.elapsed());
-        }
         return;
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
@@ -886,6 +844,68 @@ mod tests {
             let want = dot(&y, &dy);
             assert_eq!(dot(&x, &dx), want, "{g:?}");
             assert_eq!(dot(&w, &dw), want, "{g:?}");
+        }
+    }
+
+    #[test]
+    fn direct_and_depthwise_kernels_match_a_direct_convolution_and_their_adjoints() {
+        // (batch, groups, in, out, [h, w], kernel, stride, dilate, pad): the direct kernel's
+        // stem-like and stride-2 layers (out channels not a multiple of 8, partial vectors) and
+        // depthwise layers (y stride, dilation, padding past the kernel)
+        type Pair = [usize; 2];
+        type Case = (usize, usize, usize, usize, Pair, Pair, Pair, Pair, Pair);
+        let cases: [Case; 7] = [
+            (2, 1, 3, 20, [45, 70], [7, 7], [2, 2], [1, 1], [3, 3]),
+            (2, 1, 16, 12, [20, 66], [3, 3], [2, 2], [1, 1], [1, 1]),
+            (2, 1, 3, 8, [20, 40], [3, 3], [1, 1], [2, 2], [2, 2]),
+            (2, 6, 6, 6, [9, 37], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (2, 5, 5, 5, [13, 18], [5, 5], [2, 1], [1, 1], [2, 1]),
+            (2, 4, 4, 4, [12, 19], [3, 3], [1, 1], [2, 2], [2, 2]),
+            (1, 3, 3, 3, [5, 6], [3, 3], [1, 1], [1, 1], [3, 2]),
+        ];
+        for (batch, groups, in_ch, out_ch, [h, w], k, s, d, p) in cases {
+            let out = |i: usize| (([h, w][i] + 2 * p[i] - (d[i] * (k[i] - 1) + 1)) / s[i]) + 1;
+            let g = ConvGeom {
+                batch,
+                groups,
+                in_ch,
+                out_ch,
+                input: [1, h, w],
+                output: [1, out(0), out(1)],
+                kernel: [1, k[0], k[1]],
+                stride: [1, s[0], s[1]],
+                dilate: [1, d[0], d[1]],
+                pad: [0, p[0], p[1]],
+            };
+            let xl = g.batch * g.in_ch * g.in_sp();
+            let yl = g.batch * g.out_ch * g.out_sp();
+            let val = |i: usize, a: usize, b: usize| ((i * a) % b) as f64 / b as f64 - 0.5;
+            let x: Vec<f64> = (0..xl).map(|i| val(i, 7, 11)).collect();
+            let wt: Vec<f64> = (0..g.weight_len()).map(|i| val(i, 5, 7)).collect();
+            let dy: Vec<f64> = (0..yl).map(|i| val(i, 3, 13)).collect();
+            let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+            let (xf, wf, dyf) = (f32s(&x), f32s(&wt), f32s(&dy));
+            let near = |got: &[f32], want: &[f64], what: &str| {
+                let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                for (i, (a, b)) in got.iter().zip(want).enumerate() {
+                    let tol = 1e-4 * b.abs() + 1e-5 * scale;
+                    assert!((*a as f64 - b).abs() <= tol, "{what} {i}: {a} vs {b} ({g:?})");
+                }
+            };
+            let mut y = vec![f32::NAN; yl];
+            lower(&g, &xf, &wf, &mut y);
+            near(&y, &reference(&g, &x, &wt), "forward");
+            // the gradients against the f64 generic products
+            let mut dx = vec![0.0; xl];
+            raise(&g, &dy, &wt, &mut dx);
+            let mut dxf = vec![f32::NAN; xl];
+            raise(&g, &dyf, &wf, &mut dxf);
+            near(&dxf, &dx, "data gradient");
+            let mut dw = vec![0.0; g.weight_len()];
+            weight_grad(&g, &x, &dy, &mut dw);
+            let mut dwf = vec![f32::NAN; g.weight_len()];
+            weight_grad(&g, &xf, &dyf, &mut dwf);
+            near(&dwf, &dw, "weight gradient");
         }
     }
 

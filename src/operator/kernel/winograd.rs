@@ -55,8 +55,7 @@ impl Wino {
     /// at least 64 tiles so the products stay efficient.
     fn block_groups(&self) -> usize {
         let per_tile = P * (self.ci + self.co) * 4;
-        let lo = std::env::var("MXRT_WINO_MINBG").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
-        ((1usize << 20) / per_tile / L).clamp(lo, 16.max(lo))
+        ((1usize << 20) / per_tile / L).clamp(4, 16)
     }
     /// `(image, tile row, tile column)` of tile `t`, `None` past the end.
     #[inline(always)]
@@ -502,7 +501,7 @@ pub fn transform_weight(w: &[f32], out: usize, inp: usize, transpose: bool) -> V
     let mut u = vec![0.0f32; P * to * from];
     let up = Ptr(u.as_mut_ptr());
     // destination rows outer: the 36 points' rows of `U` are each written in order (lane groups
-    // outer wrote 36 rows `from` floats apart per kernel group, 2.5x slower at 512 channels)
+    // outer wrote 36 rows `from` floats apart per kernel group: 3x the time at 512 channels)
     super::conv::split(to, |rows| {
         for a in rows {
             for b in (0..from).step_by(L) {
@@ -642,13 +641,9 @@ pub fn weight_grad(s: &Wino, x: &[f32], dy: &[f32], dw: &mut [f32]) {
             *a += b;
         }
     }
-    let t0 = std::time::Instant::now();
     for o in 0..s.co {
         for c in (0..s.ci).step_by(L) {
             weight_adj(&sum, s.co, s.ci, o, c, dw);
         }
-    }
-    if std::env::var("MXRT_CONV_PROF").is_ok() {
-        eprintln!("prof wadj {:?}", t0.elapsed());
     }
 }
