@@ -2,7 +2,8 @@
 channels for Winograd F(4x4, 3x3) (odd sizes, every padding, several tile blocks, Deconvolution
 through the transposed product), the cases that fall back to im2col + GEMM (groups, dilation,
 stride 2, float64, float16, padding past 2 for the data gradient), few-input-channel layers (the
-7x7 stem, 3x3 stride 2 on 3 channels) and 1x1 layers over a batch. Prints one JSON object (case
+7x7 stem, 3x3 stride 2 on 3 channels; with rows of 16 outputs and more, the direct AVX-512
+forward), 1x1 layers over a batch and depthwise layers. Prints one JSON object (case
 name -> {"ok": {"shape", "y", "grads"}} or {"error": message}); test_conv_fast.py runs it on both
 libraries and compares.
 """
@@ -45,6 +46,23 @@ CONV = [
     ("1x1", (4, 16, 7, 9), (1, 1), {}, 24, 1, True, ("float32", "float64")),
     ("1x1_stride2", (4, 16, 9, 9), (1, 1), dict(stride=(2, 2)), 24, 1, True, ("float32",)),
     ("1x1_groups", (3, 16, 5, 6), (1, 1), {}, 8, 4, False, ("float32",)),
+    # rows of 16 outputs and more: the direct AVX-512 forward (few input channels or stride 2;
+    # output channels not a multiple of 8, a partial last vector)
+    ("stem_7x7_wide", (2, 3, 45, 70), (7, 7), dict(pad=(3, 3), stride=(2, 2)), 20, 1, False, ("float32", "float64")),
+    ("3x3_s2_wide", (2, 16, 20, 66), (3, 3), dict(pad=(1, 1), stride=(2, 2)), 12, 1, True, ("float32",)),
+    ("3x3_s1_2_wide", (2, 4, 10, 50), (3, 3), dict(pad=(0, 1), stride=(1, 2)), 9, 1, True, ("float32",)),
+    ("1x1_s2_wide", (2, 8, 9, 40), (1, 1), dict(stride=(2, 2)), 16, 1, True, ("float32",)),
+    ("5x5_1ch_wide", (2, 1, 20, 40), (5, 5), dict(pad=(1, 2)), 9, 1, False, ("float32",)),
+    ("3x3_dilate_3ch_wide", (2, 3, 20, 40), (3, 3), dict(pad=(2, 2), dilate=(2, 2)), 8, 1, True, ("float32",)),
+    # depthwise: the direct float32 kernels (rows shorter and longer than a 16-lane vector,
+    # y stride, dilation, padding past the kernel, 1-D) and the generic loops (x stride 2, float64)
+    ("dw_3x3", (2, 6, 9, 37), (3, 3), dict(pad=(1, 1)), 6, 6, False, ("float32", "float64")),
+    ("dw_3x3_nopad", (3, 4, 7, 20), (3, 3), {}, 4, 4, True, ("float32",)),
+    ("dw_5x5_stride_y2", (2, 5, 13, 18), (5, 5), dict(pad=(2, 1), stride=(2, 1)), 5, 5, True, ("float32",)),
+    ("dw_3x3_dilate", (2, 4, 12, 19), (3, 3), dict(pad=(2, 2), dilate=(2, 2)), 4, 4, True, ("float32",)),
+    ("dw_pad_wide", (1, 3, 5, 6), (3, 3), dict(pad=(3, 2)), 3, 3, True, ("float32",)),
+    ("dw_1d", (2, 6, 33), (3,), dict(pad=(1,)), 6, 6, False, ("float32",)),
+    ("dw_3x3_stride2", (2, 4, 12, 19), (3, 3), dict(pad=(1, 1), stride=(2, 2)), 4, 4, True, ("float32",)),
 ]
 for i, (name, shape, kernel, extra, nf, ng, no_bias, dtypes) in enumerate(CONV):
     arrays = [rand(shape, 10 + i), rand((nf, shape[1] // ng) + kernel, 100 + i)]
@@ -59,6 +77,10 @@ for i, (name, shape, kernel, extra, nf, ng, no_bias, dtypes) in enumerate(CONV):
 run("deconv_wino_pad1_float32", lambda: forward_backward(
     nd.Deconvolution, [rand((2, 8, 7, 6), 300), rand((8, 12, 3, 3), 301)], kernel=(3, 3),
     pad=(1, 1), num_filter=12, no_bias=True))
+
+run("deconv_dw_float32", lambda: forward_backward(
+    nd.Deconvolution, [rand((2, 6, 8, 19), 302), rand((6, 1, 3, 3), 303)], kernel=(3, 3),
+    pad=(1, 1), num_filter=6, num_group=6, no_bias=True))
 
 # last: MXNet refuses it on CPU, and its error also reaches the next operation there
 WINO = CONV[0]

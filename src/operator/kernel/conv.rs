@@ -15,8 +15,12 @@
 //! column per output position); a pointwise convolution (1×1 kernel, stride 1, no padding)
 //! multiplies the image itself. With several images the batch is split over the intra-op pool
 //! (each thread with its own column buffer and a serial GEMM); a single image gets the GEMM's own
-//! threads.
+//! threads. Float32 layers have faster paths: Winograd (`winograd.rs`) for 3×3 stride-1 layers,
+//! a direct AVX-512 kernel (`direct.rs`) for few-input-channel and stride-2 layers, and row loops
+//! (`depthwise.rs`) for depthwise ones.
 
+use super::depthwise;
+use super::direct;
 use super::element::Element;
 use super::gemm::{Operand, View, matmul, matmul_serial, matmul_view_serial};
 use super::map::Ptr;
@@ -322,6 +326,11 @@ fn winograd_geom<T: ConvElement>(g: &ConvGeom) -> Option<Wino> {
     })
 }
 
+/// Whether `T` is f32.
+fn is_f32<T: 'static>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+}
+
 /// `T` as f32 (the caller checked the type).
 fn as_f32<T: ConvElement>(x: &[T]) -> &[f32] {
     assert_eq!(std::any::TypeId::of::<T>(), std::any::TypeId::of::<f32>());
@@ -401,6 +410,14 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
     if let Some(s) = winograd_geom::<T>(g) {
         let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, false);
         winograd::forward(&s, as_f32(x), &u, as_f32_mut(y));
+        return;
+    }
+    if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
+        depthwise::forward(g, as_f32(x), as_f32(w), as_f32_mut(y));
+        return;
+    }
+    if is_f32::<T>() && direct::applies(g) {
+        direct::forward(g, as_f32(x), as_f32(w), as_f32_mut(y));
         return;
     }
     let yp = Ptr(y.as_mut_ptr());
@@ -492,6 +509,14 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
         winograd::forward(&t, as_f32(y), &u, as_f32_mut(x));
         return;
     }
+    if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
+        depthwise::data_grad(g, as_f32(y), as_f32(w), as_f32_mut(x));
+        return;
+    }
+    if is_f32::<T>() && direct::applies(g) {
+        direct::data_grad(g, as_f32(y), as_f32(w), as_f32_mut(x));
+        return;
+    }
     let xp = Ptr(x.as_mut_ptr());
     if depthwise(g) {
         let pg = plane_geom(g);
@@ -573,6 +598,14 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
     let wl = g.weight_len();
     if let Some(s) = winograd_geom::<T>(g) {
         winograd::weight_grad(&s, as_f32(x), as_f32(dy), as_f32_mut(dw));
+        return;
+    }
+    if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
+        depthwise::weight_grad(g, as_f32(x), as_f32(dy), as_f32_mut(dw));
+        return;
+    }
+    if is_f32::<T>() && direct::applies_weight_grad(g) {
+        direct::weight_grad(g, as_f32(x), as_f32(dy), as_f32_mut(dw));
         return;
     }
     let partials = std::sync::Mutex::new(Vec::<(usize, Vec<T>)>::new());
@@ -811,6 +844,68 @@ mod tests {
             let want = dot(&y, &dy);
             assert_eq!(dot(&x, &dx), want, "{g:?}");
             assert_eq!(dot(&w, &dw), want, "{g:?}");
+        }
+    }
+
+    #[test]
+    fn direct_and_depthwise_kernels_match_a_direct_convolution_and_their_adjoints() {
+        // (batch, groups, in, out, [h, w], kernel, stride, dilate, pad): the direct kernel's
+        // stem-like and stride-2 layers (out channels not a multiple of 8, partial vectors) and
+        // depthwise layers (y stride, dilation, padding past the kernel)
+        type Pair = [usize; 2];
+        type Case = (usize, usize, usize, usize, Pair, Pair, Pair, Pair, Pair);
+        let cases: [Case; 7] = [
+            (2, 1, 3, 20, [45, 70], [7, 7], [2, 2], [1, 1], [3, 3]),
+            (2, 1, 16, 12, [20, 66], [3, 3], [2, 2], [1, 1], [1, 1]),
+            (2, 1, 3, 8, [20, 40], [3, 3], [1, 1], [2, 2], [2, 2]),
+            (2, 6, 6, 6, [9, 37], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (2, 5, 5, 5, [13, 18], [5, 5], [2, 1], [1, 1], [2, 1]),
+            (2, 4, 4, 4, [12, 19], [3, 3], [1, 1], [2, 2], [2, 2]),
+            (1, 3, 3, 3, [5, 6], [3, 3], [1, 1], [1, 1], [3, 2]),
+        ];
+        for (batch, groups, in_ch, out_ch, [h, w], k, s, d, p) in cases {
+            let out = |i: usize| (([h, w][i] + 2 * p[i] - (d[i] * (k[i] - 1) + 1)) / s[i]) + 1;
+            let g = ConvGeom {
+                batch,
+                groups,
+                in_ch,
+                out_ch,
+                input: [1, h, w],
+                output: [1, out(0), out(1)],
+                kernel: [1, k[0], k[1]],
+                stride: [1, s[0], s[1]],
+                dilate: [1, d[0], d[1]],
+                pad: [0, p[0], p[1]],
+            };
+            let xl = g.batch * g.in_ch * g.in_sp();
+            let yl = g.batch * g.out_ch * g.out_sp();
+            let val = |i: usize, a: usize, b: usize| ((i * a) % b) as f64 / b as f64 - 0.5;
+            let x: Vec<f64> = (0..xl).map(|i| val(i, 7, 11)).collect();
+            let wt: Vec<f64> = (0..g.weight_len()).map(|i| val(i, 5, 7)).collect();
+            let dy: Vec<f64> = (0..yl).map(|i| val(i, 3, 13)).collect();
+            let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+            let (xf, wf, dyf) = (f32s(&x), f32s(&wt), f32s(&dy));
+            let near = |got: &[f32], want: &[f64], what: &str| {
+                let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                for (i, (a, b)) in got.iter().zip(want).enumerate() {
+                    let tol = 1e-4 * b.abs() + 1e-5 * scale;
+                    assert!((*a as f64 - b).abs() <= tol, "{what} {i}: {a} vs {b} ({g:?})");
+                }
+            };
+            let mut y = vec![f32::NAN; yl];
+            lower(&g, &xf, &wf, &mut y);
+            near(&y, &reference(&g, &x, &wt), "forward");
+            // the gradients against the f64 generic products
+            let mut dx = vec![0.0; xl];
+            raise(&g, &dy, &wt, &mut dx);
+            let mut dxf = vec![f32::NAN; xl];
+            raise(&g, &dyf, &wf, &mut dxf);
+            near(&dxf, &dx, "data gradient");
+            let mut dw = vec![0.0; g.weight_len()];
+            weight_grad(&g, &x, &dy, &mut dw);
+            let mut dwf = vec![f32::NAN; g.weight_len()];
+            weight_grad(&g, &xf, &dyf, &mut dwf);
+            near(&dwf, &dw, "weight gradient");
         }
     }
 

@@ -12,6 +12,8 @@
 
 pub mod attention;
 pub mod conv;
+pub mod depthwise;
+pub mod direct;
 pub mod element;
 pub mod gemm;
 pub mod map;
