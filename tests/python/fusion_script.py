@@ -200,6 +200,34 @@ def gluon_hybridized_static_alloc():
     return outcome(outs[-1], [np.log1p(np.exp(h)) - 0.25])
 
 
+@scenario
+def transcendentals_over_wide_ranges():
+    """exp, expm1, log, log1p, tanh, sigmoid and softrelu (float32: vectorised kernels) over wide
+    input ranges, in one run, each value also a graph output."""
+    x = sym.var("x")
+    e = sym.exp(x * 0.88)
+    m = sym.expm1(x * 0.2)
+    lg = sym.log(sym.abs(x) * 1e30 + 1e-30)
+    l1 = sym.log1p(sym.abs(x) * 0.1 - 0.99)
+    t = sym.tanh(x * 0.25)
+    s = sym.sigmoid(x)
+    sr = sym.Activation(x * 0.4, act_type="softrelu")
+    r = rand(N, 18, -100, 100)
+    f32 = np.float32
+    scaled = lambda k: (r * f32(k)).astype(np.float64)  # the float32 input each op sees
+    big = (np.abs(r) * f32(1e30) + f32(1e-30)).astype(np.float64)
+    near = (np.abs(r) * f32(0.1) - f32(0.99)).astype(np.float64)
+    sr_in = scaled(0.4)
+    wants = [np.exp(scaled(0.88)), np.expm1(scaled(0.2)), np.log(big), np.log1p(near),
+             np.tanh(scaled(0.25)), sigmoid(r.astype(np.float64)),
+             np.where(sr_in > 20, sr_in, np.log1p(np.exp(sr_in)))]
+    outs = call(sym.Group([e, m, lg, l1, t, s, sr]), r)
+    res = outcome(outs, wants)
+    # every 1500th value unrounded (exp reaches 1e38)
+    res["values"] = [o.asnumpy()[::1500].astype(np.float64).tolist() for o in outs]
+    return res
+
+
 def main():
     if "--list" in sys.argv:
         print("\n".join(scenarios))

@@ -69,6 +69,27 @@ pub unsafe fn map1<A: Element, O: Element>(
     });
 }
 
+/// `out[s..e] = f(a[s..e])` over ranges split across the intra-op pool: a whole-buffer kernel
+/// (such as [`vmath`](super::vmath)'s) run on each thread's range.
+///
+/// # Safety
+/// As [`map1`]; `f(x, y, len)` must read `len` elements at `x` and write `len` at `y`, allowing
+/// `y == x`.
+pub unsafe fn map1_ranges<A: Element, O: Element>(
+    a: *const A,
+    out: *mut O,
+    n: usize,
+    cost: usize,
+    f: unsafe fn(*const A, *mut O, usize),
+) {
+    let (a, out) = (Ptr(a.cast_mut()), Ptr(out));
+    for_ranges(n, cost, |s, e| {
+        // SAFETY: `s..e` is within `n` elements of both buffers (the caller's contract); ranges
+        // given to different threads are disjoint.
+        unsafe { f(a.get().add(s).cast_const(), out.get().add(s), e - s) }
+    });
+}
+
 /// `out[i] = f(a[i], b[i])` for `i < n`.
 ///
 /// # Safety

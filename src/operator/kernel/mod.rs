@@ -9,6 +9,7 @@
 //! - [`gemm`]: matrix products ([`sgemm`]: the AVX-512 f32 product behind them); [`conv`]: convolutions on it (im2col); [`pool`]: pooling;
 //!   [`rnn`]: the fused recurrent layers; [`attention`]: batched strided products for
 //!   multi-head attention.
+//! - [`vmath`]: vectorised float32 `exp`, `log`, `tanh`, `sigmoid`, ... (AVX-512, AVX2).
 
 pub mod attention;
 pub mod conv;
@@ -23,6 +24,7 @@ pub mod rnn;
 pub mod rnn_step;
 pub mod sgemm;
 pub mod strided;
+pub mod vmath;
 pub mod winograd;
 
 pub use element::{Bool, Element};

@@ -12,6 +12,7 @@ use crate::operator::def::{
     GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val, param, param_flag, param_int,
 };
 use crate::operator::kernel::map::{Ptr, map1, map2};
+use crate::operator::kernel::vmath;
 use crate::parallel::{for_chunks_mut, for_ranges};
 use half::f16;
 use crate::operator::kernel::strided::{split_axes, walk};
@@ -28,6 +29,7 @@ impl Math for SoftRelu {
         // log(1 + e^x), stable for large x
         if x > c(20.0) { x } else { x.exp().ln_1p() }
     }
+    const F32: Option<vmath::Kernel> = Some(vmath::softrelu);
 }
 struct Relu;
 impl Math for Relu {
@@ -46,6 +48,7 @@ impl Math for Sigmoid {
     fn f<R: Real>(x: R) -> R {
         R::ONE / (R::ONE + (-x).exp())
     }
+    const F32: Option<vmath::Kernel> = Some(vmath::sigmoid);
 }
 struct Tanh;
 impl Math for Tanh {
@@ -53,6 +56,7 @@ impl Math for Tanh {
     fn f<R: Real>(x: R) -> R {
         x.tanh()
     }
+    const F32: Option<vmath::Kernel> = Some(vmath::tanh);
 }
 struct Softsign;
 impl Math for Softsign {

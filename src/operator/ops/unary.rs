@@ -5,7 +5,8 @@
 use super::{Entries, inputs};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::operator::kernel::map::{map1, map2};
+use crate::operator::kernel::map::{map1, map1_ranges, map2};
+use crate::operator::kernel::vmath;
 use crate::operator::kernel::{Element, Real};
 use crate::operator::op::{Call, Operator, Plan};
 use crate::operator::def::ShapeRule;
@@ -18,6 +19,8 @@ pub trait Math: Sync + 'static {
     /// Work per element relative to an add (for the parallel threshold).
     const COST: usize;
     fn f<R: Real>(x: R) -> R;
+    /// A whole-buffer float32 kernel ([`vmath`]) that float32 arrays use instead of `f`.
+    const F32: Option<vmath::Kernel> = None;
 }
 
 /// A constant in the compute type.
@@ -38,7 +41,10 @@ pub fn apply<M: Math>(x: &Tensor, y: &Tensor, dtype: DType) {
     // SAFETY (all arms): both tensors hold `n` elements of `dtype` (planned with one shape and
     // dtype); the runner allows `y` to be exactly `x` for elementwise plans, which `map1` allows.
     match dtype {
-        DType::F32 => unsafe { map1(x.ptr::<f32>(), y.ptr::<f32>(), n, M::COST, M::f::<f32>) },
+        DType::F32 => match M::F32 {
+            Some(k) => unsafe { map1_ranges(x.ptr::<f32>(), y.ptr::<f32>(), n, M::COST, k) },
+            None => unsafe { map1(x.ptr::<f32>(), y.ptr::<f32>(), n, M::COST, M::f::<f32>) },
+        },
         DType::F64 => unsafe { map1(x.ptr::<f64>(), y.ptr::<f64>(), n, M::COST, M::f::<f64>) },
         DType::F16 => unsafe {
             map1(x.ptr::<f16>(), y.ptr::<f16>(), n, M::COST, |v: f16| {
@@ -59,13 +65,14 @@ fn via_f64(x: &Tensor, y: &Tensor, dtype: DType, f: &(dyn Fn(f64) -> f64 + Sync)
 }
 
 macro_rules! unary_ops {
-    ($($ty:ident $name:literal $cost:literal $($zp:ident)? |$x:ident| $e:expr; grad $g:tt;)*) => {
+    ($($ty:ident $name:literal $cost:literal $($zp:ident)? |$x:ident| $e:expr; $(f32 $k:path;)? grad $g:tt;)*) => {
         $(
             struct $ty;
             impl Math for $ty {
                 const COST: usize = $cost;
                 #[inline(always)]
                 fn f<R: Real>($x: R) -> R { $e }
+                $( const F32: Option<vmath::Kernel> = Some($k); )?
             }
             impl Operator for $ty {
                 fn plan(&self, call: &Call<'_>) -> Result<Plan> { plan::<$ty>(call) }
@@ -295,12 +302,12 @@ unary_ops! {
     Rsqrt "rsqrt" 4 |x| R::ONE / x.sqrt(); grad (|x| c::<R>(-0.5) / (x * x.sqrt()), |x| c::<R>(0.75) / (x * x * x.sqrt()));
     Cbrt "cbrt" 8 |x| x.cbrt(); grad (|x| R::ONE / (c::<R>(3.0) * x.cbrt() * x.cbrt()), |x| c::<R>(-2.0 / 9.0) / (x * x.cbrt() * x.cbrt()));
     Rcbrt "rcbrt" 8 |x| R::ONE / x.cbrt(); grad (|x| c::<R>(-1.0 / 3.0) / (x * x.cbrt()), |x| c::<R>(4.0 / 9.0) / (x * x * x.cbrt()));
-    Exp "exp" 8 |x| x.exp(); grad times_output;
-    Log "log" 8 |x| x.ln(); grad (|x| R::ONE / x, |x| -R::ONE / (x * x));
+    Exp "exp" 8 |x| x.exp(); f32 vmath::exp; grad times_output;
+    Log "log" 8 |x| x.ln(); f32 vmath::log; grad (|x| R::ONE / x, |x| -R::ONE / (x * x));
     Log10 "log10" 8 |x| x.log10(); grad (|x| c::<R>(1.0 / std::f64::consts::LN_10) / x, |x| c::<R>(-1.0 / std::f64::consts::LN_10) / (x * x));
     Log2 "log2" 8 |x| x.log2(); grad (|x| c::<R>(1.0 / std::f64::consts::LN_2) / x, |x| c::<R>(-1.0 / std::f64::consts::LN_2) / (x * x));
-    Log1p "log1p" 8 zp |x| x.ln_1p(); grad (|x| R::ONE / (R::ONE + x), |x| -R::ONE / ((R::ONE + x) * (R::ONE + x)));
-    Expm1 "expm1" 8 zp |x| x.exp_m1(); grad (|x| x.exp(), |x| x.exp());
+    Log1p "log1p" 8 zp |x| x.ln_1p(); f32 vmath::log1p; grad (|x| R::ONE / (R::ONE + x), |x| -R::ONE / ((R::ONE + x) * (R::ONE + x)));
+    Expm1 "expm1" 8 zp |x| x.exp_m1(); f32 vmath::expm1; grad (|x| x.exp(), |x| x.exp());
     Reciprocal "reciprocal" 2 |x| R::ONE / x; grad (|x| -R::ONE / (x * x), |x| c::<R>(2.0) / (x * x * x));
     Sin "sin" 8 zp |x| x.sin(); grad (|x| x.cos(), |x| -x.sin());
     Cos "cos" 8 |x| x.cos(); grad (|x| -x.sin(), |x| -x.cos());
@@ -310,14 +317,14 @@ unary_ops! {
     Arctan "arctan" 8 zp |x| x.atan(); grad (|x| R::ONE / (R::ONE + x * x), |x| c::<R>(-2.0) * x / ((R::ONE + x * x) * (R::ONE + x * x)));
     Sinh "sinh" 8 zp |x| x.sinh(); grad (|x| x.cosh(), |x| x.sinh());
     Cosh "cosh" 8 |x| x.cosh(); grad (|x| x.sinh(), |x| x.cosh());
-    Tanh "tanh" 8 zp |x| x.tanh(); grad (out: |y| R::ONE - y * y, |y| c::<R>(-2.0) * y);
+    Tanh "tanh" 8 zp |x| x.tanh(); f32 vmath::tanh; grad (out: |y| R::ONE - y * y, |y| c::<R>(-2.0) * y);
     Arcsinh "arcsinh" 8 zp |x| x.asinh(); grad (|x| R::ONE / (x * x + R::ONE).sqrt(), |x| -x / ((x * x + R::ONE) * (x * x + R::ONE).sqrt()));
     Arccosh "arccosh" 8 |x| x.acosh(); grad (|x| R::ONE / (x * x - R::ONE).sqrt(), |x| -x / ((x * x - R::ONE) * (x * x - R::ONE).sqrt()));
     Arctanh "arctanh" 8 zp |x| x.atanh(); grad (|x| R::ONE / (R::ONE - x * x), |x| c::<R>(2.0) * x / ((R::ONE - x * x) * (R::ONE - x * x)));
     Degrees "degrees" 1 zp |x| x.to_degrees(); grad (|x| x * R::ZERO + c(180.0 / PI), |x| x * R::ZERO);
     Radians "radians" 1 zp |x| x.to_radians(); grad (|x| x * R::ZERO + c(PI / 180.0), |x| x * R::ZERO);
     Relu "relu" 1 zp |x| if x > R::ZERO { x } else if x.is_nan() { x } else { R::ZERO }; grad (|x| if x > R::ZERO { R::ONE } else if x.is_nan() { x } else { R::ZERO }, |x| x * R::ZERO);
-    Sigmoid "sigmoid" 8 |x| R::ONE / (R::ONE + (-x).exp()); grad (out: |y| y * (R::ONE - y), |y| R::ONE - y - y);
+    Sigmoid "sigmoid" 8 |x| R::ONE / (R::ONE + (-x).exp()); f32 vmath::sigmoid; grad (out: |y| y * (R::ONE - y), |y| R::ONE - y - y);
     Softsign "softsign" 2 |x| x / (R::ONE + x.abs()); grad (|x| R::ONE / ((R::ONE + x.abs()) * (R::ONE + x.abs())), |x| c::<R>(-2.0) * sign(x) / ((R::ONE + x.abs()) * (R::ONE + x.abs()) * (R::ONE + x.abs())));
     Erf "erf" 8 |x| x.erf(); grad (|x| c::<R>(2.0 / PI.sqrt()) * (-x * x).exp(), |x| c::<R>(-4.0 / PI.sqrt()) * x * (-x * x).exp());
     Erfinv "erfinv" 16 |x| x.erfinv(); grad (|x| c::<R>(PI.sqrt() / 2.0) * (x.erfinv() * x.erfinv()).exp(), |x| { let y = x.erfinv(); let d = c::<R>(PI.sqrt() / 2.0) * (y * y).exp(); c::<R>(2.0) * y * d * d });
