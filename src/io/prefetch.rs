@@ -3,8 +3,8 @@
 //!
 //! Memory stays bounded: the thread stops when that many batches wait (plus the one it is
 //! building) and starts again when half of them are taken, and every batch is a fresh set of
-//! arrays from the storage pool, so an array the consumer keeps is never overwritten (MXNet recycles its buffers after `prefetch_buffer`
-//! batches). `before_first` discards the waiting batches, has the thread reset the loader and
+//! arrays from the storage pool, so an array the consumer keeps is never overwritten (MXNet
+//! recycles its buffers after `prefetch_buffer` batches). `before_first` discards the waiting batches, has the thread reset the loader and
 //! waits for it, so its errors reach the caller. A loader error reaches the consumer's next
 //! `next`, after the batches made before it. Dropping the prefetcher stops the thread and
 //! joins it.
