@@ -6,6 +6,7 @@ within a repeat. Every epoch checks its batch count, shapes, labels and pixel ra
 
   python bench/python_image_iter.py [path/to/libmxrt.so]   (default target/release/libmxrt.so)
   python bench/python_image_iter.py --train [path/to/libmxrt.so]
+  python bench/python_image_iter.py --concurrent [path/to/libmxrt.so]
 
 Prints mxbench's result lines (name, value, unit, check, note; tab-separated) and the ratio.
 
@@ -19,6 +20,11 @@ what the steps cost whatever the machine's load, and the
 process's RSS sampled after every batch over MXBENCH_TRAIN_EPOCHS epochs (default 8, 256
 batches): its growth after the first epoch shows whether memory stays bounded by
 prefetch_buffer.
+
+With --concurrent, a second thread of the same process runs training steps of that CNN on one
+fixed batch through the same engine while the main thread reads the iterator as fast as it can
+(MXBENCH_CONCURRENT_EPOCHS epochs per process, default 3): images/s of the iterator, the
+training thread's steps/s meanwhile and the process's CPU time per epoch.
 """
 import json
 import os
@@ -124,6 +130,104 @@ def child_train(rec, threads, repeats, epochs):
             "rss_max": max(samples), "rss_last": samples[-1], "batches": len(samples)}
 
 
+def child_concurrent(rec, threads, repeats):
+    """The iterator read as fast as the consumer can while a second thread runs training steps
+    of the --train CNN on one fixed batch through the same engine; the consumer does no engine
+    work itself (labels and one batch's pixels are read with synchronous copies)."""
+    import threading
+    import time
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    mx.random.seed(1)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(16, 3, strides=2, activation="relu"), gluon.nn.MaxPool2D(2),
+            gluon.nn.Dense(8))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+    x = mx.nd.random.uniform(0, 255, shape=(32, 3, 64, 64))
+    y = mx.nd.array([k % 8 for k in range(32)])
+
+    def step():
+        with autograd.record():
+            loss = loss_fn(net(x / 255.0), y)
+        loss.backward()
+        trainer.step(32)
+        return float(loss.mean().asscalar())
+
+    step()
+    it = mx.io.ImageRecordIter(path_imgrec=rec, data_shape=(3, 64, 64), batch_size=32, rand_crop=True,
+                               rand_mirror=True, preprocess_threads=threads, prefetch_buffer=4)
+
+    def epoch():
+        c, t = cpu_s(), time.perf_counter()
+        n, labels, ok, first = 0, [], True, True
+        for b in it:
+            ok &= b.data[0].shape == (32, 3, 64, 64)
+            if first:
+                d = b.data[0].asnumpy()
+                ok &= 0 <= float(d.min()) and float(d.max()) <= 255
+                first = False
+            labels += b.label[0].asnumpy().tolist()
+            n += 32 - b.pad
+        it.reset()
+        ok &= n == N and sorted(set(labels)) == list(range(8))
+        return time.perf_counter() - t, ok, cpu_s() - c
+
+    epoch()  # warm-up, without training
+    stop, steps, losses = threading.Event(), [0], []
+
+    def train():
+        while not stop.is_set():
+            losses.append(step())
+            steps[0] += 1
+
+    th = threading.Thread(target=train)
+    th.start()
+    time.sleep(0.2)  # the training loop under way
+    out = []
+    for _ in range(repeats):
+        s0 = steps[0]
+        secs, ok, cpu = epoch()
+        out.append((secs, ok, cpu, steps[0] - s0))
+    stop.set()
+    th.join()
+    ok = all(l == l and l < 100 for l in losses)
+    return [(secs, o and ok, cpu, st) for secs, o, cpu, st in out]
+
+
+def main_concurrent(lib, rec):
+    """Iterator images/s while another thread trains, per library and preprocess_threads; one
+    process per library and repeat, the libraries alternating."""
+    status = 0
+    epochs = int(os.environ.get("MXBENCH_CONCURRENT_EPOCHS", "3"))
+    for threads in (1, 2):
+        rates = {"mxrt": [], "mxnet": []}
+        cpu = {"mxrt": [], "mxnet": []}
+        steps = {"mxrt": [], "mxnet": []}
+        ok = {"mxrt": True, "mxnet": True}
+        for _ in range(REPEATS):
+            for name, l in (("mxrt", lib), ("mxnet", "mxnet")):
+                for secs, o, c, st in run(l, rec, threads, f"b.child_concurrent({rec!r}, {threads}, {epochs})"):
+                    rates[name].append(N / secs)
+                    cpu[name].append(c * 1000)
+                    steps[name].append(st / secs)
+                    ok[name] &= o
+        med = {k: statistics.median(v) for k, v in rates.items()}
+        for name in ("mxrt", "mxnet"):
+            status |= not ok[name]
+            print(f"python.image_iter_concurrent_t{threads}.{name}\t{med[name]:.4g}\timages/s\t"
+                  f"{'ok' if ok[name] else 'FAIL'}\titerator read while another thread trains", flush=True)
+            print(f"python.image_iter_concurrent_steps_t{threads}.{name}\t{statistics.median(steps[name]):.4g}\t"
+                  f"steps/s\tok\tthe training thread's steps meanwhile", flush=True)
+            print(f"python.image_iter_concurrent_cpu_t{threads}.{name}\t{statistics.median(cpu[name]):.0f}\t"
+                  f"ms\tok\tthe process's CPU time (all threads) per epoch", flush=True)
+        print(f"# preprocess_threads={threads}, while training: mxrt/libmxnet.so = "
+              f"{med['mxrt'] / med['mxnet']:.2f}x", flush=True)
+    return status
+
+
 def make_rec(path):
     sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
     import mxnet as mx
@@ -199,7 +303,7 @@ def main_train(lib, rec):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--train"]
+    args = [a for a in sys.argv[1:] if a not in ("--train", "--concurrent")]
     lib = args[0] if args else os.path.join(ROOT, "target", "release", "libmxrt.so")
     d = os.environ.get("MXBENCH_IO_DIR", os.path.join(ROOT, "target", "mxbench", "io"))
     os.makedirs(d, exist_ok=True)
@@ -208,6 +312,8 @@ def main():
         make_rec(rec)
     if "--train" in sys.argv[1:]:
         return main_train(lib, rec)
+    if "--concurrent" in sys.argv[1:]:
+        return main_concurrent(lib, rec)
     status = 0
     for threads in (1, 2):
         rates = {"mxrt": [], "mxnet": []}

@@ -808,24 +808,13 @@ fn remap_tab(ksize: usize) -> Vec<i16> {
     out
 }
 
-/// OpenCV's 8-bit `BGR2HLS` of one pixel: hue in `[0, 180)` (degrees halved), lightness and
-/// saturation in `[0, 255]`, through single-precision floats as OpenCV converts.
-pub fn bgr_to_hls(p: [u8; 3]) -> [u8; 3] {
-    let k = 1.0f32 / 255.0;
-    let (b, g, r) = (p[0] as f32 * k, p[1] as f32 * k, p[2] as f32 * k);
-    let (mut vmax, mut vmin) = (r, r);
-    if vmax < g {
-        vmax = g;
-    }
-    if vmax < b {
-        vmax = b;
-    }
-    if vmin > g {
-        vmin = g;
-    }
-    if vmin > b {
-        vmin = b;
-    }
+/// OpenCV's float RGB to HLS conversion of one pixel with channels in `[0, 1]`: hue in degrees
+/// `[0, 360)`, lightness and saturation in `[0, 1]`. The one core behind the 8-bit conversion
+/// below and `mx.nd.image.random_hue`'s float one (`operator/ops/image.rs`); each caller scales
+/// its input its own way.
+pub fn hls_from_rgb(r: f32, g: f32, b: f32) -> (f32, f32, f32) {
+    let vmax = r.max(g).max(b);
+    let vmin = r.min(g).min(b);
     let mut diff = vmax - vmin;
     let l = (vmax + vmin) * 0.5;
     let (mut h, mut s) = (0f32, 0f32);
@@ -847,6 +836,51 @@ pub fn bgr_to_hls(p: [u8; 3]) -> [u8; 3] {
             h += 360.0;
         }
     }
+    (h, l, s)
+}
+
+/// OpenCV's float HLS to RGB conversion of one pixel: `h6` is the hue in sixths of a turn (any
+/// value, wrapped into `[0, 6)`), lightness and saturation in `[0, 1]`; channels in `[0, 1]`.
+/// The inverse of [`hls_from_rgb`], shared the same way.
+pub fn rgb_from_hls(h6: f32, l: f32, s: f32) -> (f32, f32, f32) {
+    if s == 0.0 {
+        return (l, l, l);
+    }
+    const SECTOR: [[usize; 3]; 6] = [
+        [1, 3, 0],
+        [1, 0, 2],
+        [3, 0, 1],
+        [0, 2, 1],
+        [0, 1, 3],
+        [2, 1, 0],
+    ];
+    let p2 = if l <= 0.5 {
+        l * (1.0 + s)
+    } else {
+        l + s - l * s
+    };
+    let p1 = 2.0 * l - p2;
+    let mut h = h6;
+    while h < 0.0 {
+        h += 6.0;
+    }
+    while h >= 6.0 {
+        h -= 6.0;
+    }
+    // h is in [0, 6) (or NaN, which casts to 0)
+    let sector = (h as usize).min(5);
+    h -= sector as f32;
+    let tab = [p2, p1, p1 + (p2 - p1) * (1.0 - h), p1 + (p2 - p1) * h];
+    let sd = SECTOR[sector];
+    (tab[sd[2]], tab[sd[1]], tab[sd[0]])
+}
+
+/// OpenCV's 8-bit `BGR2HLS` of one pixel: hue in `[0, 180)` (degrees halved), lightness and
+/// saturation in `[0, 255]`, through single-precision floats as OpenCV converts (channels
+/// multiplied by `1/255`).
+pub fn bgr_to_hls(p: [u8; 3]) -> [u8; 3] {
+    let k = 1.0f32 / 255.0;
+    let (h, l, s) = hls_from_rgb(p[2] as f32 * k, p[1] as f32 * k, p[0] as f32 * k);
     let sat = |v: f32| v.round_ties_even().clamp(0.0, 255.0) as u8;
     [sat(h * 0.5), sat(l * 255.0), sat(s * 255.0)]
 }
@@ -854,37 +888,7 @@ pub fn bgr_to_hls(p: [u8; 3]) -> [u8; 3] {
 /// OpenCV's 8-bit `HLS2BGR` of one pixel (hue in `[0, 180)`).
 pub fn hls_to_bgr(p: [u8; 3]) -> [u8; 3] {
     let k = 1.0f32 / 255.0;
-    let (mut h, l, s) = (p[0] as f32, p[1] as f32 * k, p[2] as f32 * k);
-    let (b, g, r) = if s == 0.0 {
-        (l, l, l)
-    } else {
-        const SECTOR: [[usize; 3]; 6] = [
-            [1, 3, 0],
-            [1, 0, 2],
-            [3, 0, 1],
-            [0, 2, 1],
-            [0, 1, 3],
-            [2, 1, 0],
-        ];
-        let p2 = if l <= 0.5 {
-            l * (1.0 + s)
-        } else {
-            l + s - l * s
-        };
-        let p1 = 2.0 * l - p2;
-        h *= 6.0f32 / 180.0;
-        while h < 0.0 {
-            h += 6.0;
-        }
-        while h >= 6.0 {
-            h -= 6.0;
-        }
-        let sector = h.floor() as usize;
-        h -= sector as f32;
-        let tab = [p2, p1, p1 + (p2 - p1) * (1.0 - h), p1 + (p2 - p1) * h];
-        let sd = SECTOR[sector];
-        (tab[sd[0]], tab[sd[1]], tab[sd[2]])
-    };
+    let (r, g, b) = rgb_from_hls(p[0] as f32 * (6.0f32 / 180.0), p[1] as f32 * k, p[2] as f32 * k);
     let sat = |v: f32| (v * 255.0).round_ties_even().clamp(0.0, 255.0) as u8;
     [sat(b), sat(g), sat(r)]
 }

@@ -80,6 +80,25 @@ pub(crate) fn dense_array(shape: &[i64], dtype: DType, bytes: &[u8]) -> Result<N
     Ok(a)
 }
 
+/// A new cpu(0) array whose bytes `fill` writes (all of them) before anyone else can see it:
+/// one pass over the array's memory instead of a staging buffer and a copy.
+pub(crate) fn fresh_array_with(
+    shape: &[i64],
+    dtype: DType,
+    fill: impl FnOnce(&mut [u8]),
+) -> Result<NDArray> {
+    let a = NDArray::new(shape, Context::cpu(0), dtype, false)?;
+    let n = a.nbytes();
+    if n > 0 {
+        let p = a.data_ptr()?;
+        // SAFETY: `a` was just allocated (not delayed) on a host context with `n` bytes at `p`;
+        // no other handle, view or engine op refers to it yet, so this is the only access
+        // until `fill` returns.
+        fill(unsafe { std::slice::from_raw_parts_mut(p, n) });
+    }
+    Ok(a)
+}
+
 /// MXNet's `BatchLoader` over a dense source. The batch buffers persist across batches, so the
 /// pad slots of a short batch with `round_batch=0` hold the previous batch's instances, as in
 /// MXNet.

@@ -2,9 +2,9 @@
 //! `prefetch_buffer` batches ready, so parsing and copying overlap with the consumer's work.
 //!
 //! Memory stays bounded: the thread stops when that many batches wait (plus the one it is
-//! building), and every batch is a fresh set of arrays from the storage pool, so an array the
-//! consumer keeps is never overwritten (MXNet recycles its buffers after `prefetch_buffer`
-//! batches). `before_first` discards the waiting batches, has the thread reset the loader and
+//! building) and starts again when half of them are taken, and every batch is a fresh set of
+//! arrays from the storage pool, so an array the consumer keeps is never overwritten (MXNet
+//! recycles its buffers after `prefetch_buffer` batches). `before_first` discards the waiting batches, has the thread reset the loader and
 //! waits for it, so its errors reach the caller. A loader error reaches the consumer's next
 //! `next`, after the batches made before it. Dropping the prefetcher stops the thread and
 //! joins it.
@@ -36,6 +36,14 @@ struct Shared {
     /// Wakes the consumer: a batch, the end, a reset done.
     consumer: Condvar,
     capacity: usize,
+}
+
+impl Shared {
+    /// Once the queue is full the thread sleeps until it is down to this many batches, then
+    /// fills it again: one wake-up per half queue instead of one per batch.
+    fn low_mark(&self) -> usize {
+        self.capacity / 2
+    }
 }
 
 /// The consumer's side of the prefetching thread.
@@ -80,7 +88,9 @@ impl Prefetcher {
         let mut st = self.shared.state.lock();
         loop {
             if let Some(item) = st.queue.pop_front() {
-                self.shared.producer.notify_one();
+                if st.queue.len() <= self.shared.low_mark() {
+                    self.shared.producer.notify_one();
+                }
                 let b = item?;
                 self.saw_wrap |= b.wrapped;
                 return Ok(Some(b));
@@ -122,6 +132,8 @@ impl Drop for Prefetcher {
 
 fn produce(shared: &Shared, mut loader: Box<dyn Loader>) {
     let mut st = shared.state.lock();
+    // the queue was full and has not come down to the low mark yet
+    let mut draining = false;
     loop {
         if st.stop {
             return;
@@ -134,10 +146,13 @@ fn produce(shared: &Shared, mut loader: Box<dyn Loader>) {
             st.ended = false;
             st.reset_error = r.err();
             st.resets_done += 1;
+            draining = false;
             shared.consumer.notify_all();
             continue;
         }
-        if st.ended || st.queue.len() >= shared.capacity {
+        draining = (draining && st.queue.len() > shared.low_mark())
+            || st.queue.len() >= shared.capacity;
+        if st.ended || draining {
             shared.producer.wait(&mut st);
             continue;
         }

@@ -851,65 +851,14 @@ fn saturation(px: &mut [f32], c: usize, alpha: f32) {
     }
 }
 
+/// RGB in `[0, 255]` (divided by 255) to hue in degrees, lightness and saturation in `[0, 1]`.
 fn rgb_to_hls(r: f32, g: f32, b: f32) -> (f32, f32, f32) {
-    let (r, g, b) = (r / 255.0, g / 255.0, b / 255.0);
-    let vmax = r.max(g).max(b);
-    let vmin = r.min(g).min(b);
-    let mut diff = vmax - vmin;
-    let l = (vmax + vmin) * 0.5;
-    let (mut h, mut s) = (0f32, 0f32);
-    if diff > f32::EPSILON {
-        s = if l < 0.5 {
-            diff / (vmax + vmin)
-        } else {
-            diff / (2.0 - vmax - vmin)
-        };
-        diff = 60.0 / diff;
-        h = if vmax == r {
-            (g - b) * diff
-        } else if vmax == g {
-            (b - r) * diff + 120.0
-        } else {
-            (r - g) * diff + 240.0
-        };
-        if h < 0.0 {
-            h += 360.0;
-        }
-    }
-    (h, l, s)
+    crate::imgproc::hls_from_rgb(r / 255.0, g / 255.0, b / 255.0)
 }
 
+/// The inverse of [`rgb_to_hls`]: hue in degrees (any value), channels back in `[0, 255]`.
 fn hls_to_rgb(h: f32, l: f32, s: f32) -> (f32, f32, f32) {
-    const SECTOR: [[usize; 3]; 6] = [
-        [1, 3, 0],
-        [1, 0, 2],
-        [3, 0, 1],
-        [0, 2, 1],
-        [0, 1, 3],
-        [2, 1, 0],
-    ];
-    let (mut r, mut g, mut b) = (l, l, l);
-    if s != 0.0 {
-        let p2 = if l <= 0.5 {
-            l * (1.0 + s)
-        } else {
-            l + s - l * s
-        };
-        let p1 = 2.0 * l - p2;
-        let mut h = h / 60.0;
-        while h < 0.0 {
-            h += 6.0;
-        }
-        while h >= 6.0 {
-            h -= 6.0;
-        }
-        let sector = (h as usize).min(5);
-        h -= sector as f32;
-        let tab = [p2, p1, p1 + (p2 - p1) * (1.0 - h), p1 + (p2 - p1) * h];
-        b = tab[SECTOR[sector][0]];
-        g = tab[SECTOR[sector][1]];
-        r = tab[SECTOR[sector][2]];
-    }
+    let (r, g, b) = crate::imgproc::rgb_from_hls(h / 60.0, l, s);
     (r * 255.0, g * 255.0, b * 255.0)
 }
 
