@@ -861,6 +861,11 @@ pub fn rgb_from_hls(h6: f32, l: f32, s: f32) -> (f32, f32, f32) {
     };
     let p1 = 2.0 * l - p2;
     let mut h = h6;
+    // A huge or infinite hue would never leave the loops below (h ± 6 == h): reduce it first.
+    // Within a few turns the loops keep the exact rounding of the adds they always did.
+    if !h.is_nan() && !(-12.0..12.0).contains(&h) {
+        h = if h.is_finite() { h.rem_euclid(6.0) } else { 0.0 };
+    }
     while h < 0.0 {
         h += 6.0;
     }
@@ -983,6 +988,17 @@ mod tests {
                 assert_eq!(cell.iter().map(|&v| v as i32).sum::<i32>(), 1 << 15);
             }
         }
+    }
+
+    #[test]
+    fn huge_and_infinite_hues_end() {
+        for h in [f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30, 12.5, -12.5] {
+            let (r, g, b) = rgb_from_hls(h, 0.5, 0.5);
+            assert!(r.is_finite() && g.is_finite() && b.is_finite(), "hue {h}");
+        }
+        let (a, b) = (rgb_from_hls(12.5, 0.4, 0.7), rgb_from_hls(0.5, 0.4, 0.7));
+        assert!((a.0 - b.0).abs() < 1e-6 && (a.1 - b.1).abs() < 1e-6 && (a.2 - b.2).abs() < 1e-6);
+        let _ = rgb_from_hls(f32::NAN, 0.5, 0.5);
     }
 
     #[test]
