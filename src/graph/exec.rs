@@ -642,8 +642,11 @@ pub struct CachedOp {
 }
 
 impl CachedOp {
+    /// Prepares `symbol`'s graph; common subexpressions are merged first, as MXNet's CachedOp
+    /// does when it is created (`MXNET_ELIMINATE_COMMON_EXPR`, on unless 0).
     pub fn new(symbol: &Symbol, flags: CachedOpFlags) -> Result<CachedOp> {
-        let mut runner = GraphRunner::new(symbol)?;
+        let graph = super::cse::for_executor(symbol)?;
+        let mut runner = GraphRunner::new(&graph)?;
         runner.alias_inputs = true;
         for (what, list) in [
             ("data_indices", &flags.data_indices),
@@ -1090,6 +1093,13 @@ impl Executor {
         Ok(())
     }
 
+    /// Draws the planned forwards' scratch memory from `other`'s pool (MXNet's `shared_exec`:
+    /// a BucketingModule's buckets, a reshaped executor), so executors that run one after
+    /// another keep the memory of the largest plan rather than one set each.
+    pub fn share_pool_from(&mut self, other: &Executor) {
+        self.signatures.share_arena(other.signatures.arena());
+    }
+
     pub fn set_monitor(&mut self, m: Option<Monitor>, all: bool) {
         self.monitor = m.map(|m| (m, all));
     }
@@ -1502,6 +1512,7 @@ impl Executor {
             &self.outputs,
         )?;
         e.monitor = self.monitor.clone();
+        e.share_pool_from(self);
         Ok(e)
     }
 }

@@ -157,6 +157,45 @@ def cse_hybridized_block_monitor():
     return {"out": out.asnumpy().ravel().round(5).tolist(), "nodes": len(ops)}
 
 
+@scenario
+def bucketing_shared_pool():
+    """A BucketingModule bound for inference predicts buckets of different sizes in turn (its
+    executors share the default bucket's pool, whose buffers are reused and grown), and a
+    reshaped executor alternates with its original: every output equals MXNet's."""
+    H = 96
+
+    def gen(key):
+        x = sym.var("data")
+        h = x
+        for i in range(2):
+            h = sym.FullyConnected(h, num_hidden=H, name=f"fc{i}")
+            h = sym.tanh(h) * 0.5 + sym.sigmoid(h)
+        return sym.sum(h, axis=1), ("data",), None
+
+    mod = mx.mod.BucketingModule(gen, default_bucket_key=64, context=mx.cpu())
+    mod.bind(data_shapes=[("data", (64, H))], for_training=False)
+    params = {}
+    for i in range(2):
+        params[f"fc{i}_weight"] = nd.array(rand((H, H), 30 + i, -0.1, 0.1))
+        params[f"fc{i}_bias"] = nd.array(rand((H,), 40 + i))
+    mod.init_params(arg_params=params)
+    outs = []
+    for k in [8, 64, 16, 128, 32, 8, 128]:
+        data = nd.array(rand((k, H), k))
+        batch = mx.io.DataBatch([data], provide_data=[mx.io.DataDesc("data", (k, H))],
+                                bucket_key=k)
+        mod.forward(batch, is_train=False)
+        outs.append(mod.get_outputs()[0].asnumpy().round(4).tolist())
+    x = sym.var("x")
+    h = sym.exp(sym.tanh(x * 0.5)) * 2 - sym.relu(x)
+    ex = h.simple_bind(mx.cpu(), grad_req="null", x=(50, 20))
+    small = ex.reshape(x=(10, 20))
+    for e, seed in [(ex, 50), (small, 51), (ex, 52), (small, 53)]:
+        e.arg_dict["x"][:] = rand(e.arg_dict["x"].shape, seed)
+        outs.append(e.forward()[0].asnumpy().ravel()[::7].round(5).tolist())
+    return outs
+
+
 def main():
     if "--list" in sys.argv:
         print("\n".join(scenarios))

@@ -82,3 +82,9 @@ def test_cse_in_cached_op_merges_nodes_unless_turned_off():
     assert on_ours["nodes"] == on_real["nodes"]
     assert off_ours["nodes"] == off_real["nodes"]
     assert on_ours["nodes"] < off_ours["nodes"]
+
+
+def test_buckets_sharing_one_pool_give_mxnets_values():
+    real, ours = both("bucketing_shared_pool")
+    assert len(ours) == len(real) == 11
+    assert_close(ours, real, 1e-4, 1e-4)
