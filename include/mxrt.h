@@ -932,7 +932,8 @@ int MXEnginePushSyncND(EngineSyncFunc sync_func,
  * Binds `symbol_handle` to `in_args` (in `list_arguments()` order, used directly, not
  * copied), gradient arrays (NULL entries: no gradient) with request codes (0 null, 1 write,
  * 3 add) and auxiliary states. Ops of a `ctx_group` named in the group-to-context map run on
- * its device (their inputs copied there); `shared_exec` is accepted.
+ * its device (their inputs copied there). With `shared_exec`, planned forwards draw their
+ * scratch memory from that executor's pool, as MXNet's draw from its memory pool.
  */
 int MXExecutorBindEX(SymbolHandle symbol_handle,
                      int dev_type,

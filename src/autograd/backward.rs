@@ -20,6 +20,42 @@ graph. You need to set is_recording to true or use autograd.record() to save com
 graphs for backward. If you want to differentiate the same graph twice, you need to pass \
 retain_graph=True to backward.";
 
+/// What a backward hook sees of one recorded op as its gradient runs: the node (identified by
+/// its address, [`node_id`]), the gradients of its outputs, its inputs, and the gradient it
+/// gave each input (`None` where none was computed).
+pub struct NodeGrads<'a> {
+    pub node: usize,
+    pub ograds: &'a [NDArray],
+    pub inputs: &'a [NDArray],
+    pub igrads: &'a [Option<NDArray>],
+}
+
+/// A hook called after each op node's gradient (an executor's monitor over its backward).
+pub type NodeHook = std::rc::Rc<dyn Fn(&NodeGrads<'_>)>;
+
+thread_local! {
+    static NODE_HOOK: std::cell::RefCell<Option<NodeHook>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The identity of the tape node an array is an output of (what [`NodeGrads::node`] holds).
+pub fn node_id(a: &NDArray) -> Option<usize> {
+    entry_of(a).map(|e| Arc::as_ptr(&e.node) as usize)
+}
+
+/// Runs `f` (a backward on this thread) with `hook` called after each op node's gradient.
+pub fn with_node_hook<R>(hook: NodeHook, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<NodeHook>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            NODE_HOOK.with(|h| *h.borrow_mut() = old);
+        }
+    }
+    let old = NODE_HOOK.with(|h| h.borrow_mut().replace(hook));
+    let _reset = Reset(old);
+    f()
+}
+
 /// What a backward computes.
 pub struct BackwardArgs {
     pub heads: Vec<NDArray>,
@@ -523,6 +559,18 @@ fn run_backward(
                         dx.len(),
                         in_entries.len()
                     )));
+                }
+                if let Some(hook) = NODE_HOOK.with(|h| h.borrow().clone()) {
+                    let og = ograds.iter().map(|&v| tape.get(v).cloned()).collect::<Result<Vec<_>>>()?;
+                    let ins = inputs.iter().map(|&v| tape.get(v).cloned()).collect::<Result<Vec<_>>>()?;
+                    let mut ig = Vec::with_capacity(dx.len());
+                    for d in &dx {
+                        ig.push(match d {
+                            Some(d) => Some(tape.get(*d)?.clone()),
+                            None => None,
+                        });
+                    }
+                    hook(&NodeGrads { node: key, ograds: &og, inputs: &ins, igrads: &ig });
                 }
                 for ((d, e), &n) in dx.into_iter().zip(&in_entries).zip(&need) {
                     if let (Some(d), Some(e), true) = (d, e, n) {

@@ -139,6 +139,7 @@ unsafe fn bind(
     aux_states_len: u32,
     aux_states: *mut NDArrayHandle,
     groups: Vec<(String, Context)>,
+    shared: Option<Arc<CExecutor>>,
     out: *mut ExecutorHandle,
 ) -> Result<()> {
     let s = sym(symbol_handle, "symbol_handle")?;
@@ -184,6 +185,9 @@ unsafe fn bind(
         aux.into_iter().map(|a| a.expect("non-NULL")).collect(),
     )?;
     e.set_group2ctx(groups, false)?;
+    if let Some(se) = shared {
+        e.share_pool_from(&se.0.lock());
+    }
     *out = handle::into_handle(Arc::new(CExecutor(Mutex::new(e))));
     Ok(())
 }
@@ -191,7 +195,8 @@ unsafe fn bind(
 /// Binds `symbol_handle` to `in_args` (in `list_arguments()` order, used directly, not
 /// copied), gradient arrays (NULL entries: no gradient) with request codes (0 null, 1 write,
 /// 3 add) and auxiliary states. Ops of a `ctx_group` named in the group-to-context map run on
-/// its device (their inputs copied there); `shared_exec` is accepted.
+/// its device (their inputs copied there). With `shared_exec`, planned forwards draw their
+/// scratch memory from that executor's pool, as MXNet's draw from its memory pool.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MXExecutorBindEX(
     symbol_handle: SymbolHandle,
@@ -211,9 +216,11 @@ pub unsafe extern "C" fn MXExecutorBindEX(
     out: *mut ExecutorHandle,
 ) -> c_int {
     api_call("MXExecutorBindEX", || {
-        if !shared_exec.is_null() {
-            exec(shared_exec, "shared_exec")?;
-        }
+        let shared = if shared_exec.is_null() {
+            None
+        } else {
+            Some(exec(shared_exec, "shared_exec")?)
+        };
         // SAFETY: forwarded API contract.
         unsafe {
             let groups = group2ctx(
@@ -233,6 +240,7 @@ pub unsafe extern "C" fn MXExecutorBindEX(
                 aux_states_len,
                 aux_states,
                 groups,
+                shared,
                 out,
             )
         }
@@ -277,6 +285,7 @@ pub unsafe extern "C" fn MXExecutorBindX(
                 aux_states_len,
                 aux_states,
                 groups,
+                None,
                 out,
             )
         }
@@ -311,6 +320,7 @@ pub unsafe extern "C" fn MXExecutorBind(
                 aux_states_len,
                 aux_states,
                 Vec::new(),
+                None,
                 out,
             )
         }
@@ -604,6 +614,9 @@ unsafe fn simple_bind<D: Copy + Into<i64>>(
     };
     let mut e = Executor::simple_bind(&s, ctx, shape_list, dtypes, &req_for, &shared_lookup)?;
     e.set_group2ctx(groups, true)?;
+    if let Some(se) = &shared_exec {
+        e.share_pool_from(&se.0.lock());
+    }
     if *buffer_len >= 0 {
         let mut put = |name: String, a: &NDArray| {
             // the buffer holds dense arrays only (MXNet's Python checks it)

@@ -642,8 +642,11 @@ pub struct CachedOp {
 }
 
 impl CachedOp {
+    /// Prepares `symbol`'s graph; common subexpressions are merged first, as MXNet's CachedOp
+    /// does when it is created (`MXNET_ELIMINATE_COMMON_EXPR`, on unless 0).
     pub fn new(symbol: &Symbol, flags: CachedOpFlags) -> Result<CachedOp> {
-        let mut runner = GraphRunner::new(symbol)?;
+        let graph = super::cse::for_executor(symbol)?;
+        let mut runner = GraphRunner::new(&graph)?;
         runner.alias_inputs = true;
         for (what, list) in [
             ("data_indices", &flags.data_indices),
@@ -771,6 +774,9 @@ pub struct Executor {
     monitor: Option<(Monitor, bool)>,
     /// The node arrays of a partial forward in progress.
     partial: Vec<Vec<NDArray>>,
+    /// With a monitor, the last training forward's recorded op nodes (their tape identity) and
+    /// their steps: the backward reports each one's gradient as MXNet's backward nodes.
+    tape_steps: HashMap<usize, usize>,
     /// The planned runs of forwards without gradients ([`fast`]).
     signatures: fast::SignatureCache,
 }
@@ -960,6 +966,7 @@ impl Executor {
             heads: Vec::new(),
             monitor: None,
             partial: Vec::new(),
+            tape_steps: HashMap::new(),
             signatures: fast::SignatureCache::default(),
         })
     }
@@ -1086,6 +1093,13 @@ impl Executor {
         Ok(())
     }
 
+    /// Draws the planned forwards' scratch memory from `other`'s pool (MXNet's `shared_exec`:
+    /// a BucketingModule's buckets, a reshaped executor), so executors that run one after
+    /// another keep the memory of the largest plan rather than one set each.
+    pub fn share_pool_from(&mut self, other: &Executor) {
+        self.signatures.share_arena(other.signatures.arena());
+    }
+
     pub fn set_monitor(&mut self, m: Option<Monitor>, all: bool) {
         self.monitor = m.map(|m| (m, all));
     }
@@ -1194,8 +1208,25 @@ impl Executor {
                 }
                 _ => None,
             };
+            self.tape_steps.clear();
             match planned {
                 Some(r) => r,
+                None if self.monitor.is_some() && wants_grad => {
+                    // keep the nodes' arrays to know the recorded nodes for the backward
+                    let monitor = self.monitor.as_ref().map(|(m, all)| (m, *all));
+                    self.runner.check_inputs(&inputs)?;
+                    let mut values = Vec::with_capacity(self.runner.num_steps());
+                    let n = self.runner.num_steps();
+                    self.runner.run_steps(&inputs, &mut values, n, monitor)?;
+                    for (s, outs) in values.iter().enumerate() {
+                        if matches!(self.runner.steps[s], Step::Op(_))
+                            && let Some(id) = outs.first().and_then(autograd::backward::node_id)
+                        {
+                            self.tape_steps.insert(id, s);
+                        }
+                    }
+                    self.runner.collect_outputs(&values)?
+                }
                 None => {
                     let monitor = self.monitor.as_ref().map(|(m, all)| (m, *all));
                     self.runner.run(&inputs, monitor)?
@@ -1299,15 +1330,104 @@ impl Executor {
                 )));
             }
         }
-        autograd::backward(BackwardArgs {
+        let args = BackwardArgs {
             heads: self.heads.clone(),
             head_grads: head_grads.iter().map(|g| Some(g.detach())).collect(),
             variables: Vec::new(),
             retain_graph: true,
             create_graph: false,
             is_train,
-        })?;
+        };
+        match &self.monitor {
+            Some((m, all)) if !self.tape_steps.is_empty() => {
+                let hook = self.backward_monitor(m.clone(), *all);
+                autograd::backward::with_node_hook(hook, || autograd::backward(args))?;
+            }
+            _ => {
+                autograd::backward(args)?;
+            }
+        }
         Ok(())
+    }
+
+    /// The hook that reports a monitored backward as MXNet's executor does: per op node, in
+    /// the backward's order, the gradients it gives its (non-auxiliary) inputs as
+    /// `<node>_backward_output<i>` (`<node>_backward_output` when there is one; zeros where
+    /// none is computed) and, with `all`, its inputs first: the output gradients and the
+    /// forward's inputs as `<node>_backward_input<k>`, a variable's own name before it.
+    fn backward_monitor(&self, m: Monitor, all: bool) -> autograd::backward::NodeHook {
+        struct Names {
+            op: &'static str,
+            /// Per forward input: reported (not an auxiliary state), its variable's name.
+            ins: Vec<(bool, Option<String>)>,
+            base: String,
+        }
+        let mut names: HashMap<usize, Names> = HashMap::new();
+        for (&id, &s) in &self.tape_steps {
+            let Step::Op(op) = &self.runner.steps[s] else {
+                continue;
+            };
+            let ins = op
+                .inputs
+                .iter()
+                .map(|&(n, _)| match self.runner.steps[n] {
+                    Step::Input(i) => (!self.runner.aux[i], Some(self.runner.inputs[i].name())),
+                    Step::Op(_) => (true, None),
+                })
+                .collect();
+            names.insert(
+                id,
+                Names {
+                    op: op.def.name,
+                    ins,
+                    base: format!("{}_backward", op.name),
+                },
+            );
+        }
+        std::rc::Rc::new(move |g: &autograd::backward::NodeGrads<'_>| {
+            let Some(n) = names.get(&g.node) else {
+                return;
+            };
+            if all {
+                let mut k = 0;
+                for a in g.ograds {
+                    m(&format!("{}_input{k}", n.base), n.op, a);
+                    k += 1;
+                }
+                for (a, (_, var)) in g.inputs.iter().zip(&n.ins) {
+                    if let Some(v) = var {
+                        m(v, n.op, a);
+                    }
+                    m(&format!("{}_input{k}", n.base), n.op, a);
+                    k += 1;
+                }
+            }
+            let shown = n.ins.iter().filter(|(r, _)| *r).count();
+            let mut k = 0;
+            for (i, (r, _)) in n.ins.iter().enumerate() {
+                if !*r {
+                    continue;
+                }
+                let name = if shown == 1 {
+                    format!("{}_output", n.base)
+                } else {
+                    format!("{}_output{k}", n.base)
+                };
+                k += 1;
+                let a = match (g.igrads.get(i).cloned().flatten(), g.inputs.get(i)) {
+                    (Some(a), _) => a,
+                    (None, Some(x)) => {
+                        let ctx = x.ctx().unwrap_or(Context::cpu(0));
+                        match zeros(x.shape(), x.dtype(), ctx) {
+                            Ok(z) => z,
+                            Err(_) => continue,
+                        }
+                    }
+                    (None, None) => continue,
+                };
+                m(&name, n.op, &a);
+            }
+        })
     }
 
     /// The arguments' names with their shapes, for `reshape`.
@@ -1392,6 +1512,7 @@ impl Executor {
             &self.outputs,
         )?;
         e.monitor = self.monitor.clone();
+        e.share_pool_from(self);
         Ok(e)
     }
 }

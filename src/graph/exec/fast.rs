@@ -89,12 +89,86 @@ pub(super) struct Compiled {
     pool: Mutex<Vec<Buffers>>,
     /// How many sets of scratch buffers `pool` keeps.
     pooled: usize,
+    /// Shared scratch memory, used instead of `pool` when set.
+    arena: Option<Arc<Arena>>,
 }
 
 /// The signatures a CachedOp has seen: `None` where the graph takes the per-op path.
 #[derive(Default)]
 pub(super) struct SignatureCache {
     entries: Mutex<Vec<Entry>>,
+    /// Scratch memory shared with other executors (MXNet's `shared_exec`): when set, plans
+    /// made from now on draw their scratch buffers from it instead of keeping their own.
+    arena: Mutex<Option<Arc<Arena>>>,
+}
+
+/// Scratch buffers shared by the planned runs of several executors (a BucketingModule's
+/// buckets, a reshaped executor and its original), as MXNet's executors bound with a shared
+/// executor draw from its memory pool: a run takes a free buffer per scratch slot (the
+/// smallest big enough, else the largest, grown) and gives them back when it ends, so the
+/// memory kept is that of the largest plan, not the sum over executors.
+#[derive(Default)]
+pub(super) struct Arena {
+    free: Mutex<Vec<Vec<Block>>>,
+}
+
+impl Arena {
+    /// Buffers of at least `bytes[i]` bytes each.
+    fn take(&self, bytes: &[usize]) -> Buffers {
+        let mut free = self.free.lock();
+        bytes
+            .iter()
+            .map(|&b| {
+                let blocks = b.div_ceil(64);
+                if blocks == 0 {
+                    return Vec::new();
+                }
+                let fit = free
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.len() >= blocks)
+                    .min_by_key(|(_, v)| v.len())
+                    .map(|(i, _)| i);
+                let largest = || {
+                    free.iter()
+                        .enumerate()
+                        .max_by_key(|(_, v)| v.len())
+                        .map(|(i, _)| i)
+                };
+                match fit.or_else(largest) {
+                    Some(i) => {
+                        let mut v = free.swap_remove(i);
+                        if v.len() < blocks {
+                            v.resize(blocks, Block([0; 64]));
+                        }
+                        v
+                    }
+                    None => vec![Block([0; 64]); blocks],
+                }
+            })
+            .collect()
+    }
+
+    fn give_back(&self, bufs: Buffers) {
+        self.free
+            .lock()
+            .extend(bufs.into_iter().filter(|v| !v.is_empty()));
+    }
+}
+
+impl SignatureCache {
+    /// The arena this cache's plans draw from, made on first use.
+    pub(super) fn arena(&self) -> Arc<Arena> {
+        let mut arena = self.arena.lock();
+        arena.get_or_insert_with(Arc::default).clone()
+    }
+
+    /// Draws scratch memory from `arena` (another executor's) from now on.
+    pub(super) fn share_arena(&self, arena: Arc<Arena>) {
+        *self.arena.lock() = Some(arena);
+        // plans made before keep their own buffers: start over
+        self.entries.lock().clear();
+    }
 }
 
 struct Entry {
@@ -141,7 +215,9 @@ impl SignatureCache {
             .iter()
             .map(|a| TensorDesc::new(a.shape(), a.dtype()))
             .collect();
+        let arena = self.arena.lock().clone();
         let compiled = compile(runner, &descs, ctx, training).map(|mut c| {
+            c.arena = arena;
             let total: usize = c.tmp_bytes.iter().sum();
             c.pooled = if static_alloc || total <= SMALL_SCRATCH {
                 MAX_POOLED
@@ -371,6 +447,7 @@ fn compile(
         tmp_bytes,
         pool: Mutex::new(Vec::new()),
         pooled: 0,
+        arena: None,
     })
 }
 
@@ -460,6 +537,12 @@ pub(super) fn try_run(
 impl Compiled {
     /// Runs every node on the buffers (inside the engine op).
     fn run(&self, ins: &[*mut u8], outs: &[*mut u8]) -> Result<()> {
+        if let Some(arena) = &self.arena {
+            let mut bufs = arena.take(&self.tmp_bytes);
+            let result = self.run_steps(ins, outs, &mut bufs);
+            arena.give_back(bufs);
+            return result;
+        }
         let mut bufs = self.pool.lock().pop().unwrap_or_else(|| {
             self.tmp_bytes
                 .iter()
