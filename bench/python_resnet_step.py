@@ -7,7 +7,8 @@ iteration). Each figure is the median images/s over MXBENCH_STEPS (5) timed step
 warm-up steps, each step ending in a wait. MXBENCH_CLOCK=process times the process's CPU time
 (all its threads) instead of the wall clock: at one thread on a loaded machine it still measures
 the step's own work. MXBENCH_RESNET_MODES picks the modes ("imperative,hybrid").
-MXBENCH_PROFILE=1 adds the profiler's aggregate table (per operator, one step) on stderr.
+MXBENCH_PROFILE=1 adds the profiler's aggregate table (per operator, over MXBENCH_STEPS more
+steps) on stderr.
 
 Prints mxbench's result lines: name, value, unit, check, note (tab-separated).
 """
@@ -68,9 +69,10 @@ def run(mode):
     if profile:
         mx.profiler.set_config(profile_all=True, aggregate_stats=True)
         mx.profiler.set_state("run")
-        step(net, trainer, x, y)
+        for _ in range(steps):
+            step(net, trainer, x, y)
         mx.profiler.set_state("stop")
-        print(f"--- {mode} ---\n" + mx.profiler.dumps(reset=True), file=sys.stderr)
+        print(f"--- {mode}: {steps} steps ---\n" + mx.profiler.dumps(reset=True), file=sys.stderr)
     ok = all(np.isfinite(losses))
     check = "ok" if ok else "FAIL: non-finite loss"
     note = f"median of {steps} steps, {clock_name} clock, losses {losses[0]:.4f}..{losses[-1]:.4f}"

@@ -6,11 +6,13 @@
 //!
 //! - [`element`]: the element types and dtype dispatch; [`real`]: the float types math runs in.
 //! - [`map`]: elementwise maps; [`strided`]: broadcasting, gathers and reductions by strides.
+//! - [`bn`]: BatchNorm's float32 passes over a channel.
 //! - [`gemm`]: matrix products; [`conv`]: convolutions on it (im2col); [`pool`]: pooling;
 //!   [`rnn`]: the fused recurrent layers; [`attention`]: batched strided products for
 //!   multi-head attention.
 
 pub mod attention;
+pub mod bn;
 pub mod conv;
 pub mod element;
 pub mod gemm;
