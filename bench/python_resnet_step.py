@@ -6,7 +6,9 @@ Batch MXBENCH_BATCH (32) of MXBENCH_SIZE x MXBENCH_SIZE images (224; smaller siz
 iteration). Each figure is the median images/s over MXBENCH_STEPS (5) timed steps after two
 warm-up steps, each step ending in a wait. MXBENCH_CLOCK=process times the process's CPU time
 (all its threads) instead of the wall clock: at one thread on a loaded machine it still measures
-the step's own work. MXBENCH_RESNET_MODES picks the modes ("imperative,hybrid").
+the step's own work. MXBENCH_RESNET_MODES picks the modes ("imperative,hybrid"; "layers" adds
+BatchNorm, relu, the residual add + relu and the max pooling alone on their ResNet-18 shapes,
+forward + backward, ms per step).
 MXBENCH_PROFILE=1 adds the profiler's aggregate table (per operator, over MXBENCH_STEPS more
 steps) on stderr.
 
@@ -82,5 +84,48 @@ def run(mode):
     return ok
 
 
+# The step's other layers on their largest ResNet-18 shapes (after the stem; batch as above):
+# one autograd step each (forward, backward of every input, wait), ms per step.
+LAYERS = [
+    ("batchnorm_64x112", (64, 112), lambda x, p: nd.BatchNorm(x, *p, fix_gamma=False)),
+    ("batchnorm_64x56", (64, 56), lambda x, p: nd.BatchNorm(x, *p, fix_gamma=False)),
+    ("relu_64x112", (64, 112), lambda x, p: nd.Activation(x, act_type="relu")),
+    ("residual_add_relu_64x56", (64, 56), lambda x, p: nd.Activation(x + p[0], act_type="relu")),
+    ("maxpool_64x112", (64, 112), lambda x, p: nd.Pooling(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                                                          pool_type="max")),
+]
+
+
+def layers():
+    rng = np.random.RandomState(1)
+    ok = True
+    for name, (c, hw), fn in LAYERS:
+        if name.startswith("residual"):
+            params = [nd.array(rng.normal(size=(batch, c, hw, hw)).astype(np.float32))]
+        else:
+            params = [nd.array(rng.uniform(0.5, 1.5, size=c).astype(np.float32)),
+                      nd.array(rng.uniform(-0.5, 0.5, size=c).astype(np.float32)),
+                      nd.zeros(c), nd.ones(c)]
+        x = nd.array(rng.normal(size=(batch, c, hw, hw)).astype(np.float32))
+        grads = [x] + (params if not name.startswith(("relu", "maxpool")) else [])
+        for a in grads:
+            a.attach_grad()
+        times = []
+        for i in range(steps + 1):
+            t0 = clock()
+            with ag.record():
+                y = fn(x, params)
+            y.backward()
+            nd.waitall()
+            if i:
+                times.append(clock() - t0)
+        good = all(np.isfinite(a.grad.asnumpy()).all() for a in grads)
+        ok = ok and good
+        print(f"python.resnet18_layer_{name}_b{batch}_t{threads}\t{statistics.median(times) * 1e3:.4g}\tms\t"
+              f"{'ok' if good else 'FAIL: non-finite gradient'}\tforward + backward, {clock_name} clock")
+        sys.stdout.flush()
+    return ok
+
+
 if __name__ == "__main__":
-    sys.exit(0 if all([run(m) for m in modes]) else 1)
+    sys.exit(0 if all([layers() if m == "layers" else run(m) for m in modes]) else 1)
