@@ -47,13 +47,21 @@ multiversion!(
     sums4(x: &[f32], dy: &[f32]) -> [f64; 4] => sums4_body
 );
 multiversion!(
-    /// `y = (x - mean)·scale + beta` (`y` as long as `x`).
-    affine(x: &[f32], y: &mut [f32], mean: f32, scale: f32, beta: f32) -> () => affine_body
+    /// `y = (x - mean)·scale + beta` (`y` as long as `x`); `mean` is given as the f32 sum
+    /// `mean[0] + mean[1]` of its nearest f32 and the rest, subtracted one after the other.
+    affine(x: &[f32], y: &mut [f32], mean: [f32; 2], scale: f32, beta: f32) -> () => affine_body
 );
 multiversion!(
-    /// `dx = dy·a + (x - mean)·b + c` (all as long as `dy`).
-    data_grad(dy: &[f32], x: &[f32], dx: &mut [f32], mean: f32, a: f32, b: f32, c: f32) -> () => data_grad_body
+    /// `dx = dy·a + (x - mean)·b + c` (all as long as `dy`; `mean` as in [`affine`]).
+    data_grad(dy: &[f32], x: &[f32], dx: &mut [f32], mean: [f32; 2], a: f32, b: f32, c: f32) -> () => data_grad_body
 );
+
+/// `m` as an f32 and the f32 nearest to what that leaves out: subtracting both in turn from an
+/// f32 value close to `m` rounds only once (the first difference is exact).
+pub fn split(m: f64) -> [f32; 2] {
+    let hi = m as f32;
+    [hi, (m - hi as f64) as f32]
+}
 
 #[inline(always)]
 fn fold(l: &[f64; LANES]) -> f64 {
@@ -116,18 +124,20 @@ fn sums4_body(x: &[f32], dy: &[f32]) -> [f64; 4] {
 }
 
 #[inline(always)]
-fn affine_body(x: &[f32], y: &mut [f32], mean: f32, scale: f32, beta: f32) {
+fn affine_body(x: &[f32], y: &mut [f32], mean: [f32; 2], scale: f32, beta: f32) {
     let y = &mut y[..x.len()];
+    let [mh, ml] = mean;
     for (o, &v) in y.iter_mut().zip(x) {
-        *o = (v - mean) * scale + beta;
+        *o = ((v - mh) - ml) * scale + beta;
     }
 }
 
 #[inline(always)]
-fn data_grad_body(dy: &[f32], x: &[f32], dx: &mut [f32], mean: f32, a: f32, b: f32, c: f32) {
+fn data_grad_body(dy: &[f32], x: &[f32], dx: &mut [f32], mean: [f32; 2], a: f32, b: f32, c: f32) {
     let (x, dx) = (&x[..dy.len()], &mut dx[..dy.len()]);
+    let [mh, ml] = mean;
     for ((o, &g), &v) in dx.iter_mut().zip(dy).zip(x) {
-        *o = g * a + ((v - mean) * b + c);
+        *o = g * a + (((v - mh) - ml) * b + c);
     }
 }
 
@@ -174,11 +184,11 @@ mod tests {
     fn formulas_match_their_definition() {
         let (x, dy) = (data(77, 3), data(77, 4));
         let mut y = vec![0.0f32; 77];
-        affine(&x, &mut y, 0.25, 2.0, -1.0);
+        affine(&x, &mut y, split(0.25), 2.0, -1.0);
         for (o, v) in y.iter().zip(&x) {
             assert!((o - ((v - 0.25) * 2.0 - 1.0)).abs() < 1e-6);
         }
-        data_grad(&dy, &x, &mut y, 0.25, 1.5, -0.5, 0.125);
+        data_grad(&dy, &x, &mut y, split(0.25), 1.5, -0.5, 0.125);
         for ((o, g), v) in y.iter().zip(&dy).zip(&x) {
             assert!((o - (g * 1.5 + (v - 0.25) * -0.5 + 0.125)).abs() < 1e-6);
         }

@@ -1688,7 +1688,7 @@ fn bn_forward_f32(x: &[f32], y: Ptr<f32>, s: BnShape, p: &BnParams<'_>, beta: &[
             // SAFETY: `y` holds the `outer·c·inner` elements of the data; each channel writes
             // only its own elements, and a channel goes to one thread.
             let out = unsafe { std::slice::from_raw_parts_mut(y.get().add(r.start), r.len()) };
-            bn::affine(&x[r], out, mean as f32, scale as f32, beta[j] as f32);
+            bn::affine(&x[r], out, bn::split(mean), scale as f32, beta[j] as f32);
         });
         (mean, invstd)
     });
@@ -1718,9 +1718,9 @@ fn bn_backward_f32(dy: &[f32], x: &[f32], dx: Ptr<f32>, s: BnShape, p: &BnParams
             let out = unsafe { std::slice::from_raw_parts_mut(dx.get().add(r.start), r.len()) };
             if p.batch {
                 let (a, b, c) = (iw, -kk * iw, -mean_dy * iw);
-                bn::data_grad(&dy[r.clone()], &x[r], out, mean as f32, a as f32, b as f32, c as f32);
+                bn::data_grad(&dy[r.clone()], &x[r], out, bn::split(mean), a as f32, b as f32, c as f32);
             } else {
-                bn::affine(&dy[r], out, 0.0, iw as f32, 0.0);
+                bn::affine(&dy[r], out, [0.0; 2], iw as f32, 0.0);
             }
         });
         BnStats { mean, var, invstd, sum_dy, dotp }
