@@ -205,6 +205,12 @@ for round in $(seq 1 "$rounds"); do
         MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" OMP_NUM_THREADS="$nt" \
           timeout "${MXBENCH_TIMEOUT:-600}" "$venv_python" bench/python_conv.py >> "$raw" 2>> "$raw.stderr" || prc=$?
         [ "$prc" -eq 0 ] || { log "${names[$i]} nt=$nt: bench/python_conv.py exit $prc"; status=1; }
+        # a Gluon ResNet-18 training step, imperative and hybridized, on nt intra-op threads
+        # (bench/python_resnet_step.py)
+        prc=0
+        MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" OMP_NUM_THREADS="$nt" \
+          timeout "${MXBENCH_TIMEOUT:-600}" "$venv_python" bench/python_resnet_step.py >> "$raw" 2>> "$raw.stderr" || prc=$?
+        [ "$prc" -eq 0 ] || { log "${names[$i]} nt=$nt: bench/python_resnet_step.py exit $prc"; status=1; }
         # the fused RNN operator forward + backward on nt intra-op threads (bench/python_rnn.py)
         prc=0
         MXNET_LIBRARY_PATH="${libs[$i]}" MXNET_CPU_WORKER_NTHREADS="$nt" OMP_NUM_THREADS="$nt" \

@@ -6,12 +6,14 @@
 //!
 //! - [`element`]: the element types and dtype dispatch; [`real`]: the float types math runs in.
 //! - [`map`]: elementwise maps; [`strided`]: broadcasting, gathers and reductions by strides.
+//! - [`bn`]: BatchNorm's float32 passes over a channel.
 //! - [`gemm`]: matrix products ([`sgemm`]: the AVX-512 f32 product behind them); [`conv`]: convolutions on it (im2col); [`pool`]: pooling;
 //!   [`rnn`]: the fused recurrent layers; [`attention`]: batched strided products for
 //!   multi-head attention.
 //! - [`vmath`]: vectorised float32 `exp`, `log`, `tanh`, `sigmoid`, ... (AVX-512, AVX2).
 
 pub mod attention;
+pub mod bn;
 pub mod conv;
 pub mod depthwise;
 pub mod direct;

@@ -16,7 +16,7 @@ use crate::operator::kernel::vmath;
 use crate::parallel::{for_chunks_mut, for_ranges};
 use half::f16;
 use crate::operator::kernel::strided::{split_axes, walk};
-use crate::operator::kernel::{Element, Real};
+use crate::operator::kernel::{Element, Real, bn};
 use crate::operator::op::{Call, GpuKernel, Operator, Plan, TensorDesc};
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
@@ -546,13 +546,16 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
         let (gamma, beta) = (param(1), param(2));
         let (moving_mean, moving_var) = (param(3), param(4));
         let shape = BnShape { outer, c, inner };
-        let (mean, invstd): (Vec<f64>, Vec<f64>) = crate::with_element!(dtype, T => {
+        let bp = BnParams { batch: batch_stats, eps, fix_gamma, gamma: &gamma, mean: &moving_mean, var: &moving_var };
+        let (mean, invstd): (Vec<f64>, Vec<f64>) = if dtype == DType::F32 {
+            let src = k.inputs[0].slice::<f32>();
+            let dst = Ptr(k.outputs[0].slice_mut::<f32>().as_mut_ptr());
+            bn_forward_f32(src, dst, shape, &bp, &beta)
+        } else { crate::with_element!(dtype, T => {
             let src = k.inputs[0].slice::<T>();
             let dst = Ptr(k.outputs[0].slice_mut::<T>().as_mut_ptr());
-            bn_forward::<T>(src, dst, shape, &BnParams {
-                batch: batch_stats, eps, fix_gamma, gamma: &gamma, mean: &moving_mean, var: &moving_var,
-            }, &beta)
-        });
+            bn_forward::<T>(src, dst, shape, &bp, &beta)
+        }) };
         if fix_gamma {
             // as MXNet does: a fixed gamma is 1, and the gamma array is set to 1 too
             let g = &k.inputs[1];
@@ -1658,6 +1661,76 @@ fn bn_backward<T: Element>(dy: &[T], x: &[T], dx: Ptr<T>, s: BnShape, p: &BnPara
     })
 }
 
+/// A channel's mean, biased variance and inverse standard deviation from its sums `Σx` and
+/// `Σx²` over `n` elements (batch statistics), or the moving statistics.
+fn bn_moments(sx: f64, sxx: f64, j: usize, n: f64, p: &BnParams<'_>) -> (f64, f64, f64) {
+    if !p.batch {
+        return (p.mean[j], p.var[j], 1.0 / (p.var[j] + p.eps).sqrt());
+    }
+    let mean = sx / n;
+    let var = (sxx / n - mean * mean).max(0.0);
+    let invstd = if var == 0.0 && p.eps == 0.0 { 0.0 } else { 1.0 / (var + p.eps).sqrt() };
+    (mean, var, invstd)
+}
+
+/// [`bn_forward`] for float32 data: one pass for the statistics (f64 sums of exact squares),
+/// one for the output, both vectorised ([`bn`]).
+fn bn_forward_f32(x: &[f32], y: Ptr<f32>, s: BnShape, p: &BnParams<'_>, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let n = (s.outer * s.inner).max(1) as f64;
+    let stats = per_channel(s, 2, |j, each| {
+        let mut t = [0.0f64; 2];
+        if p.batch {
+            each(&mut |r| {
+                let q = bn::sums(&x[r]);
+                t[0] += q[0];
+                t[1] += q[1];
+            });
+        }
+        let (mean, _, invstd) = bn_moments(t[0], t[1], j, n, p);
+        let scale = invstd * if p.fix_gamma { 1.0 } else { p.gamma[j] };
+        each(&mut |r| {
+            // SAFETY: `y` holds the `outer·c·inner` elements of the data; each channel writes
+            // only its own elements, and a channel goes to one thread.
+            let out = unsafe { std::slice::from_raw_parts_mut(y.get().add(r.start), r.len()) };
+            bn::affine(&x[r], out, bn::split(mean), scale as f32, beta[j] as f32);
+        });
+        (mean, invstd)
+    });
+    stats.into_iter().unzip()
+}
+
+/// [`bn_backward`] for float32 data: one pass for the sums (`Σx`, `Σx²`, `Σdy`, `Σx·dy` in
+/// f64), one for the data gradient, both vectorised ([`bn`]).
+fn bn_backward_f32(dy: &[f32], x: &[f32], dx: Ptr<f32>, s: BnShape, p: &BnParams<'_>) -> Vec<BnStats> {
+    let n = (s.outer * s.inner).max(1) as f64;
+    per_channel(s, 3, |j, each| {
+        let mut t = [0.0f64; 4];
+        each(&mut |r| {
+            let q = bn::sums4(&x[r.clone()], &dy[r]);
+            for (a, b) in t.iter_mut().zip(q) {
+                *a += b;
+            }
+        });
+        let (mean, var, invstd) = bn_moments(t[0], t[1], j, n, p);
+        let (sum_dy, dotp) = (t[2], t[3] - mean * t[2]);
+        let iw = invstd * if p.fix_gamma { 1.0 } else { p.gamma[j] };
+        let kk = dotp * invstd * invstd / n;
+        let mean_dy = sum_dy / n;
+        each(&mut |r| {
+            // SAFETY: `dx` holds the `outer·c·inner` elements of the data; each channel writes
+            // only its own elements, and a channel goes to one thread.
+            let out = unsafe { std::slice::from_raw_parts_mut(dx.get().add(r.start), r.len()) };
+            if p.batch {
+                let (a, b, c) = (iw, -kk * iw, -mean_dy * iw);
+                bn::data_grad(&dy[r.clone()], &x[r], out, bn::split(mean), a as f32, b as f32, c as f32);
+            } else {
+                bn::affine(&dy[r], out, [0.0; 2], iw as f32, 0.0);
+            }
+        });
+        BnStats { mean, var, invstd, sum_dy, dotp }
+    })
+}
+
 /// BatchNorm's gradient: data, gamma (zero with fix_gamma) and beta from one pass of
 /// `_mxrt_batch_norm_grad`, which also folds the batch statistics into the moving ones when the
 /// forward used them, as MXNet's backward does; the moving statistics get no gradient.
@@ -1736,13 +1809,16 @@ fn batch_norm_backward(call: &Call<'_>) -> Result<Plan> {
         let gamma = param(2);
         let (moving_mean, moving_var) = (param(3), param(4));
         let shape = BnShape { outer, c, inner };
-        let stats = crate::with_element!(dtype, T => {
+        let bp = BnParams { batch, eps, fix_gamma, gamma: &gamma, mean: &moving_mean, var: &moving_var };
+        let stats = if dtype == DType::F32 {
+            let (dy, xs) = (k.inputs[0].slice::<f32>(), k.inputs[1].slice::<f32>());
+            let dx = Ptr(k.outputs[0].slice_mut::<f32>().as_mut_ptr());
+            bn_backward_f32(dy, xs, dx, shape, &bp)
+        } else { crate::with_element!(dtype, T => {
             let (dy, xs) = (k.inputs[0].slice::<T>(), k.inputs[1].slice::<T>());
             let dx = Ptr(k.outputs[0].slice_mut::<T>().as_mut_ptr());
-            bn_backward::<T>(dy, xs, dx, shape, &BnParams {
-                batch, eps, fix_gamma, gamma: &gamma, mean: &moving_mean, var: &moving_var,
-            })
-        });
+            bn_backward::<T>(dy, xs, dx, shape, &bp)
+        }) };
         let rest = &mut k.outputs[1..];
         crate::with_element!(pdt, P => {
             let (dg, db) = rest.split_at_mut(1);
