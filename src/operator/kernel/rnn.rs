@@ -25,7 +25,7 @@ use super::real::Real;
 use super::rnn_step::{self, Packed};
 use crate::parallel::{self, for_each_mut};
 use std::any::{Any, TypeId};
-use std::cell::RefCell;
+use std::sync::Mutex;
 
 /// The recurrent cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,23 +195,22 @@ fn as32_mut<T: Real>(s: &mut [T]) -> &mut [f32] {
     f32s_mut(s).expect("float32 data")
 }
 
-thread_local! {
-    /// Scratch arrays of the last calls on this thread, kept for the next one.
-    static SCRATCH: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
-}
+/// Scratch arrays of the last calls, kept for the next ones (one pool for the process, not one
+/// per thread: the library's thread-locals live in the static TLS block, which is small).
+static SCRATCH: Mutex<Vec<Box<dyn Any + Send>>> = Mutex::new(Vec::new());
 
-/// Scratch arrays kept per thread.
+/// Scratch arrays kept.
 const SCRATCH_KEPT: usize = 12;
 
 /// A scratch array of `len` values, its contents unspecified (finite values of an earlier
-/// call, or zeros): reused from the thread's earlier calls, so that the large per-sequence
-/// arrays (projections, gate gradients, layer outputs) do not come back from the system as
-/// fresh pages to fault in and zero on every call. Back to the thread's pool when dropped.
-struct Scratch<T: 'static>(Vec<T>);
+/// call, or zeros): reused from earlier calls, so that the large per-sequence arrays
+/// (projections, gate gradients, layer outputs) do not come back from the system as fresh
+/// pages to fault in and zero on every call. Back to the pool when dropped.
+struct Scratch<T: Send + 'static>(Vec<T>);
 
-fn scratch<T: Real + 'static>(len: usize) -> Scratch<T> {
-    let found = SCRATCH.with(|p| {
-        let mut pool = p.borrow_mut();
+fn scratch<T: Real>(len: usize) -> Scratch<T> {
+    let found = {
+        let mut pool = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
         // the smallest one large enough, else the largest one
         let mut best: Option<(usize, usize, bool)> = None;
         for (i, b) in pool.iter().enumerate() {
@@ -227,7 +226,7 @@ fn scratch<T: Real + 'static>(len: usize) -> Scratch<T> {
             }
         }
         best.map(|(i, _, _)| pool.swap_remove(i))
-    });
+    };
     let mut v = found
         .and_then(|b| b.downcast::<Vec<T>>().ok())
         .map(|b| *b)
@@ -236,30 +235,27 @@ fn scratch<T: Real + 'static>(len: usize) -> Scratch<T> {
     Scratch(v)
 }
 
-impl<T: 'static> Drop for Scratch<T> {
+impl<T: Send + 'static> Drop for Scratch<T> {
     fn drop(&mut self) {
         let v = std::mem::take(&mut self.0);
         if v.capacity() == 0 {
             return;
         }
-        // a thread being torn down keeps nothing
-        let _ = SCRATCH.try_with(|p| {
-            let mut pool = p.borrow_mut();
-            if pool.len() < SCRATCH_KEPT {
-                pool.push(Box::new(v));
-            }
-        });
+        let mut pool = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < SCRATCH_KEPT {
+            pool.push(Box::new(v));
+        }
     }
 }
 
-impl<T: 'static> std::ops::Deref for Scratch<T> {
+impl<T: Send + 'static> std::ops::Deref for Scratch<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         &self.0
     }
 }
 
-impl<T: 'static> std::ops::DerefMut for Scratch<T> {
+impl<T: Send + 'static> std::ops::DerefMut for Scratch<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         &mut self.0
     }
