@@ -2,8 +2,8 @@
 MXNET_LIBRARY_PATH names (the wheel's libmxnet.so, with oneDNN, when unset): a 2-layer LSTM
 (T=35, N=32, C=H=256, the word language model's size, and C=H=512), a bidirectional GRU and a
 tanh RNN of the smaller size. Each figure is the median over MXBENCH_REPEATS (3) timings of a few autograd steps
-(record, forward, backward of data, parameters and states, wait), in milliseconds per step. The
-intra-op threads are the caller's OMP_NUM_THREADS; the figure's name carries it.
+(record, forward, backward of data, parameters and states, wait), in milliseconds per step, of
+wall time or, with MXBENCH_CLOCK=process, of the process's CPU time. The intra-op threads are the caller's OMP_NUM_THREADS; the figure's name carries it.
 
 Prints mxbench's result lines: name, value, unit, check, note (tab-separated).
 `--compare LIB` instead runs the script on LIB and on libmxnet.so in turn, MXBENCH_ROUNDS (3)
@@ -56,9 +56,11 @@ CASES = [
 ]
 
 
-# MXBENCH_CPU_TIME=1: the process's CPU time per step instead of wall time (with one thread, a
-# measure of the work done that other load on a shared machine hardly changes)
-clock = time.process_time if os.environ.get("MXBENCH_CPU_TIME") == "1" else time.perf_counter
+# MXBENCH_CLOCK=process (or MXBENCH_CPU_TIME=1): the process's CPU time per step instead of wall
+# time (with one thread, a measure of the work done that other load on a shared machine hardly
+# changes)
+cpu_clock = os.environ.get("MXBENCH_CLOCK") == "process" or os.environ.get("MXBENCH_CPU_TIME") == "1"
+clock = time.process_time if cpu_clock else time.perf_counter
 
 
 def timed(arrays, params):

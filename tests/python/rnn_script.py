@@ -311,7 +311,100 @@ def gluon_bidir_deferred(projection_size):
 
 
 run("gluon_lstm_bidir_deferred", lambda: gluon_bidir_deferred(None))
-run("bad_lstmp_training", lstmp_training)
+# MXNet's CPU kernels refuse to train an LSTMP; mxrt trains it
+run("lstmp_training", lstmp_training)
+
+
+# LSTMP training against an unrolled network of basic ops (the reference on both libraries)
+def lstmp_inputs(layers, dirs, dtype, T=4, N=3, C=5, H=6, P=3, seed=50):
+    arrays = [rand((T, N, C), seed + 1), rand((lstmp_size(layers, dirs, C, H, P),), seed + 2, -0.5, 0.5),
+              rand((layers * dirs, N, P), seed + 3), rand((layers * dirs, N, H), seed + 4)]
+    xs = [nd.array(a, dtype=dtype) for a in arrays]
+    for x in xs:
+        x.attach_grad()
+    return xs
+
+
+def lstmp_unrolled(x, w, hx, cx, layers, dirs, H, P):
+    """y, hy, cy of an LSTMP from slices of the flat parameters, dot, sigmoid and tanh."""
+    T, C = x.shape[0], x.shape[2]
+    off = [0]
+
+    def take(*shape):
+        size = int(np.prod(shape))
+        part = nd.slice_axis(w, axis=0, begin=off[0], end=off[0] + size).reshape(shape)
+        off[0] += size
+        return part
+
+    weights = []
+    for l in range(layers):
+        inp = C if l == 0 else dirs * P
+        weights.append([(take(4 * H, inp), take(4 * H, P), take(P, H)) for _ in range(dirs)])
+    biases = [[(take(4 * H), take(4 * H)) for _ in range(dirs)] for _ in range(layers)]
+    steps = [x[t] for t in range(T)]
+    hy, cy = [], []
+    for l in range(layers):
+        outs = []
+        for d in range(dirs):
+            wx, wh, wr = weights[l][d]
+            bx, bh = biases[l][d]
+            r, c = hx[l * dirs + d], cx[l * dirs + d]
+            out = [None] * T
+            for t in (range(T) if d == 0 else reversed(range(T))):
+                a = nd.dot(steps[t], wx, transpose_b=True) + bx + nd.dot(r, wh, transpose_b=True) + bh
+                i, f, g, o = nd.split(a, num_outputs=4, axis=1)
+                c = nd.sigmoid(f) * c + nd.sigmoid(i) * nd.tanh(g)
+                h = nd.sigmoid(o) * nd.tanh(c)
+                r = nd.dot(h, wr, transpose_b=True)
+                out[t] = r
+            outs.append(out)
+            hy.append(r)
+            cy.append(c)
+        steps = [nd.concat(*[outs[d][t] for d in range(dirs)], dim=1) for t in range(T)]
+    return nd.stack(*steps), nd.stack(*hy), nd.stack(*cy)
+
+
+def lstmp_grads(layers, bidir, dtype, fused):
+    dirs = 2 if bidir else 1
+    H, P = 6, 3
+    xs = lstmp_inputs(layers, dirs, dtype)
+    with ag.record():
+        if fused:
+            outs = nd.RNN(*xs, state_size=H, projection_size=P, num_layers=layers,
+                          bidirectional=bidir, mode="lstm", state_outputs=True)
+        else:
+            outs = lstmp_unrolled(*xs, layers, dirs, H, P)
+        heads = [nd.array(rand(o.shape, 90 + i), dtype=dtype) for i, o in enumerate(outs)]
+        loss = sum((o * hd).sum() for o, hd in zip(outs, heads))
+    loss.backward()
+    return {"outs": [flat(o.asnumpy()) for o in outs], "grads": [flat(x.grad.asnumpy()) for x in xs]}
+
+
+for layers, bidir in ((1, False), (2, True), (3, False)):
+    for dtype in ("float32", "float64"):
+        name = f"lstmp_l{layers}_{'bi' if bidir else 'uni'}_{dtype}"
+        run(f"{name}_fused", lambda l=layers, b=bidir, d=dtype: lstmp_grads(l, b, d, True))
+        run(f"{name}_unrolled", lambda l=layers, b=bidir, d=dtype: lstmp_grads(l, b, d, False))
+
+
+def lstmp_gluon_training():
+    layer = gluon.rnn.LSTM(6, num_layers=2, bidirectional=True, projection_size=3, input_size=4)
+    layer.initialize()
+    set_params(layer, 34)
+    x = nd.array(rand((5, 2, 4), 35))
+    target = nd.array(rand((5, 2, 6), 36))
+    trainer = gluon.Trainer(layer.collect_params(), "sgd", {"learning_rate": 0.5})
+    losses = []
+    for _ in range(4):
+        with ag.record():
+            loss = ((layer(x) - target) ** 2).mean()
+        loss.backward()
+        trainer.step(1)
+        losses.append(float(loss.asscalar()))
+    return {"losses": losses}
+
+
+run("lstmp_gluon_training", lstmp_gluon_training)
 
 
 # ---- wider layers than the cases above: several blocks of hidden units and row tiles

@@ -15,6 +15,8 @@ BEYOND_MXNET = {
     "sort": "Invalid Parameter format for axis expect int or None but value=''",
     # MXNet has no backward for SparseEmbedding's weight as a dense array
     "sparse_embedding": "Operator not implemented: operator = _backward_SparseEmbedding",
+    # MXNet's CPU kernels have no LSTMP backward
+    "rnn_lstmp_bi": "No training support for LSTM with projection on CPU currently",
 }
 
 

@@ -2,7 +2,8 @@
 and the gradients of data, parameters and initial states of every mode, 1-2 layers, one or two
 directions, float32 and float64; bad parameters' errors; Gluon's RNN, LSTM and GRU layers
 (imperative, hybridized, deferred initialisation) run forward and trained for a few SGD steps;
-LSTM with a projection (predict mode, as MXNet's CPU kernel); dropout between layers (identity
+LSTM with a projection: predict mode against MXNet, training (which MXNet's CPU kernels refuse)
+against an unrolled network of basic ops run on both libraries; dropout between layers (identity
 in predict mode; in training, the mask reused by the backward, checked against central
 differences under one seed)."""
 
@@ -19,7 +20,6 @@ ERRORS = {
     "bad_state_shape": "Shape inconsistent, Provided = [1, 3, 3], inferred shape=[1, 2, 3]",
     "bad_data_rank": "Input data should be rank-3 tensor",
     "bad_clip_float64": "LSTM state clipping is only supported for GPU",
-    "bad_lstmp_training": "No training support for LSTM with projection on CPU currently.",
 }
 
 
@@ -34,7 +34,7 @@ def case_names():
 
 # Dropout in training mode draws from each library's own generator (and MXNet's float32 oneDNN
 # kernel ignores p): checked on libmxrt by its own facts below.
-OWN = ("dropout_training_", "dropout_all_dropped")
+OWN = ("dropout_training_", "dropout_all_dropped", "lstmp_l", "lstmp_training", "lstmp_gluon_training")
 
 
 @pytest.mark.parametrize("case", [c for c in case_names()
@@ -99,3 +99,34 @@ def test_errors_as_mxnet(both, case):
     assert "error" in real[case], real[case]
     assert "error" in ours[case], f"mxrt gives {ours[case]}, MXNet fails: {real[case]['error']}"
     assert ERRORS[case] in ours[case]["error"], ours[case]["error"]
+
+
+LSTMP_TRAINING = [f"lstmp_l{l}_{d}_{t}" for l, d in ((1, "uni"), (2, "bi"), (3, "uni"))
+                  for t in ("float32", "float64")]
+
+
+@pytest.mark.parametrize("case", LSTMP_TRAINING)
+def test_lstmp_training_matches_unrolled_basic_ops(both, case):
+    real, ours = both
+    # MXNet's CPU kernels refuse the fused LSTMP's training
+    assert "No training support for LSTM with projection" in real[f"{case}_fused"]["error"]
+    assert "ok" in real[f"{case}_unrolled"], real[f"{case}_unrolled"]
+    want = real[f"{case}_unrolled"]["ok"]  # MXNet's basic ops
+    assert "ok" in ours[f"{case}_unrolled"], ours[f"{case}_unrolled"]
+    got = ours[f"{case}_fused"]["ok"]
+    rtol, atol = (1e-9, 1e-10) if case.endswith("float64") else (1e-4, 1e-5)
+    for key in ("outs", "grads"):
+        for i, (g, w) in enumerate(zip(got[key], want[key])):
+            assert close(g, w, rtol, atol), f"{case} {key}[{i}]: {g} vs unrolled {w}"
+        # the unrolled network gives the same on libmxrt as on libmxnet.so
+        for i, (g, w) in enumerate(zip(ours[f"{case}_unrolled"]["ok"][key], want[key])):
+            assert close(g, w, rtol, atol), f"{case} unrolled {key}[{i}] on libmxrt: {g} vs {w}"
+
+
+def test_lstmp_trains_where_mxnet_refuses(both):
+    real, ours = both
+    assert "No training support for LSTM with projection on CPU currently." in real["lstmp_training"]["error"]
+    assert "ok" in ours["lstmp_training"], ours["lstmp_training"]
+    assert "ok" in ours["lstmp_gluon_training"], ours["lstmp_gluon_training"]
+    losses = ours["lstmp_gluon_training"]["ok"]["losses"]
+    assert losses[-1] < losses[0], losses

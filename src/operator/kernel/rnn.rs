@@ -24,7 +24,8 @@ use super::gemm::{Operand, matmul};
 use super::real::Real;
 use super::rnn_step::{self, Packed};
 use crate::parallel::{self, for_each_mut};
-use std::any::TypeId;
+use std::any::{Any, TypeId};
+use std::sync::Mutex;
 
 /// The recurrent cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +195,72 @@ fn as32_mut<T: Real>(s: &mut [T]) -> &mut [f32] {
     f32s_mut(s).expect("float32 data")
 }
 
+/// Scratch arrays of the last calls, kept for the next ones (one pool for the process, not one
+/// per thread: the library's thread-locals live in the static TLS block, which is small).
+static SCRATCH: Mutex<Vec<Box<dyn Any + Send>>> = Mutex::new(Vec::new());
+
+/// Scratch arrays kept.
+const SCRATCH_KEPT: usize = 12;
+
+/// A scratch array of `len` values, its contents unspecified (finite values of an earlier
+/// call, or zeros): reused from earlier calls, so that the large per-sequence arrays
+/// (projections, gate gradients, layer outputs) do not come back from the system as fresh
+/// pages to fault in and zero on every call. Back to the pool when dropped.
+struct Scratch<T: Send + 'static>(Vec<T>);
+
+fn scratch<T: Real>(len: usize) -> Scratch<T> {
+    let found = {
+        let mut pool = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+        // the smallest one large enough, else the largest one
+        let mut best: Option<(usize, usize, bool)> = None;
+        for (i, b) in pool.iter().enumerate() {
+            if let Some(v) = b.downcast_ref::<Vec<T>>() {
+                let (cap, fits) = (v.capacity(), v.capacity() >= len);
+                let better = match best {
+                    None => true,
+                    Some((_, bc, bf)) => (fits && (!bf || cap < bc)) || (!fits && !bf && cap > bc),
+                };
+                if better {
+                    best = Some((i, cap, fits));
+                }
+            }
+        }
+        best.map(|(i, _, _)| pool.swap_remove(i))
+    };
+    let mut v = found
+        .and_then(|b| b.downcast::<Vec<T>>().ok())
+        .map(|b| *b)
+        .unwrap_or_default();
+    v.resize(len, T::ZERO);
+    Scratch(v)
+}
+
+impl<T: Send + 'static> Drop for Scratch<T> {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        if v.capacity() == 0 {
+            return;
+        }
+        let mut pool = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < SCRATCH_KEPT {
+            pool.push(Box::new(v));
+        }
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for Scratch<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T: Send + 'static> std::ops::DerefMut for Scratch<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.0
+    }
+}
+
 fn row<T>(a: &[T]) -> Operand<'_, T> {
     Operand {
         data: a,
@@ -228,22 +295,25 @@ pub fn forward<T: Real>(
 ) {
     let (tt, n, h, gh, dd) = (g.seq, g.batch, g.hidden, g.gh(), g.dirs);
     let nh = n * h;
-    let mut layer_in: Vec<T> = x.to_vec();
-    let mut pre = vec![T::ZERO; tt * n * gh];
+    // the previous layer's output (the data for the first layer)
+    let mut below: Option<Scratch<T>> = None;
+    let mut pre = scratch::<T>(tt * n * gh);
     let mut hh = vec![T::ZERO; n * gh];
     let mut hprev = vec![T::ZERO; nh];
     let mut cprev = vec![T::ZERO; nh];
     let threads = step_threads(g);
     for l in 0..g.layers {
         let inp = g.layer_input(l);
-        let mut layer_out = vec![T::ZERO; tt * n * dd * h];
+        let layer_in: &[T] = below.as_deref().unwrap_or(x);
+        // every element is written: each direction's steps fill their half of every row
+        let mut layer_out = scratch::<T>(tt * n * dd * h);
         for d in 0..dd {
             let wo = g.weight_offset(l, d);
             let wx = &w[wo..wo + gh * inp];
             let wh = &w[wo + gh * inp..wo + gh * (inp + h)];
             let bo = g.bias_offset(l, d);
             let (bx, bh) = (&w[bo..bo + gh], &w[bo + gh..bo + 2 * gh]);
-            matmul(tt * n, gh, inp, row(&layer_in), trans(wx), &mut pre, false);
+            matmul(tt * n, gh, inp, row(layer_in), trans(wx), &mut pre, false);
             for r in pre.chunks_mut(gh) {
                 for (j, v) in r.iter_mut().enumerate() {
                     let b = if g.cell == Cell::Gru && j >= 2 * h {
@@ -301,6 +371,14 @@ pub fn forward<T: Real>(
                     Cell::Relu | Cell::Tanh => {
                         let mut rows: Vec<&mut [T]> = ht.chunks_mut(h).collect();
                         for_each_mut(&mut rows, threads, |j, hrow| {
+                            if is_f32::<T>() && g.cell == Cell::Tanh {
+                                rnn_step::tanh_row(
+                                    as32(&p[j * gh..(j + 1) * gh]),
+                                    as32(&hh[j * gh..(j + 1) * gh]),
+                                    as32_mut(hrow),
+                                );
+                                return;
+                            }
                             for k in 0..h {
                                 let a = p[j * gh + k] + hh[j * gh + k];
                                 hrow[k] = if g.cell == Cell::Tanh {
@@ -352,6 +430,18 @@ pub fn forward<T: Real>(
                             .zip(gt.chunks_mut(gh))
                             .collect();
                         for_each_mut(&mut rows, threads, |j, ((hrow, mrow), grow)| {
+                            if is_f32::<T>() {
+                                rnn_step::gru_row(
+                                    as32(&p[j * gh..(j + 1) * gh]),
+                                    as32(&hh[j * gh..(j + 1) * gh]),
+                                    as32(&bh[2 * h..3 * h]),
+                                    as32(&hp[j * h..(j + 1) * h]),
+                                    as32_mut(hrow),
+                                    as32_mut(mrow),
+                                    as32_mut(grow),
+                                );
+                                return;
+                            }
                             for k in 0..h {
                                 let base = j * gh + k;
                                 let r = sigmoid(p[base] + hh[base]);
@@ -388,7 +478,7 @@ pub fn forward<T: Real>(
                 }
             }
             rs[g.layer_out_offset(l)..][..layer_out.len()].copy_from_slice(&layer_out);
-            layer_in = layer_out;
+            below = Some(layer_out);
         } else {
             y.copy_from_slice(&layer_out);
         }
@@ -409,9 +499,34 @@ pub fn lstmp_param_size(g: &RnnGeom, proj: usize) -> usize {
         + g.layers * g.dirs * 2 * h4
 }
 
-/// The LSTMP forward (inference only, as MXNet's CPU kernel): the cell runs as an LSTM's, the
-/// recurrent state is `r = Wr · h` (`P` values), which is also the layer's output. `hx` and `hy`
-/// are `L·D × N × P`, `cx` and `cy` `L·D × N × H`, `y` is `T × N × D·P`.
+/// Length of the LSTMP reserve the forward fills and [`lstmp_backward`] reads: for each layer
+/// and direction the recurrent states `r` (`T·N·P`), the hidden values `h`, the cells (`T·N·H`
+/// each) and the gates' activations (`T·N·4H`); then every layer's output but the last
+/// (`T·N·D·P` each).
+pub fn lstmp_reserve_size(g: &RnnGeom, proj: usize) -> usize {
+    let tn = g.seq * g.batch;
+    g.layers * g.dirs * lstmp_block(g, proj) + (g.layers - 1) * tn * g.dirs * proj
+}
+
+fn lstmp_block(g: &RnnGeom, proj: usize) -> usize {
+    g.seq * g.batch * (proj + 6 * g.hidden)
+}
+
+/// Offsets of layer `l`'s `Wx`, `Wh`, `Wr` (direction `d`) and of its `bx` (`bh` follows) in
+/// the LSTMP's flat parameters.
+fn lstmp_offsets(g: &RnnGeom, proj: usize, l: usize, d: usize) -> (usize, usize, usize, usize) {
+    let h4 = 4 * g.hidden;
+    let inp = |k: usize| if k == 0 { g.input } else { proj * g.dirs };
+    let per = |k: usize| h4 * (inp(k) + proj) + proj * g.hidden;
+    let wo: usize = (0..l).map(|k| g.dirs * per(k)).sum::<usize>() + d * per(l);
+    let bo = lstmp_param_size(g, proj) - g.layers * g.dirs * 2 * h4 + (l * g.dirs + d) * 2 * h4;
+    (wo, wo + h4 * inp(l), wo + h4 * (inp(l) + proj), bo)
+}
+
+/// The LSTMP forward: the cell runs as an LSTM's, the recurrent state is `r = Wr · h` (`P`
+/// values), which is also the layer's output. `hx` and `hy` are `L·D × N × P`, `cx` and `cy`
+/// `L·D × N × H`, `y` is `T × N × D·P`. With `rs` ([`lstmp_reserve_size`]) it keeps what
+/// [`lstmp_backward`] needs.
 #[allow(clippy::too_many_arguments)]
 pub fn lstmp_forward<T: Real>(
     g: &RnnGeom,
@@ -423,34 +538,39 @@ pub fn lstmp_forward<T: Real>(
     y: &mut [T],
     mut hy: Option<&mut [T]>,
     mut cy: Option<&mut [T]>,
+    mut rs: Option<&mut [T]>,
 ) {
     let (tt, n, h, dd, pp) = (g.seq, g.batch, g.hidden, g.dirs, proj);
     let h4 = 4 * h;
+    let (tnh, tnp) = (tt * n * h, tt * n * pp);
     let mut layer_in: Vec<T> = x.to_vec();
     let mut pre = vec![T::ZERO; tt * n * h4];
     let mut hh = vec![T::ZERO; n * h4];
     let mut hcur = vec![T::ZERO; n * h];
     let mut c = vec![T::ZERO; n * h];
     let mut r = vec![T::ZERO; n * pp];
-    let mut wo = 0;
-    let mut bo = lstmp_param_size(g, proj) - g.layers * dd * 2 * h4;
     for l in 0..g.layers {
         let inp = if l == 0 { g.input } else { pp * dd };
         let mut layer_out = vec![T::ZERO; tt * n * dd * pp];
         for d in 0..dd {
-            let wx = &w[wo..wo + h4 * inp];
-            let wh = &w[wo + h4 * inp..wo + h4 * (inp + pp)];
-            let wr = &w[wo + h4 * (inp + pp)..wo + h4 * (inp + pp) + pp * h];
-            wo += h4 * (inp + pp) + pp * h;
+            let (wxo, who, wro, bo) = lstmp_offsets(g, proj, l, d);
+            let wx = &w[wxo..who];
+            let wh = &w[who..wro];
+            let wr = &w[wro..wro + pp * h];
             let (bx, bh) = (&w[bo..bo + h4], &w[bo + h4..bo + 2 * h4]);
-            bo += 2 * h4;
             matmul(tt * n, h4, inp, row(&layer_in), trans(wx), &mut pre, false);
             let state = l * dd + d;
             r.copy_from_slice(&hx[state * n * pp..(state + 1) * n * pp]);
             c.copy_from_slice(&cx[state * n * h..(state + 1) * n * h]);
+            let mut block = rs
+                .as_deref_mut()
+                .map(|rs| &mut rs[state * lstmp_block(g, proj)..][..lstmp_block(g, proj)]);
             for s in 0..tt {
                 let t = g.time(d, s);
                 matmul(n, h4, pp, row(&r), trans(wh), &mut hh, false);
+                let mut gates = block
+                    .as_deref_mut()
+                    .map(|b| &mut b[tnp + 2 * tnh + t * n * h4..][..n * h4]);
                 for j in 0..n {
                     let px = &pre[(t * n + j) * h4..(t * n + j + 1) * h4];
                     let ph = &hh[j * h4..(j + 1) * h4];
@@ -465,9 +585,21 @@ pub fn lstmp_forward<T: Real>(
                         let ct = ft * c[j * h + k] + it * gt;
                         c[j * h + k] = ct;
                         hcur[j * h + k] = ot * tanh(ct);
+                        if let Some(gs) = gates.as_deref_mut() {
+                            let row = &mut gs[j * h4..(j + 1) * h4];
+                            row[k] = it;
+                            row[h + k] = ft;
+                            row[2 * h + k] = gt;
+                            row[3 * h + k] = ot;
+                        }
                     }
                 }
                 matmul(n, pp, h, row(&hcur), trans(wr), &mut r, false);
+                if let Some(b) = block.as_deref_mut() {
+                    b[t * n * pp..(t + 1) * n * pp].copy_from_slice(&r);
+                    b[tnp + t * n * h..][..n * h].copy_from_slice(&hcur);
+                    b[tnp + tnh + t * n * h..][..n * h].copy_from_slice(&c);
+                }
                 for j in 0..n {
                     let o = (t * n + j) * dd * pp + d * pp;
                     layer_out[o..o + pp].copy_from_slice(&r[j * pp..(j + 1) * pp]);
@@ -481,9 +613,148 @@ pub fn lstmp_forward<T: Real>(
             }
         }
         if l + 1 < g.layers {
+            if let Some(rs) = rs.as_deref_mut() {
+                let at = g.layers * dd * lstmp_block(g, proj) + l * tt * n * dd * pp;
+                rs[at..at + layer_out.len()].copy_from_slice(&layer_out);
+            }
             layer_in = layer_out;
         } else {
             y.copy_from_slice(&layer_out);
+        }
+    }
+}
+
+/// The LSTMP backward through time, from the forward's inputs, its reserve `rs` and the
+/// gradients arriving at the output (`dy`, `T × N × D·P`) and, when the forward returned them,
+/// at the final states (`dhy`: `L·D × N × P`, `dcy`: `L·D × N × H`). Per step the gradient
+/// reaching `r_t` goes back through the projection (`dh = dr · Wr`), then through the cell as
+/// an LSTM's; `dWr` is one GEMM over the sequence (`drᵀ · h`), as are `dWx`, `dWh` (against the
+/// previous steps' `r`) and the input gradient.
+#[allow(clippy::too_many_arguments)]
+pub fn lstmp_backward<T: Real>(
+    g: &RnnGeom,
+    proj: usize,
+    x: &[T],
+    w: &[T],
+    hx: &[T],
+    cx: &[T],
+    rs: &[T],
+    dy: &[T],
+    dhy: Option<&[T]>,
+    dcy: Option<&[T]>,
+    out: RnnGrads<'_, T>,
+) {
+    let RnnGrads {
+        dx,
+        dw,
+        dhx,
+        mut dcx,
+    } = out;
+    let (tt, n, h, dd, pp) = (g.seq, g.batch, g.hidden, g.dirs, proj);
+    let h4 = 4 * h;
+    let (nh, np, tnh, tnp) = (n * h, n * pp, tt * n * h, tt * n * pp);
+    let blk = lstmp_block(g, proj);
+    let mut dlayer_out: Vec<T> = dy.to_vec();
+    let mut dpre = vec![T::ZERO; tt * n * h4];
+    let mut dr_all = vec![T::ZERO; tnp];
+    let mut rprev_all = vec![T::ZERO; tnp];
+    let mut dr_next = vec![T::ZERO; np];
+    let mut dc_next = vec![T::ZERO; nh];
+    let mut dh = vec![T::ZERO; nh];
+    for l in (0..g.layers).rev() {
+        let inp = if l == 0 { g.input } else { pp * dd };
+        let layer_in: &[T] = if l == 0 {
+            x
+        } else {
+            &rs[g.layers * dd * blk + (l - 1) * tt * n * dd * pp..][..tt * n * inp]
+        };
+        let mut dlayer_in = vec![T::ZERO; tt * n * inp];
+        for d in 0..dd {
+            let (wxo, who, wro, bo) = lstmp_offsets(g, proj, l, d);
+            let wx = &w[wxo..who];
+            let wh = &w[who..wro];
+            let wr = &w[wro..wro + pp * h];
+            let state = l * dd + d;
+            let block = &rs[state * blk..][..blk];
+            let (r_all, rest) = block.split_at(tnp);
+            let (h_all, rest) = rest.split_at(tnh);
+            let (c_all, gates) = rest.split_at(tnh);
+            let prev_time = |t: usize| -> Option<usize> {
+                if d == 0 {
+                    t.checked_sub(1)
+                } else if t + 1 < tt {
+                    Some(t + 1)
+                } else {
+                    None
+                }
+            };
+            for t in 0..tt {
+                let src = match prev_time(t) {
+                    Some(p) => &r_all[p * np..(p + 1) * np],
+                    None => &hx[state * np..(state + 1) * np],
+                };
+                rprev_all[t * np..(t + 1) * np].copy_from_slice(src);
+            }
+            match dhy {
+                Some(v) => dr_next.copy_from_slice(&v[state * np..(state + 1) * np]),
+                None => dr_next.fill(T::ZERO),
+            }
+            match dcy {
+                Some(v) => dc_next.copy_from_slice(&v[state * nh..(state + 1) * nh]),
+                None => dc_next.fill(T::ZERO),
+            }
+            for s in (0..tt).rev() {
+                let t = g.time(d, s);
+                let dr = &mut dr_all[t * np..(t + 1) * np];
+                for j in 0..n {
+                    for k in 0..pp {
+                        dr[j * pp + k] =
+                            dlayer_out[(t * n + j) * dd * pp + d * pp + k] + dr_next[j * pp + k];
+                    }
+                }
+                // through the projection: dh = dr · Wr (Wr is P × H)
+                matmul(n, h, pp, row(dr), row(wr), &mut dh, false);
+                let ct = &c_all[t * nh..(t + 1) * nh];
+                let cp = match prev_time(t) {
+                    Some(p) => &c_all[p * nh..(p + 1) * nh],
+                    None => &cx[state * nh..(state + 1) * nh],
+                };
+                let gt = &gates[t * n * h4..(t + 1) * n * h4];
+                let dp = &mut dpre[t * n * h4..(t + 1) * n * h4];
+                for j in 0..n {
+                    for k in 0..h {
+                        let jk = j * h + k;
+                        let base = j * h4 + k;
+                        let (i, f, gg, o) =
+                            (gt[base], gt[base + h], gt[base + 2 * h], gt[base + 3 * h]);
+                        let tc = tanh(ct[jk]);
+                        let dc = dc_next[jk] + dh[jk] * o * (T::ONE - tc * tc);
+                        dp[base] = dc * gg * i * (T::ONE - i);
+                        dp[base + h] = dc * cp[jk] * f * (T::ONE - f);
+                        dp[base + 2 * h] = dc * i * (T::ONE - gg * gg);
+                        dp[base + 3 * h] = dh[jk] * tc * o * (T::ONE - o);
+                        dc_next[jk] = dc * f;
+                    }
+                }
+                // to r_{t-1}: dpre · Wh (Wh is 4H × P)
+                matmul(n, pp, h4, row(dp), row(wh), &mut dr_next, false);
+            }
+            dhx[state * np..(state + 1) * np].copy_from_slice(&dr_next);
+            if let Some(dcx) = dcx.as_deref_mut() {
+                dcx[state * nh..(state + 1) * nh].copy_from_slice(&dc_next);
+            }
+            matmul(h4, inp, tt * n, trans(&dpre), row(layer_in), &mut dw[wxo..who], false);
+            matmul(h4, pp, tt * n, trans(&dpre), row(&rprev_all), &mut dw[who..wro], false);
+            matmul(pp, h, tt * n, trans(&dr_all), row(h_all), &mut dw[wro..wro + pp * h], false);
+            let (dbx, dbh) = dw[bo..bo + 2 * h4].split_at_mut(h4);
+            col_sums(&dpre, h4, dbx);
+            dbh.copy_from_slice(dbx);
+            matmul(tt * n, inp, h4, row(&dpre), row(wx), &mut dlayer_in, d > 0);
+        }
+        if l == 0 {
+            dx.copy_from_slice(&dlayer_in);
+        } else {
+            dlayer_out = dlayer_in;
         }
     }
 }
@@ -522,14 +793,11 @@ pub fn backward<T: Real>(
     } = out;
     let (tt, n, h, gh, dd) = (g.seq, g.batch, g.hidden, g.gh(), g.dirs);
     let (nh, tnh) = (n * h, g.tnh());
-    let mut dlayer_out: Vec<T> = dy.to_vec();
-    let mut dpre_x = vec![T::ZERO; tt * n * gh];
-    let mut dpre_h = if g.cell == Cell::Gru {
-        vec![T::ZERO; tt * n * gh]
-    } else {
-        Vec::new()
-    };
-    let mut hprev_all = vec![T::ZERO; tnh];
+    // the gradient reaching the layer above's input (`dy` for the last layer)
+    let mut above: Option<Scratch<T>> = None;
+    let mut dpre_x = scratch::<T>(tt * n * gh);
+    let mut dpre_h = scratch::<T>(if g.cell == Cell::Gru { tt * n * gh } else { 0 });
+    let mut hprev_all = scratch::<T>(tnh);
     let mut dh_next = vec![T::ZERO; nh];
     let mut dc_next = vec![T::ZERO; nh];
     let threads = step_threads(g);
@@ -540,7 +808,9 @@ pub fn backward<T: Real>(
         } else {
             &rs[g.layer_out_offset(l - 1)..][..tt * n * inp]
         };
-        let mut dlayer_in = vec![T::ZERO; tt * n * inp];
+        let dlayer_out: &[T] = above.as_deref().unwrap_or(dy);
+        // the first direction's GEMM writes every element, the second adds to them
+        let mut dlayer_in = scratch::<T>(tt * n * inp);
         for d in 0..dd {
             let wo = g.weight_offset(l, d);
             let wx = &w[wo..wo + gh * inp];
@@ -611,6 +881,19 @@ pub fn backward<T: Real>(
                         let mut rows: Vec<_> =
                             dp.chunks_mut(gh).zip(dc_next.chunks_mut(h)).collect();
                         for_each_mut(&mut rows, threads, |j, (drow, dcrow)| {
+                            if is_f32::<T>() {
+                                let at = (t * n + j) * dd * h + d * h;
+                                rnn_step::lstm_back_row(
+                                    as32(&dlayer_out[at..at + h]),
+                                    as32(&dhn[j * h..(j + 1) * h]),
+                                    as32(&ct[j * h..(j + 1) * h]),
+                                    as32(&cp[j * h..(j + 1) * h]),
+                                    as32(&gt[j * gh..(j + 1) * gh]),
+                                    as32_mut(drow),
+                                    as32_mut(dcrow),
+                                );
+                                return;
+                            }
                             for k in 0..h {
                                 let jk = j * h + k;
                                 let base = j * gh + k;
@@ -639,6 +922,19 @@ pub fn backward<T: Real>(
                             .zip(dh_next.chunks_mut(h))
                             .collect();
                         for_each_mut(&mut rows, threads, |j, ((drow, dhrow), dnrow)| {
+                            if is_f32::<T>() {
+                                let at = (t * n + j) * dd * h + d * h;
+                                rnn_step::gru_back_row(
+                                    as32(&dlayer_out[at..at + h]),
+                                    as32_mut(dnrow),
+                                    as32(&gt[j * gh..(j + 1) * gh]),
+                                    as32(&mt[j * h..(j + 1) * h]),
+                                    as32(&hp[j * h..(j + 1) * h]),
+                                    as32_mut(drow),
+                                    as32_mut(dhrow),
+                                );
+                                return;
+                            }
                             for k in 0..h {
                                 let jk = j * h + k;
                                 let base = j * gh + k;
@@ -719,7 +1015,7 @@ pub fn backward<T: Real>(
                     *v = *v * k;
                 }
             }
-            dlayer_out = dlayer_in;
+            above = Some(dlayer_in);
         }
     }
 }
@@ -850,6 +1146,104 @@ mod tests {
                 check(2, &dhx);
                 if lstm {
                     check(3, &dcx);
+                }
+            }
+        }
+    }
+    #[test]
+    fn lstmp_backward_matches_central_differences() {
+        for (layers, dirs) in [(1, 1), (2, 2)] {
+            let g = RnnGeom {
+                cell: Cell::Lstm,
+                layers,
+                dirs,
+                seq: 3,
+                batch: 2,
+                input: 3,
+                hidden: 3,
+            };
+            let proj = 2;
+            let mut seed = 11u64;
+            let mut fill = |k: usize| (0..k).map(|_| lcg(&mut seed) * 0.8).collect::<Vec<f64>>();
+            let ns = layers * dirs * g.batch;
+            let x = fill(g.seq * g.batch * g.input);
+            let w = fill(lstmp_param_size(&g, proj));
+            let hx = fill(ns * proj);
+            let cx = fill(ns * g.hidden);
+            let heads = [
+                fill(g.seq * g.batch * dirs * proj),
+                fill(ns * proj),
+                fill(ns * g.hidden),
+            ];
+            let loss = |args: &[Vec<f64>; 4]| {
+                let mut y = vec![0.0; heads[0].len()];
+                let (mut hy, mut cy) = (vec![0.0; heads[1].len()], vec![0.0; heads[2].len()]);
+                lstmp_forward(
+                    &g,
+                    proj,
+                    &args[0],
+                    &args[1],
+                    &args[2],
+                    &args[3],
+                    &mut y,
+                    Some(&mut hy),
+                    Some(&mut cy),
+                    None,
+                );
+                let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+                dot(&y, &heads[0]) + dot(&hy, &heads[1]) + dot(&cy, &heads[2])
+            };
+            let mut y = vec![0.0; heads[0].len()];
+            let mut rs = vec![0.0; lstmp_reserve_size(&g, proj)];
+            lstmp_forward(
+                &g,
+                proj,
+                &x,
+                &w,
+                &hx,
+                &cx,
+                &mut y,
+                None,
+                None,
+                Some(&mut rs),
+            );
+            let (mut dx, mut dw, mut dhx, mut dcx) = (
+                vec![0.0; x.len()],
+                vec![0.0; w.len()],
+                vec![0.0; hx.len()],
+                vec![0.0; cx.len()],
+            );
+            lstmp_backward(
+                &g,
+                proj,
+                &x,
+                &w,
+                &hx,
+                &cx,
+                &rs,
+                &heads[0],
+                Some(&heads[1]),
+                Some(&heads[2]),
+                RnnGrads {
+                    dx: &mut dx,
+                    dw: &mut dw,
+                    dhx: &mut dhx,
+                    dcx: Some(&mut dcx),
+                },
+            );
+            let eps = 1e-6;
+            for (which, grad) in [&dx, &dw, &dhx, &dcx].into_iter().enumerate() {
+                for i in 0..grad.len() {
+                    let mut args = [x.clone(), w.clone(), hx.clone(), cx.clone()];
+                    args[which][i] += eps;
+                    let plus = loss(&args);
+                    args[which][i] -= 2.0 * eps;
+                    let num = (plus - loss(&args)) / (2.0 * eps);
+                    assert!(
+                        (num - grad[i]).abs() < 1e-6 + 1e-5 * num.abs(),
+                        "LSTMP L={layers} D={dirs} input {which} [{i}]: {} vs {num}",
+                        grad[i]
+                    );
                 }
             }
         }

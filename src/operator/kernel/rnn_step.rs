@@ -39,10 +39,12 @@ impl Packed {
     ) -> Packed {
         let mut data = vec![0.0f32; panels * k * NR];
         for p in 0..panels {
-            for c in 0..NR {
-                if let Some(j) = col(p, c) {
-                    for r in 0..k {
-                        data[(p * k + r) * NR + c] = at(r, j);
+            let cols: [Option<usize>; NR] = std::array::from_fn(|c| col(p, c));
+            for r in 0..k {
+                let dst = &mut data[(p * k + r) * NR..][..NR];
+                for (d, j) in dst.iter_mut().zip(cols) {
+                    if let Some(j) = j {
+                        *d = at(r, j);
                     }
                 }
             }
@@ -149,6 +151,78 @@ fn tile(rows: usize, a: &[f32], lda: usize, panel: &[f32], out: &mut [[f32; NR];
             unsafe { by_rows!(tile_avx2) }
         }
         _ => by_rows!(tile_plain),
+    }
+}
+
+/// Rows one call of [`tile4`] computes at most.
+const MR4: usize = 6;
+
+/// Four adjacent panels at once (`panels` holds them one after the other, `k · NR` values each):
+/// `out[q][r][c] = Σ_i a[r·lda + i] · panels[q][i·NR + c]` for `rows ≤ MR4` rows. With AVX-512
+/// the 4 × `rows` accumulators stay in registers and each value of `a` is broadcast once for
+/// four vector multiply-adds; elsewhere it is four calls of [`tile`].
+fn tile4(rows: usize, a: &[f32], lda: usize, panels: &[f32], out: &mut [[[f32; NR]; MR]; 4]) {
+    let k = panels.len() / (4 * NR);
+    assert!(rows <= MR4 && (rows == 0 || a.len() >= (rows - 1) * lda + k));
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512 {
+        macro_rules! by_rows {
+            ($($r:literal)*) => {
+                match rows {
+                    // SAFETY: the CPU has AVX-512F (detected); `tile4_avx512` reads `rows` rows
+                    // of `k` values of `a` (asserted above) and four panels of `k · NR` values.
+                    $($r => unsafe { tile4_avx512::<$r>(k, a, lda, panels, out) },)*
+                    _ => {}
+                }
+            };
+        }
+        by_rows!(1 2 3 4 5 6);
+        return;
+    }
+    for (q, o) in out.iter_mut().enumerate() {
+        tile(rows, a, lda, &panels[q * k * NR..(q + 1) * k * NR], o);
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX-512F; `a` must hold `R` rows of `k` values at stride `lda` and
+/// `panels` `4 · k · NR` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile4_avx512<const R: usize>(
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    panels: &[f32],
+    out: &mut [[[f32; NR]; MR]; 4],
+) {
+    use std::arch::x86_64::*;
+    let (ap, bp) = (a.as_ptr(), panels.as_ptr());
+    let stride = k * NR;
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    for i in 0..k {
+        // SAFETY: `i < k`, so row `i` of each of the four panels and the values
+        // `a[r·lda + i]` (`r < R`) are in bounds (the caller's contract).
+        unsafe {
+            let b = bp.add(i * NR);
+            let b0 = _mm512_loadu_ps(b);
+            let b1 = _mm512_loadu_ps(b.add(stride));
+            let b2 = _mm512_loadu_ps(b.add(2 * stride));
+            let b3 = _mm512_loadu_ps(b.add(3 * stride));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(r * lda + i));
+                acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+                acc[2] = _mm512_fmadd_ps(av, b2, acc[2]);
+                acc[3] = _mm512_fmadd_ps(av, b3, acc[3]);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        for (q, v) in acc.iter().enumerate() {
+            // SAFETY: `out[q][r]` is NR = 16 floats.
+            unsafe { _mm512_storeu_ps(out[q][r].as_mut_ptr(), *v) };
+        }
     }
 }
 
@@ -263,24 +337,38 @@ pub fn matmul(m: usize, n: usize, a: &[f32], b: &Packed, c: &mut [f32], accumula
     let k = b.k;
     assert!(a.len() >= m * k && c.len() >= m * n && b.panels * NR >= n);
     let dst = Out(c.as_mut_ptr());
-    parallel::for_tasks(b.panels, threads_for(m * n * k), |p| {
+    // tasks of four panels (the last one of what is left)
+    let groups = b.panels.div_ceil(4);
+    parallel::for_tasks(groups, threads_for(m * n * k), |gi| {
         let dst = dst;
-        let mut acc = [[0.0f32; NR]; MR];
-        let width = NR.min(n - p * NR);
-        for r0 in (0..m).step_by(MR) {
-            let rows = MR.min(m - r0);
-            tile(rows, &a[r0 * k..], k, b.panel(p), &mut acc);
-            for (r, v) in acc.iter().enumerate().take(rows) {
-                let at = (r0 + r) * n + p * NR;
-                // SAFETY: columns `p·NR .. p·NR + width` of row `r0 + r` are inside `c`
-                // (asserted) and written by this task only (panel `p`).
-                let row = unsafe { std::slice::from_raw_parts_mut(dst.0.add(at), width) };
-                if accumulate {
-                    for (o, x) in row.iter_mut().zip(v) {
-                        *o += x;
+        let p0 = gi * 4;
+        let np = 4.min(b.panels - p0);
+        let mut acc = [[[0.0f32; NR]; MR]; 4];
+        let step = if np == 4 { MR4 } else { MR };
+        for r0 in (0..m).step_by(step) {
+            let rows = step.min(m - r0);
+            if np == 4 {
+                tile4(rows, &a[r0 * k..], k, &b.data[p0 * k * NR..(p0 + 4) * k * NR], &mut acc);
+            } else {
+                for (q, acc) in acc.iter_mut().enumerate().take(np) {
+                    tile(rows, &a[r0 * k..], k, b.panel(p0 + q), acc);
+                }
+            }
+            for (q, acc) in acc.iter().enumerate().take(np) {
+                let p = p0 + q;
+                let width = NR.min(n - p * NR);
+                for (r, v) in acc.iter().enumerate().take(rows) {
+                    let at = (r0 + r) * n + p * NR;
+                    // SAFETY: columns `p·NR .. p·NR + width` of row `r0 + r` are inside `c`
+                    // (asserted) and written by this task only (panel `p`).
+                    let row = unsafe { std::slice::from_raw_parts_mut(dst.0.add(at), width) };
+                    if accumulate {
+                        for (o, x) in row.iter_mut().zip(v) {
+                            *o += x;
+                        }
+                    } else {
+                        row.copy_from_slice(&v[..width]);
                     }
-                } else {
-                    row.copy_from_slice(&v[..width]);
                 }
             }
         }
@@ -358,11 +446,10 @@ pub fn lstm_step(
         let u0 = b * NR;
         let width = NR.min(h - u0);
         let mut acc = [[[0.0f32; NR]; MR]; 4];
-        for r0 in (0..n).step_by(MR) {
-            let rows = MR.min(n - r0);
-            for (q, acc) in acc.iter_mut().enumerate() {
-                tile(rows, &hprev[r0 * h..], h, wh.panel(4 * b + q), acc);
-            }
+        let gate_panels = &wh.data[4 * b * h * NR..4 * (b + 1) * h * NR];
+        for r0 in (0..n).step_by(MR4) {
+            let rows = MR4.min(n - r0);
+            tile4(rows, &hprev[r0 * h..], h, gate_panels, &mut acc);
             for r in 0..rows {
                 let j = r0 + r;
                 // SAFETY: row `j`'s units `u0 .. u0 + width` of `h_t`, `c_t` and each gate's
@@ -502,6 +589,238 @@ unsafe fn gates_avx2(
     hn: &mut [f32; NR],
 ) {
     gates_body(ai, af, ag, ao, cp, i, f, g, o, c, hn)
+}
+
+/// One batch row of the LSTM's backward step, before the product by `Wh`: from the gradient
+/// reaching `h_t` (`dy + dh_next`), the cell `c_t`, the previous cell, the gates' activations
+/// (`4h`, gate-major) and the cell's gradient from the step after (`dc`), the gates'
+/// pre-activation gradients (`dpre`, `4h`); `dc` becomes the gradient reaching `c_{t-1}`.
+#[allow(clippy::too_many_arguments)]
+pub fn lstm_back_row(
+    dy: &[f32],
+    dh_next: &[f32],
+    ct: &[f32],
+    cprev: &[f32],
+    gates: &[f32],
+    dpre: &mut [f32],
+    dc: &mut [f32],
+) {
+    let h = dc.len();
+    assert!(
+        dy.len() >= h
+            && dh_next.len() >= h
+            && ct.len() >= h
+            && cprev.len() >= h
+            && gates.len() >= 4 * h
+            && dpre.len() >= 4 * h
+    );
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            // SAFETY: the CPU has AVX-512F (detected).
+            unsafe { lstm_back_avx512(dy, dh_next, ct, cprev, gates, dpre, dc) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // SAFETY: the CPU has AVX2 and FMA (detected).
+            unsafe { lstm_back_avx2(dy, dh_next, ct, cprev, gates, dpre, dc) }
+        }
+        _ => lstm_back_body(dy, dh_next, ct, cprev, gates, dpre, dc),
+    }
+}
+
+#[inline(always)]
+fn lstm_back_body(
+    dy: &[f32],
+    dh_next: &[f32],
+    ct: &[f32],
+    cprev: &[f32],
+    gates: &[f32],
+    dpre: &mut [f32],
+    dc: &mut [f32],
+) {
+    let h = dc.len();
+    let (dy, dhn, ct, cp) = (&dy[..h], &dh_next[..h], &ct[..h], &cprev[..h]);
+    let (gi, rest) = gates[..4 * h].split_at(h);
+    let (gf, rest) = rest.split_at(h);
+    let (gg, go) = rest.split_at(h);
+    let (di, rest) = dpre[..4 * h].split_at_mut(h);
+    let (df, rest) = rest.split_at_mut(h);
+    let (dg, dout) = rest.split_at_mut(h);
+    for k in 0..h {
+        let dh = dy[k] + dhn[k];
+        let tc = tanh(ct[k]);
+        let (i, f, g, o) = (gi[k], gf[k], gg[k], go[k]);
+        let d = dc[k] + dh * o * (1.0 - tc * tc);
+        di[k] = d * g * i * (1.0 - i);
+        df[k] = d * cp[k] * f * (1.0 - f);
+        dg[k] = d * i * (1.0 - g * g);
+        dout[k] = dh * tc * o * (1.0 - o);
+        dc[k] = d * f;
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn lstm_back_avx512(
+    dy: &[f32],
+    dh_next: &[f32],
+    ct: &[f32],
+    cprev: &[f32],
+    gates: &[f32],
+    dpre: &mut [f32],
+    dc: &mut [f32],
+) {
+    lstm_back_body(dy, dh_next, ct, cprev, gates, dpre, dc)
+}
+
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn lstm_back_avx2(
+    dy: &[f32],
+    dh_next: &[f32],
+    ct: &[f32],
+    cprev: &[f32],
+    gates: &[f32],
+    dpre: &mut [f32],
+    dc: &mut [f32],
+) {
+    lstm_back_body(dy, dh_next, ct, cprev, gates, dpre, dc)
+}
+
+/// `pub fn $name(args)`: `$body(args)` compiled for the widest vector unit the CPU has, chosen
+/// at run time (the body is `#[inline(always)]`, so each copy vectorises for its unit).
+macro_rules! row_kernel {
+    ($(#[$doc:meta])* $name:ident => $body:ident($($arg:ident: $ty:ty),*)) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) {
+            /// # Safety
+            /// The CPU must have AVX-512F.
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f")]
+            unsafe fn wide($($arg: $ty),*) {
+                $body($($arg),*)
+            }
+            /// # Safety
+            /// The CPU must have AVX2 and FMA.
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn narrow($($arg: $ty),*) {
+                $body($($arg),*)
+            }
+            match isa() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the CPU has AVX-512F (detected).
+                Isa::Avx512 => unsafe { wide($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the CPU has AVX2 and FMA (detected).
+                Isa::Avx2 => unsafe { narrow($($arg),*) },
+                _ => $body($($arg),*),
+            }
+        }
+    };
+}
+
+row_kernel! {
+    /// One batch row of a GRU forward step: from the input projection with its biases (`pre`,
+    /// `3h`: `r` and `z` with both biases, `n` with `bx` only), `Wh · h_{t-1}` (`hh`, `3h`),
+    /// `bh`'s `n` part and `h_{t-1}`, writes `h_t`, `Wh_n·h + bh_n` (`m`) and the gates `r, z, n`
+    /// (`3h`).
+    gru_row => gru_row_body(
+        pre: &[f32], hh: &[f32], bhn: &[f32], hprev: &[f32], ht: &mut [f32], m: &mut [f32],
+        gates: &mut [f32]
+    )
+}
+
+#[inline(always)]
+fn gru_row_body(
+    pre: &[f32],
+    hh: &[f32],
+    bhn: &[f32],
+    hprev: &[f32],
+    ht: &mut [f32],
+    m: &mut [f32],
+    gates: &mut [f32],
+) {
+    let h = ht.len();
+    let (pre, hh, bhn, hp, m) = (&pre[..3 * h], &hh[..3 * h], &bhn[..h], &hprev[..h], &mut m[..h]);
+    let (gr, rest) = gates[..3 * h].split_at_mut(h);
+    let (gz, gn) = rest.split_at_mut(h);
+    for k in 0..h {
+        let r = sigmoid(pre[k] + hh[k]);
+        let z = sigmoid(pre[h + k] + hh[h + k]);
+        let mk = hh[2 * h + k] + bhn[k];
+        let nn = tanh(pre[2 * h + k] + r * mk);
+        ht[k] = (1.0 - z) * nn + z * hp[k];
+        m[k] = mk;
+        gr[k] = r;
+        gz[k] = z;
+        gn[k] = nn;
+    }
+}
+
+row_kernel! {
+    /// One batch row of a GRU backward step, before the product by `Wh`: from the gradient
+    /// arriving from the output (`dy`) and from the step after (`dh`, which becomes the direct
+    /// path's share `dh·z` of the gradient reaching `h_{t-1}`), the gates, `m` and `h_{t-1}`,
+    /// the pre-activation gradients of the input side (`dx`, `3h`) and the hidden side (`dhh`,
+    /// `3h`).
+    gru_back_row => gru_back_body(
+        dy: &[f32], dh: &mut [f32], gates: &[f32], m: &[f32], hprev: &[f32], dx: &mut [f32],
+        dhh: &mut [f32]
+    )
+}
+
+#[inline(always)]
+fn gru_back_body(
+    dy: &[f32],
+    dh: &mut [f32],
+    gates: &[f32],
+    m: &[f32],
+    hprev: &[f32],
+    dx: &mut [f32],
+    dhh: &mut [f32],
+) {
+    let h = dh.len();
+    let (dy, m, hp) = (&dy[..h], &m[..h], &hprev[..h]);
+    let (gr, rest) = gates[..3 * h].split_at(h);
+    let (gz, gn) = rest.split_at(h);
+    let (dxr, rest) = dx[..3 * h].split_at_mut(h);
+    let (dxz, dxn) = rest.split_at_mut(h);
+    let (dhr, rest) = dhh[..3 * h].split_at_mut(h);
+    let (dhz, dhn) = rest.split_at_mut(h);
+    for k in 0..h {
+        let (r, z, nn) = (gr[k], gz[k], gn[k]);
+        let d = dy[k] + dh[k];
+        let dan = d * (1.0 - z) * (1.0 - nn * nn);
+        let daz = d * (hp[k] - nn) * z * (1.0 - z);
+        let dar = dan * m[k] * r * (1.0 - r);
+        dxr[k] = dar;
+        dxz[k] = daz;
+        dxn[k] = dan;
+        dhr[k] = dar;
+        dhz[k] = daz;
+        dhn[k] = dan * r;
+        dh[k] = d * z;
+    }
+}
+
+row_kernel! {
+    /// One batch row of a tanh RNN's forward step: `h_t = tanh(pre + hh)`.
+    tanh_row => tanh_row_body(pre: &[f32], hh: &[f32], ht: &mut [f32])
+}
+
+#[inline(always)]
+fn tanh_row_body(pre: &[f32], hh: &[f32], ht: &mut [f32]) {
+    let h = ht.len();
+    let (pre, hh) = (&pre[..h], &hh[..h]);
+    for k in 0..h {
+        ht[k] = tanh(pre[k] + hh[k]);
+    }
 }
 
 #[cfg(test)]

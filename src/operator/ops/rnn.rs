@@ -11,9 +11,11 @@
 //! gradient itself.
 //!
 //! As on MXNet's CPU kernels: `use_sequence_length` is refused (MXNet needs cuDNN for it);
-//! `projection_size` (LSTMP) runs in predict mode only, training it is refused with MXNet's
-//! message; the LSTM state clipping parameters are ignored for float32 (as
-//! MXNet's oneDNN kernel ignores them) and refused for float64. Dropout between layers
+//! the LSTM state clipping parameters are ignored for float32 (as MXNet's oneDNN kernel ignores
+//! them) and refused for float64. `projection_size` (LSTMP) trains here too, where MXNet's CPU
+//! kernels refuse it (its forward equals MXNet's; its gradients are those of the LSTMP's
+//! definition, checked against an unrolled network of basic ops); dropout between the layers of
+//! an LSTMP in training mode is refused. Dropout between layers
 //! (`p > 0`, training mode) drops each element of every layer's output but the last's with
 //! probability `p` and scales the rest by `1 / (1 - p)`, as MXNet's native CPU kernel; the
 //! factors follow the kernel's reserve in the hidden output, so the backward reuses them.
@@ -24,7 +26,8 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::def::{GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val};
 use crate::operator::kernel::rnn::{
-    Cell, RnnGeom, RnnGrads, backward, forward, lstmp_forward, lstmp_param_size,
+    Cell, RnnGeom, RnnGrads, backward, forward, lstmp_backward, lstmp_forward, lstmp_param_size,
+    lstmp_reserve_size,
 };
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
@@ -42,7 +45,7 @@ struct RnnParams {
     /// LSTM state clipping was asked for: MXNet's float32 CPU kernel (oneDNN) ignores it, its
     /// float64 one refuses it.
     clip: bool,
-    /// LSTMP's projection size (`projection_size`): inference only, as MXNet's CPU kernel.
+    /// LSTMP's projection size (`projection_size`).
     proj: Option<usize>,
 }
 
@@ -77,18 +80,17 @@ impl RnnParams {
     /// Dropout factors kept after the kernel's reserve: one per element of every layer's output
     /// but the last's, when `p > 0` (ones in predict mode).
     fn drop_len(&self, g: &RnnGeom) -> usize {
-        if self.p > 0.0 && self.layers > 1 {
+        if self.p > 0.0 && self.layers > 1 && self.proj.is_none() {
             (self.layers - 1) * g.seq * g.batch * self.dirs * self.hidden
         } else {
             0
         }
     }
     /// The hidden reserve output's length: the kernel's reserve, then the dropout factors
-    /// (one unused element for LSTMP, which has no backward: an empty output would read as a
-    /// shape graph inference cannot complete).
+    /// (none for LSTMP).
     fn reserve_len(&self, g: &RnnGeom) -> usize {
-        if self.proj.is_some() {
-            return 1;
+        if let Some(proj) = self.proj {
+            return lstmp_reserve_size(g, proj);
         }
         g.reserve_size() + self.drop_len(g)
     }
@@ -373,7 +375,7 @@ fn rnn_forward(call: &Call<'_>) -> Result<Plan> {
     })
 }
 
-/// LSTMP in predict mode (MXNet's CPU kernel has no training for it).
+/// LSTMP (MXNet's CPU kernels have no training for it; here it trains, without dropout).
 fn lstmp_plan(
     call: &Call<'_>,
     p: &RnnParams,
@@ -394,17 +396,17 @@ fn lstmp_plan(
             call.name
         )));
     }
-    if call.training {
+    if call.training && p.p > 0.0 && p.layers > 1 {
         return Err(Error::invalid(format!(
-            "operator {}: No training support for LSTM with projection on CPU currently.",
-            call.name
+            "operator {}: mxrt has no dropout between the layers of an LSTM with projection (p = {})",
+            call.name, p.p
         )));
     }
     let visible = outs.len();
     outs.push(TensorDesc::new(&[p.reserve_len(&g) as i64], dtype));
     Ok(Plan::new(outs, move |k| {
         let n = k.outputs.len();
-        let (vis, _) = k.outputs.split_at_mut(n - 1);
+        let (vis, rest) = k.outputs.split_at_mut(n - 1);
         let (y, states) = vis.split_at_mut(1);
         let i = k.inputs;
         with_real!(dtype, T => {
@@ -421,6 +423,7 @@ fn lstmp_plan(
                 y[0].slice_mut::<T>(),
                 hy,
                 cy,
+                Some(rest[0].slice_mut::<T>()),
             );
         });
         Ok(())
@@ -432,12 +435,6 @@ fn lstmp_plan(
 /// [d_statecell_output]])`: the gradients of the data, parameters, state and state cell.
 fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
     let p = parse_call(call)?;
-    if p.proj.is_some() {
-        return Err(Error::invalid(format!(
-            "operator {}: No training support for LSTM with projection on CPU currently.",
-            call.name
-        )));
-    }
     let nf = p.num_inputs();
     let want = nf + 1 + p.num_outputs();
     if call.inputs.len() != want {
@@ -457,14 +454,18 @@ fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
         call,
         "output gradient",
         &ins[nf + 1].shape,
-        &[x[0], x[1], (p.dirs * p.hidden) as i64],
+        &p.output_shape(x),
     )?;
-    let state = p.state_shape(x);
     for i in nf + 2..want {
-        expect_shape(call, "state gradient", &ins[i].shape, &state)?;
+        let want_shape = if i == nf + 3 {
+            p.cell_shape(x)
+        } else {
+            p.state_shape(x)
+        };
+        expect_shape(call, "state gradient", &ins[i].shape, &want_shape)?;
     }
     let outs: Vec<TensorDesc> = ins[..nf].to_vec();
-    let (lstm, so) = (p.lstm(), p.state_outputs);
+    let (lstm, so, proj) = (p.lstm(), p.state_outputs, p.proj);
     Ok(Plan::new(outs, move |k| {
         let i = k.inputs;
         with_real!(dtype, T => {
@@ -474,6 +475,27 @@ fn rnn_backward(call: &Call<'_>) -> Result<Plan> {
             let cx = if lstm { Some(i[3].slice::<T>()) } else { None };
             let dhy = if so { Some(i[nf + 2].slice::<T>()) } else { None };
             let dcy = if so && lstm { Some(i[nf + 3].slice::<T>()) } else { None };
+            if let Some(proj) = proj {
+                lstmp_backward::<T>(
+                    &g,
+                    proj,
+                    i[0].slice::<T>(),
+                    i[1].slice::<T>(),
+                    i[2].slice::<T>(),
+                    i[3].slice::<T>(),
+                    i[nf].slice::<T>(),
+                    i[nf + 1].slice::<T>(),
+                    dhy,
+                    dcy,
+                    RnnGrads {
+                        dx: dx[0].slice_mut::<T>(),
+                        dw: dw[0].slice_mut::<T>(),
+                        dhx: dhx[0].slice_mut::<T>(),
+                        dcx: rest.first_mut().map(|t| t.slice_mut::<T>()),
+                    },
+                );
+                return Ok(());
+            }
             let (rs, mask) = i[nf].slice::<T>().split_at(g.reserve_size());
             backward::<T>(
                 &g,
