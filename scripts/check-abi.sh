@@ -34,6 +34,14 @@ if [ -n "$missing" ]; then
 fi
 echo "check-abi: all $n functions of $scope are exported (and are MXNet 1.9.1 exports)"
 
+# 1b. the library needs no static TLS: it is loaded late, with dlopen, into processes (Python)
+# whose loader may have no static TLS space left for it
+if readelf -dW "$lib" | grep -q 'STATIC_TLS'; then
+  echo "check-abi: $lib is marked STATIC_TLS (an initial-exec thread-local; dlopen may refuse it)" >&2
+  exit 1
+fi
+echo "check-abi: no static TLS (loads with dlopen at any point)"
+
 inc="$(dirname "$mxnet_lib")/include"
 [ -f "$inc/mxnet/c_api.h" ] || { echo "check-abi: no c_api.h under $inc" >&2; exit 1; }
 tmp=$(mktemp -d)
