@@ -20,7 +20,6 @@
 //! crate (`MXRT_SGEMM=gemm` keeps every product on the crate, for comparison).
 
 use crate::parallel;
-use std::cell::RefCell;
 use std::sync::OnceLock;
 
 /// A strided f32 matrix: element `(i, j)` at `ptr + i · rs + j · cs`.
@@ -190,22 +189,17 @@ fn grid(threads: usize, m: usize, n: usize) -> (usize, usize) {
     (best.0, best.1)
 }
 
-/// A 64-byte-aligned block of floats, the unit of the packing buffers.
-#[derive(Clone, Copy)]
+/// A 64-byte-aligned block of floats, the unit of the packing buffers (only ever written
+/// through raw pointers, never built as a value).
+#[allow(dead_code)]
 #[repr(C, align(64))]
 struct Line([f32; 16]);
 
-thread_local! {
-    /// Packing buffers of the calling thread: `A`'s block, then `B`'s.
-    static BUFS: RefCell<(Vec<Line>, Vec<Line>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-}
-
-fn grow(v: &mut Vec<Line>, floats: usize) -> *mut f32 {
-    let lines = floats.div_ceil(16);
-    if v.len() < lines {
-        v.resize(lines, Line([0.0; 16]));
-    }
-    v.as_mut_ptr().cast()
+/// Room for `floats` floats, 64-byte aligned, left uninitialised (packing writes every float
+/// before the kernel reads it). Per call rather than thread-local: the library's thread-locals
+/// live in the static TLS block, which is small.
+fn buffer(floats: usize) -> Vec<Line> {
+    Vec::with_capacity(floats.div_ceil(16))
 }
 
 /// The product on the calling thread.
@@ -223,26 +217,17 @@ unsafe fn serial(
     c: MatMut,
     accumulate: bool,
 ) {
-    BUFS.with(|bufs| {
-        // a nested call on this thread (none exists today) would find the buffers borrowed:
-        // it then packs into buffers of its own
-        let mut own = (Vec::new(), Vec::new());
-        let mut guard = bufs.try_borrow_mut();
-        let (abuf, bbuf) = match guard.as_mut() {
-            Ok(g) => {
-                let g = &mut **g;
-                (&mut g.0, &mut g.1)
-            }
-            Err(_) => (&mut own.0, &mut own.1),
-        };
-        let ap = grow(abuf, MC.min(m.div_ceil(MR) * MR) * KC.min(k));
-        let bp = grow(bbuf, NC.min(n.div_ceil(NR) * NR) * KC.min(k));
+    let mut abuf = buffer(MC.min(m.div_ceil(MR) * MR) * KC.min(k));
+    let mut bbuf = buffer(NC.min(n.div_ceil(NR) * NR) * KC.min(k));
+    let (ap, bp): (*mut f32, *mut f32) = (abuf.as_mut_ptr().cast(), bbuf.as_mut_ptr().cast());
+    {
+        // (the buffers live to the end of the function)
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let acc = accumulate || pc > 0;
-                // SAFETY: `bp` holds `ceil(nc / NR) · NR · kc` floats (grown above) and the
+                // SAFETY: `bp` holds `ceil(nc / NR) · NR · kc` floats (allocated above) and the
                 // block is inside `b`.
                 unsafe { pack_b(kc, nc, b.at(pc, jc), bp) };
                 for ic in (0..m).step_by(MC) {
@@ -273,7 +258,7 @@ unsafe fn serial(
                 }
             }
         }
-    })
+    }
 }
 
 /// Packs `A`'s `mc × kc` block into `MR`-row panels: panel `q` at `out + q · MR · kc`, step `p`
