@@ -26,13 +26,6 @@ const L: usize = 16;
 /// Transform points of a 6×6 tile.
 const P: usize = 36;
 
-/// Elements between the transformed weight's (or its gradient's) matrices for successive
-/// points: one cache line past `n`, so that the 36 matrices' rows, which the weight transforms
-/// walk together, do not all fall into the same cache sets when `n` is a large power of two.
-fn point_stride(n: usize) -> usize {
-    n + 16
-}
-
 /// One Winograd convolution: `ci` input channels of `ih × iw` → `co` output channels of
 /// `oh × ow`, padding `ph`, `pw` (3×3 kernel, stride 1).
 #[derive(Clone, Copy, Debug)]
@@ -464,10 +457,7 @@ fn weight_transform_body(
             // SAFETY: `lanes` values from (p, a, b) stay inside `U` (`P × to × from`); each
             // (a, b) block is written by one caller.
             let dst = unsafe {
-                std::slice::from_raw_parts_mut(
-                    u.get().add(p * point_stride(to * from) + a * from + b),
-                    lanes,
-                )
+                std::slice::from_raw_parts_mut(u.get().add((p * to + a) * from + b), lanes)
             };
             dst.copy_from_slice(&vals[..lanes]);
         }
@@ -482,8 +472,7 @@ fn weight_adj_body(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: &mu
     for j in 0..6 {
         let mut col = [[0.0f32; L]; 6];
         for (i, c) in col.iter_mut().enumerate() {
-            let at = (i * 6 + j) * point_stride(co * ci) + a * ci + b;
-            c[..lanes].copy_from_slice(&du[at..][..lanes]);
+            c[..lanes].copy_from_slice(&du[((i * 6 + j) * co + a) * ci + b..][..lanes]);
         }
         let r = gt(col);
         for i in 0..3 {
@@ -503,14 +492,13 @@ fn weight_adj_body(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: &mu
 multiversion!(weight_transform(w: &[f32], inp: usize, transpose: bool, to: usize, from: usize, a: usize, b: usize, u: Ptr<f32>) => weight_transform_body);
 multiversion!(weight_adj(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: &mut [f32]) => weight_adj_body);
 
-/// The transformed weight `U[p][to][from]` of `w` (`(out, in, 3, 3)`, row-major; the points'
-/// matrices [`point_stride`] apart). With
+/// The transformed weight `U[p][to][from]` of `w` (`(out, in, 3, 3)`, row-major). With
 /// `transpose`, the weight of the transposed convolution (`in` → `out` channels swapped, the
 /// kernel flipped): the data gradient as a forward convolution.
 pub fn transform_weight(w: &[f32], out: usize, inp: usize, transpose: bool) -> Vec<f32> {
     assert!(w.len() >= out * inp * 9);
     let (to, from) = if transpose { (inp, out) } else { (out, inp) };
-    let mut u = vec![0.0f32; P * point_stride(to * from)];
+    let mut u = vec![0.0f32; P * to * from];
     let up = Ptr(u.as_mut_ptr());
     // destination rows outer: the 36 points' rows of `U` are each written in order (lane groups
     // outer wrote 36 rows `from` floats apart per kernel group: 3x the time at 512 channels)
@@ -548,7 +536,7 @@ fn over_blocks(s: &Wino, f: impl Fn(usize, std::ops::Range<usize>) + Sync) {
 
 /// `y = conv3×3(x, w)` from the transformed weight `u` (`U[p][co][ci]`); `y` overwritten.
 pub fn forward(s: &Wino, x: &[f32], u: &[f32], y: &mut [f32]) {
-    assert!(x.len() >= s.batch * s.ci * s.ih * s.iw && u.len() >= P * point_stride(s.co * s.ci));
+    assert!(x.len() >= s.batch * s.ci * s.ih * s.iw && u.len() >= P * s.co * s.ci);
     assert!(y.len() >= s.batch * s.co * s.oh * s.ow);
     assert!(s.oh + 2 == s.ih + 2 * s.ph && s.ow + 2 == s.iw + 2 * s.pw);
     let yp = Ptr(y.as_mut_ptr());
@@ -571,7 +559,7 @@ pub fn forward(s: &Wino, x: &[f32], u: &[f32], y: &mut [f32]) {
                     stride,
                     s.ci,
                     Operand {
-                        data: &u[p * point_stride(s.co * s.ci)..][..s.co * s.ci],
+                        data: &u[p * s.co * s.ci..][..s.co * s.ci],
                         transposed: false,
                     },
                     Operand {
@@ -598,7 +586,7 @@ pub fn weight_grad(s: &Wino, x: &[f32], dy: &[f32], dw: &mut [f32]) {
     assert!(dy.len() >= s.batch * s.co * s.oh * s.ow);
     assert!(s.oh + 2 == s.ih + 2 * s.ph && s.ow + 2 == s.iw + 2 * s.pw);
     let bg = s.block_groups();
-    let ul = P * point_stride(s.co * s.ci);
+    let ul = P * s.co * s.ci;
     let partials = std::sync::Mutex::new(Vec::<(usize, Vec<f32>)>::new());
     over_blocks(s, |part, groups| {
         let nb = bg.min(groups.len()) * L;
@@ -629,7 +617,7 @@ pub fn weight_grad(s: &Wino, x: &[f32], dy: &[f32], dw: &mut [f32]) {
                         data: &v[p * s.ci * stride..][..s.ci * stride],
                         transposed: true,
                     },
-                    &mut du[p * point_stride(s.co * s.ci)..][..s.co * s.ci],
+                    &mut du[p * s.co * s.ci..][..s.co * s.ci],
                     !first,
                 );
             }
