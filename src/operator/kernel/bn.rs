@@ -7,53 +7,22 @@
 /// Lanes of each f64 accumulator: four 512-bit registers per sum.
 const LANES: usize = 32;
 
-/// Compiles `$body` for AVX-512 and AVX2 + FMA and calls the best one the CPU has.
-macro_rules! multiversion {
-    ($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $body:ident) => {
-        $(#[$doc])*
-        pub fn $name($($arg: $ty),*) -> $ret {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) -> $ret {
-                    $body($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) -> $ret {
-                    $body($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F (checked just above).
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            $body($($arg),*)
-        }
-    };
-}
-
 multiversion!(
     /// `[Σx, Σx²]` over `x`, in f64.
-    sums(x: &[f32]) -> [f64; 2] => sums_body
+    pub sums(x: &[f32]) -> [f64; 2] => sums_body
 );
 multiversion!(
     /// `[Σx, Σx², Σdy, Σx·dy]` over `x` and `dy` (as long), in f64.
-    sums4(x: &[f32], dy: &[f32]) -> [f64; 4] => sums4_body
+    pub sums4(x: &[f32], dy: &[f32]) -> [f64; 4] => sums4_body
 );
 multiversion!(
     /// `y = (x - mean)·scale + beta` (`y` as long as `x`); `mean` is given as the f32 sum
     /// `mean[0] + mean[1]` of its nearest f32 and the rest, subtracted one after the other.
-    affine(x: &[f32], y: &mut [f32], mean: [f32; 2], scale: f32, beta: f32) -> () => affine_body
+    pub affine(x: &[f32], y: &mut [f32], mean: [f32; 2], scale: f32, beta: f32) -> () => affine_body
 );
 multiversion!(
     /// `dx = dy·a + (x - mean)·b + c` (all as long as `dy`; `mean` as in [`affine`]).
-    data_grad(dy: &[f32], x: &[f32], dx: &mut [f32], mean: [f32; 2], a: f32, b: f32, c: f32) -> () => data_grad_body
+    pub data_grad(dy: &[f32], x: &[f32], dx: &mut [f32], mean: [f32; 2], a: f32, b: f32, c: f32) -> () => data_grad_body
 );
 
 /// `m` as an f32 and the f32 nearest to what that leaves out: subtracting both in turn from an

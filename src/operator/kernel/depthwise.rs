@@ -165,36 +165,6 @@ fn weight_grad_body(p: &Plane, x: &[f32], dy: &[f32], acc: &mut [[f32; L]]) {
     }
 }
 
-/// Compiles `$body` for AVX-512 and AVX2 + FMA and calls the best one the CPU has.
-macro_rules! multiversion {
-    ($name:ident($($arg:ident: $ty:ty),*) => $body:ident) => {
-        fn $name($($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F (checked just above).
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            $body($($arg),*)
-        }
-    };
-}
-
 multiversion!(forward_plane(p: &Plane, x: &[f32], w: &[f32], y: &mut [f32]) => forward_body);
 multiversion!(data_grad_plane(p: &Plane, dy: &[f32], w: &[f32], dx: &mut [f32]) => data_grad_body);
 multiversion!(weight_grad_plane(p: &Plane, x: &[f32], dy: &[f32], acc: &mut [[f32; L]]) => weight_grad_body);

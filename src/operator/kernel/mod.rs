@@ -12,6 +12,40 @@
 //!   multi-head attention.
 //! - [`vmath`]: vectorised float32 `exp`, `log`, `tanh`, `sigmoid`, ... (AVX-512, AVX2).
 
+/// `$vis fn $name(args) -> ret`: `$body(args)` compiled for AVX-512, for AVX2 + FMA and for the
+/// baseline, the widest the CPU has called at run time (`$body` is `#[inline(always)]`, so each
+/// copy vectorises for its unit). `std`'s feature detection caches its answer, so the choice is
+/// an atomic load per call.
+macro_rules! multiversion {
+    ($(#[$attr:meta])* $vis:vis $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? => $body:ident) => {
+        $(#[$attr])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    $body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F (checked just above).
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU has AVX2 and FMA (checked just above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
 pub mod attention;
 pub mod bn;
 pub mod conv;

@@ -356,36 +356,6 @@ fn grad_transform_body(
     }
 }
 
-/// Compiles `$body` for AVX-512 and AVX2 + FMA and calls the best one the CPU has.
-macro_rules! multiversion {
-    ($name:ident($($arg:ident: $ty:ty),*) => $body:ident) => {
-        fn $name($($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F (checked just above).
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            $body($($arg),*)
-        }
-    };
-}
-
 multiversion!(input_transform(s: &Wino, x: &[f32], lanes: &Lanes, v: &mut [f32], stride: usize, off: usize) => input_transform_body);
 multiversion!(output_transform(s: &Wino, m: &[f32], stride: usize, off: usize, lanes: &Lanes, y: Ptr<f32>) => output_transform_body);
 multiversion!(grad_transform(s: &Wino, dy: &[f32], lanes: &Lanes, dm: &mut [f32], stride: usize, off: usize) => grad_transform_body);
