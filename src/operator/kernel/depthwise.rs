@@ -172,33 +172,38 @@ multiversion!(weight_grad_plane(p: &Plane, x: &[f32], dy: &[f32], acc: &mut [[f3
 /// `y = conv(x, w)` (see [`applies`]); `y` overwritten.
 pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
     let p = Plane::of(g);
-    let (isp, osp, kk, c) = (p.in_sp(), p.out_sp(), p.taps(), g.in_ch);
-    let planes = g.batch * c;
-    assert!(x.len() >= planes * isp && y.len() >= planes * osp && w.len() >= c * kk);
-    let yp = Ptr(y.as_mut_ptr());
-    split(planes, |qs| {
-        for q in qs {
-            // SAFETY: plane q of `y` is written by this range only; in bounds (asserted).
-            let ys = unsafe { std::slice::from_raw_parts_mut(yp.get().add(q * osp), osp) };
-            let wc = &w[(q % c) * kk..][..kk];
-            forward_plane(&p, &x[q * isp..][..isp], wc, ys);
-        }
-    });
+    each_plane(g, &p, x, p.in_sp(), w, y, p.out_sp(), forward_plane);
 }
 
 /// `dx = convᵀ(dy, w)`, the data gradient (see [`applies`]); `dx` overwritten.
 pub fn data_grad(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     let p = Plane::of(g);
-    let (isp, osp, kk, c) = (p.in_sp(), p.out_sp(), p.taps(), g.in_ch);
+    each_plane(g, &p, dy, p.out_sp(), w, dx, p.in_sp(), data_grad_plane);
+}
+
+/// `plane(p, src plane, its channel's taps, dst plane)` for every (image, channel) plane of
+/// `src` (planes of `src_sp` values) into `dst` (planes of `dst_sp`), split over the pool.
+#[allow(clippy::too_many_arguments)]
+fn each_plane(
+    g: &ConvGeom,
+    p: &Plane,
+    src: &[f32],
+    src_sp: usize,
+    w: &[f32],
+    dst: &mut [f32],
+    dst_sp: usize,
+    plane: fn(&Plane, &[f32], &[f32], &mut [f32]),
+) {
+    let (kk, c) = (p.taps(), g.in_ch);
     let planes = g.batch * c;
-    assert!(dx.len() >= planes * isp && dy.len() >= planes * osp && w.len() >= c * kk);
-    let xp = Ptr(dx.as_mut_ptr());
+    assert!(src.len() >= planes * src_sp && dst.len() >= planes * dst_sp && w.len() >= c * kk);
+    let dp = Ptr(dst.as_mut_ptr());
     split(planes, |qs| {
         for q in qs {
-            // SAFETY: plane q of `dx` is written by this range only; in bounds (asserted).
-            let xs = unsafe { std::slice::from_raw_parts_mut(xp.get().add(q * isp), isp) };
+            // SAFETY: plane q of `dst` is written by this range only; in bounds (asserted).
+            let ds = unsafe { std::slice::from_raw_parts_mut(dp.get().add(q * dst_sp), dst_sp) };
             let wc = &w[(q % c) * kk..][..kk];
-            data_grad_plane(&p, &dy[q * osp..][..osp], wc, xs);
+            plane(p, &src[q * src_sp..][..src_sp], wc, ds);
         }
     });
 }

@@ -261,6 +261,31 @@ impl<T: Send + 'static> std::ops::DerefMut for Scratch<T> {
     }
 }
 
+/// The step before `t` in direction `d`'s order (forward: `t - 1`, reverse: `t + 1`) of `tt`
+/// steps, `None` at the direction's first step.
+fn prev_step(d: usize, t: usize, tt: usize) -> Option<usize> {
+    if d == 0 {
+        t.checked_sub(1)
+    } else if t + 1 < tt {
+        Some(t + 1)
+    } else {
+        None
+    }
+}
+
+/// `prev[t] = all[prev_step(t)]` for each of the `tt` steps (rows of `h0.len()`), `h0` at the
+/// direction's first step: the state each step started from.
+fn previous_rows<T: Copy>(prev: &mut [T], all: &[T], h0: &[T], d: usize, tt: usize) {
+    let w = h0.len();
+    for t in 0..tt {
+        let src = match prev_step(d, t, tt) {
+            Some(p) => &all[p * w..(p + 1) * w],
+            None => h0,
+        };
+        prev[t * w..(t + 1) * w].copy_from_slice(src);
+    }
+}
+
 fn row<T>(a: &[T]) -> Operand<'_, T> {
     Operand {
         data: a,
@@ -679,22 +704,8 @@ pub fn lstmp_backward<T: Real>(
             let (r_all, rest) = block.split_at(tnp);
             let (h_all, rest) = rest.split_at(tnh);
             let (c_all, gates) = rest.split_at(tnh);
-            let prev_time = |t: usize| -> Option<usize> {
-                if d == 0 {
-                    t.checked_sub(1)
-                } else if t + 1 < tt {
-                    Some(t + 1)
-                } else {
-                    None
-                }
-            };
-            for t in 0..tt {
-                let src = match prev_time(t) {
-                    Some(p) => &r_all[p * np..(p + 1) * np],
-                    None => &hx[state * np..(state + 1) * np],
-                };
-                rprev_all[t * np..(t + 1) * np].copy_from_slice(src);
-            }
+            let prev_time = |t| prev_step(d, t, tt);
+            previous_rows(&mut rprev_all, r_all, &hx[state * np..(state + 1) * np], d, tt);
             match dhy {
                 Some(v) => dr_next.copy_from_slice(&v[state * np..(state + 1) * np]),
                 None => dr_next.fill(T::ZERO),
@@ -820,22 +831,8 @@ pub fn backward<T: Real>(
             let block = &rs[g.block_offset(l, d)..][..g.block()];
             let (h_all, rest) = block.split_at(tnh);
             // h_{t-1} in the direction's order, for every t
-            let prev_time = |t: usize| -> Option<usize> {
-                if d == 0 {
-                    t.checked_sub(1)
-                } else if t + 1 < tt {
-                    Some(t + 1)
-                } else {
-                    None
-                }
-            };
-            for t in 0..tt {
-                let src = match prev_time(t) {
-                    Some(p) => &h_all[p * nh..(p + 1) * nh],
-                    None => h0,
-                };
-                hprev_all[t * nh..(t + 1) * nh].copy_from_slice(src);
-            }
+            let prev_time = |t| prev_step(d, t, tt);
+            previous_rows(&mut hprev_all, h_all, h0, d, tt);
             match dhy {
                 Some(v) => dh_next.copy_from_slice(&v[state..state + nh]),
                 None => dh_next.fill(T::ZERO),
