@@ -52,6 +52,17 @@ assert m.shape == (2, N // 4) and (m[1] == 0).all()
 counts = np.bincount(m[0], minlength=3) / (N // 4)
 assert np.allclose(counts, [0.1, 0.6, 0.3], atol=0.01), counts
 like = nd.random.uniform_like(nd.zeros((3, 4)))
+# without a dtype, a draw into an `out=` array takes its dtype (Gluon's initialisers after
+# `cast("float64")`); an explicit dtype still has to match it
+o = nd.zeros((N,), dtype="float64")
+nd.random.uniform(-1, 3, shape=(N,), out=o)
+assert o.dtype == np.float64
+check("uniform_out_f64", o, 1.0, 16 / 12)
+try:
+    nd.random.uniform(0, 1, shape=(4,), dtype="float32", out=nd.zeros((4,), dtype="float64"))
+    raise AssertionError("a float32 draw into a float64 array was accepted")
+except mx.base.MXNetError:
+    pass
 assert like.shape == (3, 4)
 # Dropout in training mode: zeros with probability p, the rest scaled by 1 / (1 - p); with axes
 # one draw is shared along them; outside training (and at p = 0) an identity

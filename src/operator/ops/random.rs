@@ -224,7 +224,15 @@ fn random(call: &Call<'_>, dist: &'static Dist, int: bool) -> Result<Plan> {
     inputs(call, 0)?;
     let pair = scalar_params(call, dist)?;
     let shape = call.params.or("shape", param::shape, "a shape", vec![])?;
-    let default = if int { DType::I32 } else { DType::F32 };
+    // Without a dtype, MXNet's type inference keeps the dtype of an `out=` array it writes
+    // (Gluon's initialisers fill float64 parameters this way); otherwise float32 (int32 for
+    // `randint`).
+    let given = call
+        .given_outputs
+        .and_then(|o| o.first())
+        .map(|d| d.dtype)
+        .filter(|&d| int || matches!(d, DType::F32 | DType::F64 | DType::F16));
+    let default = given.unwrap_or(if int { DType::I32 } else { DType::F32 });
     let dtype = call
         .params
         .optional("dtype", param::dtype, "a dtype name")?
