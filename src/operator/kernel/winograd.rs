@@ -13,9 +13,21 @@
 //! - [`weight_grad`] is the adjoint in the weight: `dU_p = Σ_tiles (A dY Aᵀ)_p · V_pᵀ`, then
 //!   `dw = Gᵀ dU G`.
 //!
-//! Tiles are taken over the whole batch (image-major), in blocks sized so that a block's
-//! transformed input and output stay near the L2 cache; blocks are split over the intra-op pool,
-//! each thread with its own buffers and serial products.
+//! Tiles are taken over the whole batch (image-major), in blocks of 48 to 192 tiles sized by
+//! [`block_bytes`]; blocks are split over the intra-op pool, each thread with its own buffers and
+//! serial products.
+//!
+//! The 36 products per block run on an AVX-512 kernel of their own ([`product`]: 8 rows × 48
+//! columns in 24 zmm accumulators) that reads the operands where the transforms wrote them, with
+//! no packing: the forward's `U_p` (`co × ci`, broadcast along its rows) times `V_p` (`ci ×
+//! tiles`, rows of tiles as vectors); the weight gradient's `dU_pᵀ = V_p · dM_p` with the output
+//! gradient's transform written tile-major (`tiles × co`), so its rows of channels load as
+//! vectors. Products of 64 columns fell to the `gemm` crate's AVX2 kernels through `matmul`, and
+//! sgemm would pack both operands for each of them. Without AVX-512 they go to `matmul_serial`.
+//! With AVX-512 the transforms load each lane's patch row with one masked load (zeros outside
+//! the image) and transpose lanes into vectors in registers, and store output tiles the same
+//! way back. Large buffers (transformed weights, blocks, the weight gradient's partial sums)
+//! are reused between calls ([`Scratch`]).
 
 use super::gemm::{Operand, matmul_serial};
 use super::map::Ptr;
