@@ -37,6 +37,11 @@ CONV = [
     ("wino_pad_3_1", (2, 8, 6, 7), (3, 3), dict(pad=(3, 1)), 8, 1, True, ("float32",)),
     ("wino_small_plane", (5, 24, 3, 2), (3, 3), dict(pad=(1, 1)), 20, 1, True, ("float32",)),
     ("wino_blocks", (4, 8, 40, 37), (3, 3), dict(pad=(1, 1)), 8, 1, True, ("float32",)),
+    # channels off the products' 8-row and 16/48-column steps (a last partial micro-tile in
+    # every product), batch 1, and a batch of several tile blocks with many channels
+    ("wino_odd_channels", (2, 13, 10, 9), (3, 3), dict(pad=(1, 1)), 21, 1, True, ("float32",)),
+    ("wino_batch1_wide", (1, 52, 9, 8), (3, 3), dict(pad=(1, 1)), 50, 1, False, ("float32",)),
+    ("wino_many_blocks", (3, 20, 23, 17), (3, 3), dict(pad=(1, 1)), 70, 1, True, ("float32",)),
     ("3x3_groups", (2, 16, 9, 8), (3, 3), dict(pad=(1, 1)), 16, 2, False, ("float32",)),
     ("3x3_dilate", (2, 8, 11, 9), (3, 3), dict(pad=(2, 2), dilate=(2, 2)), 8, 1, True, ("float32",)),
     ("3x3_stride2", (2, 16, 11, 10), (3, 3), dict(pad=(1, 1), stride=(2, 2)), 12, 1, True, ("float32",)),

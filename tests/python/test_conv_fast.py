@@ -44,6 +44,8 @@ SETTINGS = {
     "1thread": (("OMP_NUM_THREADS", "1"),),
     "2threads": (("OMP_NUM_THREADS", "2"),),
     "row_blocks": (("OMP_NUM_THREADS", "2"), ("MXRT_CONV_COL_BYTES", "1")),
+    # the smallest Winograd tile blocks (48 tiles): several blocks per thread
+    "wino_small_blocks": (("OMP_NUM_THREADS", "2"), ("MXRT_WINOGRAD_BLOCK_KB", "1")),
 }
 
 
