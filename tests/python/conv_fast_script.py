@@ -51,6 +51,18 @@ CONV = [
     ("1x1", (4, 16, 7, 9), (1, 1), {}, 24, 1, True, ("float32", "float64")),
     ("1x1_stride2", (4, 16, 9, 9), (1, 1), dict(stride=(2, 2)), 24, 1, True, ("float32",)),
     ("1x1_groups", (3, 16, 5, 6), (1, 1), {}, 8, 4, False, ("float32",)),
+    # 1x1 layers whose products reach the AVX-512 GEMM: 14x14 planes (a 4-column edge tile after
+    # four 48-column ones), odd channel counts (partial 8-row panels, partial 16-step packing
+    # blocks), batch 1 (the GEMM's own threads), stride 2 (gathered columns), groups
+    ("1x1_14x14", (3, 72, 14, 14), (1, 1), {}, 40, 1, True, ("float32",)),
+    ("1x1_odd_ch", (2, 37, 13, 11), (1, 1), {}, 29, 1, False, ("float32", "float64")),
+    ("1x1_batch1", (1, 64, 15, 17), (1, 1), {}, 48, 1, True, ("float32",)),
+    ("1x1_s2_big", (3, 40, 28, 27), (1, 1), dict(stride=(2, 2)), 56, 1, True, ("float32",)),
+    ("1x1_groups_big", (2, 48, 12, 12), (1, 1), {}, 64, 2, True, ("float32",)),
+    ("1x1_1d", (3, 33, 150), (1,), {}, 21, 1, False, ("float32",)),
+    # narrow products (8x8 outputs: 64 columns per image) through im2col
+    ("5x5_narrow", (3, 20, 12, 12), (5, 5), {}, 50, 1, False, ("float32",)),
+    ("3x3_dilate_narrow", (2, 24, 13, 12), (3, 3), dict(pad=(1, 1), dilate=(2, 2)), 19, 1, True, ("float32",)),
     # rows of 16 outputs and more: the direct AVX-512 forward (few input channels or stride 2;
     # output channels not a multiple of 8, a partial last vector)
     ("stem_7x7_wide", (2, 3, 45, 70), (7, 7), dict(pad=(3, 3), stride=(2, 2)), 20, 1, False, ("float32", "float64")),

@@ -229,6 +229,32 @@ fn blocks(rows: usize, step: usize) -> impl Iterator<Item = std::ops::Range<usiz
     (0..rows).step_by(step.max(1)).map(move |r| r..(r + step).min(rows))
 }
 
+thread_local! {
+    /// The calling thread's column buffer, kept between convolutions (grown, never shrunk): a
+    /// buffer allocated per call was freed, purged by the allocator and faulted in again as
+    /// fresh zeroed pages on the next call.
+    static SCRATCH: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Calls `f` with `len` elements of the thread's reusable scratch (contents left from earlier
+/// calls: every user writes what it reads), or a fresh buffer when one is already in use on
+/// this thread.
+fn with_scratch<T: ConvElement, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    assert!(std::mem::align_of::<T>() <= 8);
+    let words = (len * std::mem::size_of::<T>()).div_ceil(8);
+    let mut buf = SCRATCH.try_with(|b| b.take()).unwrap_or_default();
+    if buf.len() < words {
+        buf = vec![0u64; words];
+    }
+    // SAFETY: `buf` holds `words · 8 ≥ len · size_of::<T>()` initialised bytes at an alignment
+    // of 8 ≥ `T`'s (asserted); the element types are plain numbers (floats, integers, a byte
+    // boolean), for which every bit pattern is a value. The slice lives inside this call.
+    let s = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<T>(), len) };
+    let r = f(s);
+    let _ = SCRATCH.try_with(|b| b.set(buf));
+    r
+}
+
 /// Output rows per block of columns for one call of `over_images`'s function: blocks when its
 /// products run on one thread, else the whole image for the GEMM's own threads.
 fn rows_per_block<T>(g: &ConvGeom, serial: bool) -> usize {
@@ -444,8 +470,8 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
     let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
     over_images(g, |images, serial| {
         let brows = rows_per_block::<T>(g, serial);
-        let mut col = vec![T::zero(); g.col_len(brows)];
-        for n in images {
+        with_scratch(g.col_len(brows), |col: &mut [T]| {
+        for n in images.clone() {
             for grp in 0..g.groups {
                 let xs = &x[(n * g.in_ch + grp * in_g) * in_sp..][..in_g * in_sp];
                 // SAFETY: image n's group grp is written by this call only (images are split
@@ -482,6 +508,7 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
                 }
             }
         }
+        })
     });
 }
 
@@ -546,8 +573,8 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
     let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
     over_images(g, |images, serial| {
         let brows = rows_per_block::<T>(g, serial);
-        let mut col = vec![T::zero(); g.col_len(brows)];
-        for n in images {
+        with_scratch(g.col_len(brows), |col: &mut [T]| {
+        for n in images.clone() {
             for grp in 0..g.groups {
                 // SAFETY: image n's group grp of `x` is written by this call only; in bounds
                 // (asserted above).
@@ -585,6 +612,7 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
                 }
             }
         }
+        })
     });
 }
 
@@ -641,11 +669,25 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
         return;
     }
     let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
+    if g.batch == 0 || g.out_sp() == 0 || g.k_rows() == 0 {
+        dw[..wl].fill(T::zero());
+        return;
+    }
+    // the range of the first images sums straight into `dw` (every range's first product
+    // overwrites its sums), the others into partials added after it in image order
+    let dwp = Ptr(dw.as_mut_ptr());
     over_images(g, |images, serial| {
         let brows = rows_per_block::<T>(g, serial);
-        let mut col = vec![T::zero(); g.col_len(brows)];
-        let mut acc = vec![T::zero(); wl];
         let first = images.start;
+        let mut own = if first == 0 { Vec::new() } else { vec![T::zero(); wl] };
+        let acc: &mut [T] = if first == 0 {
+            // SAFETY: only the range starting at image 0 writes `dw` (ranges are disjoint and
+            // one starts at 0); `dw` holds `wl` elements (asserted above).
+            unsafe { std::slice::from_raw_parts_mut(dwp.get(), wl) }
+        } else {
+            &mut own
+        };
+        with_scratch(g.col_len(brows), |col: &mut [T]| {
         for (i, n) in images.enumerate() {
             for grp in 0..g.groups {
                 let xs = &x[(n * g.in_ch + grp * in_g) * in_sp..][..in_g * in_sp];
@@ -677,16 +719,18 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
                 }
             }
         }
-        partials
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((first, acc));
+        });
+        if first != 0 {
+            partials
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((first, own));
+        }
     });
     let mut partials = partials.into_inner().unwrap_or_else(|e| e.into_inner());
     // summed in image order, so the result does not depend on which thread finished first
     partials.sort_by_key(|(first, _)| *first);
     let dw = &mut dw[..wl];
-    dw.fill(T::zero());
     for (_, p) in partials {
         for (d, v) in dw.iter_mut().zip(p) {
             *d = *d + v;

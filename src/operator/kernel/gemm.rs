@@ -21,10 +21,21 @@ const PARALLEL_FLOPS: usize = 1 << 18;
 const SGEMM_MIN_FLOPS: usize = 1 << 16;
 
 /// Whether an f32 product of this size goes to [`sgemm`]: not tiny, and at least
-/// [`sgemm::MIN_N`] columns (narrower products waste most of the micro-tile's width and pay
-/// for packing `A` over too few columns; 3136×64×576 and 128×10×512 run faster on the crate).
+/// [`sgemm::MIN_N`] columns (narrower products waste most of a vector; 128×10×512 runs as fast
+/// on the crate).
 fn own_sgemm(m: usize, n: usize, k: usize) -> bool {
-    m * n * k >= SGEMM_MIN_FLOPS && n >= sgemm::MIN_N && sgemm::enabled()
+    m * n * k >= SGEMM_MIN_FLOPS && n >= min_n() && sgemm::enabled()
+}
+
+/// [`sgemm::MIN_N`], or `MXRT_SGEMM_MIN_N` where set (for measuring the crossover).
+fn min_n() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("MXRT_SGEMM_MIN_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(sgemm::MIN_N)
+    })
 }
 
 /// A row-major matrix operand: its data and whether it is stored transposed.
