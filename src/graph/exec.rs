@@ -55,6 +55,15 @@ enum Step {
     Op(OpStep),
 }
 
+/// A step's part in a BatchNorm + relu pair that a run with fused pairs takes as one op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PairRole {
+    /// Runs `_mxrt_batch_norm_relu` instead of its BatchNorm.
+    Fused,
+    /// The pair's relu: its value is the fused step's output 0.
+    Alias(usize),
+}
+
 /// A symbol prepared for running (see the module documentation).
 pub struct GraphRunner {
     symbol: Symbol,
@@ -78,6 +87,9 @@ pub struct GraphRunner {
     open: Vec<usize>,
     /// The last inputs' shapes and the `shape` parameters they gave the `open` steps.
     open_cache: parking_lot::Mutex<Option<(Vec<Vec<i64>>, Arc<OpenShapes>)>>,
+    /// BatchNorm + relu pairs per step (empty: none, or not looked for): see
+    /// [`find_bn_relu`](Self::find_bn_relu).
+    pairs: Vec<Option<PairRole>>,
 }
 
 /// Resolved `shape` parameters of a runner's open steps, by step.
@@ -195,7 +207,80 @@ impl GraphRunner {
             placement: None,
             open,
             open_cache: parking_lot::Mutex::new(None),
+            pairs: Vec::new(),
         })
+    }
+
+    /// Finds the BatchNorm nodes (without `output_mean_var`, outside any context group) whose
+    /// output is read by one relu `Activation` and nothing else (no other node, not a graph
+    /// output): [`run_pairs_fused`](Self::run_pairs_fused) runs each such pair as one
+    /// `_mxrt_batch_norm_relu`, one pass over memory instead of two, with the same values and
+    /// gradients. Returns how many pairs it found.
+    pub fn find_bn_relu(&mut self) -> usize {
+        let n = self.steps.len();
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut pinned = vec![false; n];
+        for (j, s) in self.steps.iter().enumerate() {
+            if let Step::Op(op) = s {
+                for &(p, o) in &op.inputs {
+                    if o == 0 {
+                        readers[p].push(j);
+                    } else {
+                        pinned[p] = true;
+                    }
+                }
+            }
+        }
+        for &(p, _) in &self.outputs {
+            pinned[p] = true;
+        }
+        let flag_off = |params: &[(String, String)], key: &str| {
+            crate::operator::def::param(params, key)
+                .is_none_or(|v| matches!(v.trim(), "0" | "False" | "false"))
+        };
+        let mut pairs = vec![None; n];
+        let mut found = 0;
+        for i in 0..n {
+            let Step::Op(bn) = &self.steps[i] else { continue };
+            if bn.def.name != "BatchNorm"
+                || pinned[i]
+                || readers[i].len() != 1
+                || bn.group.is_some()
+                || bn.inputs.len() != 5
+                || !flag_off(&bn.params, "output_mean_var")
+            {
+                continue;
+            }
+            let j = readers[i][0];
+            let Step::Op(act) = &self.steps[j] else { continue };
+            if act.def.name == "Activation"
+                && act.group.is_none()
+                && act.inputs.len() == 1
+                && crate::operator::def::param(&act.params, "act_type")
+                    .map(str::trim)
+                    == Some("relu")
+            {
+                pairs[i] = Some(PairRole::Fused);
+                pairs[j] = Some(PairRole::Alias(i));
+                found += 1;
+            }
+        }
+        self.pairs = if found > 0 { pairs } else { Vec::new() };
+        found
+    }
+
+    /// Whether [`run_pairs_fused`](Self::run_pairs_fused) differs from [`run`](Self::run).
+    pub fn has_pairs(&self) -> bool {
+        !self.pairs.is_empty() && self.placement.is_none()
+    }
+
+    /// [`run`](Self::run) without a monitor, each pair [`find_bn_relu`](Self::find_bn_relu)
+    /// found run as one op.
+    pub fn run_pairs_fused(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+        self.check_inputs(inputs)?;
+        let mut values: Vec<Vec<NDArray>> = Vec::with_capacity(self.steps.len());
+        self.run_steps_inner(inputs, &mut values, self.steps.len(), None, self.has_pairs())?;
+        self.collect_outputs(&values)
     }
 
     /// The parameters of the open steps (see [`GraphRunner::open`]) for inputs of shapes
@@ -378,6 +463,18 @@ impl GraphRunner {
         until: usize,
         monitor: Option<(&Monitor, bool)>,
     ) -> Result<()> {
+        self.run_steps_inner(inputs, values, until, monitor, false)
+    }
+
+    /// [`run_steps`](Self::run_steps), with the BatchNorm + relu pairs fused when `fused`.
+    fn run_steps_inner(
+        &self,
+        inputs: &[NDArray],
+        values: &mut Vec<Vec<NDArray>>,
+        until: usize,
+        monitor: Option<(&Monitor, bool)>,
+        fused: bool,
+    ) -> Result<()> {
         let until = until.min(self.steps.len());
         let shapes: Vec<Vec<i64>> = if self.open.is_empty() {
             Vec::new()
@@ -386,6 +483,12 @@ impl GraphRunner {
         };
         let open = self.open_params(&shapes)?;
         while values.len() < until {
+            let role = if fused { self.pairs[values.len()] } else { None };
+            if let Some(PairRole::Alias(i)) = role {
+                let y = values[i][0].clone();
+                values.push(vec![y]);
+                continue;
+            }
             match &self.steps[values.len()] {
                 Step::Input(i) => values.push(vec![inputs[*i].clone()]),
                 Step::Op(op) => {
@@ -405,9 +508,14 @@ impl GraphRunner {
                         .iter()
                         .map(|(k, v)| (k.as_str(), v.as_str()))
                         .collect();
+                    let name = if role == Some(PairRole::Fused) {
+                        "_mxrt_batch_norm_relu"
+                    } else {
+                        op.def.name
+                    };
                     let outs = autograd::invoke(Invoke {
-                        op: op.def.name,
-                        called_as: op.def.name,
+                        op: name,
+                        called_as: name,
                         inputs: &args,
                         params,
                         outputs: None,
@@ -648,6 +756,9 @@ impl CachedOp {
         let graph = super::cse::for_executor(symbol)?;
         let mut runner = GraphRunner::new(&graph)?;
         runner.alias_inputs = true;
+        if fuse::enabled() {
+            runner.find_bn_relu();
+        }
         for (what, list) in [
             ("data_indices", &flags.data_indices),
             ("param_indices", &flags.param_indices),
@@ -707,6 +818,10 @@ impl CachedOp {
         };
         let results = match fast {
             Some(r) => r,
+            // recorded or training calls: BatchNorm + relu pairs as one op each
+            None if hook.is_none() && self.runner.has_pairs() => {
+                self.runner.run_pairs_fused(inputs)?
+            }
             None => self
                 .runner
                 .run(inputs, hook.as_ref().map(|(m, all)| (m, *all)))?,

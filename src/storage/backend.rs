@@ -52,6 +52,7 @@ const MEMINFO_TTL: Duration = Duration::from_millis(100);
 
 impl HostMemory {
     pub fn new() -> Self {
+        crate::allocator::configure();
         Self::default()
     }
 

@@ -483,6 +483,20 @@ fn dropout(call: &Call<'_>) -> Result<Plan> {
 /// array is set to 1. With output_mean_var the mean and the inverse standard deviation used are
 /// outputs 2 and 3, as MXNet's CPU kernel gives them.
 fn batch_norm(call: &Call<'_>) -> Result<Plan> {
+    batch_norm_plan(call, false)
+}
+
+/// `_mxrt_batch_norm_relu`: `relu(BatchNorm(...))` in one pass over memory, BatchNorm's inputs
+/// and parameters (without `output_mean_var`). A CachedOp's recorded and training runs use it
+/// for a BatchNorm whose only reader is a relu `Activation` (`graph/exec.rs`); each range of a
+/// channel is rectified while it is still in the cache, with `Activation`'s relu, so the
+/// result is the two ops' bit for bit, and so is the gradient (the relu gradient on the output,
+/// then BatchNorm's).
+fn batch_norm_relu(call: &Call<'_>) -> Result<Plan> {
+    batch_norm_plan(call, true)
+}
+
+fn batch_norm_plan(call: &Call<'_>, relu: bool) -> Result<Plan> {
     let ins = inputs(call, 5)?;
     let x = ins[0].clone();
     float_only(call, x.dtype)?;
@@ -493,6 +507,9 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
     let global = p.or("use_global_stats", param::boolean, "a boolean", false)?;
     let batch_stats = call.training && !global;
     let mean_var = p.or("output_mean_var", param::boolean, "a boolean", false)?;
+    if relu && mean_var {
+        return Err(Error::invalid(format!("operator {}: output_mean_var is not supported", call.name)));
+    }
     p.or("cudnn_off", param::boolean, "a boolean", false)?;
     p.optional("min_calib_range", param::float, "a number")?;
     p.optional("max_calib_range", param::float, "a number")?;
@@ -550,11 +567,11 @@ fn batch_norm(call: &Call<'_>) -> Result<Plan> {
         let (mean, invstd): (Vec<f64>, Vec<f64>) = if dtype == DType::F32 {
             let src = k.inputs[0].slice::<f32>();
             let dst = Ptr(k.outputs[0].slice_mut::<f32>().as_mut_ptr());
-            bn_forward_f32(src, dst, shape, &bp, &beta)
+            bn_forward_f32(src, dst, shape, &bp, &beta, relu)
         } else { crate::with_element!(dtype, T => {
             let src = k.inputs[0].slice::<T>();
             let dst = Ptr(k.outputs[0].slice_mut::<T>().as_mut_ptr());
-            bn_forward::<T>(src, dst, shape, &bp, &beta)
+            bn_forward::<T>(src, dst, shape, &bp, &beta, relu)
         }) };
         if fix_gamma {
             // as MXNet does: a fixed gamma is 1, and the gamma array is set to 1 too
@@ -725,6 +742,7 @@ pub(crate) fn register(t: &mut Entries) {
         Ok(vec![Some(d), None])
     });
     t.def("_mxrt_batch_norm_grad", &batch_norm_backward);
+    t.def("_mxrt_batch_norm_relu", &batch_norm_relu).grad(batch_norm_relu_grad);
 }
 
 /// BatchNorm in graph inference: gamma, beta, the moving statistics and the (hidden) mean and
@@ -1610,7 +1628,7 @@ fn bn_stats<T: Element>(x: &[T], j: usize, n: f64, p: &BnParams<'_>, each: Each<
 
 /// BatchNorm's output into `y`, channels in parallel; returns each channel's mean and inverse
 /// standard deviation.
-fn bn_forward<T: Element>(x: &[T], y: Ptr<T>, s: BnShape, p: &BnParams<'_>, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
+fn bn_forward<T: Element>(x: &[T], y: Ptr<T>, s: BnShape, p: &BnParams<'_>, beta: &[f64], relu: bool) -> (Vec<f64>, Vec<f64>) {
     let n = (s.outer * s.inner).max(1) as f64;
     let stats = per_channel(s, 4, |j, each| {
         let (mean, _, invstd) = bn_stats(x, j, n, p, each);
@@ -1621,6 +1639,15 @@ fn bn_forward<T: Element>(x: &[T], y: Ptr<T>, s: BnShape, p: &BnParams<'_>, beta
             let out = unsafe { std::slice::from_raw_parts_mut(y.get().add(r.start), r.len()) };
             for (o, v) in out.iter_mut().zip(&x[r]) {
                 *o = T::from_f64((v.to_f64() - mean) * scale + beta[j]);
+            }
+            if relu {
+                // Activation's relu: positive values and NaN kept, the rest +0
+                for o in out.iter_mut() {
+                    let v = o.to_f64();
+                    if !(v > 0.0 || v.is_nan()) {
+                        *o = T::from_f64(0.0);
+                    }
+                }
             }
         });
         (mean, invstd)
@@ -1675,7 +1702,7 @@ fn bn_moments(sx: f64, sxx: f64, j: usize, n: f64, p: &BnParams<'_>) -> (f64, f6
 
 /// [`bn_forward`] for float32 data: one pass for the statistics (f64 sums of exact squares),
 /// one for the output, both vectorised ([`bn`]).
-fn bn_forward_f32(x: &[f32], y: Ptr<f32>, s: BnShape, p: &BnParams<'_>, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
+fn bn_forward_f32(x: &[f32], y: Ptr<f32>, s: BnShape, p: &BnParams<'_>, beta: &[f64], relu: bool) -> (Vec<f64>, Vec<f64>) {
     let n = (s.outer * s.inner).max(1) as f64;
     let stats = per_channel(s, 2, |j, each| {
         let mut t = [0.0f64; 2];
@@ -1693,6 +1720,12 @@ fn bn_forward_f32(x: &[f32], y: Ptr<f32>, s: BnShape, p: &BnParams<'_>, beta: &[
             // only its own elements, and a channel goes to one thread.
             let out = unsafe { std::slice::from_raw_parts_mut(y.get().add(r.start), r.len()) };
             bn::affine(&x[r], out, bn::split(mean), scale as f32, beta[j] as f32);
+            if relu {
+                // Activation's relu on the range just written (still in the cache)
+                for o in out.iter_mut() {
+                    *o = Relu::f(*o);
+                }
+            }
         });
         (mean, invstd)
     });
@@ -1735,11 +1768,23 @@ fn bn_backward_f32(dy: &[f32], x: &[f32], dx: Ptr<f32>, s: BnShape, p: &BnParams
 /// `_mxrt_batch_norm_grad`, which also folds the batch statistics into the moving ones when the
 /// forward used them, as MXNet's backward does; the moving statistics get no gradient.
 fn batch_norm_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let dy = g.dy(0);
+    batch_norm_grad_of(g, dy)
+}
+
+/// `_mxrt_batch_norm_relu`'s gradient: relu's on the output, then BatchNorm's.
+fn batch_norm_relu_grad(g: &mut GradCtx<'_>) -> Result<Vec<Option<Val>>> {
+    let d = g.op("_mxrt_activation_grad", &[g.dy(0), g.y(0)], &[("act_type", "relu")])?;
+    batch_norm_grad_of(g, d)
+}
+
+/// BatchNorm's gradient for the output gradient `dy`.
+fn batch_norm_grad_of(g: &mut GradCtx<'_>, dy: Val) -> Result<Vec<Option<Val>>> {
     let global = g.flag("use_global_stats", false);
     let batch = if g.training && !global { "True" } else { "False" };
     let mut p = passed(g, &["eps", "momentum", "fix_gamma", "axis"]);
     p.push(("batch_stats".into(), batch.into()));
-    let ins = [g.dy(0), g.x(0), g.x(1), g.x(3), g.x(4)];
+    let ins = [dy, g.x(0), g.x(1), g.x(3), g.x(4)];
     let outs = g.ops("_mxrt_batch_norm_grad", &ins, &as_refs(&p))?;
     let fix_gamma = g.flag("fix_gamma", true);
     Ok(vec![
