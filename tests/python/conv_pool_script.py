@@ -189,6 +189,22 @@ POOL += [
                                                                    pad=(1, 1))),
     ("2d_avg_3x3_s1_many_planes", rand((4, 8, 35, 33), 626), dict(kernel=(3, 3), pad=(1, 1),
                                                                    pool_type="avg")),
+    # whole-plane (global) pooling: planes of odd sizes below and above a vector's width, ties
+    ("2d_global_max_ties", np.floor(rand((2, 3, 7, 7), 640, 0, 2)), dict(global_pool=True, kernel=(1, 1))),
+    ("2d_global_avg_7x7_many_planes", rand((4, 64, 7, 7), 641), dict(global_pool=True, pool_type="avg")),
+    ("2d_global_sum_5x9", rand((2, 3, 5, 9), 642), dict(global_pool=True, pool_type="sum")),
+    ("2d_global_avg_3x2", rand((2, 3, 3, 2), 643), dict(global_pool=True, pool_type="avg")),
+    # the column-at-once max routing and average spreading over rows wider than a vector
+    ("2d_max_3x3_s2_wide_ties", np.floor(rand((2, 3, 21, 67), 644, 0, 3)),
+     dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1))),
+    ("2d_max_2x2_s1_wide_ties", np.floor(rand((1, 2, 9, 41), 645, 0, 2)), dict(kernel=(2, 2), stride=(1, 1))),
+    ("2d_max_2x2_s2_wide_full", np.floor(rand((1, 2, 9, 51), 646, 0, 4)),
+     dict(kernel=(2, 2), stride=(2, 2), pooling_convention="full")),
+    ("2d_avg_2x2_s1_wide_exclude", rand((2, 2, 8, 37), 647),
+     dict(kernel=(2, 2), stride=(1, 1), pad=(1, 1), pool_type="avg", count_include_pad=False)),
+    ("1d_max_3_s2_wide", rand((2, 3, 50), 648), dict(kernel=(3,), stride=(2,), pad=(1,))),
+    ("2d_sum_3x3_s2_wide_full", rand((2, 2, 11, 45), 649), dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                                                               pool_type="sum", pooling_convention="full")),
 ]
 for name, x, params in POOL:
     run(f"pool_{name}", lambda: forward_backward(nd.Pooling, [x], **params))

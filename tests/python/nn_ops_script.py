@@ -155,6 +155,26 @@ for norm in ["null", "batch", "valid"]:
     case(f"makeloss_{norm}", lambda x, n=norm: nd.MakeLoss(x, normalization=n, grad_scale=1.5, valid_thresh=0.2),
          [rand(4, 3, seed=54)])
 case("softmax_cross_entropy", lambda x, l: nd.softmax_cross_entropy(x, l), [D2, L5], needs=[True, False])
+# the softmax family over rows wider than a vector (odd widths, a large range of logits), along
+# the last axis (contiguous rows) and along a middle one (strided lines)
+W = rand(6, 37, lo=-30, hi=30, seed=58)
+W3 = rand(3, 19, 4, lo=-8, hi=8, seed=59)
+LW = np.array([0, 36, 5, 17, 2, 30], dtype=np.float32)
+LW_IGN = np.array([0, -1, 5, 17, -1, 30], dtype=np.float32)
+case("softmax_wide", lambda x: nd.softmax(x), [W])
+case("log_softmax_wide", lambda x: nd.log_softmax(x), [W])
+case("softmin_wide_temperature", lambda x: nd.softmin(x, temperature=3.0), [W])
+case("log_softmax_wide_temperature", lambda x: nd.log_softmax(x, temperature=0.5), [W])
+case("softmax_wide_axis1", lambda x: nd.softmax(x, axis=1), [W3])
+case("log_softmax_wide_axis1", lambda x: nd.log_softmax(x, axis=1), [W3])
+case("softmax_output_wide", lambda x, l: nd.SoftmaxOutput(x, l, grad_scale=0.7), [W, LW], needs=[True, False])
+case("softmax_output_wide_ignore_batch", lambda x, l: nd.SoftmaxOutput(
+    x, l, use_ignore=True, ignore_label=-1, normalization="batch"), [W, LW_IGN], needs=[True, False])
+case("softmax_output_wide_out_grad_valid", lambda x, l: nd.SoftmaxOutput(
+    x, l, use_ignore=True, ignore_label=-1, normalization="valid", out_grad=True), [W, LW_IGN], needs=[True, False])
+# (logits within ±4: MXNet's float32 loss clips the probabilities that underflow further out)
+case("softmax_cross_entropy_wide", lambda x, l: nd.softmax_cross_entropy(x, l),
+     [rand(6, 37, lo=-4, hi=4, seed=60), LW], needs=[True, False])
 case("smooth_l1", lambda x: nd.smooth_l1(x, scalar=1.5), [rand(4, 5, lo=-2, hi=2, seed=55)])
 case("smooth_l1_default", lambda x: nd.smooth_l1(x), [rand(4, 5, lo=-2, hi=2, seed=56)])
 case("hard_sigmoid", lambda x: nd.hard_sigmoid(x), [rand(4, 5, lo=-4, hi=4, seed=57)])

@@ -288,6 +288,7 @@ fn vmax<R: Real>(a: R, b: R) -> R {
 }
 
 /// The output columns whose x window lies wholly inside the row: `lo..hi`.
+#[inline(always)]
 fn interior(g: &PoolGeom) -> (usize, usize) {
     let (k, s, p, iw, ow) = (g.kernel[2], g.stride[2], g.pad[2], g.input[2], g.output[2]);
     let lo = p.div_ceil(s).min(ow);
@@ -316,6 +317,7 @@ fn reduce_fixed<R: Real, const K: usize, const S: usize>(
 }
 
 /// Reduces `col` (one row, the window rows already reduced) over every x window into `o`.
+#[inline(always)]
 fn reduce_row<R: Real>(g: &PoolGeom, win: &Windows, col: &[R], o: &mut [R], max: bool, low: R) {
     let (lo, hi) = interior(g);
     let (k, s, pad) = (g.kernel[2], g.stride[2], g.pad[2]);
@@ -348,6 +350,7 @@ fn reduce_row<R: Real>(g: &PoolGeom, win: &Windows, col: &[R], o: &mut [R], max:
 
 /// Average pooling's divisors of an output row's columns, given the (z, y) window's padded and
 /// inside sizes.
+#[inline(always)]
 fn divide_row<R: Real>(g: &PoolGeom, win: &Windows, padded: usize, inside: usize, o: &mut [R]) {
     for (v, &(x0, x1, px)) in o.iter_mut().zip(&win.axes[2]) {
         let d = if g.count_include_pad {
@@ -362,6 +365,7 @@ fn divide_row<R: Real>(g: &PoolGeom, win: &Windows, padded: usize, inside: usize
 }
 
 /// One plane's max, average or sum pooling; `col` holds a row.
+#[inline(always)]
 fn plane_forward<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
     let max = g.kind == PoolKind::Max;
     let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
@@ -403,8 +407,56 @@ fn first_equal<R: Real, const K: usize>(x: &[R], rows: &[usize], c: usize, m: R)
     (pos != usize::MAX).then_some(pos)
 }
 
+/// Max pooling's gradient over the interior columns `lo..hi` of one output row, for `K`-wide
+/// windows at stride `S`: a pass per window element (rows from the last, columns from the
+/// right) marks, for every column at once, the element equal to the output as that column's
+/// winner (`code`: row × K + column, `u32::MAX` for none), so the first one in row-major order
+/// is left; then each output gradient goes to its winner.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn route_fixed<R: Real, const K: usize, const S: usize>(
+    x: &[R],
+    rows: &[usize],
+    y: &[R],
+    dy: &[R],
+    dx: &mut [R],
+    lo: usize,
+    hi: usize,
+    pad: usize,
+    code: &mut [u32],
+) {
+    if hi <= lo {
+        return;
+    }
+    let n = hi - lo;
+    let code = &mut code[..n];
+    code.fill(u32::MAX);
+    let ys = &y[lo..hi];
+    for (ri, &r) in rows.iter().enumerate().rev() {
+        // the interior windows lie inside the row: columns lo·S - pad .. (hi-1)·S - pad + K
+        let row = &x[r + lo * S - pad..][..(n - 1) * S + K];
+        for j in (0..K).rev() {
+            let c = (ri * K + j) as u32;
+            for (i, (w, &m)) in code.iter_mut().zip(ys).enumerate() {
+                debug_assert!(i * S + j < row.len());
+                // SAFETY: i < n and j < K, so i·S + j ≤ (n-1)·S + K - 1 < row.len().
+                let v = unsafe { *row.get_unchecked(i * S + j) };
+                *w = if v == m { c } else { *w };
+            }
+        }
+    }
+    for (i, (&w, &d)) in code.iter().zip(&dy[lo..hi]).enumerate() {
+        if w != u32::MAX {
+            let (ri, j) = (w as usize / K, w as usize % K);
+            let p = rows[ri] + (lo + i) * S - pad + j;
+            dx[p] = dx[p] + d;
+        }
+    }
+}
+
 /// Max pooling's gradient for one output row: `dy[ox]` goes to the first element of its window
 /// equal to `y[ox]` (the window's rows start at `rows`).
+#[inline(always)]
 fn route_max<R: Real>(
     g: &PoolGeom,
     win: &Windows,
@@ -413,6 +465,7 @@ fn route_max<R: Real>(
     y: &[R],
     dy: &[R],
     dx: &mut [R],
+    code: &mut [u32],
 ) {
     let (lo, hi) = interior(g);
     let (s, pad) = (g.stride[2], g.pad[2]);
@@ -424,24 +477,78 @@ fn route_max<R: Real>(
             run.iter().position(|&v| v == y[ox]).map(|j| r + x0 + j)
         })
     };
-    let mut add = |pos: Option<usize>, d: R| {
+    #[inline(always)]
+    fn put<R: Real>(dx: &mut [R], pos: Option<usize>, d: R) {
         if let Some(p) = pos {
             dx[p] = dx[p] + d;
         }
-    };
-    match g.kernel[2] {
-        2 => (lo..hi).for_each(|ox| add(first_equal::<R, 2>(x, rows, ox * s - pad, y[ox]), dy[ox])),
-        3 => (lo..hi).for_each(|ox| add(first_equal::<R, 3>(x, rows, ox * s - pad, y[ox]), dy[ox])),
-        _ => (lo..hi).for_each(|ox| add(scan(ox), dy[ox])),
+    }
+    match (g.kernel[2], s) {
+        (2, 2) => route_fixed::<R, 2, 2>(x, rows, y, dy, dx, lo, hi, pad, code),
+        (3, 2) => route_fixed::<R, 3, 2>(x, rows, y, dy, dx, lo, hi, pad, code),
+        (3, 1) => route_fixed::<R, 3, 1>(x, rows, y, dy, dx, lo, hi, pad, code),
+        (2, 1) => route_fixed::<R, 2, 1>(x, rows, y, dy, dx, lo, hi, pad, code),
+        (2, _) => (lo..hi).for_each(|ox| put(dx, first_equal::<R, 2>(x, rows, ox * s - pad, y[ox]), dy[ox])),
+        (3, _) => (lo..hi).for_each(|ox| put(dx, first_equal::<R, 3>(x, rows, ox * s - pad, y[ox]), dy[ox])),
+        _ => (lo..hi).for_each(|ox| put(dx, scan(ox), dy[ox])),
     }
     for ox in (0..lo).chain(hi..y.len()) {
-        add(scan(ox), dy[ox]);
+        put(dx, scan(ox), dy[ox]);
+    }
+}
+
+/// `t[c] += dd[ox]` for every column `c` of output column `ox`'s x window (the inverse of
+/// [`reduce_row`]'s window sums).
+#[inline(always)]
+fn spread_row<R: Real>(g: &PoolGeom, win: &Windows, dd: &[R], t: &mut [R]) {
+    let (lo, hi) = interior(g);
+    match (g.kernel[2], g.stride[2]) {
+        (2, 2) => spread_fixed::<R, 2, 2>(dd, t, lo, hi, g.pad[2]),
+        (3, 2) => spread_fixed::<R, 3, 2>(dd, t, lo, hi, g.pad[2]),
+        (3, 1) => spread_fixed::<R, 3, 1>(dd, t, lo, hi, g.pad[2]),
+        (2, 1) => spread_fixed::<R, 2, 1>(dd, t, lo, hi, g.pad[2]),
+        _ => {
+            for ox in lo..hi {
+                let (x0, x1, _) = win.axes[2][ox];
+                t[x0..x1].iter_mut().for_each(|v| *v = *v + dd[ox]);
+            }
+        }
+    }
+    for ox in (0..lo).chain(hi..dd.len()) {
+        let (x0, x1, _) = win.axes[2][ox];
+        t[x0..x1].iter_mut().for_each(|v| *v = *v + dd[ox]);
+    }
+}
+
+/// [`spread_row`] over the interior columns `lo..hi` for `K`-wide windows at stride `S`: one
+/// pass per window column.
+#[inline(always)]
+fn spread_fixed<R: Real, const K: usize, const S: usize>(
+    dd: &[R],
+    t: &mut [R],
+    lo: usize,
+    hi: usize,
+    pad: usize,
+) {
+    if hi <= lo {
+        return;
+    }
+    let n = hi - lo;
+    let row = &mut t[lo * S - pad..][..(n - 1) * S + K];
+    for j in 0..K {
+        for (i, &d) in dd[lo..hi].iter().enumerate() {
+            debug_assert!(i * S + j < row.len());
+            // SAFETY: i < n and j < K, so i·S + j ≤ (n-1)·S + K - 1 < row.len().
+            let v = unsafe { row.get_unchecked_mut(i * S + j) };
+            *v = *v + d;
+        }
     }
 }
 
 /// One plane's gradient of max, average or sum pooling (`dx` overwritten); `t` and `dd` hold a
 /// row of the input and of the output, `rows` a window's row starts.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn plane_backward<R: Real>(
     g: &PoolGeom,
     win: &Windows,
@@ -452,6 +559,7 @@ fn plane_backward<R: Real>(
     t: &mut [R],
     dd: &mut [R],
     rows: &mut Vec<usize>,
+    code: &mut [u32],
 ) {
     let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
     dx.fill(R::ZERO);
@@ -462,7 +570,7 @@ fn plane_backward<R: Real>(
                 rows.clear();
                 rows.extend((z0..z1).flat_map(|zz| (y0..y1).map(move |yy| (zz * ih + yy) * iw)));
                 let (ys, ds) = (&y[orow..orow + ow], &dy[orow..orow + ow]);
-                route_max(g, win, x, rows, ys, ds, dx);
+                route_max(g, win, x, rows, ys, ds, dx, code);
                 continue;
             }
             dd.copy_from_slice(&dy[orow..orow + ow]);
@@ -470,9 +578,7 @@ fn plane_backward<R: Real>(
                 divide_row(g, win, pz * py, (z1 - z0) * (y1 - y0), dd);
             }
             t.fill(R::ZERO);
-            for (&(x0, x1, _), &d) in win.axes[2].iter().zip(dd.iter()) {
-                t[x0..x1].iter_mut().for_each(|v| *v = *v + d);
-            }
+            spread_row(g, win, dd, t);
             for zz in z0..z1 {
                 for yy in y0..y1 {
                     let r = &mut dx[(zz * ih + yy) * iw..][..iw];
@@ -483,12 +589,160 @@ fn plane_backward<R: Real>(
     }
 }
 
+/// Whether every plane pools to one value over the whole plane (global pooling: no padding, a
+/// window at least the plane's size).
+fn whole_plane(g: &PoolGeom) -> bool {
+    g.output == [1, 1, 1] && g.pad == [0; 3] && (0..3).all(|a| g.kernel[a] >= g.input[a])
+}
+
+/// The sum or maximum of `x` in 16 independent lanes (then combined pairwise).
+#[inline(always)]
+fn lanes_reduce<R: Real>(x: &[R], max: bool, low: R) -> R {
+    let mut acc = [if max { low } else { R::ZERO }; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if max { vmax(*a, v) } else { *a + v };
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        *a = if max { vmax(*a, v) } else { *a + v };
+    }
+    let mut w = 16;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            acc[i] = if max { vmax(acc[i], acc[i + w]) } else { acc[i] + acc[i + w] };
+        }
+    }
+    acc[0]
+}
+
+/// Global pooling of one plane: its sum, average or maximum.
+#[inline(always)]
+fn whole_forward<R: Real>(g: &PoolGeom, x: &[R], low: R) -> R {
+    let v = lanes_reduce(x, g.kind == PoolKind::Max, low);
+    if g.kind == PoolKind::Avg && !x.is_empty() {
+        v / R::from_usize(x.len())
+    } else {
+        v
+    }
+}
+
+/// The gradient of [`whole_forward`] into `dx` (overwritten): the output gradient spread over
+/// the plane (divided by its size for an average), or given to the first maximum.
+#[inline(always)]
+fn whole_backward<R: Real>(g: &PoolGeom, d: R, x: &[R], y: R, dx: &mut [R]) {
+    match g.kind {
+        PoolKind::Max => {
+            dx.fill(R::ZERO);
+            if let Some(i) = x.iter().position(|&v| v == y) {
+                dx[i] = d;
+            }
+        }
+        PoolKind::Avg if !dx.is_empty() => dx.fill(d / R::from_usize(dx.len())),
+        _ => dx.fill(d),
+    }
+}
+
+/// Whether the plane passes run as AVX-512 code (chosen once).
+fn wide() -> bool {
+    super::vmath::level() == super::vmath::Level::Avx512
+}
+
+/// [`plane_forward`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU must have AVX-512F, AVX-512BW, AVX-512DQ, AVX-512VL, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+unsafe fn plane_forward_avx512<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
+    if whole_plane(g) {
+        out[0] = whole_forward(g, x, low);
+    } else {
+        plane_forward(g, win, x, out, col, low)
+    }
+}
+
+/// One plane's forward on this CPU's widest instructions.
+fn plane_forward_any<R: Real>(wide: bool, g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // SAFETY: `wide` says the CPU has AVX-512 (see `wide()`).
+        return unsafe { plane_forward_avx512(g, win, x, out, col, low) };
+    }
+    let _ = wide;
+    if whole_plane(g) {
+        out[0] = whole_forward(g, x, low);
+    } else {
+        plane_forward(g, win, x, out, col, low)
+    }
+}
+
+/// [`plane_backward`] compiled for AVX-512.
+///
+/// # Safety
+/// As [`plane_forward_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn plane_backward_avx512<R: Real>(
+    g: &PoolGeom,
+    win: &Windows,
+    dy: &[R],
+    x: &[R],
+    y: &[R],
+    dx: &mut [R],
+    t: &mut [R],
+    dd: &mut [R],
+    rows: &mut Vec<usize>,
+    code: &mut [u32],
+) {
+    if whole_plane(g) {
+        let (xs, ys) = if g.kind == PoolKind::Max { (x, y[0]) } else { (&[][..], R::ZERO) };
+        whole_backward(g, dy[0], xs, ys, dx);
+    } else {
+        plane_backward(g, win, dy, x, y, dx, t, dd, rows, code)
+    }
+}
+
+/// One plane's gradient on this CPU's widest instructions.
+#[allow(clippy::too_many_arguments)]
+fn plane_backward_any<R: Real>(
+    wide: bool,
+    g: &PoolGeom,
+    win: &Windows,
+    dy: &[R],
+    x: &[R],
+    y: &[R],
+    dx: &mut [R],
+    t: &mut [R],
+    dd: &mut [R],
+    rows: &mut Vec<usize>,
+    code: &mut [u32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // SAFETY: `wide` says the CPU has AVX-512 (see `wide()`).
+        return unsafe { plane_backward_avx512(g, win, dy, x, y, dx, t, dd, rows, code) };
+    }
+    let _ = wide;
+    if whole_plane(g) {
+        let (xs, ys) = if g.kind == PoolKind::Max { (x, y[0]) } else { (&[][..], R::ZERO) };
+        whole_backward(g, dy[0], xs, ys, dx);
+    } else {
+        plane_backward(g, win, dy, x, y, dx, t, dd, rows, code)
+    }
+}
+
 fn forward_direct<T: Element, R: Real>(g: &PoolGeom, x: &[T], y: &mut [T]) {
     let planes = g.batch * g.channels;
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     let yp = Ptr(y.as_mut_ptr());
     let win = Windows::new(g);
     let low = <R as Element>::from_f64(lowest::<T>());
+    let wide = wide();
     split_planes(planes, in_sp + out_sp, |range| {
         let (mut xb, mut ob) = (Vec::new(), Vec::new());
         let mut col = vec![R::ZERO; g.input[2]];
@@ -497,7 +751,7 @@ fn forward_direct<T: Element, R: Real>(g: &PoolGeom, x: &[T], y: &mut [T]) {
             // SAFETY: `y` holds `planes × out_sp` elements (asserted by the caller) and plane
             // p is written by this range only.
             let (os, direct) = unsafe { plane_out::<T, R>(g, yp, p, out_sp, &mut ob) };
-            plane_forward(g, &win, xs, os, &mut col, low);
+            plane_forward_any(wide, g, &win, xs, os, &mut col, low);
             if !direct {
                 // SAFETY: as above.
                 unsafe { plane_out_store(g, yp, p, out_sp, &ob) };
@@ -512,9 +766,11 @@ fn backward_direct<T: Element, R: Real>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T]
     let dxp = Ptr(dx.as_mut_ptr());
     let win = Windows::new(g);
     let max = g.kind == PoolKind::Max;
+    let wide = wide();
     split_planes(planes, 2 * in_sp + 2 * out_sp, |range| {
         let (mut db, mut xb, mut yb, mut ob) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut t, mut dd) = (vec![R::ZERO; g.input[2]], vec![R::ZERO; g.output[2]]);
+        let mut code = vec![0u32; g.output[2]];
         let mut rows = Vec::new();
         for p in range {
             let ds = plane_in::<T, R>(g, dy, p, out_sp, &mut db);
@@ -529,7 +785,7 @@ fn backward_direct<T: Element, R: Real>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T]
             // SAFETY: `dx` holds `planes × in_sp` elements (asserted by the caller) and plane
             // p is written by this range only.
             let (os, direct) = unsafe { plane_out::<T, R>(g, dxp, p, in_sp, &mut ob) };
-            plane_backward(g, &win, ds, xs, ys, os, &mut t, &mut dd, &mut rows);
+            plane_backward_any(wide, g, &win, ds, xs, ys, os, &mut t, &mut dd, &mut rows, &mut code);
             if !direct {
                 // SAFETY: as above.
                 unsafe { plane_out_store(g, dxp, p, in_sp, &ob) };

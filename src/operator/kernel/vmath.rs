@@ -1,5 +1,6 @@
 //! Vectorised float32 transcendental functions: `exp`, `expm1`, `log`, `log1p`, `tanh`,
-//! `sigmoid` and `softrelu` over whole buffers.
+//! `sigmoid` and `softrelu` over whole buffers; and the rows of the softmax family
+//! ([`softmax_row`], [`softmax_grad_row`]) built on `exp`.
 //!
 //! Each function is written once as branch-free scalar code (range reduction, a polynomial,
 //! selects for the edges) that the compiler vectorises, and compiled three times: with AVX-512
@@ -569,4 +570,158 @@ mod tests {
             assert_eq!(bits(&whole), bits(&inplace), "{func:?}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax rows: float32 lines with float64 sums (as MXNet's float32 softmax accumulates), the
+// exponentials through the `exp` kernel above, the other passes compiled for AVX-512 where the
+// CPU has it.
+
+/// What a softmax row computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SoftRow {
+    /// `exp(v - max) / Σ exp(v - max)`.
+    Softmax,
+    /// `v - max - log Σ exp(v - max)`.
+    LogSoftmax,
+}
+
+#[inline(always)]
+fn row_max(x: &[f32], sign: f32) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            let v = v * sign;
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        let v = v * sign;
+        *a = if v > *a { v } else { *a };
+    }
+    acc.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
+/// `Σ a[i]·b[i]` (`b` = None: `Σ a[i]`) in float64, 8 lanes.
+#[inline(always)]
+fn row_sum(a: &[f32], b: Option<&[f32]>) -> f64 {
+    let mut acc = [0f64; 8];
+    match b {
+        Some(b) => {
+            let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+            let (ta, tb) = (ca.remainder(), cb.remainder());
+            for (x, y) in ca.zip(cb) {
+                for ((s, &u), &v) in acc.iter_mut().zip(x).zip(y) {
+                    *s += u as f64 * v as f64;
+                }
+            }
+            for ((s, &u), &v) in acc.iter_mut().zip(ta).zip(tb) {
+                *s += u as f64 * v as f64;
+            }
+        }
+        None => {
+            let ca = a.chunks_exact(8);
+            let ta = ca.remainder();
+            for x in ca {
+                for (s, &u) in acc.iter_mut().zip(x) {
+                    *s += u as f64;
+                }
+            }
+            for (s, &u) in acc.iter_mut().zip(ta) {
+                *s += u as f64;
+            }
+        }
+    }
+    acc.iter().sum()
+}
+
+#[inline(always)]
+fn softmax_row_body(kind: SoftRow, x: &[f32], y: &mut [f32], sign: f32, temp: f32, scratch: &mut Vec<f32>) {
+    let m = row_max(x, sign);
+    if temp == 1.0 {
+        y.iter_mut().zip(x).for_each(|(o, &v)| *o = v * sign - m);
+    } else {
+        y.iter_mut().zip(x).for_each(|(o, &v)| *o = (v * sign - m) / temp);
+    }
+    match kind {
+        SoftRow::Softmax => {
+            // SAFETY: `y` holds `y.len()` elements, processed in place.
+            unsafe { exp(y.as_ptr(), y.as_mut_ptr(), y.len()) };
+            let r = 1.0 / row_sum(y, None);
+            y.iter_mut().for_each(|o| *o = (*o as f64 * r) as f32);
+        }
+        SoftRow::LogSoftmax => {
+            scratch.clear();
+            scratch.resize(y.len(), 0.0);
+            // SAFETY: `y` and `scratch` hold `y.len()` elements and do not overlap.
+            unsafe { exp(y.as_ptr(), scratch.as_mut_ptr(), y.len()) };
+            let l = row_sum(scratch, None).ln();
+            y.iter_mut().for_each(|o| *o = (*o as f64 - l) as f32);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+unsafe fn softmax_row_avx512(kind: SoftRow, x: &[f32], y: &mut [f32], sign: f32, temp: f32, scratch: &mut Vec<f32>) {
+    softmax_row_body(kind, x, y, sign, temp, scratch)
+}
+
+/// One softmax row: `y = softmax(sign·x / temp)` (or its log), `sign` -1 for softmin; `scratch`
+/// is a work buffer. `x` and `y` have the same length.
+pub fn softmax_row(kind: SoftRow, x: &[f32], y: &mut [f32], sign: f32, temp: f32, scratch: &mut Vec<f32>) {
+    assert_eq!(x.len(), y.len());
+    if x.is_empty() {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if level() == Level::Avx512 {
+        // SAFETY: the CPU has AVX-512 (the level says so).
+        return unsafe { softmax_row_avx512(kind, x, y, sign, temp, scratch) };
+    }
+    softmax_row_body(kind, x, y, sign, temp, scratch)
+}
+
+#[inline(always)]
+fn softmax_grad_row_body(kind: SoftRow, dy: &[f32], y: &[f32], out: &mut [f32], scale: f64) {
+    match kind {
+        SoftRow::Softmax => {
+            let s = row_sum(dy, Some(y));
+            for ((o, &g), &v) in out.iter_mut().zip(dy).zip(y) {
+                *o = (v as f64 * (g as f64 - s) * scale) as f32;
+            }
+        }
+        SoftRow::LogSoftmax => {
+            let s = row_sum(dy, None);
+            // SAFETY: `y` and `out` hold `out.len()` elements and do not overlap.
+            unsafe { exp(y.as_ptr(), out.as_mut_ptr(), out.len()) };
+            for (o, &g) in out.iter_mut().zip(dy) {
+                *o = ((g as f64 - *o as f64 * s) * scale) as f32;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq,avx2,fma")]
+unsafe fn softmax_grad_row_avx512(kind: SoftRow, dy: &[f32], y: &[f32], out: &mut [f32], scale: f64) {
+    softmax_grad_row_body(kind, dy, y, out, scale)
+}
+
+/// One softmax row's gradient from the head gradient `dy` and the forward's output `y`:
+/// softmax: `scale · y (dy - Σ dy·y)`; log_softmax: `scale · (dy - e^y Σ dy)` (`scale` is
+/// ±1/temperature).
+pub fn softmax_grad_row(kind: SoftRow, dy: &[f32], y: &[f32], out: &mut [f32], scale: f64) {
+    assert!(dy.len() == out.len() && y.len() == out.len());
+    if out.is_empty() {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if level() == Level::Avx512 {
+        // SAFETY: the CPU has AVX-512 (the level says so).
+        return unsafe { softmax_grad_row_avx512(kind, dy, y, out, scale) };
+    }
+    softmax_grad_row_body(kind, dy, y, out, scale)
 }

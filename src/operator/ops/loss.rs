@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::operator::def::{GradCtx, ParamList, PartialShape, ShapeRule, Signature, Val};
 use crate::operator::kernel::Element;
 use crate::operator::kernel::map::Ptr;
+use crate::operator::kernel::vmath::{self, SoftRow};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::param;
 use crate::operator::tensor::Tensor;
@@ -59,6 +60,21 @@ impl Lines {
 
 /// The softmax of every line of `x` into `y`.
 fn softmax_lines<T: Element>(x: &[T], y: Ptr<T>, s: Lines) {
+    if T::DTYPE == DType::F32 && s.b == 1 {
+        // SAFETY: `T` is f32 (its dtype says so).
+        let x = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) };
+        let y = Ptr(y.get().cast::<f32>());
+        for_ranges(s.a, s.l * 8, |a0, a1| {
+            let mut scratch = Vec::new();
+            for a in a0..a1 {
+                // SAFETY: `y` holds A·L elements; a range of `a` writes only its own lines,
+                // and ranges are disjoint.
+                let out = unsafe { std::slice::from_raw_parts_mut(y.get().add(a * s.l), s.l) };
+                vmath::softmax_row(SoftRow::Softmax, &x[a * s.l..][..s.l], out, 1.0, 1.0, &mut scratch);
+            }
+        });
+        return;
+    }
     for_ranges(s.a, s.l * s.b * 8, |a0, a1| {
         let mut e = vec![0f64; s.l];
         for a in a0..a1 {
@@ -206,6 +222,29 @@ fn softmax_output(call: &Call<'_>) -> Result<Plan> {
     Ok(softmax_plan(ins[0].clone(), lines))
 }
 
+/// SoftmaxOutput's gradient scale against class labels: `grad_scale` over the normalisation's
+/// count (and the spatial size for `multi_output`).
+fn output_grad_scale(p: &SoftmaxOutputParams, label: &[f64], lines: Lines) -> f64 {
+    let ignore = p.ignore_label as i64;
+    let labels = label.len();
+    let valid = || {
+        let bad = label.iter().filter(|&&v| v as i64 == ignore).count();
+        (labels - bad).max(1)
+    };
+    let count = match p.normalization.as_str() {
+        "batch" if p.multi_output => lines.a,
+        "batch" => labels,
+        "valid" => valid(),
+        _ => 1,
+    };
+    let spatial = if p.multi_output && p.normalization != "valid" {
+        lines.b
+    } else {
+        1
+    };
+    p.grad_scale / (spatial.max(1) * count.max(1)) as f64
+}
+
 /// `_mxrt_softmax_output_grad(y, label)` with SoftmaxOutput's parameters: MXNet's
 /// SoftmaxOutput backward. With `out_grad` MXNet 1.9.1 multiplies by the output itself (its
 /// backward node is not given the head gradient), and so does this.
@@ -216,7 +255,39 @@ fn softmax_output_backward(call: &Call<'_>) -> Result<Plan> {
     let lines = softmax_output_lines(call, &p, &y.shape)?;
     check_label(call, &y, &ins[1], lines)?;
     let prob = ins[1].shape == y.shape;
+    let fast = y.dtype == DType::F32 && !prob && lines.b == 1 && (p.multi_output || p.smooth_alpha == 0.0);
     Ok(Plan::new(vec![y], move |k| {
+        if fast {
+            // float32 rows against class labels: one pass, rows split over the pool
+            let label = read_f64(&k.inputs[1]);
+            let scale = output_grad_scale(&p, &label, lines);
+            let ignore = p.ignore_label as i64;
+            let ys = k.inputs[0].slice::<f32>();
+            let out = Ptr(k.outputs[0].slice_mut::<f32>().as_mut_ptr());
+            let (l, out_grad) = (lines.l, p.out_grad);
+            for_ranges(lines.a, l * 4, |a0, a1| {
+                for a in a0..a1 {
+                    let kk = label[a] as i64;
+                    let row = &ys[a * l..][..l];
+                    // SAFETY: the output holds A·L elements; a range writes only its own rows.
+                    let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(a * l), l) };
+                    if p.use_ignore && kk == ignore {
+                        o.fill(0.0);
+                        continue;
+                    }
+                    for (o, &v) in o.iter_mut().zip(row) {
+                        let g = v as f64 * scale;
+                        *o = if out_grad { (g * v as f64) as f32 } else { g as f32 };
+                    }
+                    if kk >= 0 && (kk as usize) < l {
+                        let (v, i) = (row[kk as usize] as f64, kk as usize);
+                        let g = (v - 1.0) * scale;
+                        o[i] = if out_grad { (g * v) as f32 } else { g as f32 };
+                    }
+                }
+            });
+            return Ok(());
+        }
         let (ys, label) = (read_f64(&k.inputs[0]), read_f64(&k.inputs[1]));
         let mut g = vec![0f64; ys.len()];
         let Lines {
@@ -254,23 +325,7 @@ fn softmax_output_backward(call: &Call<'_>) -> Result<Plan> {
                     }
                 }
             }
-            let labels = label.len();
-            let valid = || {
-                let bad = label.iter().filter(|&&v| v as i64 == ignore).count();
-                (labels - bad).max(1)
-            };
-            let count = match p.normalization.as_str() {
-                "batch" if p.multi_output => na,
-                "batch" => labels,
-                "valid" => valid(),
-                _ => 1,
-            };
-            let spatial = if p.multi_output && p.normalization != "valid" {
-                nb
-            } else {
-                1
-            };
-            scale /= (spatial.max(1) * count.max(1)) as f64;
+            scale = output_grad_scale(&p, &label, lines);
         }
         for (i, v) in g.iter_mut().enumerate() {
             *v *= scale;
@@ -619,6 +674,21 @@ fn softmax_cross_entropy(call: &Call<'_>) -> Result<Plan> {
     Ok(Plan::new(
         vec![TensorDesc::new(&[1], ins[0].dtype)],
         move |k| {
+            if k.inputs[0].dtype == DType::F32 {
+                // float32 rows through the vectorised log_softmax, the loss summed in float64
+                let label = read_f64(&k.inputs[1]);
+                let x = k.inputs[0].slice::<f32>();
+                let mut row = vec![0f32; c];
+                let mut scratch = Vec::new();
+                let mut loss = 0.0;
+                for r in 0..n {
+                    vmath::softmax_row(SoftRow::LogSoftmax, &x[r * c..][..c], &mut row, 1.0, 1.0, &mut scratch);
+                    let kk = (label[r] as i64).clamp(0, c as i64 - 1) as usize;
+                    loss -= row[kk] as f64;
+                }
+                write_f64(&mut k.outputs[0], &[loss]);
+                return Ok(());
+            }
             let (x, label) = (read_f64(&k.inputs[0]), read_f64(&k.inputs[1]));
             let mut loss = 0.0;
             for r in 0..n {
@@ -638,8 +708,29 @@ fn softmax_cross_entropy(call: &Call<'_>) -> Result<Plan> {
 fn softmax_ce_backward(call: &Call<'_>) -> Result<Plan> {
     let ins = inputs(call, 3)?;
     let (n, c) = ce_check(call, &ins[1], &ins[2])?;
+    let f32_data = ins[1].dtype == DType::F32;
     Ok(Plan::new(vec![ins[1].clone()], move |k| {
         let dy = read_f64(&k.inputs[0])[0];
+        if f32_data {
+            // float32 rows through the vectorised softmax, split over the pool
+            let label = read_f64(&k.inputs[2]);
+            let x = k.inputs[1].slice::<f32>();
+            let out = Ptr(k.outputs[0].slice_mut::<f32>().as_mut_ptr());
+            for_ranges(n, c * 8, |r0, r1| {
+                let mut scratch = Vec::new();
+                for r in r0..r1 {
+                    // SAFETY: the output holds n·c elements; a range writes only its own rows.
+                    let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(r * c), c) };
+                    vmath::softmax_row(SoftRow::Softmax, &x[r * c..][..c], o, 1.0, 1.0, &mut scratch);
+                    let kk = label[r] as i64;
+                    for (j, v) in o.iter_mut().enumerate() {
+                        let hit = if kk == j as i64 { 1.0 } else { 0.0 };
+                        *v = ((*v as f64 - hit) * dy) as f32;
+                    }
+                }
+            });
+            return Ok(());
+        }
         let (x, label) = (read_f64(&k.inputs[1]), read_f64(&k.inputs[2]));
         let mut g = vec![0f64; x.len()];
         for r in 0..n {

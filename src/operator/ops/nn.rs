@@ -1403,9 +1403,45 @@ impl Lines<'_> {
         });
     }
 
+    /// Calls `f(line of a, line of b, line of out)` for every line of contiguous float32
+    /// arrays, lines split over the pool.
+    fn each_f32(&self, a: *mut f32, b: *mut f32, out: *mut f32, f: impl Fn(&[f32], &[f32], &mut [f32], &mut Vec<f32>) + Sync) {
+        let (a, b, out) = (Ptr(a), Ptr(b), Ptr(out));
+        let n = self.n;
+        for_ranges(self.bases.len(), n.max(1) * 8, |s, e| {
+            let mut scratch = Vec::new();
+            for &base in &self.bases[s..e] {
+                let base = base as usize;
+                // SAFETY: every array holds the planned shape, whose line at `base` has `n`
+                // contiguous elements; inputs are only read; the output is exclusive (the plan
+                // is staged) and lines are disjoint, so threads write disjoint elements. `b` is
+                // `a` or another input, never the output.
+                let (la, lb, lo) = unsafe {
+                    (
+                        std::slice::from_raw_parts(a.get().add(base), n),
+                        std::slice::from_raw_parts(b.get().add(base), n),
+                        std::slice::from_raw_parts_mut(out.get().add(base), n),
+                    )
+                };
+                f(la, lb, lo, &mut scratch);
+            }
+        });
+    }
+
     /// softmax, log_softmax or softmin of every line of `x` into `out`.
     fn forward<T: Element>(&self, x: *mut T, out: *mut T) {
         let (kind, temp) = (self.kind, self.temp);
+        if T::DTYPE == DType::F32 && self.stride == 1 {
+            let (row, sign) = match kind {
+                Soft::LogMax => (vmath::SoftRow::LogSoftmax, 1.0),
+                Soft::Max => (vmath::SoftRow::Softmax, 1.0),
+                Soft::Min => (vmath::SoftRow::Softmax, -1.0),
+            };
+            let t = temp as f32;
+            let x = x.cast::<f32>();
+            self.each_f32(x, x, out.cast(), |x, _, y, scratch| vmath::softmax_row(row, x, y, sign, t, scratch));
+            return;
+        }
         self.each([x], out, |[x], res| {
             for (r, &v) in res.iter_mut().zip(x) {
                 *r = if kind == Soft::Min { -v / temp } else { v / temp };
@@ -1429,6 +1465,11 @@ impl Lines<'_> {
     fn run<T: Element>(&self, dy: *mut T, y: *mut T, out: *mut T) {
         let kind = self.kind;
         let scale = if kind == Soft::Min { -1.0 / self.temp } else { 1.0 / self.temp };
+        if T::DTYPE == DType::F32 && self.stride == 1 {
+            let row = if kind == Soft::LogMax { vmath::SoftRow::LogSoftmax } else { vmath::SoftRow::Softmax };
+            self.each_f32(dy.cast(), y.cast(), out.cast(), |dy, y, o, _| vmath::softmax_grad_row(row, dy, y, o, scale));
+            return;
+        }
         self.each([dy, y], out, |[dy, y], res| {
             let sum: f64 = match kind {
                 Soft::LogMax => dy.iter().sum(),
