@@ -177,7 +177,6 @@ def small():
             outs = ex.forward(is_train=train)
             res[f"{name}_{'train' if train else 'infer'}"] = [rounded(o.asnumpy()) for o in outs]
         res[f"{name}_aux"] = {k: rounded(a.asnumpy()) for k, a in ex.aux_dict.items()}
-        res[f"{name}_gamma"] = rounded(ex.arg_dict["g"].asnumpy()) if "g" in ex.arg_dict else None
     return res
 
 

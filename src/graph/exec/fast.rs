@@ -14,8 +14,10 @@
 //! A call allocates the graph's outputs and pushes one engine op reading the inputs' variables and
 //! writing the outputs'. On the worker, each node is planned again (the kernel is made by
 //! planning) and run on the buffers, in the graph's order, with the same kernels the per-op path
-//! uses, so results are identical. A kernel's error fails the engine op, whose outputs then carry
-//! it, as an op of the per-op path would.
+//! uses, so results are identical; convolutions run on prepared weights instead, with the
+//! BatchNorm and relu after them folded in ([`super::fold`]: within float32 rounding). A
+//! kernel's error fails the engine op, whose outputs then carry it, as an op of the per-op path
+//! would.
 
 use super::plan::{self, PlanGraph, PlanNode};
 use super::{fold, fuse};

@@ -21,6 +21,7 @@
 use super::{GraphRunner, Step};
 use crate::dtype::DType;
 use crate::operator::kernel::conv::{ConvGeom, lower};
+use crate::operator::kernel::gemm::{Operand, matmul};
 use crate::operator::kernel::winograd::{self, Wino};
 use crate::operator::op::TensorDesc;
 use crate::operator::param;
@@ -214,6 +215,9 @@ struct Prepared {
 pub(super) struct PreparedConv {
     geom: ConvGeom,
     wino: Option<Wino>,
+    /// Few output positions per image and many channels: each image's product runs
+    /// transposed (positions × channels), so its columns are the channels.
+    narrow: bool,
     /// Graph inputs holding the weight and the bias.
     weight: usize,
     bias: Option<usize>,
@@ -285,7 +289,10 @@ impl PreparedConv {
             None => None,
         };
         // the kernels' own choice of Winograd (3×3, stride 1, one group, enough channels)
-        let wino = (geom.groups == 1
+        let out_sp = geom.output[1] * geom.output[2];
+        let narrow = geom.groups == 1 && out_sp < NARROW && geom.out_ch >= NARROW;
+        let wino = (!narrow
+            && geom.groups == 1
             && geom.kernel == [1, 3, 3]
             && geom.stride == [1; 3]
             && geom.dilate == [1; 3]
@@ -308,6 +315,7 @@ impl PreparedConv {
         Some(PreparedConv {
             geom,
             wino,
+            narrow,
             weight,
             bias,
             bn: chain.bn,
@@ -381,6 +389,10 @@ impl PreparedConv {
     /// Runs the chain: `y` from `x` with the weights of the graph inputs at `ins`.
     pub(super) fn run(&self, ins: &[*mut u8], versions: &[u64], x: &[f32], y: &mut [f32]) {
         let p = self.prepared(ins, versions);
+        if self.narrow {
+            self.run_narrow(&p, x, y);
+            return;
+        }
         match &self.wino {
             Some(s) => winograd::forward(s, x, &p.weight, y),
             None => lower(&self.geom, x, &p.weight, y),
@@ -400,6 +412,90 @@ impl PreparedConv {
                 }),
                 (false, Some(b)) => plane.iter_mut().for_each(|v| *v += b),
                 (false, None) => {}
+            }
+        }
+    }
+}
+
+/// Output positions per image under which a convolution with at least as many output channels
+/// runs its products transposed (the matrix products' wide kernels want this many columns).
+const NARROW: usize = 96;
+
+impl PreparedConv {
+    /// Per image: `yᵀ (positions × channels) = colᵀ · wᵀ`, then `y` with the bias (and relu).
+    fn run_narrow(&self, p: &Prepared, x: &[f32], y: &mut [f32]) {
+        let g = &self.geom;
+        let (ci, co) = (g.in_ch, g.out_ch);
+        let (in_sp, sp) = (g.input[1] * g.input[2], g.output[1] * g.output[2]);
+        let kr = ci * g.kernel[1] * g.kernel[2];
+        let pointwise = g.kernel == [1; 3] && g.stride == [1; 3] && g.pad == [0; 3] && in_sp == sp;
+        let mut col = if pointwise {
+            Vec::new()
+        } else {
+            vec![0.0f32; kr * sp]
+        };
+        let mut t = vec![0.0f32; sp * co];
+        for n in 0..g.batch {
+            let xs = &x[n * ci * in_sp..][..ci * in_sp];
+            let a: &[f32] = if pointwise {
+                xs
+            } else {
+                im2col(g, xs, &mut col);
+                &col
+            };
+            matmul(
+                sp,
+                co,
+                kr,
+                Operand {
+                    data: a,
+                    transposed: true,
+                },
+                Operand {
+                    data: &p.weight,
+                    transposed: true,
+                },
+                &mut t,
+                false,
+            );
+            let ys = &mut y[n * co * sp..][..co * sp];
+            for (o, plane) in ys.chunks_exact_mut(sp).enumerate() {
+                let b = p.bias.as_ref().map_or(0.0, |b| b[o]);
+                for (q, v) in plane.iter_mut().enumerate() {
+                    let u = t[q * co + o] + b;
+                    *v = if self.relu && u <= 0.0 { 0.0 } else { u };
+                }
+            }
+        }
+    }
+}
+
+/// The columns of one image of a 2-D convolution: row `(c, i, j)` holds input channel `c` at
+/// kernel offset `(i, j)` for every output position (zero in the padding).
+fn im2col(g: &ConvGeom, x: &[f32], col: &mut [f32]) {
+    let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
+    let (kh, kw, sp) = (g.kernel[1], g.kernel[2], oh * ow);
+    for c in 0..g.in_ch {
+        let xc = &x[c * ih * iw..][..ih * iw];
+        for i in 0..kh {
+            for j in 0..kw {
+                let row = &mut col[((c * kh + i) * kw + j) * sp..][..sp];
+                for (oy, r) in row.chunks_exact_mut(ow).enumerate() {
+                    let iy = (oy * g.stride[1] + i * g.dilate[1]) as isize - g.pad[1] as isize;
+                    if iy < 0 || iy >= ih as isize {
+                        r.fill(0.0);
+                        continue;
+                    }
+                    let xr = &xc[iy as usize * iw..][..iw];
+                    for (ox, v) in r.iter_mut().enumerate() {
+                        let ix = (ox * g.stride[2] + j * g.dilate[2]) as isize - g.pad[2] as isize;
+                        *v = if ix >= 0 && ix < iw as isize {
+                            xr[ix as usize]
+                        } else {
+                            0.0
+                        };
+                    }
+                }
             }
         }
     }
