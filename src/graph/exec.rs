@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 mod fast;
+mod fold;
 pub mod plan;
 mod fuse;
 

@@ -359,12 +359,15 @@ impl Predictor {
                 dst.size()
             )));
         }
-        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        // SAFETY: the f32 values' own bytes (any byte pattern is a valid u8, alignment 1).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
+        };
         if dst.dtype() == DType::F32 {
-            dst.sync_copy_from_bytes(&bytes)
+            dst.sync_copy_from_bytes(bytes)
         } else {
             let tmp = NDArray::new(dst.shape(), Context::cpu(0), DType::F32, false)?;
-            tmp.sync_copy_from_bytes(&bytes)?;
+            tmp.sync_copy_from_bytes(bytes)?;
             copy_into(&tmp, dst)
         }
     }
@@ -397,12 +400,12 @@ impl Predictor {
             copy_into(a, &tmp)?;
             tmp
         };
-        let mut bytes = vec![0u8; out.len() * 4];
-        src.sync_copy_to_bytes(&mut bytes)?;
-        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-            *o = f32::from_ne_bytes(c.try_into().expect("4 bytes"));
-        }
-        Ok(())
+        // SAFETY: the caller's f32 buffer as bytes: every byte pattern written is a valid f32
+        // (alignment 1 for the byte view, the same memory and length).
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out))
+        };
+        src.sync_copy_to_bytes(bytes)
     }
 
     pub fn set_monitor(&mut self, m: Option<Monitor>, all: bool) {

@@ -14,11 +14,13 @@
 //! A call allocates the graph's outputs and pushes one engine op reading the inputs' variables and
 //! writing the outputs'. On the worker, each node is planned again (the kernel is made by
 //! planning) and run on the buffers, in the graph's order, with the same kernels the per-op path
-//! uses, so results are identical. A kernel's error fails the engine op, whose outputs then carry
-//! it, as an op of the per-op path would.
+//! uses, so results are identical; convolutions run on prepared weights instead, with the
+//! BatchNorm and relu after them folded in ([`super::fold`]: within float32 rounding). A
+//! kernel's error fails the engine op, whose outputs then carry it, as an op of the per-op path
+//! would.
 
 use super::plan::{self, PlanGraph, PlanNode};
-use super::fuse;
+use super::{fold, fuse};
 use super::{GraphRunner, Step};
 use crate::context::Context;
 use crate::engine::{Engine, PushArgs, Var};
@@ -60,6 +62,8 @@ pub(super) struct FastStep {
     pub(super) in_values: Vec<(usize, usize)>,
     /// Whether the kernel is an elementwise map that may run on slices (fusion).
     pub(super) fusable: bool,
+    /// A convolution run on prepared weights, with the nodes it absorbed ([`fold`]).
+    prep: Option<fold::PreparedConv>,
 }
 
 /// Scratch memory, aligned for every dtype.
@@ -91,6 +95,8 @@ pub(super) struct Compiled {
     pooled: usize,
     /// Shared scratch memory, used instead of `pool` when set.
     arena: Option<Arc<Arena>>,
+    /// Whether a step runs on prepared weights (a run then reads its inputs' write counts).
+    prepared: bool,
 }
 
 /// The signatures a CachedOp has seen: `None` where the graph takes the per-op path.
@@ -270,6 +276,8 @@ fn compile(
     let mut out_descs: Vec<Option<TensorDesc>> = vec![None; runner.outputs.len()];
     let shapes: Vec<Vec<i64>> = descs.iter().map(|d| d.shape.to_vec()).collect();
     let open = runner.open_params(&shapes).ok()?;
+    // convolutions on prepared weights, absorbing the BatchNorm and relu after them
+    let chains = fold::chains(runner, descs, training);
     for (s, step) in runner.steps.iter().enumerate() {
         let op = match step {
             Step::Input(i) => {
@@ -278,10 +286,22 @@ fn compile(
                 entries.push(vec![pg.entry(d.size() * d.dtype.size(), d.dtype.code(), true)]);
                 continue;
             }
+            // read only by the chain that ends later (the chain's step is planned there)
+            Step::Op(_) if chains.absorbed.contains(&s) => {
+                values.push(Vec::new());
+                entries.push(Vec::new());
+                continue;
+            }
             Step::Op(op) => op,
         };
+        // a chain's step is its convolution, its output the chain's last node's
+        let chain = chains.by_last.get(&s);
+        let (op, src) = match chain.map(|c| (&runner.steps[c.conv], c.conv)) {
+            Some((Step::Op(conv), c)) => (conv, c),
+            _ => (op, s),
+        };
         let def = op.def;
-        let op_params = open.get(&s).unwrap_or(&op.params);
+        let op_params = open.get(&src).unwrap_or(&op.params);
         // a custom operator's planning calls into its frontend (it creates the operator), and
         // it runs through its own launch anyway: not planned here at all
         if matches!(def.name, "Custom" | "_backward_Custom") {
@@ -364,6 +384,13 @@ fn compile(
                 .zip(out_locs.iter().copied())
                 .collect(),
         );
+        let prep = chain.and_then(|c| {
+            fold::PreparedConv::new(runner, c, &in_descs, plan.outputs.first()?)
+        });
+        // a chain that cannot be prepared would lose its absorbed nodes
+        if chain.is_some_and(|c| c.conv != s) && prep.is_none() {
+            return None;
+        }
         steps.push(FastStep {
             def,
             params: op_params.clone(),
@@ -373,7 +400,8 @@ fn compile(
             out_descs: plan.outputs,
             node: s,
             in_values: op.inputs.clone(),
-            fusable: plan.block.is_some(),
+            fusable: plan.block.is_some() && prep.is_none(),
+            prep,
         });
     }
     // scratch values into the planned buffers (in place where the plan says so)
@@ -436,9 +464,11 @@ fn compile(
             Loc::Tmp(_) => return None,
         });
     }
+    let prepared = steps.iter().any(|s| s.prep.is_some());
     Some(Compiled {
         ctx,
         training,
+        prepared,
         steps,
         groups,
         out_descs: out_descs.into_iter().collect::<Option<Vec<_>>>()?,
@@ -527,19 +557,32 @@ pub(super) fn try_run(
         .reads(&reads)
         .writes(&writes)
         .name("_CachedOp");
+    let n_in = inputs.len();
     engine.push_fn(args, move |_| {
         let (_, ins, outs) = (&keep, &in_ptrs, &out_ptrs);
-        compiled.run(&ins.0, &outs.0).map_err(|e| e.to_string())
+        // the inputs' write counts, for weights prepared from them (this op reads their
+        // variables, so no write to them is in flight)
+        let versions: Vec<u64> = if compiled.prepared {
+            keep[..n_in]
+                .iter()
+                .map(|a| a.var().map_or(0, Var::version))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        compiled
+            .run(&ins.0, &outs.0, &versions)
+            .map_err(|e| e.to_string())
     })?;
     Ok(Some(outputs))
 }
 
 impl Compiled {
     /// Runs every node on the buffers (inside the engine op).
-    fn run(&self, ins: &[*mut u8], outs: &[*mut u8]) -> Result<()> {
+    fn run(&self, ins: &[*mut u8], outs: &[*mut u8], versions: &[u64]) -> Result<()> {
         if let Some(arena) = &self.arena {
             let mut bufs = arena.take(&self.tmp_bytes);
-            let result = self.run_steps(ins, outs, &mut bufs);
+            let result = self.run_steps(ins, outs, versions, &mut bufs);
             arena.give_back(bufs);
             return result;
         }
@@ -549,7 +592,7 @@ impl Compiled {
                 .map(|&b| vec![Block([0; 64]); b.div_ceil(64)])
                 .collect()
         });
-        let result = self.run_steps(ins, outs, &mut bufs);
+        let result = self.run_steps(ins, outs, versions, &mut bufs);
         let mut pool = self.pool.lock();
         if pool.len() < self.pooled {
             pool.push(bufs);
@@ -582,7 +625,13 @@ impl Compiled {
             .map_err(fail)
     }
 
-    fn run_steps(&self, ins: &[*mut u8], outs: &[*mut u8], bufs: &mut Buffers) -> Result<()> {
+    fn run_steps(
+        &self,
+        ins: &[*mut u8],
+        outs: &[*mut u8],
+        versions: &[u64],
+        bufs: &mut Buffers,
+    ) -> Result<()> {
         let tmp: Vec<*mut u8> = bufs
             .iter_mut()
             .map(|b| b.as_mut_ptr().cast::<u8>())
@@ -618,6 +667,26 @@ impl Compiled {
             }
             let step = &self.steps[next];
             next += 1;
+            if let Some(prep) = &step.prep {
+                let (xd, yd) = (&step.in_descs[0], &step.out_descs[0]);
+                let (xp, yp) = (
+                    addr(step.inputs[0], nbytes(xd)),
+                    addr(step.outputs[0], nbytes(yd)),
+                );
+                if xd.size() > 0 && yd.size() > 0 {
+                    // SAFETY: as for the kernels below: the data and the output are a live
+                    // float32 value and buffer of their described sizes, distinct (a
+                    // convolution is never planned in place), accessed only by this op.
+                    let (x, y) = unsafe {
+                        (
+                            std::slice::from_raw_parts(xp.cast::<f32>(), xd.size()),
+                            std::slice::from_raw_parts_mut(yp.cast::<f32>(), yd.size()),
+                        )
+                    };
+                    prep.run(ins, versions, x, y);
+                }
+                continue;
+            }
             let name = step.def.name;
             let fail = |e: Error| Error::invalid(format!("operator {name}: {e}"));
             let plan = self.plan_step(step)?;
