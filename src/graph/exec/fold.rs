@@ -379,7 +379,7 @@ impl PreparedConv {
             bias = Some(b);
         }
         if self.wino.is_some() {
-            weight = winograd::transform_weight(&weight, co, self.geom.in_ch, false);
+            weight = winograd::transform_weight(&weight, co, self.geom.in_ch, false).to_vec();
         }
         let p = Arc::new(Prepared { key, weight, bias });
         *self.cache.lock() = Some(p.clone());
