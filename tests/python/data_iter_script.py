@@ -131,8 +131,13 @@ def csv_number_forms_bit_for_bit():
     it = mx.io.CSVIter(data_csv=path("forms.csv"), data_shape=(8,), batch_size=500)
     bits = []
     for b in it:
-        bits.append(b.data[0].asnumpy().view(np.uint32)[: 500 - b.pad].ravel().tolist())
-    return bits
+        bits += b.data[0].asnumpy().view(np.uint32)[: 500 - b.pad].ravel().tolist()
+    # the correctly rounded values (strtof's), through float64 (no field here is a double
+    # rounding case)
+    with open(path("forms.csv")) as f:
+        fields = [v for line in f.read().splitlines() if line for v in line.split(",")]
+    ref = np.array([float(v) for v in fields], dtype=np.float32).view(np.uint32).tolist()
+    return {"bits": bits, "ref": ref}
 
 
 @scenario
