@@ -224,7 +224,9 @@ def main_concurrent(lib, rec):
             print(f"python.image_iter_concurrent_cpu_t{threads}.{name}\t{statistics.median(cpu[name]):.0f}\t"
                   f"ms\tok\tthe process's CPU time (all threads) per epoch", flush=True)
         print(f"# preprocess_threads={threads}, while training: mxrt/libmxnet.so = "
-              f"{med['mxrt'] / med['mxnet']:.2f}x", flush=True)
+              f"{med['mxrt'] / med['mxnet']:.2f}x; images/s per epoch, mxrt "
+              f"{[round(v) for v in rates['mxrt']]}, libmxnet.so {[round(v) for v in rates['mxnet']]}",
+              flush=True)
     return status
 
 
