@@ -730,10 +730,14 @@ fn rgb_row_f32_generic(
     let mut x0 = 0;
     while x0 < w {
         let n = (w - x0).min(256);
-        for (x, p) in src[x0 * 3..(x0 + n) * 3].chunks_exact(3).enumerate() {
-            planes[0][x] = p[0];
-            planes[1][x] = p[1];
-            planes[2][x] = p[2];
+        let [q0, q1, q2] = &mut planes;
+        for (((p, d0), d1), d2) in src[x0 * 3..(x0 + n) * 3]
+            .chunks_exact(3)
+            .zip(&mut q0[..n])
+            .zip(&mut q1[..n])
+            .zip(&mut q2[..n])
+        {
+            (*d0, *d1, *d2) = (p[0], p[1], p[2]);
         }
         for (k, o) in [&mut *o0, &mut *o1, &mut *o2].into_iter().enumerate() {
             let (plane, m, mu, b) = (&planes[ch[k]][..n], mean[k], mult[k], bias[k]);
