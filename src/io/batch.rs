@@ -55,6 +55,24 @@ pub trait DenseSource: Send {
     /// Writes the next instance into `data` and `label` (exactly one instance's bytes each) and
     /// returns its index, or `None` at the end of the data.
     fn next_into(&mut self, data: &mut [u8], label: &mut [u8]) -> Result<Option<u64>>;
+    /// Writes the next `index.len()` instances into consecutive slots of `data` and `label`
+    /// (that many instances' bytes each) and their indices into `index`; returns how many it
+    /// wrote, fewer only at the end of the data. A source that prepares several instances at
+    /// once writes them straight into the batch.
+    fn next_many(&mut self, data: &mut [u8], label: &mut [u8], index: &mut [u64]) -> Result<usize> {
+        let n = index.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let (d, l) = (data.len() / n, label.len() / n);
+        for (k, i) in index.iter_mut().enumerate() {
+            match self.next_into(&mut data[k * d..(k + 1) * d], &mut label[k * l..(k + 1) * l])? {
+                Some(v) => *i = v,
+                None => return Ok(k),
+            }
+        }
+        Ok(n)
+    }
     /// Back to the first instance.
     fn rewind(&mut self) -> Result<()>;
 }
@@ -148,11 +166,13 @@ impl<S: DenseSource> BatchLoader<S> {
         })
     }
 
-    fn fill(&mut self, slot: usize) -> Result<Option<u64>> {
+    /// Fills slots `from..` with the source's next instances; how many it filled.
+    fn fill(&mut self, from: usize) -> Result<usize> {
         let (d, l) = (self.data_unit, self.label_unit);
-        self.source.next_into(
-            &mut self.data[slot * d..(slot + 1) * d],
-            &mut self.label[slot * l..(slot + 1) * l],
+        self.source.next_many(
+            &mut self.data[from * d..],
+            &mut self.label[from * l..],
+            &mut self.index[from..],
         )
     }
 
@@ -182,14 +202,7 @@ impl<S: DenseSource> Loader for BatchLoader<S> {
         if self.overflow != 0 || self.ended {
             return Ok(None);
         }
-        let mut top = 0;
-        while top < self.batch_size {
-            match self.fill(top)? {
-                Some(i) => self.index[top] = i,
-                None => break,
-            }
-            top += 1;
-        }
+        let top = self.fill(0)?;
         if top == self.batch_size {
             return self.emit(0, false).map(Some);
         }
@@ -201,17 +214,12 @@ impl<S: DenseSource> Loader for BatchLoader<S> {
             return self.emit(self.batch_size - top, false).map(Some);
         }
         self.source.rewind()?;
-        while top < self.batch_size {
-            match self.fill(top)? {
-                Some(i) => self.index[top] = i,
-                None => {
-                    return Err(Error::invalid(
-                        "number of input must be bigger than batch size",
-                    ));
-                }
-            }
-            top += 1;
-            self.overflow += 1;
+        let got = self.fill(top)?;
+        self.overflow = got;
+        if top + got < self.batch_size {
+            return Err(Error::invalid(
+                "number of input must be bigger than batch size",
+            ));
         }
         self.emit(self.overflow, true).map(Some)
     }

@@ -79,6 +79,23 @@ struct Aug {
 }
 
 impl Aug {
+    /// Whether the augmenter only crops (centred or at random) and mirrors: then an image at
+    /// least `data_shape` large is laid out straight from the decoder's RGB pixels, a window
+    /// of them, with no copy or channel swap in between.
+    fn crop_only(&self) -> bool {
+        self.resize <= 0
+            && !self.affine
+            && self.pad == 0
+            && !self.random_resized_crop
+            && self.max_crop == -1
+            && self.min_crop == -1
+            && self.brightness <= 0.0
+            && self.contrast <= 0.0
+            && self.saturation <= 0.0
+            && self.random_hls.iter().all(|&v| v == 0)
+            && self.pca_noise <= 0.0
+    }
+
     fn new(p: &Params, dtype: DType) -> Result<Aug> {
         let shape = p.shape("data_shape", None)?;
         if shape.len() != 3 {
@@ -552,9 +569,43 @@ fn augment(a: &Aug, mut res: Image, r: &mut ChaCha8Rng) -> Result<Image> {
     Ok(res)
 }
 
+/// A window of an interleaved 8-bit image: rows of `stride` pixels, `c` channels each, in BGR
+/// order (`rgb` false, the augmenters' order) or RGB.
+struct View<'a> {
+    data: &'a [u8],
+    stride: usize,
+    x: usize,
+    y: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    rgb: bool,
+}
+
+impl<'a> View<'a> {
+    fn whole(im: &'a Image) -> View<'a> {
+        View {
+            data: &im.data,
+            stride: im.w,
+            x: 0,
+            y: 0,
+            h: im.h,
+            w: im.w,
+            c: im.c,
+            rgb: false,
+        }
+    }
+
+    /// Row `y` of the window: `w * c` bytes.
+    fn row(&self, y: usize) -> &'a [u8] {
+        let at = ((self.y + y) * self.stride + self.x) * self.c;
+        &self.data[at..at + self.w * self.c]
+    }
+}
+
 /// Writes an augmented image into one instance's bytes (CHW in the output dtype, channels
 /// from BGR to RGB, mirrored and normalised as MXNet's `ProcessImage`).
-fn lay_out(a: &Aug, res: &Image, r: &mut ChaCha8Rng, out: &mut [u8]) {
+fn lay_out(a: &Aug, v: &View, r: &mut ChaCha8Rng, out: &mut [u8]) {
     let mirrored = (a.rand_mirror && unit(r) < 0.5) || a.mirror;
     let (mut mult, mut bias) = ([0f32; 4], [0f32; 4]);
     if a.dtype == DType::F32 {
@@ -565,15 +616,30 @@ fn lay_out(a: &Aug, res: &Image, r: &mut ChaCha8Rng, out: &mut [u8]) {
             bias[k] = is / a.std[k];
         }
     }
-    let (c, h, w) = (res.c, res.h, res.w);
+    let (c, h, w) = (v.c, v.h, v.w);
     let plane = h * w;
+    // the source channel of output channel k (the output is RGB)
+    let src_of = |k: usize| if c == 3 && !v.rgb { 2 - k } else { k };
+    if a.dtype == DType::F32 && a.mean_img.is_none() && c == 3 {
+        let ch = [src_of(0), src_of(1), src_of(2)];
+        let mean = [a.mean[0], a.mean[1], a.mean[2]];
+        let (mult, bias) = ([mult[0], mult[1], mult[2]], [bias[0], bias[1], bias[2]]);
+        let (p0, rest) = out[..3 * plane * 4].split_at_mut(plane * 4);
+        let (p1, p2) = rest.split_at_mut(plane * 4);
+        for y in 0..h {
+            let o = y * w * 4..(y + 1) * w * 4;
+            let planes = [&mut p0[o.clone()], &mut p1[o.clone()], &mut p2[o]];
+            rgb_row_f32(v.row(y), ch, mean, mult, bias, mirrored, planes);
+        }
+        return;
+    }
     let col = |x: usize| if mirrored { w - 1 - x } else { x };
     for k in 0..c {
-        let src_k = if c == 3 { 2 - k } else { k };
+        let src_k = src_of(k);
         let mean_int = a.mean[k].round() as i32;
         let mean_plane = a.mean_img.as_ref().map(|m| &m[k * plane..(k + 1) * plane]);
         for y in 0..h {
-            let row = &res.data[y * w * c..(y + 1) * w * c];
+            let row = v.row(y);
             let px = row.iter().skip(src_k).step_by(c);
             let base = k * plane + y * w;
             match a.dtype {
@@ -605,6 +671,91 @@ fn lay_out(a: &Aug, res: &Image, r: &mut ChaCha8Rng, out: &mut [u8]) {
                 }
             }
         }
+    }
+}
+
+/// One row of a 3-channel image into its three float32 output rows (little-endian bytes):
+/// `out[k][x] = (src[x][ch[k]] - mean[k]) * mult[k] + bias[k]`, the row reversed when
+/// `mirrored`. Compiled for AVX-512 where the CPU has it.
+fn rgb_row_f32(
+    src: &[u8],
+    ch: [usize; 3],
+    mean: [f32; 3],
+    mult: [f32; 3],
+    bias: [f32; 3],
+    mirrored: bool,
+    out: [&mut [u8]; 3],
+) {
+    let w = src.len() / 3;
+    assert!(out.iter().all(|o| o.len() == w * 4) && ch.iter().all(|&k| k < 3));
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+    {
+        // SAFETY: the CPU has AVX-512F and BW (checked just above); the lengths were checked.
+        return unsafe { rgb_row_f32_avx512(src, ch, mean, mult, bias, mirrored, out) };
+    }
+    rgb_row_f32_generic(src, ch, mean, mult, bias, mirrored, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn rgb_row_f32_avx512(
+    src: &[u8],
+    ch: [usize; 3],
+    mean: [f32; 3],
+    mult: [f32; 3],
+    bias: [f32; 3],
+    mirrored: bool,
+    out: [&mut [u8]; 3],
+) {
+    rgb_row_f32_generic(src, ch, mean, mult, bias, mirrored, out)
+}
+
+#[inline(always)]
+fn rgb_row_f32_generic(
+    src: &[u8],
+    ch: [usize; 3],
+    mean: [f32; 3],
+    mult: [f32; 3],
+    bias: [f32; 3],
+    mirrored: bool,
+    out: [&mut [u8]; 3],
+) {
+    let w = src.len() / 3;
+    let [o0, o1, o2] = out;
+    // deinterleave the row first (one pass over the bytes), so each output row is a plain
+    // contiguous loop the compiler vectorises
+    let mut planes = [[0u8; 256]; 3];
+    let mut x0 = 0;
+    while x0 < w {
+        let n = (w - x0).min(256);
+        let [q0, q1, q2] = &mut planes;
+        for (((p, d0), d1), d2) in src[x0 * 3..(x0 + n) * 3]
+            .chunks_exact(3)
+            .zip(&mut q0[..n])
+            .zip(&mut q1[..n])
+            .zip(&mut q2[..n])
+        {
+            (*d0, *d1, *d2) = (p[0], p[1], p[2]);
+        }
+        for (k, o) in [&mut *o0, &mut *o1, &mut *o2].into_iter().enumerate() {
+            let (plane, m, mu, b) = (&planes[ch[k]][..n], mean[k], mult[k], bias[k]);
+            if mirrored {
+                // source x0 + x goes to output w - 1 - (x0 + x)
+                let end = (w - x0) * 4;
+                let o = &mut o[end - n * 4..end];
+                for (d, &v) in o.chunks_exact_mut(4).rev().zip(plane) {
+                    d.copy_from_slice(&((v as f32 - m) * mu + b).to_le_bytes());
+                }
+            } else {
+                let o = &mut o[x0 * 4..(x0 + n) * 4];
+                for (d, &v) in o.chunks_exact_mut(4).zip(plane) {
+                    d.copy_from_slice(&((v as f32 - m) * mu + b).to_le_bytes());
+                }
+            }
+        }
+        x0 += n;
     }
 }
 
@@ -726,10 +877,44 @@ fn instance(a: &Aug, rec: &[u8], r: &mut ChaCha8Rng, data: &mut [u8]) -> Result<
         }
     };
     let flag = if a.shape[0] == 1 { 0 } else { 1 };
-    let im = img::decode(bytes, flag, false)
+    let crop_only = a.crop_only();
+    let mut im = img::decode(bytes, flag, crop_only)
         .map_err(|e| Error::invalid(format!("ImageRecordIter: {}", e.message())))?;
+    let [_, dh, dw] = a.shape;
+    if crop_only {
+        if im.h >= dh && im.w >= dw {
+            // `augment`'s draws, in its order: the method (drawn even though no resize uses
+            // it), then the window
+            let (ow, oh) = (im.w as f32, im.h as f32);
+            inter_method(a.interp, ow, oh, dw as f32, dh as f32, r);
+            let (mut y, mut x) = (im.h - dh, im.w - dw);
+            if a.rand_crop {
+                y = int_in(r, 0, y as i64) as usize;
+                x = int_in(r, 0, x as i64) as usize;
+            } else {
+                y /= 2;
+                x /= 2;
+            }
+            let v = View {
+                data: &im.data,
+                stride: im.w,
+                x,
+                y,
+                h: dh,
+                w: dw,
+                c: im.c,
+                rgb: true,
+            };
+            lay_out(a, &v, r, data);
+            return Ok(labels);
+        }
+        // smaller than the shape: the general path, in its BGR order
+        if im.c == 3 {
+            im.data.chunks_exact_mut(3).for_each(|p| p.swap(0, 2));
+        }
+    }
     let res = augment(a, im, r)?;
-    lay_out(a, &res, r, data);
+    lay_out(a, &View::whole(&res), r, data);
     Ok(labels)
 }
 
@@ -756,8 +941,15 @@ pub struct ImageRecordSource {
     unit: usize,
     /// `ImageDetRecordIter`'s augmenter, labels and normaliser.
     det: Option<std::sync::Arc<super::image_det::Det>>,
-    /// Prepared instances not yet handed out, in order.
-    ready: std::collections::VecDeque<(Vec<u8>, Vec<f32>)>,
+    /// Prepared instances not yet handed out, in order: `ready_labels.len()` instances of
+    /// `unit` bytes in `ready_data` (kept across chunks), the next one `ready_at`. A batch
+    /// whose slots a whole chunk fills is decoded straight into the batch instead.
+    ready_data: Vec<u8>,
+    ready_labels: Vec<Vec<f32>>,
+    ready_at: usize,
+    /// The `preprocess_threads` decoding threads (more than one), alive as long as the
+    /// iterator; `None`: the prefetch thread decodes.
+    pool: Option<rayon::ThreadPool>,
 }
 
 /// dmlc's split of `len` bytes into `n` parts: part `k` starts at `k * step`, `step` rounded up
@@ -888,7 +1080,10 @@ impl ImageRecordSource {
             label_shape,
             unit,
             det: None,
-            ready: Default::default(),
+            ready_data: Vec::new(),
+            ready_labels: Vec::new(),
+            ready_at: 0,
+            pool: None,
         };
         if let Some(mut det) = det {
             // MXNet reads the part once to find the widest label (or takes the image list's)
@@ -961,14 +1156,16 @@ impl ImageRecordSource {
         let mut sum = vec![0f32; c * h * w];
         let mut n = 0usize;
         let computed = loop {
-            if self.ready.is_empty() {
+            if self.ready_at == self.ready_labels.len() {
                 if let Err(e) = self.fill() {
                     break Err(e);
                 }
             }
-            let Some((d, _)) = self.ready.pop_front() else {
+            if self.ready_at == self.ready_labels.len() {
                 break Ok(());
-            };
+            }
+            let d = &self.ready_data[self.ready_at * self.unit..(self.ready_at + 1) * self.unit];
+            self.ready_at += 1;
             for (acc, b) in sum.iter_mut().zip(d.chunks_exact(4)) {
                 *acc += f32::from_le_bytes(b.try_into().expect("4 bytes"));
             }
@@ -993,7 +1190,8 @@ impl ImageRecordSource {
     }
 
     fn start_epoch(&mut self) -> Result<()> {
-        self.ready.clear();
+        self.ready_labels.clear();
+        self.ready_at = 0;
         self.serial = 0;
         self.at = 0;
         self.reader.seek(self.begin)?;
@@ -1024,19 +1222,17 @@ impl ImageRecordSource {
         Ok(self.reader.next_record()?.map(|r| (at, r.to_vec())))
     }
 
-    /// Reads, decodes and augments the next chunk of records.
-    fn fill(&mut self) -> Result<()> {
-        let mut recs = Vec::with_capacity(self.chunk);
-        while recs.len() < self.chunk {
+    /// Reads up to `max` records (shuffled when MXNet shuffles chunks); the index of the
+    /// first in the epoch.
+    fn read_records(&mut self, max: usize) -> Result<(Vec<(u64, Vec<u8>)>, u64)> {
+        let mut recs = Vec::with_capacity(max);
+        while recs.len() < max {
             match self.next_record()? {
                 Some(r) => recs.push(r),
                 None => break,
             }
         }
-        if recs.is_empty() {
-            return Ok(());
-        }
-        if self.shuffle && self.offsets.is_none() {
+        if self.shuffles_chunks() && !recs.is_empty() {
             // MXNet shuffles the instances of each chunk it reads
             let mut r = ChaCha8Rng::seed_from_u64(self.seed ^ (self.epoch << 40) ^ self.serial);
             for i in (1..recs.len()).rev() {
@@ -1045,6 +1241,52 @@ impl ImageRecordSource {
         }
         let first = self.serial;
         self.serial += recs.len() as u64;
+        Ok((recs, first))
+    }
+
+    fn shuffles_chunks(&self) -> bool {
+        self.shuffle && self.offsets.is_none()
+    }
+
+    /// Reads, decodes and augments the next chunk of records into `ready_data`.
+    fn fill(&mut self) -> Result<()> {
+        let (recs, first) = self.read_records(self.chunk)?;
+        let mut data = std::mem::take(&mut self.ready_data);
+        data.resize(recs.len() * self.unit, 0);
+        let mut labels = std::mem::take(&mut self.ready_labels);
+        labels.clear();
+        labels.resize_with(recs.len(), Vec::new);
+        let r = self.decode(&recs, first, &mut data, &mut labels);
+        self.ready_data = data;
+        self.ready_labels = labels;
+        self.ready_at = 0;
+        if r.is_err() {
+            self.ready_labels.clear();
+        }
+        r
+    }
+
+    /// Decodes and augments `recs` (the first being instance `first` of the epoch) into
+    /// `data` (`unit` bytes each) and `labels`, on the decoding threads.
+    fn decode(
+        &mut self,
+        recs: &[(u64, Vec<u8>)],
+        first: u64,
+        data: &mut [u8],
+        labels: &mut [Vec<f32>],
+    ) -> Result<()> {
+        if recs.is_empty() {
+            return Ok(());
+        }
+        let threads = self.threads.min(recs.len()).max(1);
+        if self.threads > 1 && self.pool.is_none() {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(self.threads)
+                .thread_name(|k| format!("mxrt-imgdec-{k}"))
+                .build()
+                .map_err(|e| Error::internal(format!("cannot start the decoding threads: {e}")))?;
+            self.pool = Some(pool);
+        }
         let (aug, unit, det, path) = (
             &self.aug,
             self.unit,
@@ -1061,14 +1303,11 @@ impl ImageRecordSource {
                 ),
             }
         };
-        let mut out: Vec<Result<(Vec<u8>, Vec<f32>)>> =
-            (0..recs.len()).map(|_| Ok(Default::default())).collect();
-        let work = |i: usize, (at, rec): &(u64, Vec<u8>)| -> Result<(Vec<u8>, Vec<f32>)> {
-            let mut data = vec![0u8; unit];
+        let work = |i: usize, (at, rec): &(u64, Vec<u8>), data: &mut [u8]| -> Result<Vec<f32>> {
             let mut r = rng_for(i);
-            let labels = (|| -> Result<Vec<f32>> {
+            (|| -> Result<Vec<f32>> {
                 Ok(match det {
-                    None => instance(aug, rec, &mut r, &mut data)?,
+                    None => instance(aug, rec, &mut r, data)?,
                     Some(det) if det.label_map.is_some() => {
                         let (id, bytes) = image_bytes(rec)?;
                         let map = det.label_map.as_ref().expect("checked");
@@ -1077,7 +1316,7 @@ impl ImageRecordSource {
                                 "ImageDetRecordIter: fail to find imagelabel for id {id}"
                             ))
                         })?;
-                        super::image_det::instance(det, labels, bytes, &mut r, &mut data)?
+                        super::image_det::instance(det, labels, bytes, &mut r, data)?
                     }
                     Some(det) => {
                         let flag = det.check_label_count(if rec.len() >= 4 {
@@ -1086,7 +1325,7 @@ impl ImageRecordSource {
                             0
                         })?;
                         let (labels, bytes) = unpack(rec, flag)?;
-                        super::image_det::instance(det, &labels, bytes, &mut r, &mut data)?
+                        super::image_det::instance(det, &labels, bytes, &mut r, data)?
                     }
                 })
             })()
@@ -1096,31 +1335,47 @@ impl ImageRecordSource {
                     e.kind(),
                     format!("{} ({path}, the record at byte {at})", e.message()),
                 )
-            })?;
-            Ok((data, labels))
+            })
         };
-        let threads = self.threads.min(recs.len()).max(1);
-        if threads == 1 {
-            for (i, rec) in recs.iter().enumerate() {
-                out[i] = work(i, rec);
+        // each thread a contiguous run of records; the first error in record order wins
+        let per = recs.len().div_ceil(threads);
+        let run = |t: usize, recs: &[(u64, Vec<u8>)], data: &mut [u8], labels: &mut [Vec<f32>]| {
+            for (j, ((rec, d), l)) in recs
+                .iter()
+                .zip(data.chunks_exact_mut(unit))
+                .zip(labels.iter_mut())
+                .enumerate()
+            {
+                *l = work(t * per + j, rec, d)?;
             }
-        } else {
-            let per = recs.len().div_ceil(threads);
-            std::thread::scope(|s| {
-                for (t, (slots, chunk)) in out.chunks_mut(per).zip(recs.chunks(per)).enumerate() {
-                    let work = &work;
-                    s.spawn(move || {
-                        for (j, (slot, rec)) in slots.iter_mut().zip(chunk).enumerate() {
-                            *slot = work(t * per + j, rec);
-                        }
-                    });
-                }
-            });
+            Ok(())
+        };
+        match (&self.pool, threads) {
+            (Some(pool), 2..) => {
+                let mut results: Vec<Result<()>> = (0..threads).map(|_| Ok(())).collect();
+                pool.scope(|s| {
+                    for (t, (((res, recs), data), labels)) in results
+                        .iter_mut()
+                        .zip(recs.chunks(per))
+                        .zip(data.chunks_mut(per * unit))
+                        .zip(labels.chunks_mut(per))
+                        .enumerate()
+                    {
+                        let run = &run;
+                        s.spawn(move |_| *res = run(t, recs, data, labels));
+                    }
+                });
+                results.into_iter().collect()
+            }
+            _ => run(0, recs, data, labels),
         }
-        for r in out {
-            self.ready.push_back(r?);
-        }
-        Ok(())
+    }
+}
+
+/// An instance's labels into its label slot (float32 bytes; slots past the labels untouched).
+fn write_labels(slot: &mut [u8], labels: &[f32]) {
+    for (o, v) in slot.chunks_exact_mut(4).zip(labels) {
+        o.copy_from_slice(&v.to_le_bytes());
     }
 }
 
@@ -1138,19 +1393,63 @@ impl DenseSource for ImageRecordSource {
         &self.label_shape
     }
     fn next_into(&mut self, data: &mut [u8], label: &mut [u8]) -> Result<Option<u64>> {
-        if self.ready.is_empty() {
+        if self.ready_at == self.ready_labels.len() {
             self.fill()?;
         }
-        let Some((d, l)) = self.ready.pop_front() else {
+        if self.ready_at == self.ready_labels.len() {
             return Ok(None);
-        };
-        data.copy_from_slice(&d);
-        for (o, v) in label.chunks_exact_mut(4).zip(l) {
-            o.copy_from_slice(&v.to_le_bytes());
         }
+        let k = self.ready_at;
+        self.ready_at += 1;
+        data.copy_from_slice(&self.ready_data[k * self.unit..(k + 1) * self.unit]);
+        write_labels(label, &self.ready_labels[k]);
         // MXNet's image iterators leave the batch index at zero
         Ok(Some(0))
     }
+
+    fn next_many(&mut self, data: &mut [u8], label: &mut [u8], index: &mut [u64]) -> Result<usize> {
+        let n = index.len();
+        let lu = label.len() / n.max(1);
+        let mut done = 0;
+        while done < n {
+            if self.ready_at < self.ready_labels.len() {
+                let (d, l) = (&mut data[done * self.unit..], &mut label[done * lu..]);
+                self.next_into(&mut d[..self.unit], &mut l[..lu])?;
+                index[done] = 0;
+                done += 1;
+                continue;
+            }
+            let want = n - done;
+            if want < self.chunk && self.shuffles_chunks() {
+                // a chunk shuffled whole: through the ready buffer
+                self.fill()?;
+                if self.ready_labels.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            // straight into the batch's slots
+            let (recs, first) = self.read_records(want.min(self.chunk))?;
+            if recs.is_empty() {
+                break;
+            }
+            let m = recs.len();
+            let mut labels = vec![Vec::new(); m];
+            self.decode(
+                &recs,
+                first,
+                &mut data[done * self.unit..(done + m) * self.unit],
+                &mut labels,
+            )?;
+            for (k, l) in labels.iter().enumerate() {
+                write_labels(&mut label[(done + k) * lu..(done + k + 1) * lu], l);
+            }
+            index[done..done + m].fill(0);
+            done += m;
+        }
+        Ok(done)
+    }
+
     fn rewind(&mut self) -> Result<()> {
         self.start_epoch()
     }

@@ -146,9 +146,18 @@ impl LineInput {
 
     /// The next block of whole lines (never splitting a line), or `None` at the end.
     pub fn next_block(&mut self) -> Result<Option<Vec<u8>>> {
+        let mut block = Vec::new();
+        Ok(self.next_block_into(&mut block)?.then_some(block))
+    }
+
+    /// The next block of whole lines into `block` (its old contents dropped, its memory kept,
+    /// so a caller that passes the same buffer every time faults in no new pages); false at the
+    /// end.
+    pub fn next_block_into(&mut self, block: &mut Vec<u8>) -> Result<bool> {
+        block.clear();
         loop {
             let Some(span) = self.spans.get(self.current) else {
-                return Ok(None);
+                return Ok(false);
             };
             if self.file.is_none() {
                 let mut f = File::open(&span.path)
@@ -159,15 +168,24 @@ impl LineInput {
                 self.read = span.begin;
             }
             let left = span.end - self.read;
-            let mut block = std::mem::take(&mut self.carry);
+            block.append(&mut self.carry);
             if left > 0 {
-                let want = (BLOCK as u64).min(left) as usize;
-                let at = block.len();
-                block.resize(at + want, 0);
+                let want = (BLOCK as u64).min(left);
                 let f = self.file.as_mut().expect("opened above");
-                f.read_exact(&mut block[at..])
+                // read_to_end appends into the spare capacity without zeroing it first
+                let got = f
+                    .by_ref()
+                    .take(want)
+                    .read_to_end(block)
                     .map_err(|e| Error::io(format!("reading {}: {e}", span.path)))?;
-                self.read += want as u64;
+                if (got as u64) < want {
+                    return Err(Error::io(format!(
+                        "reading {}: the file ended {} bytes early",
+                        span.path,
+                        want - got as u64
+                    )));
+                }
+                self.read += want;
             }
             if self.read == span.end {
                 // the file's last line needs no line break
@@ -176,15 +194,15 @@ impl LineInput {
                 if block.is_empty() {
                     continue;
                 }
-                return Ok(Some(block));
+                return Ok(true);
             }
             match block.iter().rposition(|&c| c == b'\n' || c == b'\r') {
                 Some(cut) => {
-                    self.carry = block[cut + 1..].to_vec();
+                    self.carry.extend_from_slice(&block[cut + 1..]);
                     block.truncate(cut + 1);
-                    return Ok(Some(block));
+                    return Ok(true);
                 }
-                None => self.carry = block, // one long line: read on
+                None => {} // one long line: read on, appending to it
             }
         }
     }

@@ -114,6 +114,33 @@ for bs in (3, 4, 5, 10):
 
 
 @scenario
+def csv_number_forms_bit_for_bit():
+    # numbers of every magnitude in the forms the one-pass parser converts itself (short
+    # decimals) and those it hands to the full parser (exponents, long mantissas, spaces, signs),
+    # over a file larger than one parallel piece, with CRLF line ends and blank lines; the values
+    # compared as float32 bit patterns
+    rng = np.random.RandomState(5)
+    fmts = ["%.9g", "%g", "%.3f", "%.2e", "%.7g", "%.10f", " %g", "%g ", "%+.4f", "%.1f"]
+    with open(path("forms.csv"), "w", newline="") as f:
+        for i in range(6000):
+            vals = rng.standard_normal(8) * 10.0 ** rng.randint(-9, 9, size=8)
+            f.write(",".join(fmts[(i + j) % len(fmts)] % v for j, v in enumerate(vals)))
+            f.write("\r\n" if i % 3 == 0 else "\n")
+            if i % 100 == 0:
+                f.write("\n")
+    it = mx.io.CSVIter(data_csv=path("forms.csv"), data_shape=(8,), batch_size=500)
+    bits = []
+    for b in it:
+        bits += b.data[0].asnumpy().view(np.uint32)[: 500 - b.pad].ravel().tolist()
+    # the correctly rounded values (strtof's), through float64 (no field here is a double
+    # rounding case)
+    with open(path("forms.csv")) as f:
+        fields = [v for line in f.read().splitlines() if line for v in line.split(",")]
+    ref = np.array([float(v) for v in fields], dtype=np.float32).view(np.uint32).tolist()
+    return {"bits": bits, "ref": ref}
+
+
+@scenario
 def csv_labels_and_shapes():
     it = mx.io.CSVIter(data_csv=path("data.csv"), data_shape=(2, 3), label_csv=path("label.csv"),
                        label_shape=(2,), batch_size=4)

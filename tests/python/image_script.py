@@ -214,6 +214,9 @@ def iterate(d):
         "resize_mean": dict(data_shape=(3, 16, 16), resize=20, mean_r=120, mean_g=110.5, mean_b=100,
                             std_r=50, std_g=60, std_b=70, scale=0.5),
         "mirror": dict(data_shape=(3, 20, 18), mirror=True),
+        # the crop-only path with one decoding thread, batches that cut chunks and epochs apart
+        "mirror_mean_t1": dict(data_shape=(3, 20, 18), mirror=True, preprocess_threads=1,
+                               mean_r=10, mean_g=20.5, mean_b=30, batch_size=3),
         "gray": dict(data_shape=(1, 20, 20)),
         "pad": dict(data_shape=(3, 30, 30), pad=4, fill_value=9),
         "grow": dict(data_shape=(3, 48, 48)),
@@ -249,6 +252,15 @@ def iterate(d):
     it = mx.io.ImageRecordIter(path_imgrec=jpg, data_shape=(3, 64, 64), batch_size=4, resize=72)
     for i, b in enumerate(it):
         out[f"jpg_{i}"] = b.data[0].asnumpy()
+    # JPEG records cropped (centred) and mirrored straight from the decoder's pixels, on one
+    # and on three decoding threads, batches of 3 over 8 records (wrapping)
+    for t in (1, 3):
+        it = mx.io.ImageRecordIter(path_imgrec=jpg, data_shape=(3, 64, 64), batch_size=3, mirror=True,
+                                   mean_r=100, mean_g=110, mean_b=120, preprocess_threads=t)
+        for e, ep in enumerate(epochs(it)):
+            for i, (data, label, pad) in enumerate(ep):
+                out[f"jpg_crop_t{t}_{e}_{i}"] = data
+                facts[f"jpg_crop_t{t}_{e}_{i}"] = [label.tolist(), pad]
     # random augmenters: shapes, label sets, ranges
     it = mx.io.ImageRecordIter(path_imgrec=png, data_shape=(3, 16, 16), batch_size=4, shuffle=True,
                                rand_crop=True, rand_mirror=True, seed=5, preprocess_threads=3)

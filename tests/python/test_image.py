@@ -136,8 +136,10 @@ def test_random_augmenters_stay_in_their_ranges(tmp_path):
 
 def test_image_record_iter_batches_equal_mxnet(results):
     (tf, theirs), (of, ours) = results[("iter", "mxnet")], results[("iter", "mxrt")]
-    for k in ["plain", "resize_mean", "mirror", "gray", "pad", "grow", "crop_size", "part0", "part1",
-              "multi_label", "uint8_dtype", "int8_dtype"]:
+    crops = [k for k in tf if k.startswith("jpg_crop_")]
+    assert len(crops) == 2 * 2 * 3, crops  # 2 thread counts, 2 epochs, 3 batches
+    for k in ["plain", "resize_mean", "mirror", "mirror_mean_t1", "gray", "pad", "grow", "crop_size",
+              "part0", "part1", "multi_label", "uint8_dtype", "int8_dtype", *crops]:
         assert of[k] == tf[k], (k, of[k], tf[k])
     bad = compare(theirs, ours)
     assert not bad, "\n".join(bad)
