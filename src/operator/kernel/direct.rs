@@ -20,7 +20,10 @@
 //!   the padded phase-plane gradient at its taps' shifts, which is then folded back into the
 //!   image;
 //! - weight gradient: `dW[co][t] = Σ_o dY[co][o] · Q[shift(t) + o]`, 8 channels × 3 taps of
-//!   16-lane sums per image, reduced into per-thread sums added in image order.
+//!   16-lane sums over a chunk of images (about 512 KiB of inputs and output gradients: one image
+//!   of the large layers, 16 of LeNet's), reduced into per-thread sums added in image order.
+//!
+//! At x stride 2 the phase split and its adjoint are vector permutes.
 //!
 //! Used on CPUs with AVX-512F only; the im2col path stays the fallback. For the forward,
 //! (image, block of output channels) pairs are split over the intra-op pool; for the gradients,
@@ -168,6 +171,12 @@ fn fill(g: &ConvGeom, f: &Flat, x: &[f32], q: &mut [f32]) {
                     dst[hi..].fill(0.0);
                     if sx == 1 {
                         dst[lo..hi].copy_from_slice(&src[ix0..ix0 + hi - lo]);
+                    } else if cfg!(target_arch = "x86_64") && sx == 2 {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: callers run only where `applies` (AVX-512F) holds.
+                        unsafe {
+                            gather2(src, ix0, &mut dst[lo..hi]);
+                        }
                     } else {
                         for (d, s) in dst[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(sx)) {
                             *d = *s;
@@ -201,6 +210,12 @@ fn unfill(g: &ConvGeom, f: &Flat, q: &[f32], dx: &mut [f32]) {
                 let src = &q[base..][..l];
                 if sx == 1 {
                     dst[ix0..ix0 + hi - lo].copy_from_slice(&src[lo..hi]);
+                } else if cfg!(target_arch = "x86_64") && sx == 2 {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: callers run only where `applies` (AVX-512F) holds.
+                    unsafe {
+                        scatter2(&src[lo..hi], dst, ix0);
+                    }
                 } else {
                     for (d, s) in dst[ix0..].iter_mut().step_by(sx).zip(&src[lo..hi]) {
                         *d = *s;
@@ -208,6 +223,85 @@ fn unfill(g: &ConvGeom, f: &Flat, q: &[f32], dx: &mut [f32]) {
                 }
             }
         }
+    }
+}
+
+/// A mask of the first `n` (at most 16) lanes.
+#[cfg(target_arch = "x86_64")]
+fn lanes(n: usize) -> u16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        ((1u32 << n) - 1) as u16
+    }
+}
+
+/// `dst[m] = src[from + 2m]` for every `m < dst.len()` (the x stride 2 rows of [`fill`]).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn gather2(src: &[f32], from: usize, dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    const EVEN: [i32; 16] = [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30];
+    let cnt = dst.len();
+    assert!(cnt == 0 || from + 2 * (cnt - 1) < src.len());
+    // SAFETY: a 64-byte read of a 16-element array.
+    let idx = unsafe { _mm512_loadu_si512(EVEN.as_ptr().cast()) };
+    let mut m = 0;
+    while m < cnt {
+        let at = from + 2 * m;
+        let avail = src.len() - at;
+        // SAFETY: only lanes inside `src` (masks of `avail`) and inside `dst` (mask of `cnt -
+        // m`) are read and written; masked-off lanes do not fault.
+        unsafe {
+            let p = src.as_ptr().wrapping_add(at);
+            let a = _mm512_maskz_loadu_ps(lanes(avail), p);
+            let b = _mm512_maskz_loadu_ps(lanes(avail.saturating_sub(16)), p.wrapping_add(16));
+            let e = _mm512_permutex2var_ps(a, idx, b);
+            _mm512_mask_storeu_ps(dst.as_mut_ptr().add(m), lanes(cnt - m), e);
+        }
+        m += 16;
+    }
+}
+
+/// `dst[from + 2m] = src[m]` for every `m < src.len()`, the other elements untouched (the x
+/// stride 2 rows of [`unfill`]).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn scatter2(src: &[f32], dst: &mut [f32], from: usize) {
+    use std::arch::x86_64::*;
+    const LO: [i32; 16] = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7];
+    const HI: [i32; 16] = [8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15];
+    let cnt = src.len();
+    assert!(cnt == 0 || from + 2 * (cnt - 1) < dst.len());
+    // SAFETY: 64-byte reads of 16-element arrays.
+    let (ilo, ihi) = unsafe {
+        (
+            _mm512_loadu_si512(LO.as_ptr().cast()),
+            _mm512_loadu_si512(HI.as_ptr().cast()),
+        )
+    };
+    let mut m = 0;
+    while m < cnt {
+        let k = cnt - m;
+        let at = from + 2 * m;
+        let avail = dst.len() - at;
+        // SAFETY: only even lanes that hold one of `src`'s values (masks of `2k`) inside `dst`
+        // (masks of `avail`) are written; masked-off lanes do not fault.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(lanes(k), src.as_ptr().add(m));
+            let p = dst.as_mut_ptr().wrapping_add(at);
+            let m0 = 0x5555 & lanes(avail) & lanes(2 * k);
+            _mm512_mask_storeu_ps(p, m0, _mm512_permutexvar_ps(ilo, v));
+            let m1 = 0x5555 & lanes(avail.saturating_sub(16)) & lanes((2 * k).saturating_sub(16));
+            _mm512_mask_storeu_ps(p.wrapping_add(16), m1, _mm512_permutexvar_ps(ihi, v));
+        }
+        m += 16;
     }
 }
 
@@ -424,39 +518,49 @@ pub fn data_grad(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     });
 }
 
-/// Adds one image's weight gradient to `dw` (`out_ch × taps`) from its phase-plane input `q` and
-/// its flat output gradient `d` (`out_ch × nf`, zero past each row).
+/// Adds the weight gradient of `count` images to `dw` (`out_ch × taps`) from their phase-plane
+/// inputs `q` (`qlen` apart) and flat output gradients `d` (`out_ch × nf` each, zero past each
+/// row); the 16-lane sums run over all the images before they are reduced.
 ///
 /// # Safety
-/// The CPU has AVX-512F; every `shift + nf` is within `q`; `d` has `out_ch × nf` elements.
+/// The CPU has AVX-512F; every `shift + nf` is within `qlen`; `q` and `d` hold `count` images.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn weight_grad_image(
+#[allow(clippy::too_many_arguments)]
+unsafe fn weight_grad_images(
     out_ch: usize,
     nf: usize,
     shifts: &[usize],
     q: &[f32],
+    qlen: usize,
     d: &[f32],
+    count: usize,
     dw: &mut [f32],
 ) {
     use std::arch::x86_64::*;
     let taps = shifts.len();
-    assert!(d.len() >= out_ch * nf && dw.len() >= out_ch * taps);
+    let dl = out_ch * nf;
+    assert!(d.len() >= count * dl && q.len() >= count * qlen && dw.len() >= out_ch * taps);
     for co0 in (0..out_ch).step_by(CO) {
-        let rows: [*const f32; CO] =
-            std::array::from_fn(|j| d[(co0 + j).min(out_ch - 1) * nf..].as_ptr());
         for t0 in (0..taps).step_by(WT) {
-            let cols: [*const f32; WT] =
-                std::array::from_fn(|k| q[shifts[(t0 + k).min(taps - 1)]..].as_ptr());
             let mut acc = [[_mm512_setzero_ps(); WT]; CO];
-            for o in (0..nf).step_by(16) {
-                // SAFETY: `o + 16 <= nf`: each row of `d` and each tap's run in `q` (contract).
-                unsafe {
-                    let v: [__m512; WT] = std::array::from_fn(|k| _mm512_loadu_ps(cols[k].add(o)));
-                    for (j, a) in acc.iter_mut().enumerate() {
-                        let dv = _mm512_loadu_ps(rows[j].add(o));
-                        for k in 0..WT {
-                            a[k] = _mm512_fmadd_ps(dv, v[k], a[k]);
+            for m in 0..count {
+                let rows: [*const f32; CO] =
+                    std::array::from_fn(|j| d[m * dl + (co0 + j).min(out_ch - 1) * nf..].as_ptr());
+                let cols: [*const f32; WT] = std::array::from_fn(|k| {
+                    q[m * qlen + shifts[(t0 + k).min(taps - 1)]..].as_ptr()
+                });
+                for o in (0..nf).step_by(16) {
+                    // SAFETY: `o + 16 <= nf`: inside each row of `d` and each tap's run in `q`
+                    // (contract).
+                    unsafe {
+                        let v: [__m512; WT] =
+                            std::array::from_fn(|k| _mm512_loadu_ps(cols[k].add(o)));
+                        for (j, a) in acc.iter_mut().enumerate() {
+                            let dv = _mm512_loadu_ps(rows[j].add(o));
+                            for k in 0..WT {
+                                a[k] = _mm512_fmadd_ps(dv, v[k], a[k]);
+                            }
                         }
                     }
                 }
@@ -482,19 +586,37 @@ pub fn weight_grad(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32]) {
     let f = Flat::of(g);
     let shifts = f.shifts(g);
     assert!(shifts.iter().all(|&s| s + f.nf <= f.len));
+    // images whose 16-lane sums run together: about 512 KiB of inputs and output gradients
+    let dl = g.out_ch * f.nf;
+    let chunk = ((512 << 10) / 4 / (f.len + dl)).max(1);
     let partials = std::sync::Mutex::new(Vec::<(usize, Vec<f32>)>::new());
     split(g.batch, |images| {
         let first = images.start;
-        let mut q = vec![0.0f32; f.len];
-        let mut d = vec![0.0f32; g.out_ch * f.nf];
+        let per = chunk.min(images.len()).max(1);
+        let mut q = vec![0.0f32; per * f.len];
+        let mut d = vec![0.0f32; per * dl];
         let mut acc = vec![0.0f32; wl];
-        for n in images {
-            fill(g, &f, &x[n * g.in_ch * isp..][..g.in_ch * isp], &mut q);
-            pack_flat(g, &f, &dy[n * g.out_ch * osp..][..g.out_ch * osp], &mut d);
+        for start in images.clone().step_by(per) {
+            let count = per.min(images.end - start);
+            for m in 0..count {
+                let n = start + m;
+                fill(
+                    g,
+                    &f,
+                    &x[n * g.in_ch * isp..][..g.in_ch * isp],
+                    &mut q[m * f.len..][..f.len],
+                );
+                pack_flat(
+                    g,
+                    &f,
+                    &dy[n * g.out_ch * osp..][..g.out_ch * osp],
+                    &mut d[m * dl..][..dl],
+                );
+            }
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `applies` checked AVX-512F; shifts + nf within `q` (asserted).
+            // SAFETY: `applies` checked AVX-512F; shifts + nf within `f.len` (asserted).
             unsafe {
-                weight_grad_image(g.out_ch, f.nf, &shifts, &q, &d, &mut acc);
+                weight_grad_images(g.out_ch, f.nf, &shifts, &q, f.len, &d, count, &mut acc);
             }
         }
         partials
