@@ -23,7 +23,9 @@
 //!   16-lane sums over a chunk of images (about 512 KiB of inputs and output gradients: one image
 //!   of the large layers, 16 of LeNet's), reduced into per-thread sums added in image order.
 //!
-//! At x stride 2 the phase split and its adjoint are vector permutes.
+//! At x stride 2 the adjoint of the phase split is a vector permute (masked stores of the even
+//! lanes); the split itself stays a scalar strided copy, which measured faster than masked loads
+//! and permutes.
 //!
 //! Used on CPUs with AVX-512F only; the im2col path stays the fallback. For the forward,
 //! (image, block of output channels) pairs are split over the intra-op pool; for the gradients,
@@ -171,12 +173,6 @@ fn fill(g: &ConvGeom, f: &Flat, x: &[f32], q: &mut [f32]) {
                     dst[hi..].fill(0.0);
                     if sx == 1 {
                         dst[lo..hi].copy_from_slice(&src[ix0..ix0 + hi - lo]);
-                    } else if cfg!(target_arch = "x86_64") && sx == 2 {
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: callers run only where `applies` (AVX-512F) holds.
-                        unsafe {
-                            gather2(src, ix0, &mut dst[lo..hi]);
-                        }
                     } else {
                         for (d, s) in dst[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(sx)) {
                             *d = *s;
@@ -233,36 +229,6 @@ fn lanes(n: usize) -> u16 {
         0xffff
     } else {
         ((1u32 << n) - 1) as u16
-    }
-}
-
-/// `dst[m] = src[from + 2m]` for every `m < dst.len()` (the x stride 2 rows of [`fill`]).
-///
-/// # Safety
-/// The CPU has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn gather2(src: &[f32], from: usize, dst: &mut [f32]) {
-    use std::arch::x86_64::*;
-    const EVEN: [i32; 16] = [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30];
-    let cnt = dst.len();
-    assert!(cnt == 0 || from + 2 * (cnt - 1) < src.len());
-    // SAFETY: a 64-byte read of a 16-element array.
-    let idx = unsafe { _mm512_loadu_si512(EVEN.as_ptr().cast()) };
-    let mut m = 0;
-    while m < cnt {
-        let at = from + 2 * m;
-        let avail = src.len() - at;
-        // SAFETY: only lanes inside `src` (masks of `avail`) and inside `dst` (mask of `cnt -
-        // m`) are read and written; masked-off lanes do not fault.
-        unsafe {
-            let p = src.as_ptr().wrapping_add(at);
-            let a = _mm512_maskz_loadu_ps(lanes(avail), p);
-            let b = _mm512_maskz_loadu_ps(lanes(avail.saturating_sub(16)), p.wrapping_add(16));
-            let e = _mm512_permutex2var_ps(a, idx, b);
-            _mm512_mask_storeu_ps(dst.as_mut_ptr().add(m), lanes(cnt - m), e);
-        }
-        m += 16;
     }
 }
 
