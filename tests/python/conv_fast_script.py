@@ -71,6 +71,15 @@ CONV = [
     ("1x1_s2_wide", (2, 8, 9, 40), (1, 1), dict(stride=(2, 2)), 16, 1, True, ("float32",)),
     ("5x5_1ch_wide", (2, 1, 20, 40), (5, 5), dict(pad=(1, 2)), 9, 1, False, ("float32",)),
     ("3x3_dilate_3ch_wide", (2, 3, 20, 40), (3, 3), dict(pad=(2, 2), dilate=(2, 2)), 8, 1, True, ("float32",)),
+    # the direct kernel's flat tiles: stride 2 on many channels (odd sizes, batch 1, no padding,
+    # padding past the kernel, dilation, y stride only) and small images at stride 1 (LeNet's conv2)
+    ("3x3_s2_many_b1", (1, 64, 29, 37), (3, 3), dict(pad=(1, 1), stride=(2, 2)), 24, 1, True, ("float32",)),
+    ("3x3_s2_pad0_odd", (3, 20, 35, 39), (3, 3), dict(stride=(2, 2)), 16, 1, False, ("float32",)),
+    ("3x3_s2_pad3", (2, 8, 21, 40), (3, 3), dict(pad=(3, 3), stride=(2, 2)), 9, 1, True, ("float32",)),
+    ("3x3_s2_dilate", (2, 8, 30, 44), (3, 3), dict(pad=(2, 2), stride=(2, 2), dilate=(2, 2)), 8, 1, True, ("float32",)),
+    ("3x3_s2_1", (2, 8, 21, 34), (3, 3), dict(pad=(1, 0), stride=(2, 1)), 10, 1, True, ("float32",)),
+    ("5x5_small_img", (3, 20, 12, 12), (5, 5), {}, 50, 1, False, ("float32",)),
+    ("5x5_small_pad_b1", (1, 20, 11, 13), (5, 5), dict(pad=(2, 1)), 17, 1, True, ("float32",)),
     # depthwise: the direct float32 kernels (rows shorter and longer than a 16-lane vector,
     # y stride, dilation, padding past the kernel, 1-D) and the generic loops (x stride 2, float64)
     ("dw_3x3", (2, 6, 9, 37), (3, 3), dict(pad=(1, 1)), 6, 6, False, ("float32", "float64")),
