@@ -20,7 +20,7 @@
 
 use super::{GraphRunner, Step};
 use crate::dtype::DType;
-use crate::operator::kernel::conv::{ConvGeom, lower};
+use crate::operator::kernel::conv::{ConvGeom, lower, winograd_geom};
 use crate::operator::kernel::gemm::{Operand, matmul};
 use crate::operator::kernel::winograd::{self, Wino};
 use crate::operator::op::TensorDesc;
@@ -33,12 +33,6 @@ use std::sync::Arc;
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("MXRT_FOLD").map_or(true, |v| v.trim() != "0"))
-}
-
-/// Whether the convolution kernels may use Winograd (their own switch, `MXRT_CONV_WINOGRAD`).
-fn winograd_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("MXRT_CONV_WINOGRAD").map_or(true, |v| v.trim() != "0"))
 }
 
 /// A BatchNorm folded into a convolution: its epsilon and the graph inputs holding gamma,
@@ -291,27 +285,7 @@ impl PreparedConv {
         // the kernels' own choice of Winograd (3×3, stride 1, one group, enough channels)
         let out_sp = geom.output[1] * geom.output[2];
         let narrow = geom.groups == 1 && out_sp < NARROW && geom.out_ch >= NARROW;
-        let wino = (!narrow
-            && geom.groups == 1
-            && geom.kernel == [1, 3, 3]
-            && geom.stride == [1; 3]
-            && geom.dilate == [1; 3]
-            && geom.output[1] + 2 == geom.input[1] + 2 * geom.pad[1]
-            && geom.output[2] + 2 == geom.input[2] + 2 * geom.pad[2]
-            && geom.in_ch >= 8
-            && geom.out_ch >= 8
-            && winograd_enabled())
-        .then_some(Wino {
-            batch: geom.batch,
-            ci: geom.in_ch,
-            co: geom.out_ch,
-            ih: geom.input[1],
-            iw: geom.input[2],
-            oh: geom.output[1],
-            ow: geom.output[2],
-            ph: geom.pad[1],
-            pw: geom.pad[2],
-        });
+        let wino = if narrow { None } else { winograd_geom::<f32>(&geom) };
         Some(PreparedConv {
             geom,
             wino,

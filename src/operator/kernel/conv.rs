@@ -323,8 +323,9 @@ fn winograd_enabled() -> bool {
 }
 
 /// The Winograd form of `g` for its forward product: float32, one group, a 2-D 3×3 kernel at
-/// stride 1 without dilation, and enough channels for the transforms to pay.
-fn winograd_geom<T: ConvElement>(g: &ConvGeom) -> Option<Wino> {
+/// stride 1 without dilation, and enough channels for the transforms to pay (also the choice
+/// of the graph's prepared convolutions, `graph/exec/fold.rs`).
+pub(crate) fn winograd_geom<T: ConvElement>(g: &ConvGeom) -> Option<Wino> {
     let ok = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
         && g.groups == 1
         && g.kernel == [1, 3, 3]
