@@ -6,7 +6,9 @@ a digest of all their bytes (mxrt with and without MXRT_FUSION=0 must give the s
 the operators the profiler saw (the fused op must have run)."""
 import hashlib
 import json
+import os
 import sys
+import tempfile
 import warnings
 
 import numpy as np
@@ -62,7 +64,9 @@ def run(extra, hybrid, dtype, steps=3):
     rng = np.random.RandomState(0)
     x = nd.array(rng.normal(1.0, 2.0, size=(6, 4, 9, 9)), dtype=dtype)
     y = nd.array(rng.randint(0, 3, size=6), dtype=dtype)
-    mx.profiler.set_config(profile_all=True, aggregate_stats=True)
+    # the trace goes to a scratch file, not the working directory
+    trace = os.path.join(tempfile.gettempdir(), f"bn_relu_profile_{os.getpid()}.json")
+    mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=trace)
     mx.profiler.set_state("run")
     losses = []
     for _ in range(steps):
