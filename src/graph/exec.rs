@@ -44,10 +44,28 @@ struct OpStep {
     inputs: Vec<(usize, usize)>,
     /// The node's `__ctx_group__` attribute (MXNet's model parallelism).
     group: Option<String>,
-    /// Names of the outputs for the monitor (`<node>_<output name>`).
+    /// Names of the outputs for an executor's monitor (`<node>_<output name>`).
     out_names: Vec<String>,
-    /// Names of the inputs for a monitor that sees inputs too.
+    /// Names of the outputs for a CachedOp's hook: `<node>_<name>` by the op's
+    /// `FListOutputNames` in MXNet, `<node>_<index>` for ops without it.
+    hook_out_names: Vec<String>,
+    /// Names of the inputs for a monitor that sees inputs too: `<node>_<name>` by the op's
+    /// `FListInputNames` in MXNet, `<node>_input<k>` for ops without it.
     in_names: Vec<String>,
+    /// The variable an input reads, if it is one (an executor reports it by its own name
+    /// first).
+    in_vars: Vec<Option<String>>,
+}
+
+/// Which of MXNet's naming conventions a monitored run reports with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MonitorNames {
+    /// Executors (and the predict API): a variable input by its own name before
+    /// `<node>_<input>`, outputs by the symbol's output names.
+    Executor,
+    /// A CachedOp's hook: inputs as `<node>_<input>` only, outputs by
+    /// `FListOutputNames` or index.
+    CachedOp,
 }
 
 enum Step {
@@ -78,6 +96,8 @@ pub struct GraphRunner {
     /// Whether a graph output that is a graph input (its first occurrence) is the input array
     /// itself, as MXNet's CachedOp returns it; otherwise (executors) it is a copy.
     alias_inputs: bool,
+    /// How a monitor names what it sees.
+    monitor_names: MonitorNames,
     /// MXNet's `group2ctx`: the device of each context group, and the device of ops in none.
     /// When set, inputs may live on several devices and an op's inputs are copied to its
     /// group's device first.
@@ -139,7 +159,10 @@ impl GraphRunner {
                     let sig = n.signature()?;
                     let visible = sig.visible;
                     let mut ins = Vec::with_capacity(d.inputs.len());
+                    let io_names = crate::operator::registry::IoNames::global();
+                    let listed_inputs = io_names.lists_inputs(def.name);
                     let mut in_names = Vec::with_capacity(d.inputs.len());
+                    let mut in_vars = Vec::with_capacity(d.inputs.len());
                     for (k, e) in d.inputs.iter().enumerate() {
                         let src = pos[&node_key(&e.node)];
                         if e.index as usize >= visible_outputs(&e.node)? {
@@ -152,16 +175,16 @@ impl GraphRunner {
                             )));
                         }
                         ins.push((src, e.index as usize));
-                        in_names.push(if e.node.is_variable() {
-                            e.node.name()
-                        } else {
-                            let arg = sig
-                                .inputs
+                        let arg = if listed_inputs {
+                            sig.inputs
                                 .as_ref()
                                 .and_then(|v| v.get(k).cloned())
-                                .unwrap_or_else(|| format!("arg{k}"));
-                            format!("{}_{arg}", d.name)
-                        });
+                                .unwrap_or_else(|| format!("arg{k}"))
+                        } else {
+                            format!("input{k}")
+                        };
+                        in_names.push(format!("{}_{arg}", d.name));
+                        in_vars.push(e.node.is_variable().then(|| e.node.name()));
                     }
                     let out_names = sig
                         .outputs
@@ -169,13 +192,29 @@ impl GraphRunner {
                         .take(visible)
                         .map(|o| format!("{}_{o}", d.name))
                         .collect();
+                    let listed_outputs = io_names.lists_outputs(def.name);
+                    let hook_out_names = sig
+                        .outputs
+                        .iter()
+                        .take(visible)
+                        .enumerate()
+                        .map(|(i, o)| {
+                            if listed_outputs {
+                                format!("{}_{o}", d.name)
+                            } else {
+                                format!("{}_{i}", d.name)
+                            }
+                        })
+                        .collect();
                     steps.push(Step::Op(OpStep {
                         def,
                         name: d.name.clone(),
                         params: super::op_params(&d.attrs),
                         inputs: ins,
                         out_names,
+                        hook_out_names,
                         in_names,
+                        in_vars,
                         group: d.attrs.get("__ctx_group__").cloned(),
                     }));
                 }
@@ -205,6 +244,7 @@ impl GraphRunner {
             aux,
             outputs,
             alias_inputs: false,
+            monitor_names: MonitorNames::Executor,
             placement: None,
             open,
             open_cache: parking_lot::Mutex::new(None),
@@ -524,12 +564,17 @@ impl GraphRunner {
                     })
                     .map_err(|e| e.context(format!("node {} ({})", op.name, op.def.name)))?;
                     if let Some((m, all)) = monitor {
+                        let executor = self.monitor_names == MonitorNames::Executor;
                         if all {
-                            for (name, a) in op.in_names.iter().zip(&args) {
+                            for ((name, var), a) in op.in_names.iter().zip(&op.in_vars).zip(&args) {
+                                if let Some(var) = var.as_ref().filter(|_| executor) {
+                                    m(var, op.def.name, a);
+                                }
                                 m(name, op.def.name, a);
                             }
                         }
-                        for (name, a) in op.out_names.iter().zip(&outs) {
+                        let names = if executor { &op.out_names } else { &op.hook_out_names };
+                        for (name, a) in names.iter().zip(&outs) {
                             m(name, op.def.name, a);
                         }
                     }
@@ -757,6 +802,7 @@ impl CachedOp {
         let graph = super::cse::for_executor(symbol)?;
         let mut runner = GraphRunner::new(&graph)?;
         runner.alias_inputs = true;
+        runner.monitor_names = MonitorNames::CachedOp;
         if fuse::enabled() {
             runner.find_bn_relu();
         }

@@ -15,6 +15,50 @@ use std::sync::OnceLock;
 /// The table as shipped.
 const TABLE_JSON: &str = include_str!("../../data/mxnet-1.9.1-ops.json");
 
+/// Which names register MXNet's `FListInputNames` and `FListOutputNames` attributes
+/// (`data/mxnet-1.9.1-io-names.json`, written by `scripts/make-io-names.py` from MXNet's
+/// sources, which the C API does not expose): monitors name an op's inputs `<node>_<name>` by
+/// the first (`<node>_input<i>` without it), a CachedOp's hook its outputs by the second (the
+/// output's index without it).
+const IO_NAMES_JSON: &str = include_str!("../../data/mxnet-1.9.1-io-names.json");
+
+/// The ops whose registrations list their input or output names (see [`IO_NAMES_JSON`]).
+#[derive(Debug)]
+pub struct IoNames {
+    inputs: std::collections::HashSet<String>,
+    outputs: std::collections::HashSet<String>,
+}
+
+impl IoNames {
+    /// The table shipped with mxrt.
+    pub fn global() -> &'static IoNames {
+        static NAMES: OnceLock<IoNames> = OnceLock::new();
+        NAMES.get_or_init(|| {
+            let root: Value = serde_json::from_str(IO_NAMES_JSON)
+                .expect("data/mxnet-1.9.1-io-names.json is JSON");
+            let set = |key: &str| {
+                root[key]
+                    .as_array()
+                    .expect("data/mxnet-1.9.1-io-names.json lists inputs and outputs")
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            };
+            IoNames { inputs: set("inputs"), outputs: set("outputs") }
+        })
+    }
+
+    /// Whether `op` (any of MXNet's names for it) registers `FListInputNames`.
+    pub fn lists_inputs(&self, op: &str) -> bool {
+        self.inputs.contains(op)
+    }
+
+    /// Whether `op` registers `FListOutputNames`.
+    pub fn lists_outputs(&self, op: &str) -> bool {
+        self.outputs.contains(op)
+    }
+}
+
 /// An op's index in the table: stable for the life of the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OpId(pub u32);
@@ -205,6 +249,33 @@ mod tests {
         let concat = r.op(r.lookup("Concat").unwrap());
         assert_eq!(concat.key_var_num_args, "num_args");
         assert!(r.lookup("no_such_op").is_none());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // parses the op table
+    fn the_io_names_table_names_listed_ops_and_aliases_alike() {
+        let io = IoNames::global();
+        let r = Registry::global();
+        for name in io.inputs.iter().chain(&io.outputs) {
+            assert!(r.lookup(name).is_some(), "{name} is not one of MXNet's op names");
+        }
+        // registrations that list their inputs: legacy ops, nnvm ops setting the attribute,
+        // the binary macros and their aliases; unary ops and Activation do not
+        for op in ["FullyConnected", "SoftmaxOutput", "Convolution", "elemwise_add", "_plus"] {
+            assert!(io.lists_inputs(op), "{op}");
+        }
+        for op in ["broadcast_add", "Concat", "BatchNorm", "where", "_sparse_elemwise_add"] {
+            assert!(io.lists_inputs(op), "{op}");
+        }
+        for op in ["Activation", "sin", "relu", "_plus_scalar", "Reshape", "transpose"] {
+            assert!(!io.lists_inputs(op), "{op}");
+        }
+        for op in ["Activation", "FullyConnected", "Dropout", "BatchNorm", "elemwise_add"] {
+            assert!(io.lists_outputs(op), "{op}");
+        }
+        for op in ["sin", "_mul_scalar", "Reshape"] {
+            assert!(!io.lists_outputs(op), "{op}");
+        }
     }
 
     #[test]

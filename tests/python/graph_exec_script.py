@@ -4,6 +4,7 @@ on), MXNet's own test_monitor counts, and common-subexpression elimination in Ca
 Prints each scenario's outcome as JSON; `--list` prints the scenario names."""
 import ctypes
 import json
+import os
 import sys
 import warnings
 from functools import reduce
@@ -129,6 +130,47 @@ def cse_cached_op():
             "grad_x": xa.grad.asnumpy().ravel()[::37].round(4).tolist(),
             "grad_y": ya.grad.asnumpy().ravel()[::37].round(4).tolist(),
             "twin_kept": bool(np.abs(a2[2].asnumpy()).sum() > 0)}
+
+
+@scenario
+def monitor_all_names():
+    """The names a monitor with monitor_all sees on a bound executor and on a hybridized
+    block's op hook, over ops with and without MXNet's FListInputNames/FListOutputNames."""
+    from mxnet.gluon import nn
+    os.environ["MXNET_SUBGRAPH_BACKEND"] = "NONE"  # MXNet's MKLDNN fusion renames nodes
+    x, y = sym.var("x"), sym.var("y")
+    net = sym.FullyConnected(x, num_hidden=3, name="fc")
+    net = sym.Activation(net, act_type="relu", name="act")
+    net = sym.elemwise_add(net, sym.sin(net, name="s"), name="add")
+    net = sym.Concat(net, sym.broadcast_mul(net, y, name="bm"), name="cat")
+    net = sym.BatchNorm(sym.Dropout(net, name="drop"), name="bn")
+    net = sym.softmax(sym.Reshape(net * 2, shape=(-1,), name="rs"), name="sm")
+    seen = []
+    e = net.simple_bind(mx.cpu(), x=(2, 4), y=(1, 3), grad_req="null")
+    e.set_monitor_callback(lambda n, h: seen.append(py_str(n)), True)
+    e.forward()
+    mx.nd.waitall()
+
+    class Block(nn.HybridBlock):
+        def __init__(self):
+            super().__init__(prefix="b_")
+            with self.name_scope():
+                self.dense = nn.Dense(3, prefix="dense_")
+
+        def hybrid_forward(self, F, a):
+            h = F.Activation(self.dense(a), act_type="relu")
+            return F.elemwise_add(h, F.sin(h)) * 2
+
+    hooked = []
+    b = Block()
+    b.initialize()
+    b.hybridize()
+    b(nd.ones((2, 4)))
+    b.register_op_hook(lambda n, o, h: hooked.append(py_str(n) if isinstance(n, bytes) else n),
+                       True)
+    b(nd.ones((2, 4)))
+    mx.nd.waitall()
+    return {"executor": seen, "cached_op": hooked}
 
 
 @scenario

@@ -41,19 +41,33 @@ def test_monitor_reports_backward_nodes_as_mxnet():
 
 def test_monitor_all_reports_outputs_as_mxnet():
     real, ours = both("monitor_all_forward_backward")
-    # inputs are named differently (MXNet names an op's inputs by FListInputNames where it is
-    # registered, and its backward nodes' inputs are each op's own selection); every output,
-    # forward and backward, is reported in MXNet's order with MXNet's values
+    # backward nodes' inputs are each op's own selection (MXNet's `_backward_*` nodes take
+    # other inputs than mxrt's gradient definitions); every output, forward and backward, is
+    # reported in MXNet's order with MXNet's values, and every forward input by MXNet's name
     outs = lambda calls: [(n, v) for n, v in calls if "_output" in n]
     ours_out, real_out = outs(ours["calls"]), outs(real["calls"])
     assert [n for n, _ in ours_out] == [n for n, _ in real_out]
     for (n, a), (_, b) in zip(ours_out, real_out):
         if n not in NO_GRADIENT:
             assert_close(a, b, 1e-4, 1e-5), n
+    def forward(calls):
+        names = [n for n, _ in calls]
+        return names[:names.index("out_output") + 1]
+    assert forward(ours["calls"]) == forward(real["calls"])
     # backward inputs are reported too, each node's before its outputs
     names = [n for n, _ in ours["calls"]]
     assert names.index("act_1_backward_input0") < names.index("act_1_backward_output")
     assert_close(ours["grads"], real["grads"], 1e-4, 1e-5)
+
+
+def test_monitor_all_names_inputs_and_outputs_as_mxnet():
+    real, ours = both("monitor_all_names")
+    # MXNet's executor also reports ops' hidden outputs (Dropout's mask, BatchNorm's saved mean
+    # and variance), which mxrt's ops do not return to the graph
+    hidden = {"drop_mask", "bn_mean", "bn_var"}
+    assert ours["executor"] == [n for n in real["executor"] if n not in hidden]
+    assert "fc_weight" in ours["executor"] and "act_input0" in ours["executor"]
+    assert ours["cached_op"] == real["cached_op"]
 
 
 def test_mxnet_test_monitor_counts():
