@@ -153,8 +153,10 @@ def small():
         "bn_also_output": mx.sym.Group([shared, mx.sym.relu(shared) * 2]),
         # the convolution's output has two readers: no BatchNorm folded
         "conv_two_readers": mx.sym.Group([bn(conv), conv + 1]),
-        # fix_gamma: gamma is taken as 1 (not folded here)
+        # fix_gamma: gamma is taken as 1, and an inference forward leaves the array alone
         "fix_gamma": mx.sym.BatchNorm(conv, g, be, m, v, fix_gamma=True, name="bnf"),
+        "fix_gamma_relu": mx.sym.relu(mx.sym.BatchNorm(conv_nb, g, be, m, v, fix_gamma=True,
+                                                       name="bnf")),
         "stride2_7x7": mx.sym.relu(mx.sym.BatchNorm(
             mx.sym.Convolution(x, w, b, kernel=(3, 3), stride=(2, 2), num_filter=8, name="c2"),
             g, be, m, v, fix_gamma=False, name="bn2")),
@@ -176,6 +178,8 @@ def small():
         for train in (False, True):
             outs = ex.forward(is_train=train)
             res[f"{name}_{'train' if train else 'infer'}"] = [rounded(o.asnumpy()) for o in outs]
+            if not train and "g" in args:
+                res[f"{name}_gamma_after_infer"] = rounded(args["g"].asnumpy())
         res[f"{name}_aux"] = {k: rounded(a.asnumpy()) for k, a in ex.aux_dict.items()}
     return res
 

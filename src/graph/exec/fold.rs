@@ -7,8 +7,9 @@
 //! feeds:
 //!
 //! - a `BatchNorm` on axis 1 with the moving statistics (not training, or `use_global_stats`),
-//!   `fix_gamma=False`, no `output_mean_var`, whose gamma, beta and statistics are graph inputs:
+//!   no `output_mean_var`, whose gamma, beta and statistics are graph inputs:
 //!   `BN(conv(x, w) + b) = conv(x, w·s) + (b - mean)·s + beta` with `s = gamma / sqrt(var + eps)`
+//!   (gamma taken as 1 with `fix_gamma`, and, as in MXNet's executors, not written)
 //!   per output channel;
 //! - then a relu (`Activation(act_type='relu')` or `relu`), applied while the bias is added.
 //!
@@ -35,11 +36,12 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("MXRT_FOLD").map_or(true, |v| v.trim() != "0"))
 }
 
-/// A BatchNorm folded into a convolution: its epsilon and the graph inputs holding gamma,
-/// beta, the moving mean and the moving variance.
+/// A BatchNorm folded into a convolution: its epsilon, whether gamma is fixed at 1, and the
+/// graph inputs holding gamma, beta, the moving mean and the moving variance.
 #[derive(Clone, Copy, Debug)]
 struct FoldedBn {
     eps: f64,
+    fix_gamma: bool,
     gamma: usize,
     beta: usize,
     mean: usize,
@@ -152,7 +154,8 @@ pub(super) fn chains(runner: &GraphRunner, descs: &[TensorDesc], training: bool)
         {
             let p = &op.params;
             let global = flag(p, "use_global_stats", false);
-            let ok = flag(p, "fix_gamma", true) == Some(false)
+            let fix_gamma = flag(p, "fix_gamma", true);
+            let ok = fix_gamma.is_some()
                 && flag(p, "output_mean_var", false) == Some(false)
                 && raw(p, "axis").is_none_or(|a| param::int(a) == Some(1))
                 && (global == Some(true) || (!training && global.is_some()));
@@ -173,6 +176,7 @@ pub(super) fn chains(runner: &GraphRunner, descs: &[TensorDesc], training: bool)
             if ok && let (Some(eps), Some(ins)) = (eps, ins) {
                 chain.bn = Some(FoldedBn {
                     eps,
+                    fix_gamma: fix_gamma == Some(true),
                     gamma: ins[0],
                     beta: ins[1],
                     mean: ins[2],
@@ -343,7 +347,8 @@ impl PreparedConv {
             let per = weight.len() / co.max(1);
             let mut b = vec![0.0f32; co];
             for o in 0..co {
-                let s = f64::from(gamma[o]) / (f64::from(var[o]) + bn.eps).sqrt();
+                let g = if bn.fix_gamma { 1.0 } else { f64::from(gamma[o]) };
+                let s = g / (f64::from(var[o]) + bn.eps).sqrt();
                 for v in &mut weight[o * per..][..per] {
                     *v = (f64::from(*v) * s) as f32;
                 }
