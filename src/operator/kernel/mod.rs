@@ -15,19 +15,20 @@
 /// `$vis fn $name(args) -> ret`: `$body(args)` compiled for AVX-512, for AVX2 + FMA and for the
 /// baseline, the widest the CPU has called at run time (`$body` is `#[inline(always)]`, so each
 /// copy vectorises for its unit). `std`'s feature detection caches its answer, so the choice is
-/// an atomic load per call.
+/// an atomic load per call. The function may take type parameters (`name<R: Real>(...)`), each
+/// copy instantiated per type.
 macro_rules! multiversion {
-    ($(#[$attr:meta])* $vis:vis $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? => $body:ident) => {
+    ($(#[$attr:meta])* $vis:vis $name:ident $(<$($gen:ident: $bound:path),+>)? ($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? => $body:ident) => {
         $(#[$attr])*
-        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+        $vis fn $name $(<$($gen: $bound),+>)? ($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) $(-> $ret)? {
+                fn avx512 $(<$($gen: $bound),+>)? ($($arg: $ty),*) $(-> $ret)? {
                     $body($($arg),*)
                 }
                 #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) $(-> $ret)? {
+                fn avx2 $(<$($gen: $bound),+>)? ($($arg: $ty),*) $(-> $ret)? {
                     $body($($arg),*)
                 }
                 if std::arch::is_x86_feature_detected!("avx512f") {

@@ -14,7 +14,9 @@
 //! windows. Their gradients zero the plane and route each output gradient (max) or spread it
 //! back through the same two passes (average, sum). `Pooling_v1` and lp pooling go through
 //! float64 plane copies window by window. Each (image, channel) plane is independent; planes
-//! are split over the intra-op pool when the work is worth a hand-off.
+//! are split over the intra-op pool when the work is worth a hand-off. A plane's direct pass is
+//! compiled for AVX-512, for AVX2 + FMA and for the baseline (`multiversion!`), global pooling
+//! (one window over the whole plane) inside the same bodies.
 
 use super::element::Element;
 use super::map::Ptr;
@@ -652,18 +654,9 @@ fn whole_backward<R: Real>(g: &PoolGeom, d: R, x: &[R], y: R, dx: &mut [R]) {
     }
 }
 
-/// Whether the plane passes run as AVX-512 code (chosen once).
-fn wide() -> bool {
-    super::vmath::level() == super::vmath::Level::Avx512
-}
-
-/// [`plane_forward`] compiled for AVX-512.
-///
-/// # Safety
-/// The CPU must have AVX-512F, AVX-512BW, AVX-512DQ, AVX-512VL, AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-unsafe fn plane_forward_avx512<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
+/// One plane's forward: [`whole_forward`] for global pooling, else [`plane_forward`].
+#[inline(always)]
+fn plane_forward_body<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
     if whole_plane(g) {
         out[0] = whole_forward(g, x, low);
     } else {
@@ -671,29 +664,11 @@ unsafe fn plane_forward_avx512<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], ou
     }
 }
 
-/// One plane's forward on this CPU's widest instructions.
-fn plane_forward_any<R: Real>(wide: bool, g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
-    #[cfg(target_arch = "x86_64")]
-    if wide {
-        // SAFETY: `wide` says the CPU has AVX-512 (see `wide()`).
-        return unsafe { plane_forward_avx512(g, win, x, out, col, low) };
-    }
-    let _ = wide;
-    if whole_plane(g) {
-        out[0] = whole_forward(g, x, low);
-    } else {
-        plane_forward(g, win, x, out, col, low)
-    }
-}
-
-/// [`plane_backward`] compiled for AVX-512.
-///
-/// # Safety
-/// As [`plane_forward_avx512`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+/// One plane's gradient (`dx` overwritten): [`whole_backward`] for global pooling, else
+/// [`plane_backward`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn plane_backward_avx512<R: Real>(
+#[inline(always)]
+fn plane_backward_body<R: Real>(
     g: &PoolGeom,
     win: &Windows,
     dy: &[R],
@@ -713,42 +688,41 @@ unsafe fn plane_backward_avx512<R: Real>(
     }
 }
 
-/// One plane's gradient on this CPU's widest instructions.
-#[allow(clippy::too_many_arguments)]
-fn plane_backward_any<R: Real>(
-    wide: bool,
-    g: &PoolGeom,
-    win: &Windows,
-    dy: &[R],
-    x: &[R],
-    y: &[R],
-    dx: &mut [R],
-    t: &mut [R],
-    dd: &mut [R],
-    rows: &mut Vec<usize>,
-    code: &mut [u32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if wide {
-        // SAFETY: `wide` says the CPU has AVX-512 (see `wide()`).
-        return unsafe { plane_backward_avx512(g, win, dy, x, y, dx, t, dd, rows, code) };
-    }
-    let _ = wide;
-    if whole_plane(g) {
-        let (xs, ys) = if g.kind == PoolKind::Max { (x, y[0]) } else { (&[][..], R::ZERO) };
-        whole_backward(g, dy[0], xs, ys, dx);
-    } else {
-        plane_backward(g, win, dy, x, y, dx, t, dd, rows, code)
-    }
-}
+multiversion!(
+    /// [`plane_forward_body`] on this CPU's widest vectors.
+    plane_forward_any<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) => plane_forward_body
+);
+multiversion!(
+    /// [`plane_backward_body`] on this CPU's widest vectors.
+    #[allow(clippy::too_many_arguments)]
+    plane_backward_any<R: Real>(
+        g: &PoolGeom,
+        win: &Windows,
+        dy: &[R],
+        x: &[R],
+        y: &[R],
+        dx: &mut [R],
+        t: &mut [R],
+        dd: &mut [R],
+        rows: &mut Vec<usize>,
+        code: &mut [u32],
+    ) => plane_backward_body
+);
 
-fn forward_direct<T: Element, R: Real>(g: &PoolGeom, x: &[T], y: &mut [T]) {
+/// One plane's forward (as [`plane_forward_body`]).
+type PlaneForward<R> = fn(&PoolGeom, &Windows, &[R], &mut [R], &mut [R], R);
+/// One plane's gradient (as [`plane_backward_body`]).
+type PlaneBackward<R> =
+    fn(&PoolGeom, &Windows, &[R], &[R], &[R], &mut [R], &mut [R], &mut [R], &mut Vec<usize>, &mut [u32]);
+
+/// The direct passes' forward, each plane by `plane` ([`plane_forward_any`]; the tests also
+/// give it the baseline body).
+fn forward_direct<T: Element, R: Real>(g: &PoolGeom, x: &[T], y: &mut [T], plane: PlaneForward<R>) {
     let planes = g.batch * g.channels;
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     let yp = Ptr(y.as_mut_ptr());
     let win = Windows::new(g);
     let low = <R as Element>::from_f64(lowest::<T>());
-    let wide = wide();
     split_planes(planes, in_sp + out_sp, |range| {
         let (mut xb, mut ob) = (Vec::new(), Vec::new());
         let mut col = vec![R::ZERO; g.input[2]];
@@ -757,7 +731,7 @@ fn forward_direct<T: Element, R: Real>(g: &PoolGeom, x: &[T], y: &mut [T]) {
             // SAFETY: `y` holds `planes × out_sp` elements (asserted by the caller) and plane
             // p is written by this range only.
             let (os, direct) = unsafe { plane_out::<T, R>(g, yp, p, out_sp, &mut ob) };
-            plane_forward_any(wide, g, &win, xs, os, &mut col, low);
+            plane(g, &win, xs, os, &mut col, low);
             if !direct {
                 // SAFETY: as above.
                 unsafe { plane_out_store(g, yp, p, out_sp, &ob) };
@@ -766,13 +740,20 @@ fn forward_direct<T: Element, R: Real>(g: &PoolGeom, x: &[T], y: &mut [T]) {
     });
 }
 
-fn backward_direct<T: Element, R: Real>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [T]) {
+/// The direct passes' gradient, each plane by `plane` (as [`forward_direct`]).
+fn backward_direct<T: Element, R: Real>(
+    g: &PoolGeom,
+    dy: &[T],
+    x: &[T],
+    y: &[T],
+    dx: &mut [T],
+    plane: PlaneBackward<R>,
+) {
     let planes = g.batch * g.channels;
     let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
     let dxp = Ptr(dx.as_mut_ptr());
     let win = Windows::new(g);
     let max = g.kind == PoolKind::Max;
-    let wide = wide();
     split_planes(planes, 2 * in_sp + 2 * out_sp, |range| {
         let (mut db, mut xb, mut yb, mut ob) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut t, mut dd) = (vec![R::ZERO; g.input[2]], vec![R::ZERO; g.output[2]]);
@@ -791,7 +772,7 @@ fn backward_direct<T: Element, R: Real>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T]
             // SAFETY: `dx` holds `planes × in_sp` elements (asserted by the caller) and plane
             // p is written by this range only.
             let (os, direct) = unsafe { plane_out::<T, R>(g, dxp, p, in_sp, &mut ob) };
-            plane_backward_any(wide, g, &win, ds, xs, ys, os, &mut t, &mut dd, &mut rows, &mut code);
+            plane(g, &win, ds, xs, ys, os, &mut t, &mut dd, &mut rows, &mut code);
             if !direct {
                 // SAFETY: as above.
                 unsafe { plane_out_store(g, dxp, p, in_sp, &ob) };
@@ -807,9 +788,9 @@ pub fn forward<T: Element>(g: &PoolGeom, x: &[T], y: &mut [T]) {
     assert!(x.len() >= planes * in_sp && y.len() >= planes * out_sp);
     if direct_kind(g) {
         if T::DTYPE == crate::dtype::DType::F64 {
-            forward_direct::<T, f64>(g, x, y);
+            forward_direct::<T, f64>(g, x, y, plane_forward_any);
         } else {
-            forward_direct::<T, f32>(g, x, y);
+            forward_direct::<T, f32>(g, x, y, plane_forward_any);
         }
         return;
     }
@@ -860,9 +841,9 @@ pub fn backward<T: Element>(g: &PoolGeom, dy: &[T], x: &[T], y: &[T], dx: &mut [
     assert!(y.len() >= planes * out_sp && dy.len() >= planes * out_sp);
     if direct_kind(g) {
         if T::DTYPE == crate::dtype::DType::F64 {
-            backward_direct::<T, f64>(g, dy, x, y, dx);
+            backward_direct::<T, f64>(g, dy, x, y, dx, plane_backward_any);
         } else {
-            backward_direct::<T, f32>(g, dy, x, y, dx);
+            backward_direct::<T, f32>(g, dy, x, y, dx, plane_backward_any);
         }
         return;
     }
@@ -966,5 +947,132 @@ mod tests {
         let mut dx = [9.0f32; 4];
         backward(&g, &[1.0; 3], &ones, &y, &mut dx);
         assert_eq!(dx, [1.0, 1.0, 1.0, 0.0]);
+    }
+
+    /// MXNet's pooling, window by window in f64: the outputs and the input gradient.
+    fn naive(g: &PoolGeom, x: &[f64], dy: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let (is, os) = (g.in_sp(), g.out_sp());
+        let planes = g.batch * g.channels;
+        let (mut y, mut dx) = (vec![0.0; planes * os], vec![0.0; planes * is]);
+        let range = |a: usize, o: usize| {
+            let s = (o * g.stride[a]) as isize - g.pad[a] as isize;
+            let e = (s + g.kernel[a] as isize).min((g.input[a] + g.pad[a]) as isize);
+            let padded = (e - s).max(0) as usize;
+            (s.max(0) as usize, (e.max(0) as usize).min(g.input[a]), padded)
+        };
+        for p in 0..planes {
+            for (o, (oz, oy, ox)) in (0..g.output[0])
+                .flat_map(|z| (0..g.output[1]).flat_map(move |y| (0..g.output[2]).map(move |x| (z, y, x))))
+                .enumerate()
+            {
+                let ((z0, z1, pz), (y0, y1, py), (x0, x1, px)) = (range(0, oz), range(1, oy), range(2, ox));
+                let mut at = Vec::new();
+                for z in z0..z1 {
+                    for yy in y0..y1.max(y0) {
+                        for xx in x0..x1.max(x0) {
+                            at.push(p * is + (z * g.input[1] + yy) * g.input[2] + xx);
+                        }
+                    }
+                }
+                let d = dy[p * os + o];
+                y[p * os + o] = match g.kind {
+                    PoolKind::Max => {
+                        let m = at.iter().map(|&i| x[i]).fold(f32::MIN as f64, f64::max);
+                        if let Some(&i) = at.iter().find(|&&i| x[i] == m) {
+                            dx[i] += d;
+                        }
+                        m
+                    }
+                    _ => {
+                        let div = match g.kind {
+                            PoolKind::Avg if g.count_include_pad => pz * py * px,
+                            PoolKind::Avg => at.len(),
+                            _ => 1,
+                        };
+                        let div = div.max(1) as f64;
+                        at.iter().for_each(|&i| dx[i] += d / div);
+                        at.iter().map(|&i| x[i]).sum::<f64>() / div
+                    }
+                };
+            }
+        }
+        (y, dx)
+    }
+
+    /// Pseudo-random values in [-1, 1) on a coarse grid, so that windows hold ties.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                ((s >> 16) % 64) as f32 / 32.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn check<R: Real>(g: &PoolGeom, fwd: PlaneForward<R>, bwd: PlaneBackward<R>) {
+        let (is, os) = (g.in_sp(), g.out_sp());
+        let planes = g.batch * g.channels;
+        let xv: Vec<R> = values(planes * is, 7).iter().map(|&v| <R as Element>::from_f64(v as f64)).collect();
+        let dyv: Vec<R> = values(planes * os, 9).iter().map(|&v| <R as Element>::from_f64(v as f64)).collect();
+        let f = |v: &[R]| v.iter().map(|&a| Element::to_f64(a)).collect::<Vec<f64>>();
+        let (want_y, want_dx) = naive(g, &f(&xv), &f(&dyv));
+        let mut y = vec![R::ZERO; planes * os];
+        forward_direct::<R, R>(g, &xv, &mut y, fwd);
+        let mut dx = vec![<R as Element>::from_f64(7.0); planes * is];
+        backward_direct::<R, R>(g, &dyv, &xv, &y, &mut dx, bwd);
+        for (what, got, want) in [("y", f(&y), want_y), ("dx", f(&dx), want_dx)] {
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{g:?}: {what}[{i}] = {a}, want {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn direct_passes_match_a_naive_pooling_on_every_dispatch() {
+        let base = PoolGeom {
+            batch: 2,
+            channels: 3,
+            input: [1, 9, 11],
+            output: [1, 1, 1],
+            kernel: [1, 2, 2],
+            stride: [1, 2, 2],
+            pad: [0, 0, 0],
+            channels_last: false,
+            kind: PoolKind::Max,
+            count_include_pad: true,
+            v1: false,
+        };
+        let mut cases = Vec::new();
+        // (input, kernel, stride, pad): LeNet's 2×2 and a 3×3 at stride 3 on sizes they do
+        // not divide, 3×3 stride 2 with padding,
+        // stride 1, wide rows (whole-row routing), a 5-wide window, 3-D, global pooling
+        for (input, kernel, stride, pad) in [
+            ([1, 9, 11], [1, 2, 2], [1, 2, 2], [0, 0, 0]),
+            ([1, 10, 14], [1, 3, 3], [1, 3, 3], [0, 0, 0]),
+            ([1, 13, 15], [1, 3, 3], [1, 2, 2], [0, 1, 1]),
+            ([1, 7, 10], [1, 3, 3], [1, 1, 1], [0, 1, 1]),
+            ([1, 5, 83], [1, 2, 2], [1, 2, 2], [0, 0, 0]),
+            ([1, 4, 70], [1, 3, 3], [1, 1, 1], [0, 0, 0]),
+            ([1, 8, 9], [1, 5, 5], [1, 2, 3], [0, 2, 2]),
+            ([3, 5, 6], [2, 2, 3], [1, 2, 2], [1, 0, 1]),
+            ([1, 7, 7], [1, 7, 7], [1, 1, 1], [0, 0, 0]),
+            ([1, 1, 37], [1, 1, 37], [1, 1, 1], [0, 0, 0]),
+        ] {
+            let output: [usize; 3] =
+                std::array::from_fn(|a| (input[a] + 2 * pad[a] - kernel[a]) / stride[a] + 1);
+            for (kind, cip) in [(PoolKind::Max, true), (PoolKind::Avg, true), (PoolKind::Avg, false), (PoolKind::Sum, true)] {
+                cases.push(PoolGeom { input, output, kernel, stride, pad, kind, count_include_pad: cip, ..base });
+            }
+        }
+        // 'full' convention: the last 2×2 windows hang over the bottom and right edges
+        let input = [1, 9, 11];
+        cases.push(PoolGeom { input, output: [1, 5, 6], kernel: [1, 2, 2], stride: [1, 2, 2], ..base });
+        for g in &cases {
+            check::<f32>(g, plane_forward_any, plane_backward_any);
+            check::<f32>(g, plane_forward_body, plane_backward_body);
+            check::<f64>(g, plane_forward_any, plane_backward_any);
+            check::<f64>(g, plane_forward_body, plane_backward_body);
+        }
     }
 }
