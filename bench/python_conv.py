@@ -1,6 +1,6 @@
 """Convolution and pooling forward + backward through MXNet's Python package on the library
 MXNET_LIBRARY_PATH names (the wheel's libmxnet.so, with oneDNN, when unset): the layers of LeNet
-and ResNet-18 (3x3 and 1x1 at stride 1 and 2, the 7x7 stem), a MobileNet depthwise 3x3, and
+and ResNet-18 (3x3 and 1x1 at stride 1 and 2, the 7x7 stem), MobileNet depthwise 3x3 (stride 1, 2), and
 pooling, at batch MXBENCH_CONV_BATCH (32). Each figure is the median over MXBENCH_REPEATS
 (3) timings of a few autograd steps (record, forward, backward, wait), in milliseconds per
 step. The intra-op threads are the caller's OMP_NUM_THREADS (run.sh sets it to its thread
@@ -37,6 +37,7 @@ CONV = [
     ("resnet_3x3_512_s1", (512, 7, 7), dict(kernel=(3, 3), pad=(1, 1), num_filter=512, no_bias=True)),
     ("conv_1x1_256_s1", (256, 14, 14), dict(kernel=(1, 1), num_filter=256, no_bias=True)),
     ("mobilenet_dw_3x3_128", (128, 56, 56), dict(kernel=(3, 3), pad=(1, 1), num_filter=128, num_group=128, no_bias=True)),
+    ("mobilenet_dw_3x3_128_s2", (128, 56, 56), dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), num_filter=128, num_group=128, no_bias=True)),
 ]
 POOL = [
     ("resnet_maxpool_3x3_s2", (64, 112, 112), dict(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="max")),

@@ -81,7 +81,7 @@ CONV = [
     ("5x5_small_img", (3, 20, 12, 12), (5, 5), {}, 50, 1, False, ("float32",)),
     ("5x5_small_pad_b1", (1, 20, 11, 13), (5, 5), dict(pad=(2, 1)), 17, 1, True, ("float32",)),
     # depthwise: the direct float32 kernels (rows shorter and longer than a 16-lane vector,
-    # y stride, dilation, padding past the kernel, 1-D) and the generic loops (x stride 2, float64)
+    # x and y strides, dilation, padding past the kernel, 1-D) and the generic loops (float64)
     ("dw_3x3", (2, 6, 9, 37), (3, 3), dict(pad=(1, 1)), 6, 6, False, ("float32", "float64")),
     ("dw_3x3_nopad", (3, 4, 7, 20), (3, 3), {}, 4, 4, True, ("float32",)),
     ("dw_5x5_stride_y2", (2, 5, 13, 18), (5, 5), dict(pad=(2, 1), stride=(2, 1)), 5, 5, True, ("float32",)),
@@ -89,6 +89,10 @@ CONV = [
     ("dw_pad_wide", (1, 3, 5, 6), (3, 3), dict(pad=(3, 2)), 3, 3, True, ("float32",)),
     ("dw_1d", (2, 6, 33), (3,), dict(pad=(1,)), 6, 6, False, ("float32",)),
     ("dw_3x3_stride2", (2, 4, 12, 19), (3, 3), dict(pad=(1, 1), stride=(2, 2)), 4, 4, True, ("float32",)),
+    # x stride 2 and 3: rows longer than a block, no padding, odd sizes, bias
+    ("dw_3x3_s2_wide", (2, 8, 30, 57), (3, 3), dict(pad=(1, 1), stride=(2, 2)), 8, 8, False, ("float32",)),
+    ("dw_3x3_s2_nopad_odd", (3, 5, 13, 23), (3, 3), dict(stride=(2, 2)), 5, 5, True, ("float32",)),
+    ("dw_5x5_s3_2", (2, 4, 17, 29), (5, 5), dict(pad=(2, 2), stride=(3, 2)), 4, 4, False, ("float32",)),
 ]
 for i, (name, shape, kernel, extra, nf, ng, no_bias, dtypes) in enumerate(CONV):
     arrays = [rand(shape, 10 + i), rand((nf, shape[1] // ng) + kernel, 100 + i)]

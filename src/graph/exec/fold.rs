@@ -22,6 +22,7 @@
 use super::{GraphRunner, Step};
 use crate::dtype::DType;
 use crate::operator::kernel::conv::{ConvGeom, lower, winograd_geom};
+use crate::operator::kernel::depthwise::{self, Epilogue};
 use crate::operator::kernel::gemm::{Operand, matmul};
 use crate::operator::kernel::winograd::{self, Wino};
 use crate::operator::op::TensorDesc;
@@ -370,6 +371,15 @@ impl PreparedConv {
         let p = self.prepared(ins, versions);
         if self.narrow {
             self.run_narrow(&p, x, y);
+            return;
+        }
+        if depthwise::applies(&self.geom) {
+            // the bias and relu applied in the kernel's store
+            let e = Epilogue {
+                bias: p.bias.as_deref(),
+                relu: self.relu,
+            };
+            depthwise::forward_with(&self.geom, x, &p.weight, e, y);
             return;
         }
         match &self.wino {

@@ -16,8 +16,8 @@
 //! multiplies the image itself. With several images the batch is split over the intra-op pool
 //! (each thread with its own column buffer and a serial GEMM); a single image gets the GEMM's own
 //! threads. Float32 layers have faster paths: Winograd (`winograd.rs`) for 3×3 stride-1 layers,
-//! a direct AVX-512 kernel (`direct.rs`) for few-input-channel and stride-2 layers, and row loops
-//! (`depthwise.rs`) for depthwise ones.
+//! a direct AVX-512 kernel (`direct.rs`) for few-input-channel and stride-2 layers, and direct
+//! register-blocked kernels (`depthwise.rs`) for depthwise ones.
 
 use super::depthwise;
 use super::direct;
@@ -896,10 +896,10 @@ mod tests {
     fn direct_and_depthwise_kernels_match_a_direct_convolution_and_their_adjoints() {
         // (batch, groups, in, out, [h, w], kernel, stride, dilate, pad): the direct kernel's
         // stem-like and stride-2 layers (out channels not a multiple of 8, partial vectors) and
-        // depthwise layers (y stride, dilation, padding past the kernel)
+        // depthwise layers (x and y strides, dilation, padding past the kernel)
         type Pair = [usize; 2];
         type Case = (usize, usize, usize, usize, Pair, Pair, Pair, Pair, Pair);
-        let cases: [Case; 7] = [
+        let cases: [Case; 9] = [
             (2, 1, 3, 20, [45, 70], [7, 7], [2, 2], [1, 1], [3, 3]),
             (2, 1, 16, 12, [20, 66], [3, 3], [2, 2], [1, 1], [1, 1]),
             (2, 1, 3, 8, [20, 40], [3, 3], [1, 1], [2, 2], [2, 2]),
@@ -907,6 +907,8 @@ mod tests {
             (2, 5, 5, 5, [13, 18], [5, 5], [2, 1], [1, 1], [2, 1]),
             (2, 4, 4, 4, [12, 19], [3, 3], [1, 1], [2, 2], [2, 2]),
             (1, 3, 3, 3, [5, 6], [3, 3], [1, 1], [1, 1], [3, 2]),
+            (2, 4, 4, 4, [15, 33], [3, 3], [2, 2], [1, 1], [1, 1]),
+            (1, 3, 3, 3, [16, 29], [3, 3], [3, 2], [1, 2], [0, 2]),
         ];
         for (batch, groups, in_ch, out_ch, [h, w], k, s, d, p) in cases {
             let out = |i: usize| (([h, w][i] + 2 * p[i] - (d[i] * (k[i] - 1) + 1)) / s[i]) + 1;

@@ -1,22 +1,47 @@
 //! Direct float32 kernels for depthwise convolutions (one input and one output channel per
-//! group) at x stride 1: the forward, the data gradient and the weight gradient, each a loop over
-//! a plane's rows that adds every kernel tap's contiguous run with a vector `axpy` (or, for the
-//! weight gradient, a vector dot product kept in 16 lanes per tap). A 1-D or 2-D depthwise layer
-//! with any kernel size, padding, dilation and y stride takes them; the rest keep `conv.rs`'s
-//! generic loops.
+//! group): the forward, the data gradient and the weight gradient of 1-D and 2-D layers with any
+//! kernel size, stride, dilation and padding.
 //!
-//! Each body is compiled for AVX-512 and for AVX2 + FMA and the best one the CPU has is picked at
-//! run time. Planes (and, for the weight gradient, channels) are split over the intra-op pool;
-//! the weight gradient sums its images in order, so its result does not depend on scheduling.
+//! Each plane is first copied into a zero-padded scratch laid out so that every kernel tap is one
+//! constant shift of a flat index:
+//!
+//! - forward and weight gradient: the padded input split into its `sy × sx` stride phases, each a
+//!   sub-plane of `zw`-wide rows (sub-plane `(ry, rx)` row `r` column `c` holds padded input
+//!   `(r·sy + ry, c·sx + rx)`). Output `(oy, ox)` sits at flat index `f = oy·zw + ox` and tap
+//!   `(a, b)` reads the scratch at `f + shift(a, b)`; the columns `ox ≥ ow` of the flat grid are
+//!   computed and dropped.
+//! - data gradient (the transpose): the output gradient `dy` padded on a `zw`-wide grid, and the
+//!   input gradient computed one stride phase `(ry, rx)` at a time: input `(iy, ix) = (jy·sy + ry,
+//!   jx·sx + rx)` is the sum over the taps that reach it of `w · dy` at a constant shift of `jy·zw
+//!   + jx` (at stride 1: a correlation of `dy` with the flipped kernel).
+//!
+//! The forward and data gradient then compute [`B`] flat outputs at a time in registers (`V`
+//! 16-lane accumulators, each tap one broadcast weight and `V` shifted loads), and store the
+//! valid ones with the epilogue: the forward can add a per-channel bias and apply a relu in that
+//! store (prepared inference convolutions). The weight gradient keeps 16 lanes per tap for up to
+//! [`TG`] taps at a time and streams the output gradient (zero in the dropped columns) once per
+//! group, so a 3×3 kernel reads each image's `dy` and input scratch once.
+//!
+//! Each body is compiled for AVX-512, for AVX2 + FMA and for the baseline, and the best one the
+//! CPU has is picked at run time (products and sums are separate roundings on every path, so
+//! they agree bit for bit). Planes (and, for the weight gradient, channels) are split over the
+//! intra-op pool; the weight gradient sums its images in order, so its result does not depend on
+//! scheduling.
 
 use super::conv::{ConvGeom, split};
 use super::map::Ptr;
 
-/// Lanes of the weight gradient's partial sums.
+/// Lanes of one accumulator.
 const L: usize = 16;
+/// Accumulators (vectors of outputs) per block of the forward and data gradient.
+const V: usize = 4;
+/// Flat outputs per block.
+const B: usize = L * V;
+/// Taps per group of weight-gradient accumulators (a 3×3 kernel's in one).
+const TG: usize = 9;
 
 /// One channel's plane geometry.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Plane {
     ih: usize,
     iw: usize,
@@ -25,6 +50,7 @@ struct Plane {
     kh: usize,
     kw: usize,
     sy: usize,
+    sx: usize,
     dy: usize,
     dx: usize,
     py: usize,
@@ -41,6 +67,7 @@ impl Plane {
             kh: g.kernel[1],
             kw: g.kernel[2],
             sy: g.stride[1],
+            sx: g.stride[2],
             dy: g.dilate[1],
             dx: g.dilate[2],
             py: g.pad[1],
@@ -56,26 +83,318 @@ impl Plane {
     fn taps(&self) -> usize {
         self.kh * self.kw
     }
-    /// The input row of output row `oy` and kernel row `a`, if it exists.
-    #[inline(always)]
-    fn in_row(&self, oy: usize, a: usize) -> Option<usize> {
-        let iy = (oy * self.sy + a * self.dy) as isize - self.py as isize;
-        (iy >= 0 && (iy as usize) < self.ih).then_some(iy as usize)
+}
+
+/// The forward's phase-split scratch (see the module docs): `rows` rows of `zw` per sub-plane.
+#[derive(Clone, Copy, Debug)]
+struct Split {
+    rows: usize,
+    zw: usize,
+}
+
+impl Split {
+    fn of(p: &Plane) -> Split {
+        Split {
+            rows: p.oh + (p.kh - 1) * p.dy / p.sy,
+            zw: p.ow + (p.kw - 1) * p.dx / p.sx,
+        }
     }
-    /// For kernel column `b`: the outputs `lo..hi` whose input `x + off` exists, and the input
-    /// index of output `lo`.
-    #[inline(always)]
-    fn run(&self, b: usize) -> (usize, usize, usize) {
-        let off = (b * self.dx) as isize - self.px as isize;
-        let lo = if off >= 0 { 0 } else { (-off) as usize };
-        let hi = (self.iw as isize - off).clamp(0, self.ow as isize) as usize;
-        let lo = lo.min(self.ow);
-        let hi = hi.max(lo);
-        (lo, hi, (lo as isize + off) as usize)
+    fn sub(&self) -> usize {
+        self.rows * self.zw
+    }
+    /// Scratch length: the sub-planes, then zeros for the last block's reads past them.
+    fn len(&self, p: &Plane) -> usize {
+        p.sy * p.sx * self.sub() + self.zw + B
+    }
+    /// Flat shift of tap `(a, b)`.
+    fn shift(&self, p: &Plane, a: usize, b: usize) -> usize {
+        let (ya, xb) = (a * p.dy, b * p.dx);
+        ((ya % p.sy) * p.sx + xb % p.sx) * self.sub() + (ya / p.sy) * self.zw + xb / p.sx
+    }
+    /// Output gradient on the flat grid (`oh` rows of `zw`, rounded up to a block, zero padded).
+    fn grid_len(&self, p: &Plane) -> usize {
+        (p.oh * self.zw).div_ceil(B) * B
     }
 }
 
-/// Whether `g` takes these kernels: depthwise, 1-D or 2-D, x stride 1.
+/// Copies plane `x` into `s` as [`Split`] lays it out (zeros in the padding).
+#[inline(always)]
+fn fill_split(p: &Plane, sp: &Split, x: &[f32], s: &mut [f32]) {
+    let s = &mut s[..sp.len(p)];
+    s.fill(0.0);
+    for ry in 0..p.sy {
+        for rx in 0..p.sx {
+            let base = (ry * p.sx + rx) * sp.sub();
+            // columns c with 0 <= c·sx + rx - px < iw
+            let c0 = p.px.saturating_sub(rx).div_ceil(p.sx).min(sp.zw);
+            let c1 = (p.iw + p.px).saturating_sub(rx).div_ceil(p.sx).clamp(c0, sp.zw);
+            if c0 == c1 {
+                continue;
+            }
+            for r in 0..sp.rows {
+                let iy = (r * p.sy + ry) as isize - p.py as isize;
+                if iy < 0 || iy as usize >= p.ih {
+                    continue;
+                }
+                let xr = &x[iy as usize * p.iw..][..p.iw];
+                let d = &mut s[base + r * sp.zw..][c0..c1];
+                let first = c0 * p.sx + rx - p.px;
+                if p.sx == 1 {
+                    d.copy_from_slice(&xr[first..first + d.len()]);
+                } else {
+                    for (v, &u) in d.iter_mut().zip(xr[first..].iter().step_by(p.sx)) {
+                        *v = u;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The sums of one block: `acc[i] = Σ_taps w · s[shift + f + i]`.
+#[inline(always)]
+fn block(s: &[f32], taps: &[(usize, f32)], f: usize) -> [f32; B] {
+    let mut acc = [[0.0f32; L]; V];
+    for &(off, w) in taps {
+        let src: &[f32; B] = s[off + f..][..B].try_into().unwrap();
+        for v in 0..V {
+            for l in 0..L {
+                acc[v][l] += w * src[v * L + l];
+            }
+        }
+    }
+    // SAFETY: `[[f32; L]; V]` and `[f32; B]` have the same size and alignment-compatible layout
+    // (B = L·V, f32 elements, no padding).
+    unsafe { std::mem::transmute::<[[f32; L]; V], [f32; B]>(acc) }
+}
+
+/// What the forward's store does to each sum: add a bias, then (optionally) a relu.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epilogue<'a> {
+    /// One per channel.
+    pub bias: Option<&'a [f32]>,
+    pub relu: bool,
+}
+
+/// `d = epilogue(a)` for one run of a row.
+#[inline(always)]
+fn store(d: &mut [f32], a: &[f32], bias: Option<f32>, relu: bool) {
+    match (bias, relu) {
+        (None, false) => d.copy_from_slice(a),
+        (Some(b), false) => d.iter_mut().zip(a).for_each(|(d, a)| *d = a + b),
+        (b, true) => d.iter_mut().zip(a).for_each(|(d, a)| {
+            let t = b.map_or(*a, |b| a + b);
+            // relu keeps NaN, as the unfused op does
+            *d = if t <= 0.0 { 0.0 } else { t };
+        }),
+    }
+}
+
+#[inline(always)]
+fn forward_body(
+    p: &Plane,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<f32>,
+    relu: bool,
+    s: &mut [f32],
+    y: &mut [f32],
+) {
+    let sp = Split::of(p);
+    fill_split(p, &sp, x, s);
+    let mut taps = [(0usize, 0.0f32); 64];
+    let mut heap = Vec::new();
+    let taps: &mut [(usize, f32)] = if p.taps() <= taps.len() {
+        &mut taps[..p.taps()]
+    } else {
+        heap.resize(p.taps(), (0, 0.0));
+        &mut heap
+    };
+    for a in 0..p.kh {
+        for b in 0..p.kw {
+            taps[a * p.kw + b] = (sp.shift(p, a, b), w[a * p.kw + b]);
+        }
+    }
+    let (n, zw, ow) = (p.oh * sp.zw, sp.zw, p.ow);
+    let mut f = 0;
+    while f < n {
+        let acc = block(s, taps, f);
+        // the block's valid outputs, row by row
+        let (mut i, mut oy, mut ox) = (0, f / zw, f % zw);
+        while i < B && oy < p.oh {
+            let take = (zw - ox).min(B - i);
+            if ox < ow {
+                let m = take.min(ow - ox);
+                store(&mut y[oy * ow + ox..][..m], &acc[i..i + m], bias, relu);
+            }
+            i += take;
+            ox += take;
+            if ox == zw {
+                ox = 0;
+                oy += 1;
+            }
+        }
+        f += B;
+    }
+}
+
+/// The data gradient's padded output-gradient grid (see the module docs): `dy` at rows
+/// `top..top + oh`, columns `left..left + ow` of `rows × zw`.
+#[derive(Clone, Copy, Debug)]
+struct Pad {
+    top: usize,
+    left: usize,
+    rows: usize,
+    zw: usize,
+}
+
+/// For stride `s`, dilation `d`, padding `pd`, kernel `k`, `n` outputs and `len` inputs: the
+/// (phase, tap) pairs that reach an input, with `q` the output index of input phase index 0
+/// (`q = (r + pd - t·d) / s`, exact).
+fn phase_taps(s: usize, d: usize, pd: usize, k: usize) -> impl Iterator<Item = (usize, usize, isize)> {
+    (0..s).flat_map(move |r| {
+        (0..k).filter_map(move |t| {
+            let num = (r + pd) as isize - (t * d) as isize;
+            (num.rem_euclid(s as isize) == 0).then(|| (r, t, num.div_euclid(s as isize)))
+        })
+    })
+}
+
+/// Inputs of phase `r` along an axis of `len` at stride `s`.
+fn phase_len(len: usize, s: usize, r: usize) -> usize {
+    len.saturating_sub(r).div_ceil(s)
+}
+
+impl Pad {
+    fn of(p: &Plane) -> Pad {
+        let axis = |s, d, pd, k, len, n| {
+            let mut lead = 0isize;
+            let mut span = n as isize;
+            for (r, _, q) in phase_taps(s, d, pd, k) {
+                lead = lead.max(-q);
+                span = span.max(phase_len(len, s, r) as isize + q);
+            }
+            (lead as usize, (lead + span) as usize)
+        };
+        let (top, rows) = axis(p.sy, p.dy, p.py, p.kh, p.ih, p.oh);
+        let (left, zw) = axis(p.sx, p.dx, p.px, p.kw, p.iw, p.ow);
+        Pad { top, left, rows, zw }
+    }
+    fn len(&self) -> usize {
+        self.rows * self.zw + self.zw + B
+    }
+}
+
+#[inline(always)]
+fn data_grad_body(p: &Plane, dy: &[f32], w: &[f32], s: &mut [f32], dx: &mut [f32]) {
+    let pd = Pad::of(p);
+    let s = &mut s[..pd.len()];
+    s.fill(0.0);
+    for oy in 0..p.oh {
+        s[(pd.top + oy) * pd.zw + pd.left..][..p.ow].copy_from_slice(&dy[oy * p.ow..][..p.ow]);
+    }
+    if p.sy > 1 || p.sx > 1 {
+        // phases no tap reaches stay zero
+        dx.fill(0.0);
+    }
+    let mut taps = Vec::with_capacity(p.taps());
+    for ry in 0..p.sy.min(p.ih) {
+        for rx in 0..p.sx.min(p.iw) {
+            taps.clear();
+            for (_, a, qa) in phase_taps(p.sy, p.dy, p.py, p.kh).filter(|t| t.0 == ry) {
+                for (_, b, qb) in phase_taps(p.sx, p.dx, p.px, p.kw).filter(|t| t.0 == rx) {
+                    let off = (qa + pd.top as isize) as usize * pd.zw + (qb + pd.left as isize) as usize;
+                    taps.push((off, w[a * p.kw + b]));
+                }
+            }
+            let (jh, jw) = (phase_len(p.ih, p.sy, ry), phase_len(p.iw, p.sx, rx));
+            let zw = pd.zw;
+            let n = jh * zw;
+            if taps.is_empty() {
+                continue;
+            }
+            let mut f = 0;
+            while f < n {
+                let acc = block(s, &taps, f);
+                let (mut i, mut jy, mut jx) = (0, f / zw, f % zw);
+                while i < B && jy < jh {
+                    let take = (zw - jx).min(B - i);
+                    if jx < jw {
+                        let m = take.min(jw - jx);
+                        let row = &mut dx[(jy * p.sy + ry) * p.iw..][..p.iw];
+                        if p.sx == 1 {
+                            row[jx..jx + m].copy_from_slice(&acc[i..i + m]);
+                        } else {
+                            let d = row[jx * p.sx + rx..].iter_mut().step_by(p.sx);
+                            for (d, a) in d.zip(&acc[i..i + m]) {
+                                *d = *a;
+                            }
+                        }
+                    }
+                    i += take;
+                    jx += take;
+                    if jx == zw {
+                        jx = 0;
+                        jy += 1;
+                    }
+                }
+                f += B;
+            }
+        }
+    }
+}
+
+/// Adds one image's plane to the taps' lane sums `acc` (`taps × L`); `s` and `grid` scratch.
+#[inline(always)]
+fn weight_grad_body(
+    p: &Plane,
+    x: &[f32],
+    dy: &[f32],
+    s: &mut [f32],
+    grid: &mut [f32],
+    acc: &mut [[f32; L]],
+) {
+    let sp = Split::of(p);
+    fill_split(p, &sp, x, s);
+    let n = sp.grid_len(p);
+    let grid = &mut grid[..n];
+    grid.fill(0.0);
+    for oy in 0..p.oh {
+        grid[oy * sp.zw..][..p.ow].copy_from_slice(&dy[oy * p.ow..][..p.ow]);
+    }
+    let kk = p.taps();
+    let mut t0 = 0;
+    while t0 < kk {
+        let m = TG.min(kk - t0);
+        // a short group repeats its first tap in the unused slots (their sums are dropped)
+        let mut off = [0usize; TG];
+        for (j, o) in off.iter_mut().enumerate() {
+            let t = t0 + if j < m { j } else { 0 };
+            *o = sp.shift(p, t / p.kw, t % p.kw);
+        }
+        let mut a = [[0.0f32; L]; TG];
+        a[..m].copy_from_slice(&acc[t0..t0 + m]);
+        let hi = off.iter().copied().max().unwrap_or(0) + n;
+        let s = &s[..hi];
+        for f in (0..n).step_by(L) {
+            let g: &[f32; L] = grid[f..f + L].try_into().unwrap();
+            for j in 0..TG {
+                let src: &[f32; L] = s[off[j] + f..][..L].try_into().unwrap();
+                for l in 0..L {
+                    a[j][l] += g[l] * src[l];
+                }
+            }
+        }
+        acc[t0..t0 + m].copy_from_slice(&a[..m]);
+        t0 += m;
+    }
+}
+
+multiversion!(forward_plane(p: &Plane, x: &[f32], w: &[f32], bias: Option<f32>, relu: bool, s: &mut [f32], y: &mut [f32]) => forward_body);
+multiversion!(data_grad_plane(p: &Plane, dy: &[f32], w: &[f32], s: &mut [f32], dx: &mut [f32]) => data_grad_body);
+multiversion!(weight_grad_plane(p: &Plane, x: &[f32], dy: &[f32], s: &mut [f32], grid: &mut [f32], acc: &mut [[f32; L]]) => weight_grad_body);
+
+/// Whether `g` takes these kernels: depthwise, 1-D or 2-D.
 pub fn applies(g: &ConvGeom) -> bool {
     g.in_ch == g.groups
         && g.out_ch == g.groups
@@ -83,106 +402,41 @@ pub fn applies(g: &ConvGeom) -> bool {
         && g.output[0] == 1
         && g.kernel[0] == 1
         && g.pad[0] == 0
-        && g.stride[2] == 1
+        && g.kernel[1] >= 1
+        && g.kernel[2] >= 1
+        && g.stride[1..].iter().all(|&s| s >= 1)
+        && g.dilate[1..].iter().all(|&d| d >= 1)
 }
-
-/// `y[i] += w · x[i]` over the shorter of the two.
-#[inline(always)]
-fn axpy(y: &mut [f32], w: f32, x: &[f32]) {
-    for (a, b) in y.iter_mut().zip(x) {
-        *a += w * *b;
-    }
-}
-
-/// `acc[i % L] += a[i] · b[i]`.
-#[inline(always)]
-fn dot_lanes(acc: &mut [f32; L], a: &[f32], b: &[f32]) {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut ca = a.chunks_exact(L);
-    let mut cb = b.chunks_exact(L);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..L {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    for (l, (x, y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
-        acc[l] += x * y;
-    }
-}
-
-#[inline(always)]
-fn forward_body(p: &Plane, x: &[f32], w: &[f32], y: &mut [f32]) {
-    for oy in 0..p.oh {
-        let yr = &mut y[oy * p.ow..][..p.ow];
-        yr.fill(0.0);
-        for a in 0..p.kh {
-            let Some(iy) = p.in_row(oy, a) else { continue };
-            let xr = &x[iy * p.iw..][..p.iw];
-            for b in 0..p.kw {
-                let (lo, hi, i) = p.run(b);
-                if lo < hi {
-                    axpy(&mut yr[lo..hi], w[a * p.kw + b], &xr[i..i + (hi - lo)]);
-                }
-            }
-        }
-    }
-}
-
-#[inline(always)]
-fn data_grad_body(p: &Plane, dy: &[f32], w: &[f32], dx: &mut [f32]) {
-    dx.fill(0.0);
-    for oy in 0..p.oh {
-        let yr = &dy[oy * p.ow..][..p.ow];
-        for a in 0..p.kh {
-            let Some(iy) = p.in_row(oy, a) else { continue };
-            let xr = &mut dx[iy * p.iw..][..p.iw];
-            for b in 0..p.kw {
-                let (lo, hi, i) = p.run(b);
-                if lo < hi {
-                    axpy(&mut xr[i..i + (hi - lo)], w[a * p.kw + b], &yr[lo..hi]);
-                }
-            }
-        }
-    }
-}
-
-/// Adds the taps' lane sums of one image's plane to `acc` (`taps × L`).
-#[inline(always)]
-fn weight_grad_body(p: &Plane, x: &[f32], dy: &[f32], acc: &mut [[f32; L]]) {
-    for oy in 0..p.oh {
-        let yr = &dy[oy * p.ow..][..p.ow];
-        for a in 0..p.kh {
-            let Some(iy) = p.in_row(oy, a) else { continue };
-            let xr = &x[iy * p.iw..][..p.iw];
-            for b in 0..p.kw {
-                let (lo, hi, i) = p.run(b);
-                if lo < hi {
-                    dot_lanes(&mut acc[a * p.kw + b], &yr[lo..hi], &xr[i..i + (hi - lo)]);
-                }
-            }
-        }
-    }
-}
-
-multiversion!(forward_plane(p: &Plane, x: &[f32], w: &[f32], y: &mut [f32]) => forward_body);
-multiversion!(data_grad_plane(p: &Plane, dy: &[f32], w: &[f32], dx: &mut [f32]) => data_grad_body);
-multiversion!(weight_grad_plane(p: &Plane, x: &[f32], dy: &[f32], acc: &mut [[f32; L]]) => weight_grad_body);
 
 /// `y = conv(x, w)` (see [`applies`]); `y` overwritten.
 pub fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32]) {
+    forward_with(g, x, w, Epilogue::default(), y);
+}
+
+/// `y = epilogue(conv(x, w))`: the bias and relu applied as the outputs are stored.
+pub fn forward_with(g: &ConvGeom, x: &[f32], w: &[f32], e: Epilogue, y: &mut [f32]) {
     let p = Plane::of(g);
-    each_plane(g, &p, x, p.in_sp(), w, y, p.out_sp(), forward_plane);
+    let c = g.in_ch;
+    assert!(e.bias.is_none_or(|b| b.len() >= c));
+    let len = Split::of(&p).len(&p);
+    each_plane(g, &p, x, p.in_sp(), w, y, p.out_sp(), len, |q, xs, wc, s, ys| {
+        let b = e.bias.map(|b| b[q % c]);
+        forward_plane(&p, xs, wc, b, e.relu, s, ys)
+    });
 }
 
 /// `dx = convᵀ(dy, w)`, the data gradient (see [`applies`]); `dx` overwritten.
 pub fn data_grad(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     let p = Plane::of(g);
-    each_plane(g, &p, dy, p.out_sp(), w, dx, p.in_sp(), data_grad_plane);
+    let len = Pad::of(&p).len();
+    each_plane(g, &p, dy, p.out_sp(), w, dx, p.in_sp(), len, |_, ys, wc, s, xs| {
+        data_grad_plane(&p, ys, wc, s, xs)
+    });
 }
 
-/// `plane(p, src plane, its channel's taps, dst plane)` for every (image, channel) plane of
-/// `src` (planes of `src_sp` values) into `dst` (planes of `dst_sp`), split over the pool.
+/// `plane(q, src plane, its channel's taps, scratch, dst plane)` for every (image, channel)
+/// plane `q` of `src` (planes of `src_sp` values) into `dst` (planes of `dst_sp`), split over the
+/// pool; each range has one scratch of `scratch` values.
 #[allow(clippy::too_many_arguments)]
 fn each_plane(
     g: &ConvGeom,
@@ -192,18 +446,20 @@ fn each_plane(
     w: &[f32],
     dst: &mut [f32],
     dst_sp: usize,
-    plane: fn(&Plane, &[f32], &[f32], &mut [f32]),
+    scratch: usize,
+    plane: impl Fn(usize, &[f32], &[f32], &mut [f32], &mut [f32]) + Sync,
 ) {
     let (kk, c) = (p.taps(), g.in_ch);
     let planes = g.batch * c;
     assert!(src.len() >= planes * src_sp && dst.len() >= planes * dst_sp && w.len() >= c * kk);
     let dp = Ptr(dst.as_mut_ptr());
     split(planes, |qs| {
+        let mut s = vec![0.0f32; scratch];
         for q in qs {
             // SAFETY: plane q of `dst` is written by this range only; in bounds (asserted).
             let ds = unsafe { std::slice::from_raw_parts_mut(dp.get().add(q * dst_sp), dst_sp) };
             let wc = &w[(q % c) * kk..][..kk];
-            plane(p, &src[q * src_sp..][..src_sp], wc, ds);
+            plane(q, &src[q * src_sp..][..src_sp], wc, &mut s, ds);
         }
     });
 }
@@ -213,14 +469,18 @@ pub fn weight_grad(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32]) {
     let p = Plane::of(g);
     let (isp, osp, kk, c) = (p.in_sp(), p.out_sp(), p.taps(), g.in_ch);
     assert!(x.len() >= g.batch * c * isp && dy.len() >= g.batch * c * osp && dw.len() >= c * kk);
+    let sp = Split::of(&p);
     let dwp = Ptr(dw.as_mut_ptr());
     split(c, |channels| {
         let mut acc = vec![[0.0f32; L]; kk];
+        let mut s = vec![0.0f32; sp.len(&p)];
+        let mut grid = vec![0.0f32; sp.grid_len(&p)];
         for ch in channels {
             acc.iter_mut().for_each(|a| *a = [0.0; L]);
             for n in 0..g.batch {
                 let q = n * c + ch;
-                weight_grad_plane(&p, &x[q * isp..][..isp], &dy[q * osp..][..osp], &mut acc);
+                let (xs, ys) = (&x[q * isp..][..isp], &dy[q * osp..][..osp]);
+                weight_grad_plane(&p, xs, ys, &mut s, &mut grid, &mut acc);
             }
             // SAFETY: channel ch's taps of `dw` are written by this range only; in bounds
             // (asserted).
@@ -230,4 +490,207 @@ pub fn weight_grad(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32]) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The instruction sets the bodies are tested on.
+    #[derive(Clone, Copy, Debug)]
+    enum Isa {
+        Best,
+        Avx2,
+        Baseline,
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod avx2 {
+        use super::super::*;
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn forward(p: &Plane, x: &[f32], w: &[f32], b: Option<f32>, r: bool, s: &mut [f32], y: &mut [f32]) {
+            forward_body(p, x, w, b, r, s, y)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn data_grad(p: &Plane, dy: &[f32], w: &[f32], s: &mut [f32], dx: &mut [f32]) {
+            data_grad_body(p, dy, w, s, dx)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn weight_grad(p: &Plane, x: &[f32], dy: &[f32], s: &mut [f32], g: &mut [f32], a: &mut [[f32; L]]) {
+            weight_grad_body(p, x, dy, s, g, a)
+        }
+    }
+
+    fn avx2_ok() -> bool {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+
+    /// Every plane of `g` through one instruction set's bodies (serially): forward with an
+    /// epilogue, data gradient, weight gradient.
+    fn run(isa: Isa, g: &ConvGeom, x: &[f32], w: &[f32], e: Epilogue, dy: &[f32]) -> [Vec<f32>; 3] {
+        let p = Plane::of(g);
+        let (c, kk, isp, osp) = (g.in_ch, p.taps(), p.in_sp(), p.out_sp());
+        let mut s = vec![f32::NAN; Split::of(&p).len(&p).max(Pad::of(&p).len())];
+        let mut grid = vec![f32::NAN; Split::of(&p).grid_len(&p)];
+        let mut y = vec![f32::NAN; g.batch * c * osp];
+        let mut dx = vec![f32::NAN; g.batch * c * isp];
+        let mut dw = vec![0.0f32; c * kk];
+        for ch in 0..c {
+            let wc = &w[ch * kk..][..kk];
+            let b = e.bias.map(|b| b[ch]);
+            let mut acc = vec![[0.0f32; L]; kk];
+            for n in 0..g.batch {
+                let q = n * c + ch;
+                let (xs, ys) = (&x[q * isp..][..isp], &dy[q * osp..][..osp]);
+                let (yo, dxo) = (&mut y[q * osp..][..osp], &mut dx[q * isp..][..isp]);
+                match isa {
+                    Isa::Best => {
+                        forward_plane(&p, xs, wc, b, e.relu, &mut s, yo);
+                        data_grad_plane(&p, ys, wc, &mut s, dxo);
+                        weight_grad_plane(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                    }
+                    Isa::Baseline => {
+                        forward_body(&p, xs, wc, b, e.relu, &mut s, yo);
+                        data_grad_body(&p, ys, wc, &mut s, dxo);
+                        weight_grad_body(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                    }
+                    // SAFETY: only run where the CPU has AVX2 and FMA (`avx2_ok`).
+                    Isa::Avx2 => unsafe {
+                        avx2::forward(&p, xs, wc, b, e.relu, &mut s, yo);
+                        avx2::data_grad(&p, ys, wc, &mut s, dxo);
+                        avx2::weight_grad(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                    },
+                }
+            }
+            for (d, a) in dw[ch * kk..][..kk].iter_mut().zip(&acc) {
+                *d = a.iter().sum();
+            }
+        }
+        [y, dx, dw]
+    }
+
+    /// The naive direct convolution in f64: `y[n, c, oy, ox] = Σ w · x` over the taps inside.
+    fn naive(g: &ConvGeom, x: &[f64], w: &[f64]) -> Vec<f64> {
+        let p = Plane::of(g);
+        let mut y = vec![0.0; g.batch * g.in_ch * p.out_sp()];
+        for q in 0..g.batch * g.in_ch {
+            let c = q % g.in_ch;
+            for oy in 0..p.oh {
+                for ox in 0..p.ow {
+                    let mut t = 0.0;
+                    for a in 0..p.kh {
+                        for b in 0..p.kw {
+                            let iy = (oy * p.sy + a * p.dy) as isize - p.py as isize;
+                            let ix = (ox * p.sx + b * p.dx) as isize - p.px as isize;
+                            if iy >= 0 && ix >= 0 && (iy as usize) < p.ih && (ix as usize) < p.iw {
+                                t += w[c * p.taps() + a * p.kw + b]
+                                    * x[q * p.in_sp() + iy as usize * p.iw + ix as usize];
+                            }
+                        }
+                    }
+                    y[q * p.out_sp() + oy * p.ow + ox] = t;
+                }
+            }
+        }
+        y
+    }
+
+    fn geom(batch: usize, c: usize, [h, w]: [usize; 2], k: [usize; 2], s: [usize; 2], d: [usize; 2], p: [usize; 2]) -> ConvGeom {
+        let out = |i: usize| ([h, w][i] + 2 * p[i] - (d[i] * (k[i] - 1) + 1)) / s[i] + 1;
+        ConvGeom {
+            batch,
+            groups: c,
+            in_ch: c,
+            out_ch: c,
+            input: [1, h, w],
+            output: [1, out(0), out(1)],
+            kernel: [1, k[0], k[1]],
+            stride: [1, s[0], s[1]],
+            dilate: [1, d[0], d[1]],
+            pad: [0, p[0], p[1]],
+        }
+    }
+
+    /// Strides 1/2/3, pads 0/1/2 (and past the kernel), odd sizes, rows shorter and longer than
+    /// 16 lanes and than a block, dilation, 1-D, kernels of more taps than a weight-gradient
+    /// group; forward (plain and with bias and relu) against the naive convolution, the
+    /// gradients by their adjoint identities `<conv(x), dy> = <x, convᵀ(dy)> = <w, dw>`.
+    #[test]
+    fn depthwise_kernels_match_a_naive_convolution_and_their_adjoints() {
+        let mut cases = Vec::new();
+        for s in [1, 2, 3] {
+            for pad in [0, 1, 2] {
+                for (h, w) in [(7, 9), (12, 19), (5, 70), (9, 113)] {
+                    cases.push(geom(2, 3, [h, w], [3, 3], [s, s], [1, 1], [pad, pad]));
+                }
+            }
+        }
+        cases.extend([
+            geom(1, 2, [6, 7], [3, 3], [2, 1], [1, 1], [1, 2]),
+            geom(2, 3, [13, 18], [5, 5], [2, 1], [1, 1], [2, 1]),
+            geom(2, 2, [12, 19], [3, 3], [1, 1], [2, 2], [2, 2]),
+            geom(2, 2, [15, 33], [3, 3], [2, 2], [2, 2], [2, 2]),
+            geom(1, 3, [5, 6], [3, 3], [1, 1], [1, 1], [3, 2]),
+            geom(2, 3, [11, 16], [3, 3], [2, 2], [1, 1], [4, 3]),
+            geom(2, 4, [1, 33], [1, 3], [1, 1], [1, 1], [0, 1]),
+            geom(2, 4, [1, 40], [1, 5], [1, 3], [1, 2], [0, 2]),
+            geom(1, 2, [17, 23], [7, 7], [2, 3], [1, 1], [3, 3]),
+            geom(1, 2, [2, 3], [3, 3], [2, 2], [1, 1], [1, 1]),
+            geom(1, 2, [14, 14], [3, 3], [2, 2], [1, 1], [1, 1]),
+        ]);
+        let isas = if avx2_ok() {
+            vec![Isa::Best, Isa::Avx2, Isa::Baseline]
+        } else {
+            vec![Isa::Best, Isa::Baseline]
+        };
+        for g in cases {
+            let p = Plane::of(&g);
+            let (xl, yl, wl) = (g.batch * g.in_ch * p.in_sp(), g.batch * g.in_ch * p.out_sp(), g.in_ch * p.taps());
+            let val = |i: usize, a: usize, b: usize| ((i * a) % b) as f64 / b as f64 - 0.5;
+            let x: Vec<f64> = (0..xl).map(|i| val(i, 7, 11)).collect();
+            let w: Vec<f64> = (0..wl).map(|i| val(i, 5, 7)).collect();
+            let dy: Vec<f64> = (0..yl).map(|i| val(i, 3, 13)).collect();
+            let bias: Vec<f64> = (0..g.in_ch).map(|i| val(i, 3, 5)).collect();
+            let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+            let (xf, wf, dyf, bf) = (f32s(&x), f32s(&w), f32s(&dy), f32s(&bias));
+            let want = naive(&g, &x, &w);
+            let dot = |a: &[f32], b: &[f64]| a.iter().zip(b).map(|(a, b)| *a as f64 * b).sum::<f64>();
+            let adj: f64 = want.iter().zip(&dy).map(|(a, b)| a * b).sum();
+            let scale = adj.abs().max(1.0);
+            let mut first: Option<[Vec<f32>; 3]> = None;
+            for &isa in &isas {
+                let [y, dx, dw] = run(isa, &g, &xf, &wf, Epilogue::default(), &dyf);
+                for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                    assert!((*a as f64 - b).abs() <= 1e-5, "{isa:?} forward {i}: {a} vs {b} ({g:?})");
+                }
+                let e = Epilogue { bias: Some(&bf), relu: true };
+                let [yr, ..] = run(isa, &g, &xf, &wf, e, &dyf);
+                for (i, (a, b)) in yr.iter().zip(&want).enumerate() {
+                    let t = (b + bias[(i / p.out_sp()) % g.in_ch]).max(0.0);
+                    assert!((*a as f64 - t).abs() <= 1e-5, "{isa:?} relu {i}: {a} vs {t} ({g:?})");
+                }
+                assert!((dot(&dx, &x) - adj).abs() <= 1e-5 * scale, "{isa:?} data grad ({g:?})");
+                assert!((dot(&dw, &w) - adj).abs() <= 1e-5 * scale, "{isa:?} weight grad ({g:?})");
+                // every instruction set computes the same roundings
+                match &first {
+                    None => first = Some([y, dx, dw]),
+                    Some(f) => {
+                        assert_eq!(f[0], y, "{isa:?} forward bits ({g:?})");
+                        assert_eq!(f[1], dx, "{isa:?} data grad bits ({g:?})");
+                    }
+                }
+            }
+            // the pooled entry points agree with the serial planes
+            let mut y = vec![f32::NAN; yl];
+            forward(&g, &xf, &wf, &mut y);
+            let mut dx = vec![f32::NAN; xl];
+            data_grad(&g, &dyf, &wf, &mut dx);
+            let mut dw = vec![f32::NAN; wl];
+            weight_grad(&g, &xf, &dyf, &mut dw);
+            let f = first.unwrap();
+            assert_eq!(f[0], y, "pooled forward ({g:?})");
+            assert_eq!(f[1], dx, "pooled data grad ({g:?})");
+            assert_eq!(f[2], dw, "pooled weight grad ({g:?})");
+        }
+    }
 }
