@@ -13,17 +13,20 @@
 //!   per output channel;
 //! - then a relu (`Activation(act_type='relu')` or `relu`), applied while the bias is added.
 //!
-//! The prepared weight (folded, and for 3×3 stride-1 layers Winograd-transformed) and bias are
-//! computed on the first run and again whenever an array they come from was written since: the
+//! The prepared weight (folded; for 3×3 stride-1 layers Winograd-transformed; for layers computed
+//! as matrix products also packed in the AVX-512 GEMM's panel layout, so no run or image packs
+//! it again) and bias are computed on the first run and again whenever an array they come from was written since: the
 //! cache is keyed by each source's address and its engine variable's count of completed writes,
 //! read inside the run's engine op (which reads those variables, so no write is in flight).
 //! Results are those of the unfolded graph within float32 rounding.
 
 use super::{GraphRunner, Step};
 use crate::dtype::DType;
-use crate::operator::kernel::conv::{ConvGeom, lower, winograd_geom};
+use crate::operator::kernel::conv::{
+    ConvGeom, LowerWeight, lower, lower_packed, pack_lower_weight, winograd_geom,
+};
 use crate::operator::kernel::depthwise::{self, Epilogue};
-use crate::operator::kernel::gemm::{Operand, matmul};
+use crate::operator::kernel::gemm::{Operand, Packed, matmul, matmul_packed_rhs, pack_rhs};
 use crate::operator::kernel::winograd::{self, Wino};
 use crate::operator::op::TensorDesc;
 use crate::operator::param;
@@ -208,6 +211,15 @@ struct Prepared {
     key: Vec<(usize, u64)>,
     weight: Vec<f32>,
     bias: Option<Vec<f32>>,
+    /// The weight packed for the products, where they run on the AVX-512 GEMM.
+    packed: Option<Packing>,
+}
+
+/// A prepared weight packed for the GEMM: as the left operand of [`lower_packed`]'s products,
+/// or (narrow layers) transposed as the right operand of each image's transposed product.
+enum Packing {
+    Lower(LowerWeight),
+    Narrow(Packed),
 }
 
 /// A convolution (with the nodes its chain absorbed) run on a prepared weight.
@@ -223,6 +235,8 @@ pub(super) struct PreparedConv {
     bn: Option<FoldedBn>,
     relu: bool,
     cache: Mutex<Option<Arc<Prepared>>>,
+    /// The narrow form's buffers (columns, transposed result), kept between runs.
+    scratch: Mutex<(Vec<f32>, Vec<f32>)>,
 }
 
 impl PreparedConv {
@@ -300,6 +314,7 @@ impl PreparedConv {
             bn: chain.bn,
             relu: chain.relu,
             cache: Mutex::new(None),
+            scratch: Mutex::new((Vec::new(), Vec::new())),
         })
     }
 
@@ -361,7 +376,26 @@ impl PreparedConv {
         if self.wino.is_some() {
             weight = winograd::transform_weight(&weight, co, self.geom.in_ch, false).to_vec();
         }
-        let p = Arc::new(Prepared { key, weight, bias });
+        let g = &self.geom;
+        let packed = if self.narrow {
+            let kr = g.in_ch * g.kernel[1] * g.kernel[2];
+            let sp = g.output[1] * g.output[2];
+            let wt = Operand {
+                data: &weight[..],
+                transposed: true,
+            };
+            pack_rhs(sp, co, kr, wt).map(Packing::Narrow)
+        } else if self.wino.is_none() {
+            pack_lower_weight(g, &weight).map(Packing::Lower)
+        } else {
+            None
+        };
+        let p = Arc::new(Prepared {
+            key,
+            weight,
+            bias,
+            packed,
+        });
         *self.cache.lock() = Some(p.clone());
         p
     }
@@ -384,7 +418,13 @@ impl PreparedConv {
         }
         match &self.wino {
             Some(s) => winograd::forward(s, x, &p.weight, y),
-            None => lower(&self.geom, x, &p.weight, y),
+            None => {
+                let pw = match &p.packed {
+                    Some(Packing::Lower(w)) => Some(w),
+                    _ => None,
+                };
+                lower_packed(&self.geom, x, &p.weight, pw, y)
+            }
         }
         let sp = self.geom.output[1] * self.geom.output[2];
         let co = self.geom.out_ch;
@@ -418,35 +458,43 @@ impl PreparedConv {
         let (in_sp, sp) = (g.input[1] * g.input[2], g.output[1] * g.output[2]);
         let kr = ci * g.kernel[1] * g.kernel[2];
         let pointwise = g.kernel == [1; 3] && g.stride == [1; 3] && g.pad == [0; 3] && in_sp == sp;
-        let mut col = if pointwise {
-            Vec::new()
-        } else {
-            vec![0.0f32; kr * sp]
+        // the buffers kept between runs (fresh ones where another run holds them)
+        let mut kept = self.scratch.try_lock();
+        let mut fresh = (Vec::new(), Vec::new());
+        let (col, t) = match kept.as_deref_mut() {
+            Some(b) => b,
+            None => &mut fresh,
         };
-        let mut t = vec![0.0f32; sp * co];
+        if !pointwise && col.len() < kr * sp {
+            *col = vec![0.0f32; kr * sp];
+        }
+        if t.len() < sp * co {
+            *t = vec![0.0f32; sp * co];
+        }
+        let t = &mut t[..sp * co];
         for n in 0..g.batch {
             let xs = &x[n * ci * in_sp..][..ci * in_sp];
             let a: &[f32] = if pointwise {
                 xs
             } else {
-                im2col(g, xs, &mut col);
-                &col
+                let col = &mut col[..kr * sp];
+                im2col(g, xs, col);
+                col
             };
-            matmul(
-                sp,
-                co,
-                kr,
-                Operand {
-                    data: a,
-                    transposed: true,
-                },
-                Operand {
-                    data: &p.weight,
-                    transposed: true,
-                },
-                &mut t,
-                false,
-            );
+            let a = Operand {
+                data: a,
+                transposed: true,
+            };
+            match &p.packed {
+                Some(Packing::Narrow(w)) => matmul_packed_rhs(false, sp, a, w, t, false),
+                _ => {
+                    let w = Operand {
+                        data: &p.weight[..],
+                        transposed: true,
+                    };
+                    matmul(sp, co, kr, a, w, t, false)
+                }
+            }
             let ys = &mut y[n * co * sp..][..co * sp];
             for (o, plane) in ys.chunks_exact_mut(sp).enumerate() {
                 let b = p.bias.as_ref().map_or(0.0, |b| b[o]);

@@ -22,7 +22,9 @@
 use super::depthwise;
 use super::direct;
 use super::element::Element;
-use super::gemm::{Operand, View, matmul, matmul_serial, matmul_view_serial};
+use super::gemm::{
+    self, Operand, Packed, View, matmul, matmul_serial, matmul_view_serial,
+};
 use super::map::Ptr;
 use super::winograd::{self, Wino};
 use crate::parallel;
@@ -423,6 +425,20 @@ fn mm<T: ConvElement>(
     }
 }
 
+/// `c` (rows at stride `ldc`) `= a · b` for a packed `a` and a row-major `b` of `n` columns.
+fn packed_block(serial: bool, a: &Packed, b: &[f32], n: usize, c: &mut [f32], ldc: usize) {
+    if ldc == n {
+        gemm::matmul_packed_lhs(serial, a, n, op(b, false), c, false);
+        return;
+    }
+    gemm::matmul_packed_lhs_view(serial, a, n, View { data: b, rs: n, cs: 1 }, c, ldc, false);
+}
+
+/// `c` (row-major, `n` columns) `= a · b` for a packed `a` and `b` with rows at stride `ldb`.
+fn packed_block_from(serial: bool, a: &Packed, b: &[f32], ldb: usize, n: usize, c: &mut [f32]) {
+    gemm::matmul_packed_lhs_view(serial, a, n, View { data: b, rs: ldb, cs: 1 }, c, n, false);
+}
+
 fn op<T>(data: &[T], transposed: bool) -> Operand<'_, T> {
     Operand { data, transposed }
 }
@@ -430,6 +446,60 @@ fn op<T>(data: &[T], transposed: bool) -> Operand<'_, T> {
 /// `y = conv(x, w)`: `x` is `batch × in_ch × input`, `w` the weight, `y` `batch × out_ch ×
 /// output` (overwritten).
 pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
+    lower_packed(g, x, w, None, y)
+}
+
+/// A float32 weight packed once as the left operand of [`lower`]'s products (one matrix per
+/// group), for every image of a batch and, kept by the caller, for every call on that weight.
+pub struct LowerWeight {
+    geom: ConvGeom,
+    groups: Vec<Packed>,
+}
+
+/// Whether [`lower`] computes this float32 layer as matrix products (pointwise or im2col)
+/// rather than with the Winograd, depthwise or direct kernels.
+fn lower_by_products(g: &ConvGeom) -> bool {
+    winograd_geom::<f32>(g).is_none() && !depthwise(g) && !direct::applies(g)
+}
+
+/// `w` (the weight of `g`) packed for [`lower_packed`], where the layer runs as products on the
+/// AVX-512 GEMM (`None` elsewhere).
+pub fn pack_lower_weight(g: &ConvGeom, w: &[f32]) -> Option<LowerWeight> {
+    if !lower_by_products(g) {
+        return None;
+    }
+    pack_groups(g, w, false).map(|groups| LowerWeight { geom: *g, groups })
+}
+
+/// Each group's weight packed as the left operand: `out_g × k_rows` for [`lower`]
+/// (`transposed` false), its transpose for [`raise`].
+fn pack_groups(g: &ConvGeom, w: &[f32], transposed: bool) -> Option<Vec<Packed>> {
+    let (kr, out_g, out_sp) = (g.k_rows(), g.out_g(), g.out_sp());
+    assert!(w.len() >= g.weight_len());
+    (0..g.groups)
+        .map(|grp| {
+            let wg = op(&w[grp * out_g * kr..][..out_g * kr], transposed);
+            if transposed {
+                gemm::pack_lhs(kr, out_sp, out_g, wg)
+            } else {
+                gemm::pack_lhs(out_g, out_sp, kr, wg)
+            }
+        })
+        .collect()
+}
+
+/// [`lower`] with the weight packed beforehand by [`pack_lower_weight`] (for this geometry:
+/// asserted), or packed here once for the whole batch.
+pub fn lower_packed<T: ConvElement>(
+    g: &ConvGeom,
+    x: &[T],
+    w: &[T],
+    packed: Option<&LowerWeight>,
+    y: &mut [T],
+) {
+    if let Some(p) = packed {
+        assert!(p.geom == *g, "weight packed for another convolution");
+    }
     let (in_sp, out_sp, kr) = (g.in_sp(), g.out_sp(), g.k_rows());
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
@@ -469,6 +539,16 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
         return;
     }
     let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
+    // float32: the weight packed once for every image's products
+    let own;
+    let packed: Option<&[Packed]> = match packed {
+        Some(p) => Some(&p.groups),
+        None if is_f32::<T>() && g.batch > 1 => {
+            own = pack_groups(g, as_f32(w), false);
+            own.as_deref()
+        }
+        None => None,
+    };
     over_images(g, |images, serial| {
         let brows = rows_per_block::<T>(g, serial);
         with_scratch(g.col_len(brows), |col: &mut [T]| {
@@ -484,15 +564,31 @@ pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
                     )
                 };
                 let wg = &w[grp * out_g * kr..][..out_g * kr];
+                let pw = packed.map(|p| &p[grp]);
                 if g.pointwise() {
-                    mm(serial, out_g, out_sp, kr, op(wg, false), op(xs, false), ys, false);
+                    match pw {
+                        Some(p) => gemm::matmul_packed_lhs(
+                            serial,
+                            p,
+                            out_sp,
+                            op(as_f32(xs), false),
+                            as_f32_mut(ys),
+                            false,
+                        ),
+                        None => {
+                            mm(serial, out_g, out_sp, kr, op(wg, false), op(xs, false), ys, false)
+                        }
+                    }
                     continue;
                 }
                 for r in blocks(rows, brows) {
                     let (c0, bn) = (r.start * ow, r.len() * ow);
                     let col = &mut col[..kr * bn];
                     im2col(g, r, xs, col);
-                    if bn == out_sp {
+                    if let Some(p) = pw {
+                        // the block's columns, written into the image's rows at `c0`
+                        packed_block(serial, p, as_f32(col), bn, &mut as_f32_mut(ys)[c0..], out_sp);
+                    } else if bn == out_sp {
                         mm(serial, out_g, out_sp, kr, op(wg, false), op(col, false), ys, false);
                     } else {
                         matmul_view_serial(
@@ -572,6 +668,12 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
         return;
     }
     let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
+    // float32: the transposed weight packed once for every image's products
+    let packed = if is_f32::<T>() && g.batch > 1 {
+        pack_groups(g, as_f32(w), true)
+    } else {
+        None
+    };
     over_images(g, |images, serial| {
         let brows = rows_per_block::<T>(g, serial);
         with_scratch(g.col_len(brows), |col: &mut [T]| {
@@ -587,15 +689,32 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
                 };
                 let ys = &y[(n * g.out_ch + grp * out_g) * out_sp..][..out_g * out_sp];
                 let wg = &w[grp * out_g * kr..][..out_g * kr];
+                let pw = packed.as_ref().map(|p| &p[grp]);
                 if g.pointwise() {
-                    mm(serial, kr, out_sp, out_g, op(wg, true), op(ys, false), xs, false);
+                    match pw {
+                        Some(p) => gemm::matmul_packed_lhs(
+                            serial,
+                            p,
+                            out_sp,
+                            op(as_f32(ys), false),
+                            as_f32_mut(xs),
+                            false,
+                        ),
+                        None => {
+                            mm(serial, kr, out_sp, out_g, op(wg, true), op(ys, false), xs, false)
+                        }
+                    }
                     continue;
                 }
                 xs.fill(T::zero());
                 for r in blocks(rows, brows) {
                     let (c0, bn) = (r.start * ow, r.len() * ow);
                     let col = &mut col[..kr * bn];
-                    if bn == out_sp {
+                    if let Some(p) = pw {
+                        // the block's columns of `y` (rows at stride `out_sp`) into `col`
+                        let ycols = &as_f32(ys)[c0..];
+                        packed_block_from(serial, p, ycols, out_sp, bn, as_f32_mut(col));
+                    } else if bn == out_sp {
                         mm(serial, kr, out_sp, out_g, op(wg, true), op(ys, false), col, false);
                     } else {
                         matmul_view_serial(
@@ -1011,6 +1130,70 @@ mod tests {
             let mut dwf = vec![1.0f32; g.weight_len()];
             weight_grad(&g, &xf, &dyf, &mut dwf);
             near(&dwf, &dw, "weight gradient");
+        }
+    }
+
+    /// The float32 products with the weight packed once (per call, or beforehand as a prepared
+    /// layer keeps it) against the same layers in f64 (never packed): pointwise, a strided 1x1
+    /// layer through im2col, and a 3x3 stride-2 layer whose images run in several column blocks.
+    #[test]
+    fn packed_weight_products_match_unpacked_f64() {
+        let geom = |batch, in_ch, out_ch, input: [usize; 2], output: [usize; 2], k, s, p| {
+            ConvGeom {
+                batch,
+                groups: 1,
+                in_ch,
+                out_ch,
+                input: [1, input[0], input[1]],
+                output: [1, output[0], output[1]],
+                kernel: [1, k, k],
+                stride: [1, s, s],
+                dilate: [1, 1, 1],
+                pad: [0, p, p],
+            }
+        };
+        let geoms = [
+            geom(3, 67, 45, [13, 11], [13, 11], 1, 1, 0),
+            geom(3, 48, 33, [7, 7], [7, 7], 1, 1, 0),
+            geom(2, 37, 50, [15, 13], [8, 7], 1, 2, 0),
+            geom(2, 64, 6, [60, 128], [30, 64], 3, 2, 1),
+        ];
+        for g in geoms {
+            let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+            let val = |i: usize, m: usize| ((i * 37 + m) % 29) as f64 / 16.0 - 0.9;
+            let x: Vec<f64> = (0..g.batch * g.in_ch * in_sp).map(|i| val(i, 1)).collect();
+            let w: Vec<f64> = (0..g.weight_len()).map(|i| val(i, 2)).collect();
+            let dy: Vec<f64> = (0..g.batch * g.out_ch * out_sp).map(|i| val(i, 3)).collect();
+            let f = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+            let (xf, wf, dyf) = (f(&x), f(&w), f(&dy));
+            let mut want_y = vec![0.0f64; dy.len()];
+            lower(&g, &x, &w, &mut want_y);
+            let mut want_x = vec![0.0f64; x.len()];
+            raise(&g, &dy, &w, &mut want_x);
+            let close = |got: &[f32], want: &[f64], what: &str| {
+                let tol = 1e-4 * g.k_rows().max(g.out_ch) as f64;
+                for (i, (a, b)) in got.iter().zip(want).enumerate() {
+                    assert!((*a as f64 - b).abs() <= tol, "{g:?} {what} at {i}: {a} vs {b}");
+                }
+            };
+            let mut y = vec![f32::NAN; dy.len()];
+            lower(&g, &xf, &wf, &mut y);
+            close(&y, &want_y, "forward");
+            let mut xg = vec![f32::NAN; x.len()];
+            raise(&g, &dyf, &wf, &mut xg);
+            close(&xg, &want_x, "data gradient");
+            if crate::operator::kernel::sgemm::enabled() {
+                let packed = pack_lower_weight(&g, &wf).expect("a layer computed as products");
+                let mut y = vec![f32::NAN; dy.len()];
+                lower_packed(&g, &xf, &wf, Some(&packed), &mut y);
+                close(&y, &want_y, "forward on a prepared weight");
+                // the packing of another layer is refused
+                let other = ConvGeom { batch: g.batch + 1, ..g };
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    lower_packed(&other, &xf, &wf, Some(&packed), &mut y)
+                }));
+                assert!(r.is_err());
+            }
         }
     }
 }

@@ -115,6 +115,132 @@ fn matmul_threads<T: Element>(
     }
 }
 
+/// An f32 matrix packed once for the products of one shape (see [`sgemm::Packed`]).
+pub use sgemm::Packed;
+
+/// `a` (`m × k`) packed as the left operand of `m × n × k` products, where those run on
+/// [`sgemm`] (`None` elsewhere: the caller uses [`matmul`]).
+pub fn pack_lhs(m: usize, n: usize, k: usize, a: Operand<'_, f32>) -> Option<Packed> {
+    if !own_sgemm(m, n, k) {
+        return None;
+    }
+    assert!(a.data.len() >= m * k);
+    let (cs, rs) = a.strides(m, k);
+    // SAFETY: AVX-512F (`own_sgemm`); `a` holds `m × k` at these strides (asserted).
+    Some(unsafe { Packed::a(m, k, sgemm::Mat { ptr: a.data.as_ptr(), rs, cs }) })
+}
+
+/// `b` (`k × n`) packed as the right operand of `m × n × k` products, where those run on
+/// [`sgemm`] (`None` elsewhere).
+pub fn pack_rhs(m: usize, n: usize, k: usize, b: Operand<'_, f32>) -> Option<Packed> {
+    if !own_sgemm(m, n, k) {
+        return None;
+    }
+    assert!(b.data.len() >= k * n);
+    let (cs, rs) = b.strides(k, n);
+    // SAFETY: AVX-512F (`own_sgemm`); `b` holds `k × n` at these strides (asserted).
+    Some(unsafe { Packed::b(k, n, sgemm::Mat { ptr: b.data.as_ptr(), rs, cs }) })
+}
+
+/// `c[m×n] (+)= a · b` (row-major `c`) with `a` packed by [`pack_lhs`] (`m = a.len()`,
+/// `k = a.depth()`); `serial`: on the calling thread, else on the pool as [`matmul`].
+pub fn matmul_packed_lhs(
+    serial: bool,
+    a: &Packed,
+    n: usize,
+    b: Operand<'_, f32>,
+    c: &mut [f32],
+    accumulate: bool,
+) {
+    let (m, k) = (a.len(), a.depth());
+    assert!(b.data.len() >= k * n && c.len() >= m * n);
+    let (cs, rs) = b.strides(k, n);
+    let b = sgemm::Side::Strided(sgemm::Mat { ptr: b.data.as_ptr(), rs, cs });
+    packed_product(serial, m, n, k, sgemm::Side::Packed(a), b, c, accumulate);
+}
+
+/// `c[m×n] (+)= a · b` (row-major `c`) with `b` packed by [`pack_rhs`] (`n = b.len()`,
+/// `k = b.depth()`).
+pub fn matmul_packed_rhs(
+    serial: bool,
+    m: usize,
+    a: Operand<'_, f32>,
+    b: &Packed,
+    c: &mut [f32],
+    accumulate: bool,
+) {
+    let (n, k) = (b.len(), b.depth());
+    assert!(a.data.len() >= m * k && c.len() >= m * n);
+    let (cs, rs) = a.strides(m, k);
+    let a = sgemm::Side::Strided(sgemm::Mat { ptr: a.data.as_ptr(), rs, cs });
+    packed_product(serial, m, n, k, a, sgemm::Side::Packed(b), c, accumulate);
+}
+
+/// [`matmul_packed_lhs`] for `b` and `c` inside larger matrices: `b` at its strides, `c`'s
+/// rows at stride `ldc ≥ n`.
+pub fn matmul_packed_lhs_view(
+    serial: bool,
+    a: &Packed,
+    n: usize,
+    b: View<'_, f32>,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    let (m, k) = (a.len(), a.depth());
+    assert!(b.holds(k, n) && ldc >= n && (m == 0 || n == 0 || c.len() >= (m - 1) * ldc + n));
+    let b = sgemm::Side::Strided(sgemm::Mat {
+        ptr: b.data.as_ptr(),
+        rs: b.rs as isize,
+        cs: b.cs as isize,
+    });
+    packed_product_ld(serial, m, n, k, sgemm::Side::Packed(a), b, c, ldc, accumulate);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn packed_product(
+    serial: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: sgemm::Side<'_>,
+    b: sgemm::Side<'_>,
+    c: &mut [f32],
+    accumulate: bool,
+) {
+    packed_product_ld(serial, m, n, k, a, b, c, n, accumulate)
+}
+
+/// # Panics
+/// Where a packed operand is not of this shape (checked by `sgemm_sides`).
+#[allow(clippy::too_many_arguments)]
+fn packed_product_ld(
+    serial: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: sgemm::Side<'_>,
+    b: sgemm::Side<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    let threads = if serial || m * n * k < PARALLEL_FLOPS {
+        1
+    } else {
+        parallel::max_threads()
+    };
+    let c = sgemm::MatMut {
+        ptr: c.as_mut_ptr(),
+        rs: ldc as isize,
+        cs: 1,
+    };
+    // SAFETY: a packed operand exists only on a CPU with AVX-512F and its shape is checked by
+    // `sgemm_sides`; the strided one holds its matrix and `c` is a unique borrow holding `m`
+    // rows of `n` at stride `ldc` (asserted by the callers).
+    unsafe { sgemm::sgemm_sides(threads, m, n, k, 1.0, a, b, c, accumulate) };
+}
+
 /// # Safety
 /// `T` and `U` must be the same type.
 unsafe fn cast<'a, T, U>(o: Operand<'a, T>) -> Operand<'a, U> {

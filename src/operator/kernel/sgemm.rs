@@ -14,7 +14,11 @@
 //! - cache blocking: a `KC × NC` block of `B` is packed once per `NC` columns, an `MC × KC`
 //!   block of `A` sits in L2 while each `KC × NR` panel of `B` stays in L1 across it;
 //! - large products split `C` into rectangles of whole tiles, one per thread of the intra-op
-//!   pool, each packing its own operands.
+//!   pool, each packing its own operands;
+//! - an operand used by many products (a convolution's weight, for every image of a batch and
+//!   every run of a prepared layer) is packed once into a [`Packed`] matrix, every `KC` block of
+//!   it in the panel layout above, and passed as a [`Side::Packed`]: the products skip its
+//!   packing.
 //!
 //! [`enabled`] says whether the CPU has AVX-512F and `MXRT_SGEMM` does not ask for the `gemm`
 //! crate (`MXRT_SGEMM=gemm` keeps every product on the crate, for comparison).
@@ -125,6 +129,231 @@ pub unsafe fn sgemm(
     c: MatMut,
     accumulate: bool,
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        sgemm_sides(
+            threads,
+            m,
+            n,
+            k,
+            alpha,
+            Side::Strided(a),
+            Side::Strided(b),
+            c,
+            accumulate,
+        )
+    }
+}
+
+/// A matrix packed once for many products: as `A` (`MR`-row panels) or as `B` (`NR`-column
+/// panels), block `pc / KC` of the depth at `pad · pc` floats, rows (columns) past the matrix
+/// zero. Made on a CPU with AVX-512F only ([`Packed::a`], [`Packed::b`]).
+pub struct Packed {
+    buf: Vec<Line>,
+    /// Rows (as `A`) or columns (as `B`) of the matrix.
+    len: usize,
+    /// Its depth `k`.
+    depth: usize,
+    /// `len` rounded up to whole panels.
+    pad: usize,
+    is_a: bool,
+}
+
+// SAFETY: the buffer is owned and only read once packed.
+unsafe impl Send for Packed {}
+// SAFETY: as above.
+unsafe impl Sync for Packed {}
+
+thread_local! {
+    /// A packed matrix's buffer given back when it is dropped, reused by the next one made on
+    /// this thread: a convolution packs its weight once per call, and a fresh allocation of a
+    /// few megabytes is faulted in as zeroed pages every time.
+    static SPARE: std::cell::Cell<Vec<Line>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Largest buffer kept for reuse (floats): 16 MB.
+const SPARE_MAX: usize = 4 << 20;
+
+impl Packed {
+    /// `a` (`m × k`) packed as the left operand.
+    ///
+    /// # Safety
+    /// AVX-512F present ([`enabled`]); `a` readable at every `(i, p)` of its `m × k`.
+    pub unsafe fn a(m: usize, k: usize, a: Mat) -> Packed {
+        let mut p = Packed::room(m, k, MR, true);
+        let out: *mut f32 = p.buf.as_mut_ptr().cast();
+        for pc in (0..k).step_by(KC) {
+            // SAFETY: block `pc` holds `pad · kc` floats at `pad · pc` inside the buffer; the
+            // block of `a` is inside it (caller's contract).
+            unsafe { pack_a(m, KC.min(k - pc), a.at(0, pc), out.add(p.pad * pc)) };
+        }
+        p
+    }
+
+    /// `b` (`k × n`) packed as the right operand.
+    ///
+    /// # Safety
+    /// AVX-512F present ([`enabled`]); `b` readable at every `(p, j)` of its `k × n`.
+    pub unsafe fn b(k: usize, n: usize, b: Mat) -> Packed {
+        let mut p = Packed::room(n, k, NR, false);
+        let out: *mut f32 = p.buf.as_mut_ptr().cast();
+        for pc in (0..k).step_by(KC) {
+            // SAFETY: as in [`Packed::a`]; `pad · pc` floats is a multiple of 64 bytes (`pad`
+            // a multiple of `NR`), so every panel is 64-byte aligned.
+            unsafe { pack_b(KC.min(k - pc), n, b.at(pc, 0), out.add(p.pad * pc)) };
+        }
+        p
+    }
+
+    fn room(len: usize, depth: usize, panel: usize, is_a: bool) -> Packed {
+        let pad = len.div_ceil(panel) * panel;
+        let lines = (pad * depth).div_ceil(16);
+        let mut buf = SPARE.try_with(|b| b.take()).unwrap_or_default();
+        if buf.capacity() < lines {
+            // the spare stays for a smaller matrix
+            let _ = SPARE.try_with(|b| b.set(buf));
+            buf = Vec::with_capacity(lines);
+        }
+        Packed {
+            buf,
+            len,
+            depth,
+            pad,
+            is_a,
+        }
+    }
+
+    /// Rows (as `A`) or columns (as `B`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the matrix has no rows (columns).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The depth `k`.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        if buf.capacity() * 16 > SPARE_MAX {
+            return;
+        }
+        let _ = SPARE.try_with(|s| {
+            let old = s.take();
+            s.set(if old.capacity() >= buf.capacity() { old } else { buf });
+        });
+    }
+}
+
+/// An operand of [`sgemm_sides`]: read at strides and packed by each product, or packed once.
+#[derive(Clone, Copy)]
+pub enum Side<'a> {
+    Strided(Mat),
+    Packed(&'a Packed),
+}
+
+/// An operand inside a product: strided, or a packed matrix from row (column) `off` on.
+#[derive(Clone, Copy)]
+enum Src {
+    Raw(Mat),
+    Packed {
+        ptr: *const f32,
+        pad: usize,
+        off: usize,
+    },
+}
+
+// SAFETY: as for `Mat`: only dereferenced inside `sgemm_sides`, whose caller vouches for it.
+unsafe impl Send for Src {}
+// SAFETY: as above.
+unsafe impl Sync for Src {}
+
+impl Src {
+    fn of(side: Side<'_>) -> Src {
+        match side {
+            Side::Strided(m) => Src::Raw(m),
+            Side::Packed(p) => Src::Packed {
+                ptr: p.buf.as_ptr().cast(),
+                pad: p.pad,
+                off: 0,
+            },
+        }
+    }
+
+    /// From row `i` (as `A`) or column `j` (as `B`) on: a multiple of the panel width for a
+    /// packed matrix.
+    fn shift(self, i: usize, j: usize) -> Src {
+        match self {
+            Src::Raw(m) => Src::Raw(m.at(i, j)),
+            Src::Packed { ptr, pad, off } => Src::Packed {
+                ptr,
+                pad,
+                off: off + i + j,
+            },
+        }
+    }
+
+    fn packed(self) -> bool {
+        matches!(self, Src::Packed { .. })
+    }
+
+    /// The panels of block `(x, pc)` (`x` the first row or column, `kc` deep): packed into
+    /// `buf` by `pack`, or where the packed matrix holds them.
+    ///
+    /// # Safety
+    /// As the packing functions for a strided operand; `x` a multiple of the panel width and
+    /// the block inside a packed one.
+    unsafe fn panels(
+        self,
+        x: usize,
+        pc: usize,
+        kc: usize,
+        buf: *mut f32,
+        pack: impl FnOnce(Mat, *mut f32),
+    ) -> *const f32 {
+        match self {
+            Src::Raw(m) => {
+                pack(m, buf);
+                buf
+            }
+            // SAFETY: block `pc` starts at `pad · pc`, panel `(off + x) / width` of it at
+            // `(off + x) · kc` (caller's contract).
+            Src::Packed { ptr, pad, off } => unsafe { ptr.add(pad * pc + (off + x) * kc) },
+        }
+    }
+}
+
+/// [`sgemm`] with either operand possibly packed once ([`Packed`]).
+///
+/// # Safety
+/// As [`sgemm`] for the strided operands; a packed `a` must have been made by [`Packed::a`]
+/// with `m` rows and depth `k`, a packed `b` by [`Packed::b`] with `n` columns and depth `k`
+/// (checked).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sgemm_sides(
+    threads: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: Side<'_>,
+    b: Side<'_>,
+    c: MatMut,
+    accumulate: bool,
+) {
+    if let Side::Packed(p) = a {
+        assert!(p.is_a && p.len == m && p.depth == k, "packed A of another shape");
+    }
+    if let Side::Packed(p) = b {
+        assert!(!p.is_a && p.len == n && p.depth == k, "packed B of another shape");
+    }
     if m == 0 || n == 0 {
         return;
     }
@@ -139,6 +368,7 @@ pub unsafe fn sgemm(
         }
         return;
     }
+    let (a, b) = (Src::of(a), Src::of(b));
     let (mt, nt) = grid(threads, m, n);
     if mt * nt <= 1 {
         // SAFETY: forwarded from the caller.
@@ -155,16 +385,16 @@ pub unsafe fn sgemm(
         let (i0, i1) = split(mtiles, mt, t / nt, MR, m);
         let (j0, j1) = split(ntiles, nt, t % nt, NR, n);
         if i1 > i0 && j1 > j0 {
-            // SAFETY: a rectangle of the caller's product; rectangles of different tasks are
-            // disjoint in `c`.
+            // SAFETY: a rectangle of the caller's product, starting at whole tiles; rectangles
+            // of different tasks are disjoint in `c`.
             unsafe {
                 serial(
                     i1 - i0,
                     j1 - j0,
                     k,
                     alpha,
-                    a.at(i0, 0),
-                    b.at(0, j0),
+                    a.shift(i0, 0),
+                    b.shift(0, j0),
                     c.at(i0, j0),
                     accumulate,
                 )
@@ -221,43 +451,55 @@ fn with_buffer<R>(floats: usize, f: impl FnOnce(*mut f32) -> R) -> R {
 /// The product on the calling thread.
 ///
 /// # Safety
-/// As [`sgemm`], with `m, n, k > 0`.
+/// As [`sgemm_sides`], with `m, n, k > 0`; a packed operand shifted by whole panels.
 #[allow(clippy::too_many_arguments)]
 unsafe fn serial(
     m: usize,
     n: usize,
     k: usize,
     alpha: f32,
-    a: Mat,
-    b: Mat,
+    a: Src,
+    b: Src,
     c: MatMut,
     accumulate: bool,
 ) {
-    // `A`'s panels, then `B`'s from a 64-byte boundary
-    let a_floats = (MC.min(m.div_ceil(MR) * MR) * KC.min(k)).next_multiple_of(16);
-    let b_floats = NC.min(n.div_ceil(NR) * NR) * KC.min(k);
-    with_buffer(a_floats + b_floats, |ap| {
+    // `A`'s panels, then `B`'s from a 64-byte boundary (none for a packed operand)
+    let a_floats = if a.packed() {
+        0
+    } else {
+        (MC.min(m.div_ceil(MR) * MR) * KC.min(k)).next_multiple_of(16)
+    };
+    let b_floats = if b.packed() {
+        0
+    } else {
+        NC.min(n.div_ceil(NR) * NR) * KC.min(k)
+    };
+    with_buffer(a_floats + b_floats, |abuf| {
         // SAFETY: the buffer holds `a_floats + b_floats` floats; `a_floats` is a multiple of 16.
-        let bp = unsafe { ap.add(a_floats) };
+        let bbuf = unsafe { abuf.add(a_floats) };
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let acc = accumulate || pc > 0;
-                // SAFETY: `bp` holds `ceil(nc / NR) · NR · kc` floats (allocated above) and the
-                // block is inside `b`.
-                unsafe { pack_b(kc, nc, b.at(pc, jc), bp) };
+                // SAFETY: `bbuf` holds `ceil(nc / NR) · NR · kc` floats (allocated above) and
+                // the block is inside `b`; `jc` is a multiple of `NR`.
+                let bp = unsafe {
+                    b.panels(jc, pc, kc, bbuf, |b, out| pack_b(kc, nc, b.at(pc, jc), out))
+                };
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
-                    // SAFETY: as for `B`.
-                    unsafe { pack_a(mc, kc, a.at(ic, pc), ap) };
+                    // SAFETY: as for `B`; `ic` is a multiple of `MR`.
+                    let ap = unsafe {
+                        a.panels(ic, pc, kc, abuf, |a, out| pack_a(mc, kc, a.at(ic, pc), out))
+                    };
                     for jr in (0..nc).step_by(NR) {
                         let nr = NR.min(nc - jr);
                         for ir in (0..mc).step_by(MR) {
                             let mr = MR.min(mc - ir);
-                            // SAFETY: the panels were packed above with `kc` steps; the tile
-                            // `mr × nr` at `(ic + ir, jc + jr)` is inside `c`; the CPU has
-                            // AVX-512F (caller's contract).
+                            // SAFETY: the panels hold `kc` steps; the tile `mr × nr` at
+                            // `(ic + ir, jc + jr)` is inside `c`; the CPU has AVX-512F
+                            // (caller's contract).
                             unsafe {
                                 kernel(
                                     kc,
@@ -705,44 +947,97 @@ mod tests {
             ldc,
             acc,
         );
-        let mut got = c0.clone();
-        // SAFETY: the operands hold their matrices at these strides; the CPU check is done by
-        // the caller.
-        unsafe {
-            sgemm(
-                threads,
-                m,
-                n,
-                k,
-                alpha,
-                Mat {
-                    ptr: a.as_ptr(),
-                    rs: ars as isize,
-                    cs: acs as isize,
-                },
-                Mat {
-                    ptr: b.as_ptr(),
-                    rs: brs as isize,
-                    cs: bcs as isize,
-                },
-                MatMut {
-                    ptr: got.as_mut_ptr(),
-                    rs: ldc as isize,
-                    cs: 1,
-                },
-                acc,
-            )
+        let am = Mat {
+            ptr: a.as_ptr(),
+            rs: ars as isize,
+            cs: acs as isize,
         };
-        for i in 0..m {
-            for j in 0..ldc {
-                let (g, w) = (got[i * ldc + j], want[i * ldc + j]);
-                let tol = 1e-4 * (1.0 + k as f32);
-                assert!(
-                    (g - w).abs() <= tol,
-                    "m={m} n={n} k={k} ta={ta} tb={tb} acc={acc} pad={pad} at ({i},{j}): {g} vs {w}"
-                );
+        let bm = Mat {
+            ptr: b.as_ptr(),
+            rs: brs as isize,
+            cs: bcs as isize,
+        };
+        // every combination of strided and packed operands; the packed ones are made twice in
+        // a row, so the second reuses the first's buffer (dropped), which must not matter
+        for packs in 0..4 {
+            // SAFETY: the operands hold their matrices at these strides; the CPU check is done
+            // by the caller.
+            let pa = (packs & 1 == 1).then(|| unsafe {
+                drop(Packed::a(m, k, am));
+                Packed::a(m, k, am)
+            });
+            // SAFETY: as above.
+            let pb = (packs & 2 == 2).then(|| unsafe {
+                drop(Packed::b(k, n, bm));
+                Packed::b(k, n, bm)
+            });
+            let mut got = c0.clone();
+            // SAFETY: as above; packed operands of this product's shape.
+            unsafe {
+                sgemm_sides(
+                    threads,
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    pa.as_ref().map_or(Side::Strided(am), Side::Packed),
+                    pb.as_ref().map_or(Side::Strided(bm), Side::Packed),
+                    MatMut {
+                        ptr: got.as_mut_ptr(),
+                        rs: ldc as isize,
+                        cs: 1,
+                    },
+                    acc,
+                )
+            };
+            for i in 0..m {
+                for j in 0..ldc {
+                    let (g, w) = (got[i * ldc + j], want[i * ldc + j]);
+                    let tol = 1e-4 * (1.0 + k as f32);
+                    assert!(
+                        (g - w).abs() <= tol,
+                        "m={m} n={n} k={k} ta={ta} tb={tb} acc={acc} pad={pad} packs={packs} \
+                         at ({i},{j}): {g} vs {w}"
+                    );
+                }
             }
         }
+    }
+
+    #[test]
+    fn packed_operands_of_another_shape_are_refused() {
+        if !detected() {
+            return;
+        }
+        let a = data(6 * 5, 1);
+        let am = Mat {
+            ptr: a.as_ptr(),
+            rs: 5,
+            cs: 1,
+        };
+        // SAFETY: `a` holds 6 × 5 row-major; AVX-512F checked above.
+        let pa = unsafe { Packed::a(6, 5, am) };
+        let mut c = vec![0.0; 6 * 4];
+        let cm = MatMut {
+            ptr: c.as_mut_ptr(),
+            rs: 4,
+            cs: 1,
+        };
+        let run = |m, k| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: the shape check runs before any operand is read.
+                unsafe { sgemm_sides(1, m, 4, k, 1.0, Side::Packed(&pa), Side::Strided(am), cm, false) }
+            }))
+            .is_err()
+        };
+        assert!(run(6, 4));
+        assert!(run(5, 5));
+        // `a` as `B` (5 × 4 inside its 6 × 5 storage): a packed A on the right is refused too
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: as above.
+            unsafe { sgemm_sides(1, 6, 5, 5, 1.0, Side::Strided(am), Side::Packed(&pa), cm, false) }
+        }));
+        assert!(r.is_err());
     }
 
     #[test]
