@@ -23,7 +23,7 @@
 use super::{GraphRunner, Step};
 use crate::dtype::DType;
 use crate::operator::kernel::conv::{
-    ConvGeom, LowerWeight, lower, lower_packed, pack_lower_weight, winograd_geom,
+    ConvGeom, LowerWeight, lower_packed, pack_lower_weight, winograd_geom,
 };
 use crate::operator::kernel::depthwise::{self, Epilogue};
 use crate::operator::kernel::gemm::{Operand, Packed, matmul, matmul_packed_rhs, pack_rhs};
