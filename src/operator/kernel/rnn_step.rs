@@ -945,7 +945,7 @@ mod tests {
         // a larger packing first, filled with values that must not survive into the padding
         // of the next ones (the buffer comes back from the kept ones)
         drop(Packed::wh(&vec![7.0f32; 64 * 40], 64, 40));
-        for h in [5, 16, 21, 33] {
+        for h in [5usize, 16, 21, 33] {
             let wh: Vec<f32> = (0..4 * h * h).map(|i| i as f32 + 0.5).collect();
             let gh = 4 * h;
             let blocks = h.div_ceil(NR);
