@@ -338,17 +338,21 @@ pub fn forward<T: Real>(
             let wh = &w[wo + gh * inp..wo + gh * (inp + h)];
             let bo = g.bias_offset(l, d);
             let (bx, bh) = (&w[bo..bo + gh], &w[bo + gh..bo + 2 * gh]);
-            matmul(tt * n, gh, inp, row(layer_in), trans(wx), &mut pre, false);
-            for r in pre.chunks_mut(gh) {
-                for (j, v) in r.iter_mut().enumerate() {
-                    let b = if g.cell == Cell::Gru && j >= 2 * h {
+            // the biases first, the projection added onto them by the GEMM (one pass over
+            // `pre` fewer than adding them afterwards)
+            let bias: Vec<T> = (0..gh)
+                .map(|j| {
+                    if g.cell == Cell::Gru && j >= 2 * h {
                         bx[j]
                     } else {
                         bx[j] + bh[j]
-                    };
-                    *v = *v + b;
-                }
+                    }
+                })
+                .collect();
+            for r in pre.chunks_mut(gh) {
+                r.copy_from_slice(&bias);
             }
+            matmul(tt * n, gh, inp, row(layer_in), trans(wx), &mut pre, true);
             let state = (l * dd + d) * nh;
             hprev.copy_from_slice(&hx[state..state + nh]);
             if let Some(cx) = cx {
@@ -853,6 +857,17 @@ pub fn backward<T: Real>(
                         let dhn = &dh_next;
                         let mut rows: Vec<&mut [T]> = dp.chunks_mut(gh).collect();
                         for_each_mut(&mut rows, threads, |j, drow| {
+                            if is_f32::<T>() {
+                                let at = (t * n + j) * dd * h + d * h;
+                                rnn_step::act_back_row(
+                                    as32(&dlayer_out[at..at + h]),
+                                    as32(&dhn[j * h..(j + 1) * h]),
+                                    as32(&ht[j * h..(j + 1) * h]),
+                                    as32_mut(&mut drow[..h]),
+                                    g.cell == Cell::Relu,
+                                );
+                                return;
+                            }
                             for k in 0..h {
                                 let dh = dyo(j, k) + dhn[j * h + k];
                                 let hv = ht[j * h + k];

@@ -28,23 +28,91 @@ pub struct Packed {
     data: Vec<f32>,
 }
 
+/// Where the logical matrix of a [`Packed`] comes from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// Element `(row, column)` at `data[row · ld + column]`.
+    Rows(&'a [f32], usize),
+    /// Element `(row, column)` at `data[column · ld + row]` (a transposed matrix).
+    Cols(&'a [f32], usize),
+}
+
+/// Packed buffers of earlier calls, kept for the next ones: a step's `Wh` is packed once per
+/// call, and a fresh buffer of a few megabytes comes back from the system as new pages to
+/// fault in and zero on every call.
+static BUFFERS: std::sync::Mutex<Vec<Vec<f32>>> = std::sync::Mutex::new(Vec::new());
+
+/// Packed buffers kept.
+const BUFFERS_KEPT: usize = 4;
+
+/// A buffer of `len` floats, its contents unspecified: the smallest kept one large enough, or a
+/// new one.
+fn buffer(len: usize) -> Vec<f32> {
+    let found = {
+        let mut kept = BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+        let best = kept
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        best.map(|i| kept.swap_remove(i))
+    };
+    let mut v = found.unwrap_or_default();
+    v.resize(len, 0.0);
+    v
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.data);
+        let mut kept = BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < BUFFERS_KEPT {
+            kept.push(v);
+        } else if let Some(small) = kept.iter_mut().min_by_key(|b| b.capacity())
+            && small.capacity() < v.capacity()
+        {
+            *small = v;
+        }
+    }
+}
+
 impl Packed {
     /// Packs `panels` panels of `k` rows: lane `c` of panel `p` is column `col(p, c)` of the
-    /// logical matrix (`None`: zeros), whose element `(row, column)` is `at(row, column)`.
+    /// logical matrix `src` (`None`: zeros). `col(p, ·)` must give consecutive columns for
+    /// consecutive lanes up to the first `None` and `None` after it.
     fn new(
         k: usize,
         panels: usize,
         col: impl Fn(usize, usize) -> Option<usize>,
-        at: impl Fn(usize, usize) -> f32,
+        src: Source<'_>,
     ) -> Packed {
-        let mut data = vec![0.0f32; panels * k * NR];
-        for p in 0..panels {
-            let cols: [Option<usize>; NR] = std::array::from_fn(|c| col(p, c));
-            for r in 0..k {
-                let dst = &mut data[(p * k + r) * NR..][..NR];
-                for (d, j) in dst.iter_mut().zip(cols) {
-                    if let Some(j) = j {
-                        *d = at(r, j);
+        let mut data = buffer(panels * k * NR);
+        for (p, panel) in data.chunks_exact_mut(k * NR).enumerate() {
+            let first = col(p, 0);
+            let width = (0..NR).take_while(|&c| col(p, c).is_some()).count();
+            match (src, first) {
+                (_, None) => panel.fill(0.0),
+                (Source::Rows(m, ld), Some(j0)) => {
+                    for (r, dst) in panel.chunks_exact_mut(NR).enumerate() {
+                        dst[..width].copy_from_slice(&m[r * ld + j0..][..width]);
+                        dst[width..].fill(0.0);
+                    }
+                }
+                (Source::Cols(m, ld), Some(j0)) => {
+                    // one source row (a column of the logical matrix) per lane: contiguous reads,
+                    // writes at a stride of one panel row inside the panel
+                    for c in 0..NR {
+                        if c < width {
+                            let s = &m[(j0 + c) * ld..][..k];
+                            for (r, &v) in s.iter().enumerate() {
+                                panel[r * NR + c] = v;
+                            }
+                        } else {
+                            for r in 0..k {
+                                panel[r * NR + c] = 0.0;
+                            }
+                        }
                     }
                 }
             }
@@ -59,7 +127,7 @@ impl Packed {
             h,
             gh.div_ceil(NR),
             |p, c| Some(p * NR + c).filter(|&j| j < gh),
-            |r, j| wh[j * h + r],
+            Source::Cols(wh, h),
         )
     }
 
@@ -74,7 +142,7 @@ impl Packed {
                 let u = b * NR + c;
                 (u < h).then_some(q * h + u)
             },
-            |r, j| wh[j * h + r],
+            Source::Cols(wh, h),
         )
     }
 
@@ -84,7 +152,7 @@ impl Packed {
             gh,
             h.div_ceil(NR),
             |p, c| Some(p * NR + c).filter(|&j| j < h),
-            |r, j| wh[r * h + j],
+            Source::Rows(wh, h),
         )
     }
 
@@ -823,6 +891,31 @@ fn tanh_row_body(pre: &[f32], hh: &[f32], ht: &mut [f32]) {
     }
 }
 
+row_kernel! {
+    /// One batch row of a ReLU or tanh RNN's backward step, before the product by `Wh`: the
+    /// pre-activation gradient `dpre` from the gradients arriving from the output (`dy`) and from
+    /// the step after (`dh_next`) and the step's output `h` (ReLU when `relu`, else tanh).
+    act_back_row => act_back_body(
+        dy: &[f32], dh_next: &[f32], h: &[f32], dpre: &mut [f32], relu: bool
+    )
+}
+
+#[inline(always)]
+fn act_back_body(dy: &[f32], dh_next: &[f32], h: &[f32], dpre: &mut [f32], relu: bool) {
+    let w = dpre.len();
+    let (dy, dhn, h) = (&dy[..w], &dh_next[..w], &h[..w]);
+    if relu {
+        for k in 0..w {
+            let d = dy[k] + dhn[k];
+            dpre[k] = if h[k] > 0.0 { d } else { 0.0 };
+        }
+    } else {
+        for k in 0..w {
+            dpre[k] = (dy[k] + dhn[k]) * (1.0 - h[k] * h[k]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -844,6 +937,83 @@ mod tests {
                 "sigmoid({x})"
             );
             x += 0.0137;
+        }
+    }
+
+    #[test]
+    fn packing_into_a_reused_buffer_matches_the_definition() {
+        // a larger packing first, filled with values that must not survive into the padding
+        // of the next ones (the buffer comes back from the kept ones)
+        drop(Packed::wh(&vec![7.0f32; 64 * 40], 64, 40));
+        for h in [5usize, 16, 21, 33] {
+            let wh: Vec<f32> = (0..4 * h * h).map(|i| i as f32 + 0.5).collect();
+            let gh = 4 * h;
+            let blocks = h.div_ceil(NR);
+            // lstm_wh_t: lane c of panel 4·b + q is column q·h + b·NR + c of Whᵀ, i.e. row
+            // q·h + u of Wh (u = b·NR + c), zero past the last unit
+            let pk = Packed::lstm_wh_t(&wh, h);
+            assert_eq!((pk.k, pk.panels), (h, 4 * blocks));
+            for p in 0..pk.panels {
+                let (b, q) = (p / 4, p % 4);
+                for r in 0..h {
+                    for c in 0..NR {
+                        let u = b * NR + c;
+                        let want = if u < h { wh[(q * h + u) * h + r] } else { 0.0 };
+                        assert_eq!(pk.panel(p)[r * NR + c], want, "lstm {h} {p} {r} {c}");
+                    }
+                }
+            }
+            let pk = Packed::wh_t(&wh, gh, h);
+            for p in 0..pk.panels {
+                for r in 0..h {
+                    for c in 0..NR {
+                        let j = p * NR + c;
+                        let want = if j < gh { wh[j * h + r] } else { 0.0 };
+                        assert_eq!(pk.panel(p)[r * NR + c], want, "wh_t {h} {p} {r} {c}");
+                    }
+                }
+            }
+            let pk = Packed::wh(&wh, gh, h);
+            assert_eq!((pk.k, pk.panels), (gh, blocks));
+            for p in 0..pk.panels {
+                for r in 0..gh {
+                    for c in 0..NR {
+                        let j = p * NR + c;
+                        let want = if j < h { wh[r * h + j] } else { 0.0 };
+                        assert_eq!(pk.panel(p)[r * NR + c], want, "wh {h} {p} {r} {c}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn activation_backward_rows_match_the_formulas() {
+        for w in [1, 15, 16, 37] {
+            let dy: Vec<f32> = (0..w).map(|i| (i as f32 * 0.37).sin()).collect();
+            let dhn: Vec<f32> = (0..w).map(|i| (i as f32 * 0.91).cos()).collect();
+            let h: Vec<f32> = (0..w).map(|i| ((i * 7 % 11) as f32 - 5.0) / 6.0).collect();
+            for relu in [false, true] {
+                let want: Vec<f32> = (0..w)
+                    .map(|k| {
+                        let d = dy[k] + dhn[k];
+                        if relu {
+                            if h[k] > 0.0 { d } else { 0.0 }
+                        } else {
+                            d * (1.0 - h[k] * h[k])
+                        }
+                    })
+                    .collect();
+                // the dispatched kernel and the plain body (the path of CPUs without AVX2)
+                let mut got = vec![9.0f32; w];
+                act_back_row(&dy, &dhn, &h, &mut got, relu);
+                let mut plain = vec![9.0f32; w];
+                act_back_body(&dy, &dhn, &h, &mut plain, relu);
+                for k in 0..w {
+                    assert!((got[k] - want[k]).abs() < 1e-6, "{w} {relu} {k}");
+                    assert!((plain[k] - want[k]).abs() < 1e-6, "{w} {relu} {k}");
+                }
+            }
         }
     }
 
