@@ -116,6 +116,12 @@ case("reduce_bias_grad_sum")(lambda: [nd.sum(XB(), axis=(0, 2, 3)), nd.mean(XB()
                                       nd.sum(XB("float64"), axis=(0, 2, 3), keepdims=True)])
 case("reduce_columns_rows")(lambda: [nd.sum(XB(), axis=0), nd.sum(XB(), axis=(2, 3)), nd.sum(XB(), axis=(0, 1)),
                                      nd.mean(XB().reshape((30, 63)), axis=0), nd.sum(XB("int32"), axis=(0, 2, 3))])
+XN = lambda: nd.array(np.where(np.arange(5 * 6 * 7 * 9).reshape(5, 6, 7, 9) == 200, np.nan, XB().asnumpy()))
+case("reduce_extremes_kept_middle")(lambda: [nd.max(XB(), axis=(0, 2, 3)), nd.min(XB(), axis=0), nd.max(XB()),
+                                             nd.min(XB(), axis=(2, 3), keepdims=True), nd.max(XN(), axis=(0, 2, 3)),
+                                             nd.min(XN()), nd.max(XB("float16"), axis=(0, 1)),
+                                             nd.min(nd.array(np.arange(-50, 250).reshape(3, 100), dtype="int32"), axis=1),
+                                             nd.max(nd.relu(XB()), axis=(1, 2, 3)), nd.min(nd.relu(XB()))])
 case("norm")(lambda: [nd.norm(X3()), nd.norm(X3(), axis=1), nd.norm(X3(), ord=1, axis=(1, 2))])
 case("argmax")(lambda: [nd.argmax(X3(), axis=2), nd.argmin(X3(), axis=0), nd.argmax(A())])
 case("argmax_channel")(lambda: nd.argmax_channel(A()))

@@ -305,6 +305,92 @@ pub fn sum_kept_middle<T: Element>(x: &[T], a: usize, k: usize, b: usize, out: &
     });
 }
 
+/// `out[k]` = the maximum (`max`) or minimum of `x[a, k, b]` over `a` and `b`, in f64, over a
+/// contiguous `A × K × B` array: the value the serial fold in row-major order gives (NaN if any
+/// element is NaN; of equal zeros the first, so the sign of a zero result is the serial one).
+/// Runs of `B` are folded in eight independent lanes; rows of `K` (`B` = 1) elementwise.
+pub fn extreme_kept_middle<T: Element>(x: &[T], a: usize, k: usize, b: usize, max: bool, out: &mut [f64]) {
+    assert!(x.len() >= a * k * b && out.len() >= k);
+    let out = &mut out[..k];
+    let init = if max { f64::NEG_INFINITY } else { f64::INFINITY };
+    if b == 1 {
+        // per column, in row order: the serial fold itself
+        out.fill(init);
+        for row in x[..a * k].chunks_exact(k.max(1)) {
+            extreme_rows(row, max, out);
+        }
+        return;
+    }
+    for_chunks_mut(out, a * b, |start, chunk| {
+        for (j, o) in chunk.iter_mut().enumerate() {
+            let c = start + j;
+            let mut lanes = [init; 8];
+            for i in 0..a {
+                extreme_lanes(&x[(i * k + c) * b..][..b], max, &mut lanes);
+            }
+            let m = if lanes.iter().any(|l| l.is_nan()) {
+                f64::NAN
+            } else if max {
+                lanes.iter().copied().fold(init, f64::max)
+            } else {
+                lanes.iter().copied().fold(init, f64::min)
+            };
+            *o = if m == 0.0 {
+                // the lanes may have met the zeros in another order: the serial fold keeps the
+                // first (nothing before it is above it for max, below it for min)
+                (0..a)
+                    .flat_map(|i| x[(i * k + c) * b..][..b].iter())
+                    .map(|v| v.to_f64())
+                    .find(|v| *v == 0.0)
+                    .unwrap_or(m)
+            } else {
+                m
+            };
+        }
+    });
+}
+
+multiversion!(extreme_lanes<T: Element>(run: &[T], max: bool, lanes: &mut [f64; 8]) => extreme_lanes_body);
+multiversion!(extreme_rows<T: Element>(row: &[T], max: bool, acc: &mut [f64]) => extreme_rows_body);
+
+/// The serial fold's step: `x` replaces `a` if beyond it or NaN (a NaN then stays).
+#[inline(always)]
+fn step(max: bool, a: f64, x: f64) -> f64 {
+    let beyond = if max { x > a } else { x < a };
+    if beyond || x.is_nan() { x } else { a }
+}
+
+#[inline(always)]
+fn extreme_lanes_body<T: Element>(run: &[T], max: bool, lanes: &mut [f64; 8]) {
+    let mut it = run.chunks_exact(8);
+    // two loops so that the comparison is fixed inside each
+    if max {
+        for ch in &mut it {
+            for (l, v) in lanes.iter_mut().zip(ch) {
+                *l = step(true, *l, v.to_f64());
+            }
+        }
+    } else {
+        for ch in &mut it {
+            for (l, v) in lanes.iter_mut().zip(ch) {
+                *l = step(false, *l, v.to_f64());
+            }
+        }
+    }
+    for (l, v) in lanes.iter_mut().zip(it.remainder()) {
+        *l = step(max, *l, v.to_f64());
+    }
+}
+
+#[inline(always)]
+fn extreme_rows_body<T: Element>(row: &[T], max: bool, acc: &mut [f64]) {
+    if max {
+        acc.iter_mut().zip(row).for_each(|(o, v)| *o = step(true, *o, v.to_f64()));
+    } else {
+        acc.iter_mut().zip(row).for_each(|(o, v)| *o = step(false, *o, v.to_f64()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,5 +462,56 @@ mod tests {
                 assert_eq!(out[i * 4 + k], want);
             }
         }
+    }
+
+    #[test]
+    fn extreme_kept_middle_is_the_serial_fold() {
+        // values with repeats, signed zeros and (in some cases) a NaN
+        let vals = [3.5f64, -0.0, 0.0, -2.0, 7.25, -7.25, 0.0, -0.0, 1.0];
+        for &(a, k, b) in &[(1, 1, 1), (5, 3, 1), (1, 4, 37), (3, 2, 9), (2, 3, 16), (4, 1, 8), (2, 2, 0)] {
+            for nan_at in [None, Some(0), Some(a * k * b / 2)] {
+                for shift in 0..4usize {
+                    let mut x: Vec<f64> = (0..a * k * b).map(|i| vals[(i * 7 + shift) % vals.len()] - (shift % 2) as f64 * 9.0).collect();
+                    if shift == 3 {
+                        // all zeros of mixed sign: the result's sign is the first zero's
+                        x.iter_mut().enumerate().for_each(|(i, v)| *v = if (i + a) % 3 == 0 { -0.0 } else { 0.0 });
+                    }
+                    if let Some(i) = nan_at.filter(|&i| i < x.len()) {
+                        x[i] = f64::NAN;
+                    }
+                    let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+                    for max in [true, false] {
+                        let init = if max { f64::NEG_INFINITY } else { f64::INFINITY };
+                        let want: Vec<f64> = (0..k)
+                            .map(|c| {
+                                let mut acc = init;
+                                for i in 0..a {
+                                    for j in 0..b {
+                                        acc = step(max, acc, x[(i * k + c) * b + j]);
+                                    }
+                                }
+                                acc
+                            })
+                            .collect();
+                        let mut got = vec![0.0; k];
+                        extreme_kept_middle(&x, a, k, b, max, &mut got);
+                        let mut got32 = vec![0.0; k];
+                        extreme_kept_middle(&xf, a, k, b, max, &mut got32);
+                        for (g, w) in got.iter().chain(&got32).zip(want.iter().chain(&want)) {
+                            assert!(
+                                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                                "{a}x{k}x{b} max={max} nan_at={nan_at:?} shift={shift}: {got:?} {got32:?} vs {want:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // the baseline and AVX2 bodies agree with the dispatched one
+        let x: Vec<f32> = (0..1000).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
+        let (mut l1, mut l2) = ([f64::NEG_INFINITY; 8], [f64::NEG_INFINITY; 8]);
+        extreme_lanes(&x, true, &mut l1);
+        extreme_lanes_body(&x, true, &mut l2);
+        assert_eq!(l1, l2);
     }
 }

@@ -6,7 +6,7 @@ use super::{Entries, axis as norm_axis, dims, inputs};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::operator::kernel::Element;
-use crate::operator::kernel::strided::{kept_middle, reduce, split_axes, sum_kept_middle, walk};
+use crate::operator::kernel::strided::{kept_middle, extreme_kept_middle, reduce, split_axes, sum_kept_middle, walk};
 use crate::operator::op::{Call, Plan, TensorDesc};
 use crate::operator::def::{GradCtx, Signature, Val, param};
 use crate::operator::param;
@@ -131,6 +131,13 @@ fn plan_fold(call: &Call<'_>, fold: Fold) -> Result<Plan> {
                     if matches!(fold, Fold::Mean) {
                         acc.iter_mut().for_each(|v| *v /= (a * b) as f64);
                     }
+                    write_f64(out, &acc);
+                    return Ok(());
+                }
+                if matches!(fold, Fold::Max | Fold::Min)
+                    && let Some((a, kk, b)) = kept_middle(&shape, &mask)
+                {
+                    extreme_kept_middle(src, a, kk, b, matches!(fold, Fold::Max), &mut acc);
                     write_f64(out, &acc);
                     return Ok(());
                 }
