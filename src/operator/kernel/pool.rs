@@ -366,6 +366,111 @@ fn divide_row<R: Real>(g: &PoolGeom, win: &Windows, padded: usize, inside: usize
     }
 }
 
+/// Whether a plane is 2x2 max pooling at stride 2 with every window inside it (LeNet's and
+/// most CNNs' pooling): [`max_2x2`] and [`route_2x2`] then do a plane in one pass.
+fn tiles_2x2(g: &PoolGeom) -> bool {
+    g.kind == PoolKind::Max
+        && !g.v1
+        && g.kernel == [1, 2, 2]
+        && g.stride[1..] == [2, 2]
+        && g.pad == [0; 3]
+        && g.input[0] == 1
+        && g.output[0] == 1
+        && 2 * g.output[1] <= g.input[1]
+        && 2 * g.output[2] <= g.input[2]
+}
+
+/// Output columns per step of [`max_2x2`] and [`route_2x2`]: fixed-size blocks, so that the
+/// compiler turns the even/odd column accesses into vector shuffles.
+const T2: usize = 16;
+
+/// [`plane_forward`] of a [`tiles_2x2`] plane, the same operations in the same order: the
+/// window's two rows reduced column by column, then the two columns.
+#[inline(always)]
+fn max_2x2<R: Real>(g: &PoolGeom, x: &[R], out: &mut [R], low: R) {
+    let (iw, oh, ow) = (g.input[2], g.output[1], g.output[2]);
+    #[inline(always)]
+    fn one<R: Real, const N: usize>(a: &[R; 2 * T2], b: &[R; 2 * T2], o: &mut [R; N], low: R) {
+        for (i, o) in o.iter_mut().enumerate() {
+            let c0 = vmax(vmax(low, a[2 * i]), b[2 * i]);
+            let c1 = vmax(vmax(low, a[2 * i + 1]), b[2 * i + 1]);
+            *o = vmax(c0, c1);
+        }
+    }
+    for oy in 0..oh {
+        let r0 = &x[2 * oy * iw..][..2 * ow];
+        let r1 = &x[(2 * oy + 1) * iw..][..2 * ow];
+        let o = &mut out[oy * ow..][..ow];
+        for k in (0..ow).step_by(T2) {
+            let n = (ow - k).min(T2);
+            let (a, b) = (&r0[2 * k..][..2 * n], &r1[2 * k..][..2 * n]);
+            if n == T2 {
+                one::<R, T2>(a.try_into().unwrap(), b.try_into().unwrap(), (&mut o[k..][..T2]).try_into().unwrap(), low);
+            } else {
+                // a short row (LeNet's 12 columns) or the end of one: through block-sized copies
+                let (mut ab, mut bb, mut ob) = ([low; 2 * T2], [low; 2 * T2], [low; T2]);
+                ab[..2 * n].copy_from_slice(a);
+                bb[..2 * n].copy_from_slice(b);
+                one::<R, T2>(&ab, &bb, &mut ob, low);
+                o[k..][..n].copy_from_slice(&ob[..n]);
+            }
+        }
+    }
+}
+
+/// [`plane_backward`] of a [`tiles_2x2`] plane (`dx` overwritten): each output gradient goes to
+/// the first of its window's four elements (row-major) equal to the output, the other three
+/// and the rows and columns no window covers get zero; decided without branches.
+#[inline(always)]
+fn route_2x2<R: Real>(g: &PoolGeom, dy: &[R], x: &[R], y: &[R], dx: &mut [R]) {
+    let (ih, iw, oh, ow) = (g.input[1], g.input[2], g.output[1], g.output[2]);
+    #[inline(always)]
+    fn one<R: Real>(a: &[R; 2 * T2], b: &[R; 2 * T2], ys: &[R; T2], ds: &[R; T2], t0: &mut [R; 2 * T2], t1: &mut [R; 2 * T2]) {
+        for (i, (&m, &d)) in ys.iter().zip(ds).enumerate() {
+            let d = R::ZERO + d; // as the general path: the plane's zero plus the gradient
+            let e0 = a[2 * i] == m;
+            let e1 = !e0 & (a[2 * i + 1] == m);
+            let e2 = !(e0 | e1) & (b[2 * i] == m);
+            let e3 = !(e0 | e1 | e2) & (b[2 * i + 1] == m);
+            t0[2 * i] = if e0 { d } else { R::ZERO };
+            t0[2 * i + 1] = if e1 { d } else { R::ZERO };
+            t1[2 * i] = if e2 { d } else { R::ZERO };
+            t1[2 * i + 1] = if e3 { d } else { R::ZERO };
+        }
+    }
+    for oy in 0..oh {
+        let (ys, ds) = (&y[oy * ow..][..ow], &dy[oy * ow..][..ow]);
+        let r0 = &x[2 * oy * iw..][..2 * ow];
+        let r1 = &x[(2 * oy + 1) * iw..][..2 * ow];
+        let (d0, d1) = dx[2 * oy * iw..][..2 * iw].split_at_mut(iw);
+        for k in (0..ow).step_by(T2) {
+            let n = (ow - k).min(T2);
+            let (a, b) = (&r0[2 * k..][..2 * n], &r1[2 * k..][..2 * n]);
+            let (m, d) = (&ys[k..][..n], &ds[k..][..n]);
+            if n == T2 {
+                let t0: &mut [R; 2 * T2] = (&mut d0[2 * k..][..2 * T2]).try_into().unwrap();
+                let t1: &mut [R; 2 * T2] = (&mut d1[2 * k..][..2 * T2]).try_into().unwrap();
+                one(a.try_into().unwrap(), b.try_into().unwrap(), m.try_into().unwrap(), d.try_into().unwrap(), t0, t1);
+            } else {
+                // a short row (LeNet's 12 columns) or the end of one: through block-sized copies
+                let z = R::ZERO;
+                let (mut ab, mut bb, mut mb, mut db) = ([z; 2 * T2], [z; 2 * T2], [z; T2], [z; T2]);
+                let (mut t0, mut t1) = ([z; 2 * T2], [z; 2 * T2]);
+                ab[..2 * n].copy_from_slice(a);
+                bb[..2 * n].copy_from_slice(b);
+                mb[..n].copy_from_slice(m);
+                db[..n].copy_from_slice(d);
+                one(&ab, &bb, &mb, &db, &mut t0, &mut t1);
+                d0[2 * k..][..2 * n].copy_from_slice(&t0[..2 * n]);
+                d1[2 * k..][..2 * n].copy_from_slice(&t1[..2 * n]);
+            }
+        }
+        d0[2 * ow..].fill(R::ZERO);
+        d1[2 * ow..].fill(R::ZERO);
+    }
+    dx[2 * oh * iw..ih * iw].fill(R::ZERO);
+}
+
 /// One plane's max, average or sum pooling; `col` holds a row.
 #[inline(always)]
 fn plane_forward<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
@@ -659,6 +764,8 @@ fn whole_backward<R: Real>(g: &PoolGeom, d: R, x: &[R], y: R, dx: &mut [R]) {
 fn plane_forward_body<R: Real>(g: &PoolGeom, win: &Windows, x: &[R], out: &mut [R], col: &mut [R], low: R) {
     if whole_plane(g) {
         out[0] = whole_forward(g, x, low);
+    } else if tiles_2x2(g) {
+        max_2x2(g, x, out, low);
     } else {
         plane_forward(g, win, x, out, col, low)
     }
@@ -683,6 +790,8 @@ fn plane_backward_body<R: Real>(
     if whole_plane(g) {
         let (xs, ys) = if g.kind == PoolKind::Max { (x, y[0]) } else { (&[][..], R::ZERO) };
         whole_backward(g, dy[0], xs, ys, dx);
+    } else if tiles_2x2(g) {
+        route_2x2(g, dy, x, y, dx);
     } else {
         plane_backward(g, win, dy, x, y, dx, t, dd, rows, code)
     }
@@ -1044,11 +1153,13 @@ mod tests {
             v1: false,
         };
         let mut cases = Vec::new();
-        // (input, kernel, stride, pad): LeNet's 2×2 and a 3×3 at stride 3 on sizes they do
+        // (input, kernel, stride, pad): LeNet's 2×2 (one pass a plane where the windows tile it) and a 3×3 at stride 3 on sizes they do
         // not divide, 3×3 stride 2 with padding,
         // stride 1, wide rows (whole-row routing), a 5-wide window, 3-D, global pooling
         for (input, kernel, stride, pad) in [
             ([1, 9, 11], [1, 2, 2], [1, 2, 2], [0, 0, 0]),
+            ([1, 24, 24], [1, 2, 2], [1, 2, 2], [0, 0, 0]),
+            ([1, 6, 40], [1, 2, 2], [1, 2, 2], [0, 0, 0]),
             ([1, 10, 14], [1, 3, 3], [1, 3, 3], [0, 0, 0]),
             ([1, 13, 15], [1, 3, 3], [1, 2, 2], [0, 1, 1]),
             ([1, 7, 10], [1, 3, 3], [1, 1, 1], [0, 1, 1]),
