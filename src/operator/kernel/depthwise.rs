@@ -292,6 +292,20 @@ fn forward_body(
     }
 }
 
+/// Asks the CPU to bring the cache line holding `v` into its caches (a hint; nothing else
+/// changes).
+#[inline(always)]
+fn prefetch(v: &f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and writes no memory or register; `v` is a live reference.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>((v as *const f32).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
 /// Calls `run(i, row, col, take)` for each row run of the block of flat outputs `f..f + B` on a
 /// grid of `zw`-wide rows, up to row `rows`: block values `i..i + take` are columns
 /// `col..col + take` of `row`.
@@ -426,11 +440,15 @@ fn data_grad_body(p: &Plane, dy: &[f32], w: &[f32], s: &mut [f32], dx: &mut [f32
 }
 
 /// Adds one image's plane to the taps' lane sums `acc` (`taps × L`); `s` and `grid` scratch.
+/// `next` (the input and output gradient planes the caller takes next, or empty) is prefetched
+/// a few cache lines per step of the first tap group: the caller steps through planes a channel
+/// apart, so each would otherwise open a new memory stream whose first reads wait on memory.
 #[inline(always)]
 fn weight_grad_body(
     p: &Plane,
     x: &[f32],
     dy: &[f32],
+    next: (&[f32], &[f32]),
     s: &mut [f32],
     grid: &mut [f32],
     acc: &mut [[f32; L]],
@@ -459,7 +477,18 @@ fn weight_grad_body(
         a[..m].copy_from_slice(&acc[t0..t0 + m]);
         let hi = off.iter().copied().max().unwrap_or(0) + n;
         let s = &s[..hi];
+        let (nx, ny) = if t0 == 0 { next } else { (&[][..], &[][..]) };
+        let lines = (nx.len() + ny.len()).div_ceil(L);
+        let per = lines.div_ceil(n / L);
         for f in (0..n).step_by(L) {
+            for k in (f / L * per..).take(per) {
+                let e = k * L;
+                if e < nx.len() {
+                    prefetch(&nx[e]);
+                } else if e - nx.len() < ny.len() {
+                    prefetch(&ny[e - nx.len()]);
+                }
+            }
             let g: &[f32; L] = grid[f..f + L].try_into().unwrap();
             for j in 0..TG {
                 let src: &[f32; L] = s[off[j] + f..][..L].try_into().unwrap();
@@ -475,7 +504,7 @@ fn weight_grad_body(
 
 multiversion!(forward_plane(p: &Plane, x: &[f32], w: &[f32], bias: Option<f32>, relu: bool, s: &mut [f32], y: &mut [f32]) => forward_body);
 multiversion!(data_grad_plane(p: &Plane, dy: &[f32], w: &[f32], s: &mut [f32], dx: &mut [f32]) => data_grad_body);
-multiversion!(weight_grad_plane(p: &Plane, x: &[f32], dy: &[f32], s: &mut [f32], grid: &mut [f32], acc: &mut [[f32; L]]) => weight_grad_body);
+multiversion!(weight_grad_plane(p: &Plane, x: &[f32], dy: &[f32], next: (&[f32], &[f32]), s: &mut [f32], grid: &mut [f32], acc: &mut [[f32; L]]) => weight_grad_body);
 
 /// Whether `g` takes these kernels: depthwise, 1-D or 2-D.
 pub fn applies(g: &ConvGeom) -> bool {
@@ -558,12 +587,16 @@ pub fn weight_grad(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32]) {
         let mut acc = vec![[0.0f32; L]; kk];
         let mut s = vec![0.0f32; sp.len(&p)];
         let mut grid = vec![0.0f32; sp.grid_len(&p)];
+        let end = channels.end;
         for ch in channels {
             acc.iter_mut().for_each(|a| *a = [0.0; L]);
             for n in 0..g.batch {
                 let q = n * c + ch;
                 let (xs, ys) = (&x[q * isp..][..isp], &dy[q * osp..][..osp]);
-                weight_grad_plane(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                // the next image of this channel, else the first of the next channel
+                let nq = if n + 1 < g.batch { Some(q + c) } else { (ch + 1 < end).then_some(ch + 1) };
+                let next = nq.map_or((&[][..], &[][..]), |r| (&x[r * isp..][..isp], &dy[r * osp..][..osp]));
+                weight_grad_plane(&p, xs, ys, next, &mut s, &mut grid, &mut acc);
             }
             // SAFETY: channel ch's taps of `dw` are written by this range only; in bounds
             // (asserted).
@@ -599,8 +632,8 @@ mod tests {
             data_grad_body(p, dy, w, s, dx)
         }
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn weight_grad(p: &Plane, x: &[f32], dy: &[f32], s: &mut [f32], g: &mut [f32], a: &mut [[f32; L]]) {
-            weight_grad_body(p, x, dy, s, g, a)
+        pub(super) fn weight_grad(p: &Plane, x: &[f32], dy: &[f32], nx: (&[f32], &[f32]), s: &mut [f32], g: &mut [f32], a: &mut [[f32; L]]) {
+            weight_grad_body(p, x, dy, nx, s, g, a)
         }
     }
 
@@ -626,22 +659,23 @@ mod tests {
                 let q = n * c + ch;
                 let (xs, ys) = (&x[q * isp..][..isp], &dy[q * osp..][..osp]);
                 let (yo, dxo) = (&mut y[q * osp..][..osp], &mut dx[q * isp..][..isp]);
+                let nx = if n + 1 < g.batch { (&x[(q + c) * isp..][..isp], &dy[(q + c) * osp..][..osp]) } else { (&[][..], &[][..]) };
                 match isa {
                     Isa::Best => {
                         forward_plane(&p, xs, wc, b, e.relu, &mut s, yo);
                         data_grad_plane(&p, ys, wc, &mut s, dxo);
-                        weight_grad_plane(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                        weight_grad_plane(&p, xs, ys, nx, &mut s, &mut grid, &mut acc);
                     }
                     Isa::Baseline => {
                         forward_body(&p, xs, wc, b, e.relu, &mut s, yo);
                         data_grad_body(&p, ys, wc, &mut s, dxo);
-                        weight_grad_body(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                        weight_grad_body(&p, xs, ys, nx, &mut s, &mut grid, &mut acc);
                     }
                     // SAFETY: only run where the CPU has AVX2 and FMA (`avx2_ok`).
                     Isa::Avx2 => unsafe {
                         avx2::forward(&p, xs, wc, b, e.relu, &mut s, yo);
                         avx2::data_grad(&p, ys, wc, &mut s, dxo);
-                        avx2::weight_grad(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                        avx2::weight_grad(&p, xs, ys, nx, &mut s, &mut grid, &mut acc);
                     },
                 }
             }
