@@ -389,8 +389,8 @@ fn data_grad_body(p: &Plane, dy: &[f32], w: &[f32], s: &mut [f32], dx: &mut [f32
     let mut at = vec![0; p.sx + 1];
     for ry in 0..p.sy.min(p.ih) {
         taps.clear();
-        for rx in 0..p.sx {
-            at[rx] = taps.len();
+        for (rx, start) in at[..p.sx].iter_mut().enumerate() {
+            *start = taps.len();
             for (_, a, qa) in phase_taps(p.sy, p.dy, p.py, p.kh).filter(|t| t.0 == ry) {
                 for (_, b, qb) in phase_taps(p.sx, p.dx, p.px, p.kw).filter(|t| t.0 == rx) {
                     let off = (qa + pd.top as isize) as usize * zw + (qb + pd.left as isize) as usize;
