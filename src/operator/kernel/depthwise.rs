@@ -117,37 +117,102 @@ impl Split {
     }
 }
 
-/// Copies plane `x` into `s` as [`Split`] lays it out (zeros in the padding).
+/// Copies plane `x` into `s` as [`Split`] lays it out, and zeros the padding (every value up to
+/// [`Split::len`] is written). Each input row goes to its x phases in one pass: at x stride 2 the
+/// even and odd columns are split apart by one vectorised loop.
 #[inline(always)]
 fn fill_split(p: &Plane, sp: &Split, x: &[f32], s: &mut [f32]) {
     let s = &mut s[..sp.len(p)];
-    s.fill(0.0);
+    let (zw, sub) = (sp.zw, sp.sub());
+    let planes = p.sy * p.sx;
+    // sub-plane columns c0..c1 of x phase rx hold input columns c·sx + rx - px (0 <= it < iw)
+    let mut cols = [(0usize, 0usize); 8];
+    let mut heap = Vec::new();
+    let cols: &mut [(usize, usize)] = if p.sx <= cols.len() {
+        &mut cols[..p.sx]
+    } else {
+        heap.resize(p.sx, (0, 0));
+        &mut heap
+    };
+    for (rx, c) in cols.iter_mut().enumerate() {
+        let c0 = p.px.saturating_sub(rx).div_ceil(p.sx).min(zw);
+        let c1 = (p.iw + p.px).saturating_sub(rx).div_ceil(p.sx).clamp(c0, zw);
+        *c = (c0, c1);
+    }
+    s[planes * sub..].fill(0.0);
     for ry in 0..p.sy {
-        for rx in 0..p.sx {
-            let base = (ry * p.sx + rx) * sp.sub();
-            // columns c with 0 <= c·sx + rx - px < iw
-            let c0 = p.px.saturating_sub(rx).div_ceil(p.sx).min(sp.zw);
-            let c1 = (p.iw + p.px).saturating_sub(rx).div_ceil(p.sx).clamp(c0, sp.zw);
-            if c0 == c1 {
+        for r in 0..sp.rows {
+            let iy = (r * p.sy + ry) as isize - p.py as isize;
+            let at = |rx: usize| (ry * p.sx + rx) * sub + r * zw;
+            if iy < 0 || iy as usize >= p.ih {
+                for rx in 0..p.sx {
+                    s[at(rx)..][..zw].fill(0.0);
+                }
                 continue;
             }
-            for r in 0..sp.rows {
-                let iy = (r * p.sy + ry) as isize - p.py as isize;
-                if iy < 0 || iy as usize >= p.ih {
-                    continue;
-                }
-                let xr = &x[iy as usize * p.iw..][..p.iw];
-                let d = &mut s[base + r * sp.zw..][c0..c1];
-                let first = c0 * p.sx + rx - p.px;
-                if p.sx == 1 {
-                    d.copy_from_slice(&xr[first..first + d.len()]);
-                } else {
-                    for (v, &u) in d.iter_mut().zip(xr[first..].iter().step_by(p.sx)) {
-                        *v = u;
+            let xr = &x[iy as usize * p.iw..][..p.iw];
+            for (rx, &(c0, c1)) in cols.iter().enumerate() {
+                let d = &mut s[at(rx)..][..zw];
+                d[..c0].fill(0.0);
+                d[c1..].fill(0.0);
+            }
+            if p.sx == 2 {
+                // input column 2k sits in phase px % 2, 2k + 1 in the other, both at column
+                // k + c0 of their phase
+                let (e, o) = (p.px % 2, 1 - p.px % 2);
+                let ((e0, e1), (o0, o1)) = (cols[e], cols[o]);
+                let (lo, hi) = s.split_at_mut(at(1));
+                let (lo, hi) = (&mut lo[at(0)..][..zw], &mut hi[..zw]);
+                let (de, dod) = if e == 0 { (lo, hi) } else { (hi, lo) };
+                split2(xr, &mut de[e0..e1], &mut dod[o0..o1]);
+            } else {
+                for (rx, &(c0, c1)) in cols.iter().enumerate() {
+                    if c0 == c1 {
+                        continue;
+                    }
+                    let d = &mut s[at(rx)..][c0..c1];
+                    let first = c0 * p.sx + rx - p.px;
+                    if p.sx == 1 {
+                        d.copy_from_slice(&xr[first..first + d.len()]);
+                    } else {
+                        for (v, &u) in d.iter_mut().zip(xr[first..].iter().step_by(p.sx)) {
+                            *v = u;
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+/// `even[k] = x[2k]`, `odd[k] = x[2k + 1]` for the lengths of `even` and `odd`.
+#[inline(always)]
+fn split2(x: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    let m = even.len().min(odd.len());
+    for ((pair, e), o) in x[..2 * m].chunks_exact(2).zip(&mut even[..m]).zip(&mut odd[..m]) {
+        *e = pair[0];
+        *o = pair[1];
+    }
+    for (k, e) in even.iter_mut().enumerate().skip(m) {
+        *e = x[2 * k];
+    }
+    for (k, o) in odd.iter_mut().enumerate().skip(m) {
+        *o = x[2 * k + 1];
+    }
+}
+
+/// `d[2k] = even[k]`, `d[2k + 1] = odd[k]` for the first `even.len() + odd.len()` values of `d`
+/// (`even` as long as `odd` or one longer).
+#[inline(always)]
+fn join2(d: &mut [f32], even: &[f32], odd: &[f32]) {
+    let m = odd.len();
+    debug_assert!(even.len() == m || even.len() == m + 1);
+    for ((pair, e), o) in d[..2 * m].chunks_exact_mut(2).zip(&even[..m]).zip(odd) {
+        pair[0] = *e;
+        pair[1] = *o;
+    }
+    if even.len() > m {
+        d[2 * m] = even[m];
     }
 }
 
@@ -215,26 +280,47 @@ fn forward_body(
             taps[a * p.kw + b] = (sp.shift(p, a, b), w[a * p.kw + b]);
         }
     }
-    let (n, zw, ow) = (p.oh * sp.zw, sp.zw, p.ow);
-    let mut f = 0;
-    while f < n {
+    let ow = p.ow;
+    for f in (0..p.oh * sp.zw).step_by(B) {
         let acc = block(s, taps, f);
-        // the block's valid outputs, row by row
-        let (mut i, mut oy, mut ox) = (0, f / zw, f % zw);
-        while i < B && oy < p.oh {
-            let take = (zw - ox).min(B - i);
+        runs(f, sp.zw, p.oh, |i, oy, ox, take| {
             if ox < ow {
                 let m = take.min(ow - ox);
                 store(&mut y[oy * ow + ox..][..m], &acc[i..i + m], bias, relu);
             }
-            i += take;
-            ox += take;
-            if ox == zw {
-                ox = 0;
-                oy += 1;
-            }
+        });
+    }
+}
+
+/// Asks the CPU to bring the cache line holding `v` into its caches (a hint; nothing else
+/// changes).
+#[inline(always)]
+fn prefetch(v: &f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and writes no memory or register; `v` is a live reference.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>((v as *const f32).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
+/// Calls `run(i, row, col, take)` for each row run of the block of flat outputs `f..f + B` on a
+/// grid of `zw`-wide rows, up to row `rows`: block values `i..i + take` are columns
+/// `col..col + take` of `row`.
+#[inline(always)]
+fn runs(f: usize, zw: usize, rows: usize, mut run: impl FnMut(usize, usize, usize, usize)) {
+    let (mut i, mut r, mut c) = (0, f / zw, f % zw);
+    while i < B && r < rows {
+        let take = (zw - c).min(B - i);
+        run(i, r, c, take);
+        i += take;
+        c += take;
+        if c == zw {
+            c = 0;
+            r += 1;
         }
-        f += B;
     }
 }
 
@@ -289,67 +375,80 @@ impl Pad {
 fn data_grad_body(p: &Plane, dy: &[f32], w: &[f32], s: &mut [f32], dx: &mut [f32]) {
     let pd = Pad::of(p);
     let s = &mut s[..pd.len()];
-    s.fill(0.0);
+    let zw = pd.zw;
+    s[..pd.top * zw].fill(0.0);
     for oy in 0..p.oh {
-        s[(pd.top + oy) * pd.zw + pd.left..][..p.ow].copy_from_slice(&dy[oy * p.ow..][..p.ow]);
+        let d = &mut s[(pd.top + oy) * zw..][..zw];
+        d[..pd.left].fill(0.0);
+        d[pd.left..pd.left + p.ow].copy_from_slice(&dy[oy * p.ow..][..p.ow]);
+        d[pd.left + p.ow..].fill(0.0);
     }
-    if p.sy > 1 || p.sx > 1 {
-        // phases no tap reaches stay zero
-        dx.fill(0.0);
-    }
+    s[(pd.top + p.oh) * zw..].fill(0.0);
+    // the taps of x phase rx are taps[at[rx]..at[rx + 1]] (none: that phase is zero)
     let mut taps = Vec::with_capacity(p.taps());
+    let mut at = vec![0; p.sx + 1];
     for ry in 0..p.sy.min(p.ih) {
-        for rx in 0..p.sx.min(p.iw) {
-            taps.clear();
+        taps.clear();
+        for (rx, start) in at[..p.sx].iter_mut().enumerate() {
+            *start = taps.len();
             for (_, a, qa) in phase_taps(p.sy, p.dy, p.py, p.kh).filter(|t| t.0 == ry) {
                 for (_, b, qb) in phase_taps(p.sx, p.dx, p.px, p.kw).filter(|t| t.0 == rx) {
-                    let off = (qa + pd.top as isize) as usize * pd.zw + (qb + pd.left as isize) as usize;
+                    let off = (qa + pd.top as isize) as usize * zw + (qb + pd.left as isize) as usize;
                     taps.push((off, w[a * p.kw + b]));
                 }
             }
-            let (jh, jw) = (phase_len(p.ih, p.sy, ry), phase_len(p.iw, p.sx, rx));
-            let zw = pd.zw;
-            let n = jh * zw;
-            if taps.is_empty() {
-                continue;
+        }
+        at[p.sx] = taps.len();
+        let jh = phase_len(p.ih, p.sy, ry);
+        let row = |jy: usize| (jy * p.sy + ry) * p.iw;
+        if p.sx == 2 {
+            // both x phases of a block, then each run of a dx row stored once, interleaved
+            let (t0, t1) = (&taps[at[0]..at[1]], &taps[at[1]..at[2]]);
+            let (jw0, jw1) = (phase_len(p.iw, 2, 0), phase_len(p.iw, 2, 1));
+            for f in (0..jh * zw).step_by(B) {
+                let (a0, a1) = (block(s, t0, f), block(s, t1, f));
+                runs(f, zw, jh, |i, jy, jx, take| {
+                    if jx < jw0 {
+                        let (m0, m1) = (take.min(jw0 - jx), take.min(jw1.saturating_sub(jx)));
+                        join2(&mut dx[row(jy) + 2 * jx..][..m0 + m1], &a0[i..i + m0], &a1[i..i + m1]);
+                    }
+                });
             }
-            let mut f = 0;
-            while f < n {
-                let acc = block(s, &taps, f);
-                let (mut i, mut jy, mut jx) = (0, f / zw, f % zw);
-                while i < B && jy < jh {
-                    let take = (zw - jx).min(B - i);
+            continue;
+        }
+        for rx in 0..p.sx.min(p.iw) {
+            let t = &taps[at[rx]..at[rx + 1]];
+            let jw = phase_len(p.iw, p.sx, rx);
+            for f in (0..jh * zw).step_by(B) {
+                let acc = block(s, t, f);
+                runs(f, zw, jh, |i, jy, jx, take| {
                     if jx < jw {
                         let m = take.min(jw - jx);
-                        let row = &mut dx[(jy * p.sy + ry) * p.iw..][..p.iw];
+                        let d = &mut dx[row(jy)..][..p.iw];
                         if p.sx == 1 {
-                            row[jx..jx + m].copy_from_slice(&acc[i..i + m]);
+                            d[jx..jx + m].copy_from_slice(&acc[i..i + m]);
                         } else {
-                            let d = row[jx * p.sx + rx..].iter_mut().step_by(p.sx);
-                            for (d, a) in d.zip(&acc[i..i + m]) {
+                            for (d, a) in d[jx * p.sx + rx..].iter_mut().step_by(p.sx).zip(&acc[i..i + m]) {
                                 *d = *a;
                             }
                         }
                     }
-                    i += take;
-                    jx += take;
-                    if jx == zw {
-                        jx = 0;
-                        jy += 1;
-                    }
-                }
-                f += B;
+                });
             }
         }
     }
 }
 
 /// Adds one image's plane to the taps' lane sums `acc` (`taps × L`); `s` and `grid` scratch.
+/// `next` (the input and output gradient planes the caller takes next, or empty) is prefetched
+/// a few cache lines per step of the first tap group: the caller steps through planes a channel
+/// apart, so each would otherwise open a new memory stream whose first reads wait on memory.
 #[inline(always)]
 fn weight_grad_body(
     p: &Plane,
     x: &[f32],
     dy: &[f32],
+    next: (&[f32], &[f32]),
     s: &mut [f32],
     grid: &mut [f32],
     acc: &mut [[f32; L]],
@@ -358,10 +457,12 @@ fn weight_grad_body(
     fill_split(p, &sp, x, s);
     let n = sp.grid_len(p);
     let grid = &mut grid[..n];
-    grid.fill(0.0);
     for oy in 0..p.oh {
-        grid[oy * sp.zw..][..p.ow].copy_from_slice(&dy[oy * p.ow..][..p.ow]);
+        let d = &mut grid[oy * sp.zw..][..sp.zw];
+        d[..p.ow].copy_from_slice(&dy[oy * p.ow..][..p.ow]);
+        d[p.ow..].fill(0.0);
     }
+    grid[p.oh * sp.zw..].fill(0.0);
     let kk = p.taps();
     let mut t0 = 0;
     while t0 < kk {
@@ -376,7 +477,18 @@ fn weight_grad_body(
         a[..m].copy_from_slice(&acc[t0..t0 + m]);
         let hi = off.iter().copied().max().unwrap_or(0) + n;
         let s = &s[..hi];
+        let (nx, ny) = if t0 == 0 { next } else { (&[][..], &[][..]) };
+        let lines = (nx.len() + ny.len()).div_ceil(L);
+        let per = lines.div_ceil(n / L);
         for f in (0..n).step_by(L) {
+            for k in (f / L * per..).take(per) {
+                let e = k * L;
+                if e < nx.len() {
+                    prefetch(&nx[e]);
+                } else if e - nx.len() < ny.len() {
+                    prefetch(&ny[e - nx.len()]);
+                }
+            }
             let g: &[f32; L] = grid[f..f + L].try_into().unwrap();
             for j in 0..TG {
                 let src: &[f32; L] = s[off[j] + f..][..L].try_into().unwrap();
@@ -392,7 +504,7 @@ fn weight_grad_body(
 
 multiversion!(forward_plane(p: &Plane, x: &[f32], w: &[f32], bias: Option<f32>, relu: bool, s: &mut [f32], y: &mut [f32]) => forward_body);
 multiversion!(data_grad_plane(p: &Plane, dy: &[f32], w: &[f32], s: &mut [f32], dx: &mut [f32]) => data_grad_body);
-multiversion!(weight_grad_plane(p: &Plane, x: &[f32], dy: &[f32], s: &mut [f32], grid: &mut [f32], acc: &mut [[f32; L]]) => weight_grad_body);
+multiversion!(weight_grad_plane(p: &Plane, x: &[f32], dy: &[f32], next: (&[f32], &[f32]), s: &mut [f32], grid: &mut [f32], acc: &mut [[f32; L]]) => weight_grad_body);
 
 /// Whether `g` takes these kernels: depthwise, 1-D or 2-D.
 pub fn applies(g: &ConvGeom) -> bool {
@@ -475,12 +587,16 @@ pub fn weight_grad(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32]) {
         let mut acc = vec![[0.0f32; L]; kk];
         let mut s = vec![0.0f32; sp.len(&p)];
         let mut grid = vec![0.0f32; sp.grid_len(&p)];
+        let end = channels.end;
         for ch in channels {
             acc.iter_mut().for_each(|a| *a = [0.0; L]);
             for n in 0..g.batch {
                 let q = n * c + ch;
                 let (xs, ys) = (&x[q * isp..][..isp], &dy[q * osp..][..osp]);
-                weight_grad_plane(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                // the next image of this channel, else the first of the next channel
+                let nq = if n + 1 < g.batch { Some(q + c) } else { (ch + 1 < end).then_some(ch + 1) };
+                let next = nq.map_or((&[][..], &[][..]), |r| (&x[r * isp..][..isp], &dy[r * osp..][..osp]));
+                weight_grad_plane(&p, xs, ys, next, &mut s, &mut grid, &mut acc);
             }
             // SAFETY: channel ch's taps of `dw` are written by this range only; in bounds
             // (asserted).
@@ -516,8 +632,8 @@ mod tests {
             data_grad_body(p, dy, w, s, dx)
         }
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn weight_grad(p: &Plane, x: &[f32], dy: &[f32], s: &mut [f32], g: &mut [f32], a: &mut [[f32; L]]) {
-            weight_grad_body(p, x, dy, s, g, a)
+        pub(super) fn weight_grad(p: &Plane, x: &[f32], dy: &[f32], nx: (&[f32], &[f32]), s: &mut [f32], g: &mut [f32], a: &mut [[f32; L]]) {
+            weight_grad_body(p, x, dy, nx, s, g, a)
         }
     }
 
@@ -543,22 +659,23 @@ mod tests {
                 let q = n * c + ch;
                 let (xs, ys) = (&x[q * isp..][..isp], &dy[q * osp..][..osp]);
                 let (yo, dxo) = (&mut y[q * osp..][..osp], &mut dx[q * isp..][..isp]);
+                let nx = if n + 1 < g.batch { (&x[(q + c) * isp..][..isp], &dy[(q + c) * osp..][..osp]) } else { (&[][..], &[][..]) };
                 match isa {
                     Isa::Best => {
                         forward_plane(&p, xs, wc, b, e.relu, &mut s, yo);
                         data_grad_plane(&p, ys, wc, &mut s, dxo);
-                        weight_grad_plane(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                        weight_grad_plane(&p, xs, ys, nx, &mut s, &mut grid, &mut acc);
                     }
                     Isa::Baseline => {
                         forward_body(&p, xs, wc, b, e.relu, &mut s, yo);
                         data_grad_body(&p, ys, wc, &mut s, dxo);
-                        weight_grad_body(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                        weight_grad_body(&p, xs, ys, nx, &mut s, &mut grid, &mut acc);
                     }
                     // SAFETY: only run where the CPU has AVX2 and FMA (`avx2_ok`).
                     Isa::Avx2 => unsafe {
                         avx2::forward(&p, xs, wc, b, e.relu, &mut s, yo);
                         avx2::data_grad(&p, ys, wc, &mut s, dxo);
-                        avx2::weight_grad(&p, xs, ys, &mut s, &mut grid, &mut acc);
+                        avx2::weight_grad(&p, xs, ys, nx, &mut s, &mut grid, &mut acc);
                     },
                 }
             }
@@ -569,30 +686,36 @@ mod tests {
         [y, dx, dw]
     }
 
-    /// The naive direct convolution in f64: `y[n, c, oy, ox] = Σ w · x` over the taps inside.
-    fn naive(g: &ConvGeom, x: &[f64], w: &[f64]) -> Vec<f64> {
+    /// The naive direct convolution in f64 and its two gradients: `y[n, c, oy, ox] = Σ w · x`
+    /// over the taps inside; `dx` and `dw` gather `dy` through the same index map.
+    fn naive(g: &ConvGeom, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
         let p = Plane::of(g);
         let mut y = vec![0.0; g.batch * g.in_ch * p.out_sp()];
+        let mut dx = vec![0.0; g.batch * g.in_ch * p.in_sp()];
+        let mut dw = vec![0.0; g.in_ch * p.taps()];
         for q in 0..g.batch * g.in_ch {
             let c = q % g.in_ch;
             for oy in 0..p.oh {
                 for ox in 0..p.ow {
+                    let o = q * p.out_sp() + oy * p.ow + ox;
                     let mut t = 0.0;
                     for a in 0..p.kh {
                         for b in 0..p.kw {
                             let iy = (oy * p.sy + a * p.dy) as isize - p.py as isize;
                             let ix = (ox * p.sx + b * p.dx) as isize - p.px as isize;
                             if iy >= 0 && ix >= 0 && (iy as usize) < p.ih && (ix as usize) < p.iw {
-                                t += w[c * p.taps() + a * p.kw + b]
-                                    * x[q * p.in_sp() + iy as usize * p.iw + ix as usize];
+                                let (wi, xi) = (c * p.taps() + a * p.kw + b, q * p.in_sp() + iy as usize * p.iw + ix as usize);
+                                t += w[wi] * x[xi];
+                                dx[xi] += w[wi] * dy[o];
+                                dw[wi] += x[xi] * dy[o];
                             }
                         }
                     }
-                    y[q * p.out_sp() + oy * p.ow + ox] = t;
+                    y[o] = t;
                 }
             }
         }
-        y
+        [y, dx, dw]
     }
 
     fn geom(batch: usize, c: usize, [h, w]: [usize; 2], k: [usize; 2], s: [usize; 2], d: [usize; 2], p: [usize; 2]) -> ConvGeom {
@@ -638,6 +761,27 @@ mod tests {
             geom(1, 2, [2, 3], [3, 3], [2, 2], [1, 1], [1, 1]),
             geom(1, 2, [14, 14], [3, 3], [2, 2], [1, 1], [1, 1]),
         ]);
+        // x strides 2 and 3: odd and even sizes, rows below and above 16 and 32 columns (the
+        // phase split's and the data gradient's interleaved stores have tails), dilation 2
+        for s in [2, 3] {
+            for pad in [0, 1, 2] {
+                for (h, w) in [(6, 8), (7, 15), (8, 16), (5, 17), (9, 31), (4, 32), (6, 33), (3, 34), (10, 56), (11, 57)] {
+                    cases.push(geom(1, 2, [h, w], [3, 3], [s, s], [1, 1], [pad, pad]));
+                }
+                for w in [13, 32, 35, 64, 67] {
+                    cases.push(geom(1, 2, [9, w], [3, 3], [s, s], [2, 2], [pad, pad]));
+                    cases.push(geom(1, 2, [w % 9 + 4, w], [3, 3], [1, s], [1, 2], [pad, 2 - pad]));
+                    cases.push(geom(1, 2, [8, w], [2, 4], [3, s], [2, 1], [1, pad]));
+                }
+            }
+        }
+        // a row narrower than the stride and than the kernel
+        cases.extend([
+            geom(1, 2, [5, 1], [3, 3], [2, 2], [1, 1], [1, 1]),
+            geom(1, 2, [4, 2], [3, 3], [2, 2], [1, 1], [1, 1]),
+            geom(1, 2, [3, 3], [1, 1], [2, 2], [1, 1], [0, 0]),
+            geom(1, 2, [7, 5], [3, 3], [2, 3], [1, 1], [2, 2]),
+        ]);
         let isas = if avx2_ok() {
             vec![Isa::Best, Isa::Avx2, Isa::Baseline]
         } else {
@@ -653,10 +797,16 @@ mod tests {
             let bias: Vec<f64> = (0..g.in_ch).map(|i| val(i, 3, 5)).collect();
             let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
             let (xf, wf, dyf, bf) = (f32s(&x), f32s(&w), f32s(&dy), f32s(&bias));
-            let want = naive(&g, &x, &w);
+            let [want, want_dx, want_dw] = naive(&g, &x, &w, &dy);
             let dot = |a: &[f32], b: &[f64]| a.iter().zip(b).map(|(a, b)| *a as f64 * b).sum::<f64>();
             let adj: f64 = want.iter().zip(&dy).map(|(a, b)| a * b).sum();
             let scale = adj.abs().max(1.0);
+            let close = |what: &str, isa: Isa, got: &[f32], want: &[f64], tol: f64| {
+                assert_eq!(got.len(), want.len());
+                for (i, (a, b)) in got.iter().zip(want).enumerate() {
+                    assert!((*a as f64 - b).abs() <= tol, "{isa:?} {what} {i}: {a} vs {b} ({g:?})");
+                }
+            };
             let mut first: Option<[Vec<f32>; 3]> = None;
             for &isa in &isas {
                 let [y, dx, dw] = run(isa, &g, &xf, &wf, Epilogue::default(), &dyf);
@@ -671,6 +821,8 @@ mod tests {
                 }
                 assert!((dot(&dx, &x) - adj).abs() <= 1e-5 * scale, "{isa:?} data grad ({g:?})");
                 assert!((dot(&dw, &w) - adj).abs() <= 1e-5 * scale, "{isa:?} weight grad ({g:?})");
+                close("data grad", isa, &dx, &want_dx, 1e-5);
+                close("weight grad", isa, &dw, &want_dw, 1e-5 * (g.batch * p.out_sp()) as f64);
                 // every instruction set computes the same roundings
                 match &first {
                     None => first = Some([y, dx, dw]),
