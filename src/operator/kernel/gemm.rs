@@ -182,6 +182,7 @@ pub fn matmul_packed_rhs(
 
 /// [`matmul_packed_lhs`] for `b` and `c` inside larger matrices: `b` at its strides, `c`'s
 /// rows at stride `ldc ≥ n`.
+#[allow(clippy::too_many_arguments)]
 pub fn matmul_packed_lhs_view(
     serial: bool,
     a: &Packed,

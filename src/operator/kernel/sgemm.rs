@@ -98,7 +98,7 @@ impl<'a> Epilogue<'a> {
     }
 
     /// The epilogue of the rows from `i` on.
-    fn from_row(self, i: usize) -> Epilogue<'a> {
+    fn rows_from(self, i: usize) -> Epilogue<'a> {
         Epilogue {
             bias: self.bias.map(|b| &b[i.min(b.len())..]),
             ..self
@@ -467,7 +467,7 @@ pub unsafe fn sgemm_sides_with(
                     b.shift(0, j0),
                     c.at(i0, j0),
                     accumulate,
-                    epi.from_row(i0),
+                    epi.rows_from(i0),
                 )
             };
         }
@@ -585,7 +585,7 @@ unsafe fn serial(
                                     alpha,
                                     acc,
                                     if last {
-                                        epi.from_row(ic + ir)
+                                        epi.rows_from(ic + ir)
                                     } else {
                                         Epilogue::NONE
                                     },
