@@ -1,5 +1,5 @@
-//! Convolutions of a planned graph prepared once: BatchNorm folded into the weights, the relu
-//! after them applied in the bias pass, and the weights in the form the kernel wants (Winograd's
+//! Convolutions of a planned graph prepared once: BatchNorm folded into the weights, the bias
+//! and the relu after them applied as the kernels store the output, and the weights in the form the kernel wants (Winograd's
 //! transform) kept across runs.
 //!
 //! A float32 2-D `Convolution` (NCHW) whose weight and bias are graph inputs runs in a planned
@@ -11,7 +11,9 @@
 //!   `BN(conv(x, w) + b) = conv(x, w·s) + (b - mean)·s + beta` with `s = gamma / sqrt(var + eps)`
 //!   (gamma taken as 1 with `fix_gamma`, and, as in MXNet's executors, not written)
 //!   per output channel;
-//! - then a relu (`Activation(act_type='relu')` or `relu`), applied while the bias is added.
+//! - then a relu (`Activation(act_type='relu')` or `relu`), applied with the bias: in the
+//!   store of the depthwise kernels and of the AVX-512 GEMM's products (its last `k` block),
+//!   in a pass over the output after the Winograd and the other kernels.
 //!
 //! The prepared weight (folded; for 3×3 stride-1 layers Winograd-transformed; for layers computed
 //! as matrix products also packed in the AVX-512 GEMM's panel layout, so no run or image packs
@@ -23,10 +25,12 @@
 use super::{GraphRunner, Step};
 use crate::dtype::DType;
 use crate::operator::kernel::conv::{
-    ConvGeom, LowerWeight, lower_packed, pack_lower_weight, winograd_geom,
+    ConvGeom, LowerWeight, apply_epilogue, lower_packed, pack_lower_weight, winograd_geom,
 };
-use crate::operator::kernel::depthwise::{self, Epilogue};
-use crate::operator::kernel::gemm::{Operand, Packed, matmul, matmul_packed_rhs, pack_rhs};
+use crate::operator::kernel::depthwise;
+use crate::operator::kernel::gemm::{
+    Epilogue, Operand, Packed, matmul, matmul_packed_rhs, pack_rhs,
+};
 use crate::operator::kernel::winograd::{self, Wino};
 use crate::operator::op::TensorDesc;
 use crate::operator::param;
@@ -409,38 +413,30 @@ impl PreparedConv {
         }
         if depthwise::applies(&self.geom) {
             // the bias and relu applied in the kernel's store
-            let e = Epilogue {
+            let e = depthwise::Epilogue {
                 bias: p.bias.as_deref(),
                 relu: self.relu,
             };
             depthwise::forward_with(&self.geom, x, &p.weight, e, y);
             return;
         }
+        let e = Epilogue {
+            bias: p.bias.as_deref(),
+            relu: self.relu,
+        };
         match &self.wino {
-            Some(s) => winograd::forward(s, x, &p.weight, y),
+            Some(s) => {
+                winograd::forward(s, x, &p.weight, y);
+                let sp = self.geom.output[1] * self.geom.output[2];
+                apply_epilogue(e, y, sp, self.geom.out_ch);
+            }
             None => {
                 let pw = match &p.packed {
                     Some(Packing::Lower(w)) => Some(w),
                     _ => None,
                 };
-                lower_packed(&self.geom, x, &p.weight, pw, y)
-            }
-        }
-        let sp = self.geom.output[1] * self.geom.output[2];
-        let co = self.geom.out_ch;
-        if sp == 0 || co == 0 {
-            return;
-        }
-        for (k, plane) in y.chunks_mut(sp).enumerate() {
-            let b = p.bias.as_ref().map(|b| b[k % co]);
-            match (self.relu, b) {
-                // relu keeps NaN, as the unfused op does
-                (true, b) => plane.iter_mut().for_each(|v| {
-                    let t = b.map_or(*v, |b| *v + b);
-                    *v = if t <= 0.0 { 0.0 } else { t };
-                }),
-                (false, Some(b)) => plane.iter_mut().for_each(|v| *v += b),
-                (false, None) => {}
+                // the bias and relu applied in the products' store
+                lower_packed(&self.geom, x, &p.weight, pw, e, y)
             }
         }
     }

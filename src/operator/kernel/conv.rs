@@ -23,7 +23,7 @@ use super::depthwise;
 use super::direct;
 use super::element::Element;
 use super::gemm::{
-    self, Operand, Packed, View, matmul, matmul_serial, matmul_view_serial,
+    self, Epilogue, Operand, Packed, View, matmul, matmul_serial, matmul_view_serial,
 };
 use super::map::Ptr;
 use super::winograd::{self, Wino};
@@ -425,18 +425,30 @@ fn mm<T: ConvElement>(
     }
 }
 
-/// `c` (rows at stride `ldc`) `= a · b` for a packed `a` and a row-major `b` of `n` columns.
-fn packed_block(serial: bool, a: &Packed, b: &[f32], n: usize, c: &mut [f32], ldc: usize) {
+/// `c` (rows at stride `ldc`) `= epi(a · b)` for a packed `a` and a row-major `b` of `n`
+/// columns.
+#[allow(clippy::too_many_arguments)]
+fn packed_block(
+    serial: bool,
+    a: &Packed,
+    b: &[f32],
+    n: usize,
+    c: &mut [f32],
+    ldc: usize,
+    epi: Epilogue<'_>,
+) {
     if ldc == n {
-        gemm::matmul_packed_lhs(serial, a, n, op(b, false), c, false);
+        gemm::matmul_packed_lhs(serial, a, n, op(b, false), c, false, epi);
         return;
     }
-    gemm::matmul_packed_lhs_view(serial, a, n, View { data: b, rs: n, cs: 1 }, c, ldc, false);
+    let b = View { data: b, rs: n, cs: 1 };
+    gemm::matmul_packed_lhs_view(serial, a, n, b, c, ldc, false, epi);
 }
 
 /// `c` (row-major, `n` columns) `= a · b` for a packed `a` and `b` with rows at stride `ldb`.
 fn packed_block_from(serial: bool, a: &Packed, b: &[f32], ldb: usize, n: usize, c: &mut [f32]) {
-    gemm::matmul_packed_lhs_view(serial, a, n, View { data: b, rs: ldb, cs: 1 }, c, n, false);
+    let b = View { data: b, rs: ldb, cs: 1 };
+    gemm::matmul_packed_lhs_view(serial, a, n, b, c, n, false, Epilogue::NONE);
 }
 
 fn op<T>(data: &[T], transposed: bool) -> Operand<'_, T> {
@@ -446,7 +458,27 @@ fn op<T>(data: &[T], transposed: bool) -> Operand<'_, T> {
 /// `y = conv(x, w)`: `x` is `batch × in_ch × input`, `w` the weight, `y` `batch × out_ch ×
 /// output` (overwritten).
 pub fn lower<T: ConvElement>(g: &ConvGeom, x: &[T], w: &[T], y: &mut [T]) {
-    lower_packed(g, x, w, None, y)
+    lower_packed(g, x, w, None, Epilogue::NONE, y)
+}
+
+/// `y` (images of `co` planes of `sp` values) with `epi` applied, plane `o` of each image with
+/// output channel `o`'s bias: the pass for layers whose kernel does not apply it as it stores.
+pub fn apply_epilogue(epi: Epilogue<'_>, y: &mut [f32], sp: usize, co: usize) {
+    if sp == 0 || co == 0 {
+        return;
+    }
+    for (k, plane) in y.chunks_mut(sp).enumerate() {
+        let b = epi.bias.map(|b| b[k % co]);
+        match (epi.relu, b) {
+            // relu keeps NaN, as the unfused op does
+            (true, b) => plane.iter_mut().for_each(|v| {
+                let t = b.map_or(*v, |b| *v + b);
+                *v = if t <= 0.0 { 0.0 } else { t };
+            }),
+            (false, Some(b)) => plane.iter_mut().for_each(|v| *v += b),
+            (false, None) => {}
+        }
+    }
 }
 
 /// A float32 weight packed once as the left operand of [`lower`]'s products (one matrix per
@@ -488,13 +520,16 @@ fn pack_groups(g: &ConvGeom, w: &[f32], transposed: bool) -> Option<Vec<Packed>>
         .collect()
 }
 
-/// [`lower`] with the weight packed beforehand by [`pack_lower_weight`] (for this geometry:
-/// asserted), or packed here once for the whole batch.
+/// `y = epi(conv(x, w))` ([`lower`] with the output channels' bias and relu, float32 only),
+/// the weight packed beforehand by [`pack_lower_weight`] (for this geometry: asserted) or packed
+/// here once for the whole batch. Products on the AVX-512 GEMM apply `epi` in their store;
+/// the other kernels in a pass over each image after it.
 pub fn lower_packed<T: ConvElement>(
     g: &ConvGeom,
     x: &[T],
     w: &[T],
     packed: Option<&LowerWeight>,
+    epi: Epilogue<'_>,
     y: &mut [T],
 ) {
     if let Some(p) = packed {
@@ -504,17 +539,34 @@ pub fn lower_packed<T: ConvElement>(
     let (in_g, out_g) = (g.in_g(), g.out_g());
     assert!(x.len() >= g.batch * g.in_ch * in_sp && w.len() >= g.weight_len());
     assert!(y.len() >= g.batch * g.out_ch * out_sp);
+    let fused = epi.bias.is_some() || epi.relu;
+    assert!(!fused || is_f32::<T>(), "an epilogue on a float32 convolution only");
+    if let Some(b) = epi.bias {
+        assert!(b.len() >= g.out_ch);
+    }
+    let whole = |y: &mut [T]| {
+        if fused {
+            let y = &mut as_f32_mut(y)[..g.batch * g.out_ch * out_sp];
+            apply_epilogue(epi, y, out_sp, g.out_ch);
+        }
+    };
     if let Some(s) = winograd_geom::<T>(g) {
         let u = winograd::transform_weight(as_f32(w), g.out_ch, g.in_ch, false);
         winograd::forward(&s, as_f32(x), &u, as_f32_mut(y));
+        whole(y);
         return;
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
-        depthwise::forward(g, as_f32(x), as_f32(w), as_f32_mut(y));
+        let e = depthwise::Epilogue {
+            bias: epi.bias,
+            relu: epi.relu,
+        };
+        depthwise::forward_with(g, as_f32(x), as_f32(w), e, as_f32_mut(y));
         return;
     }
     if is_f32::<T>() && direct::applies(g) {
         direct::forward(g, as_f32(x), as_f32(w), as_f32_mut(y));
+        whole(y);
         return;
     }
     let yp = Ptr(y.as_mut_ptr());
@@ -536,6 +588,7 @@ pub fn lower_packed<T: ConvElement>(
                 });
             }
         });
+        whole(y);
         return;
     }
     let (rows, ow) = (g.output[0] * g.output[1], g.output[2]);
@@ -565,6 +618,11 @@ pub fn lower_packed<T: ConvElement>(
                 };
                 let wg = &w[grp * out_g * kr..][..out_g * kr];
                 let pw = packed.map(|p| &p[grp]);
+                // the group's output channels' bias
+                let ge = Epilogue {
+                    bias: epi.bias.map(|b| &b[grp * out_g..][..out_g]),
+                    ..epi
+                };
                 if g.pointwise() {
                     match pw {
                         Some(p) => gemm::matmul_packed_lhs(
@@ -574,9 +632,13 @@ pub fn lower_packed<T: ConvElement>(
                             op(as_f32(xs), false),
                             as_f32_mut(ys),
                             false,
+                            ge,
                         ),
                         None => {
-                            mm(serial, out_g, out_sp, kr, op(wg, false), op(xs, false), ys, false)
+                            mm(serial, out_g, out_sp, kr, op(wg, false), op(xs, false), ys, false);
+                            if fused {
+                                apply_epilogue(ge, as_f32_mut(ys), out_sp, out_g);
+                            }
                         }
                     }
                     continue;
@@ -587,7 +649,8 @@ pub fn lower_packed<T: ConvElement>(
                     im2col(g, r, xs, col);
                     if let Some(p) = pw {
                         // the block's columns, written into the image's rows at `c0`
-                        packed_block(serial, p, as_f32(col), bn, &mut as_f32_mut(ys)[c0..], out_sp);
+                        let yb = &mut as_f32_mut(ys)[c0..];
+                        packed_block(serial, p, as_f32(col), bn, yb, out_sp, ge);
                     } else if bn == out_sp {
                         mm(serial, out_g, out_sp, kr, op(wg, false), op(col, false), ys, false);
                     } else {
@@ -602,6 +665,9 @@ pub fn lower_packed<T: ConvElement>(
                             false,
                         );
                     }
+                }
+                if fused && pw.is_none() {
+                    apply_epilogue(ge, as_f32_mut(ys), out_sp, out_g);
                 }
             }
         }
@@ -699,6 +765,7 @@ pub fn raise<T: ConvElement>(g: &ConvGeom, y: &[T], w: &[T], x: &mut [T]) {
                             op(as_f32(ys), false),
                             as_f32_mut(xs),
                             false,
+                            Epilogue::NONE,
                         ),
                         None => {
                             mm(serial, kr, out_sp, out_g, op(wg, true), op(ys, false), xs, false)
@@ -1133,6 +1200,70 @@ mod tests {
         }
     }
 
+    /// A float32 layer with the bias and relu as the epilogue ([`lower_packed`]) against the same
+    /// layer stored plainly and then [`apply_epilogue`]: equal bit for bit, on every path
+    /// (products on a prepared or per-call packed weight, one or several column blocks, two
+    /// groups, products narrower than the AVX-512 GEMM takes, Winograd, depthwise).
+    #[test]
+    fn epilogue_in_the_products_store_equals_a_separate_pass() {
+        let geom = |batch, groups, (in_ch, out_ch), input: [usize; 2], output: [usize; 2], k, s, p| {
+            ConvGeom {
+                batch,
+                groups,
+                in_ch,
+                out_ch,
+                input: [1, input[0], input[1]],
+                output: [1, output[0], output[1]],
+                kernel: [1, k, k],
+                stride: [1, s, s],
+                dilate: [1, 1, 1],
+                pad: [0, p, p],
+            }
+        };
+        let geoms = [
+            geom(2, 1, (67, 45), [13, 11], [13, 11], 1, 1, 0),
+            geom(1, 1, (300, 21), [5, 7], [5, 7], 1, 1, 0),
+            geom(2, 2, (38, 50), [15, 13], [8, 7], 1, 2, 0),
+            geom(1, 1, (64, 6), [60, 128], [30, 64], 3, 2, 1),
+            geom(1, 1, (9, 10), [5, 5], [3, 3], 3, 2, 1),
+            geom(1, 1, (32, 32), [12, 12], [12, 12], 3, 1, 1),
+            geom(2, 24, (24, 24), [14, 14], [7, 7], 3, 2, 1),
+        ];
+        for g in geoms {
+            let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
+            let val = |i: usize, m: usize| ((i * 37 + m) % 29) as f32 / 16.0 - 0.9;
+            let mut x: Vec<f32> = (0..g.batch * g.in_ch * in_sp).map(|i| val(i, 1)).collect();
+            x[in_sp / 2] = f32::NAN;
+            let w: Vec<f32> = (0..g.weight_len()).map(|i| val(i, 2)).collect();
+            let bias: Vec<f32> = (0..g.out_ch).map(|o| val(o, 3) * 4.0).collect();
+            let packed = pack_lower_weight(&g, &w);
+            for relu in [false, true] {
+                for with_bias in [false, true] {
+                    let epi = Epilogue {
+                        bias: with_bias.then_some(&bias[..]),
+                        relu,
+                    };
+                    for prepared in [false, true] {
+                        let pw = packed.as_ref().filter(|_| prepared);
+                        let mut want = vec![f32::NAN; g.batch * g.out_ch * out_sp];
+                        lower_packed(&g, &x, &w, pw, Epilogue::NONE, &mut want);
+                        apply_epilogue(epi, &mut want, out_sp, g.out_ch);
+                        let mut got = vec![f32::NAN; want.len()];
+                        lower_packed(&g, &x, &w, pw, epi, &mut got);
+                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(
+                                a.to_bits(),
+                                b.to_bits(),
+                                "{g:?} relu={relu} bias={with_bias} prepared={prepared} at {i}: \
+                                 {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The float32 products with the weight packed once (per call, or beforehand as a prepared
     /// layer keeps it) against the same layers in f64 (never packed): pointwise, a strided 1x1
     /// layer through im2col, and a 3x3 stride-2 layer whose images run in several column blocks.
@@ -1185,12 +1316,12 @@ mod tests {
             if crate::operator::kernel::sgemm::enabled() {
                 let packed = pack_lower_weight(&g, &wf).expect("a layer computed as products");
                 let mut y = vec![f32::NAN; dy.len()];
-                lower_packed(&g, &xf, &wf, Some(&packed), &mut y);
+                lower_packed(&g, &xf, &wf, Some(&packed), Epilogue::NONE, &mut y);
                 close(&y, &want_y, "forward on a prepared weight");
                 // the packing of another layer is refused
                 let other = ConvGeom { batch: g.batch + 1, ..g };
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    lower_packed(&other, &xf, &wf, Some(&packed), &mut y)
+                    lower_packed(&other, &xf, &wf, Some(&packed), Epilogue::NONE, &mut y)
                 }));
                 assert!(r.is_err());
             }

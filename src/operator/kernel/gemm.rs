@@ -142,7 +142,10 @@ pub fn pack_rhs(m: usize, n: usize, k: usize, b: Operand<'_, f32>) -> Option<Pac
     Some(unsafe { Packed::b(k, n, sgemm::Mat { ptr: b.data.as_ptr(), rs, cs }) })
 }
 
-/// `c[m×n] (+)= a · b` (row-major `c`) with `a` packed by [`pack_lhs`] (`m = a.len()`,
+/// What the packed products apply to each result as they store it (see [`sgemm::Epilogue`]).
+pub use sgemm::Epilogue;
+
+/// `c[m×n] = epi(a · b (+ c))` (row-major `c`) with `a` packed by [`pack_lhs`] (`m = a.len()`,
 /// `k = a.depth()`); `serial`: on the calling thread, else on the pool as [`matmul`].
 pub fn matmul_packed_lhs(
     serial: bool,
@@ -151,12 +154,13 @@ pub fn matmul_packed_lhs(
     b: Operand<'_, f32>,
     c: &mut [f32],
     accumulate: bool,
+    epi: Epilogue<'_>,
 ) {
     let (m, k) = (a.len(), a.depth());
     assert!(b.data.len() >= k * n && c.len() >= m * n);
     let (cs, rs) = b.strides(k, n);
     let b = sgemm::Side::Strided(sgemm::Mat { ptr: b.data.as_ptr(), rs, cs });
-    packed_product(serial, m, n, k, sgemm::Side::Packed(a), b, c, accumulate);
+    packed_product(serial, m, n, k, sgemm::Side::Packed(a), b, c, accumulate, epi);
 }
 
 /// `c[m×n] (+)= a · b` (row-major `c`) with `b` packed by [`pack_rhs`] (`n = b.len()`,
@@ -173,11 +177,12 @@ pub fn matmul_packed_rhs(
     assert!(a.data.len() >= m * k && c.len() >= m * n);
     let (cs, rs) = a.strides(m, k);
     let a = sgemm::Side::Strided(sgemm::Mat { ptr: a.data.as_ptr(), rs, cs });
-    packed_product(serial, m, n, k, a, sgemm::Side::Packed(b), c, accumulate);
+    packed_product(serial, m, n, k, a, sgemm::Side::Packed(b), c, accumulate, Epilogue::NONE);
 }
 
 /// [`matmul_packed_lhs`] for `b` and `c` inside larger matrices: `b` at its strides, `c`'s
 /// rows at stride `ldc ≥ n`.
+#[allow(clippy::too_many_arguments)]
 pub fn matmul_packed_lhs_view(
     serial: bool,
     a: &Packed,
@@ -186,6 +191,7 @@ pub fn matmul_packed_lhs_view(
     c: &mut [f32],
     ldc: usize,
     accumulate: bool,
+    epi: Epilogue<'_>,
 ) {
     let (m, k) = (a.len(), a.depth());
     assert!(b.holds(k, n) && ldc >= n && (m == 0 || n == 0 || c.len() >= (m - 1) * ldc + n));
@@ -194,7 +200,7 @@ pub fn matmul_packed_lhs_view(
         rs: b.rs as isize,
         cs: b.cs as isize,
     });
-    packed_product_ld(serial, m, n, k, sgemm::Side::Packed(a), b, c, ldc, accumulate);
+    packed_product_ld(serial, m, n, k, sgemm::Side::Packed(a), b, c, ldc, accumulate, epi);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -207,12 +213,14 @@ fn packed_product(
     b: sgemm::Side<'_>,
     c: &mut [f32],
     accumulate: bool,
+    epi: Epilogue<'_>,
 ) {
-    packed_product_ld(serial, m, n, k, a, b, c, n, accumulate)
+    packed_product_ld(serial, m, n, k, a, b, c, n, accumulate, epi)
 }
 
 /// # Panics
-/// Where a packed operand is not of this shape (checked by `sgemm_sides`).
+/// Where a packed operand is not of this shape or `epi` has fewer bias values than `m` rows
+/// (checked by `sgemm_sides_with`).
 #[allow(clippy::too_many_arguments)]
 fn packed_product_ld(
     serial: bool,
@@ -224,6 +232,7 @@ fn packed_product_ld(
     c: &mut [f32],
     ldc: usize,
     accumulate: bool,
+    epi: Epilogue<'_>,
 ) {
     let threads = if serial || m * n * k < PARALLEL_FLOPS {
         1
@@ -238,7 +247,7 @@ fn packed_product_ld(
     // SAFETY: a packed operand exists only on a CPU with AVX-512F and its shape is checked by
     // `sgemm_sides`; the strided one holds its matrix and `c` is a unique borrow holding `m`
     // rows of `n` at stride `ldc` (asserted by the callers).
-    unsafe { sgemm::sgemm_sides(threads, m, n, k, 1.0, a, b, c, accumulate) };
+    unsafe { sgemm::sgemm_sides_with(threads, m, n, k, 1.0, a, b, c, accumulate, epi) };
 }
 
 /// # Safety

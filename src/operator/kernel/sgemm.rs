@@ -75,6 +75,47 @@ impl MatMut {
     }
 }
 
+/// What a product's store applies to each result of `C` once its last `k` block is summed: a
+/// value per row added (a convolution's bias per output channel), then `max(0, ·)` keeping NaN
+/// (`if t <= 0 { 0 } else { t }`, as the unfused relu). Each is one rounding on the stored
+/// result, as a separate pass over `C` after the product would be.
+#[derive(Clone, Copy, Default)]
+pub struct Epilogue<'a> {
+    /// Added to row `i`'s results: `bias[i]` (one value per row of `C` at least).
+    pub bias: Option<&'a [f32]>,
+    pub relu: bool,
+}
+
+impl<'a> Epilogue<'a> {
+    /// Stores the product as it is.
+    pub const NONE: Epilogue<'static> = Epilogue {
+        bias: None,
+        relu: false,
+    };
+
+    fn is_none(&self) -> bool {
+        self.bias.is_none() && !self.relu
+    }
+
+    /// The epilogue of the rows from `i` on.
+    fn rows_from(self, i: usize) -> Epilogue<'a> {
+        Epilogue {
+            bias: self.bias.map(|b| &b[i.min(b.len())..]),
+            ..self
+        }
+    }
+
+    /// `t` of row `i` with the bias and relu applied.
+    #[inline]
+    pub fn apply(&self, i: usize, t: f32) -> f32 {
+        let t = match self.bias {
+            Some(b) => t + b[i],
+            None => t,
+        };
+        if self.relu && t <= 0.0 { 0.0 } else { t }
+    }
+}
+
 /// Rows of a micro-tile.
 const MR: usize = 8;
 /// zmm vectors per row of a micro-tile (`NR = 16 · NV` columns).
@@ -348,6 +389,34 @@ pub unsafe fn sgemm_sides(
     c: MatMut,
     accumulate: bool,
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe { sgemm_sides_with(threads, m, n, k, alpha, a, b, c, accumulate, Epilogue::NONE) }
+}
+
+/// [`sgemm_sides`] with `epi` applied to every result as it is stored (`c = epi(alpha · a · b
+/// (+ c))`), instead of a pass over `c` afterwards.
+///
+/// # Safety
+/// As [`sgemm_sides`].
+///
+/// # Panics
+/// Where `epi`'s bias has fewer than `m` values, or a packed operand is of another shape.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sgemm_sides_with(
+    threads: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: Side<'_>,
+    b: Side<'_>,
+    c: MatMut,
+    accumulate: bool,
+    epi: Epilogue<'_>,
+) {
+    if let Some(bias) = epi.bias {
+        assert!(bias.len() >= m, "fewer bias values than rows");
+    }
     if let Side::Packed(p) = a {
         assert!(p.is_a && p.len == m && p.depth == k, "packed A of another shape");
     }
@@ -358,11 +427,12 @@ pub unsafe fn sgemm_sides(
         return;
     }
     if k == 0 {
-        if !accumulate {
+        if !accumulate || !epi.is_none() {
             for i in 0..m {
                 for j in 0..n {
+                    let p = c.at(i, j).ptr;
                     // SAFETY: `(i, j)` is inside `c` (caller's contract).
-                    unsafe { *c.at(i, j).ptr = 0.0 };
+                    unsafe { *p = epi.apply(i, if accumulate { *p } else { 0.0 }) };
                 }
             }
         }
@@ -372,7 +442,7 @@ pub unsafe fn sgemm_sides(
     let (mt, nt) = grid(threads, m, n);
     if mt * nt <= 1 {
         // SAFETY: forwarded from the caller.
-        unsafe { serial(m, n, k, alpha, a, b, c, accumulate) };
+        unsafe { serial(m, n, k, alpha, a, b, c, accumulate, epi) };
         return;
     }
     let (mtiles, ntiles) = (m.div_ceil(MR), n.div_ceil(NR));
@@ -397,6 +467,7 @@ pub unsafe fn sgemm_sides(
                     b.shift(0, j0),
                     c.at(i0, j0),
                     accumulate,
+                    epi.rows_from(i0),
                 )
             };
         }
@@ -462,6 +533,7 @@ unsafe fn serial(
     b: Src,
     c: MatMut,
     accumulate: bool,
+    epi: Epilogue<'_>,
 ) {
     // `A`'s panels, then `B`'s from a 64-byte boundary (none for a packed operand)
     let a_floats = if a.packed() {
@@ -482,6 +554,8 @@ unsafe fn serial(
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let acc = accumulate || pc > 0;
+                // the epilogue goes with the last block's store only
+                let last = pc + kc == k;
                 // SAFETY: `bbuf` holds `ceil(nc / NR) · NR · kc` floats (allocated above) and
                 // the block is inside `b`; `jc` is a multiple of `NR`.
                 let bp = unsafe {
@@ -510,6 +584,11 @@ unsafe fn serial(
                                     nr,
                                     alpha,
                                     acc,
+                                    if last {
+                                        epi.rows_from(ic + ir)
+                                    } else {
+                                        Epilogue::NONE
+                                    },
                                 )
                             };
                         }
@@ -615,33 +694,35 @@ unsafe fn kernel(
     nr: usize,
     alpha: f32,
     acc: bool,
+    epi: Epilogue<'_>,
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller; the narrower kernels read a prefix of each `NR`-float
     // step of the panel and cover `nr` columns.
     unsafe {
         if nr <= 16 {
-            micro::<1>(kc, a, b, c, mr, nr, alpha, acc)
+            micro::<1>(kc, a, b, c, mr, nr, alpha, acc, epi)
         } else if nr <= 32 {
-            micro::<2>(kc, a, b, c, mr, nr, alpha, acc)
+            micro::<2>(kc, a, b, c, mr, nr, alpha, acc, epi)
         } else {
-            micro::<NV>(kc, a, b, c, mr, nr, alpha, acc)
+            micro::<NV>(kc, a, b, c, mr, nr, alpha, acc, epi)
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (kc, a, b, c, mr, nr, alpha, acc);
+        let _ = (kc, a, b, c, mr, nr, alpha, acc, epi);
         unreachable!("sgemm needs AVX-512F")
     }
 }
 
-/// `c[mr×nr] = alpha · Σ_p a_p ⊗ b_p (+ c with acc)` over `kc` packed steps, with the first
-/// `V` vectors (`16 · V` columns) of each panel step: an edge tile of a narrow product (196
-/// columns are four full tiles and 4 columns) computes one vector instead of three.
+/// `c[mr×nr] = epi(alpha · Σ_p a_p ⊗ b_p (+ c with acc))` over `kc` packed steps, with the
+/// first `V` vectors (`16 · V` columns) of each panel step: an edge tile of a narrow product
+/// (196 columns are four full tiles and 4 columns) computes one vector instead of three.
 ///
 /// # Safety
 /// AVX-512F present; `a` holds `kc · MR` floats, `b` holds `kc · NR` floats and is 64-byte
-/// aligned; `c` writable over `mr ≤ MR` rows and `nr ≤ 16 · V ≤ NR` columns.
+/// aligned; `c` writable over `mr ≤ MR` rows and `nr ≤ 16 · V ≤ NR` columns; `epi`'s bias
+/// (where it has one) holds `mr` values (checked).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
@@ -654,6 +735,7 @@ unsafe fn micro<const V: usize>(
     nr: usize,
     alpha: f32,
     acc: bool,
+    epi: Epilogue<'_>,
 ) {
     use std::arch::x86_64::*;
     let mut s = [[_mm512_setzero_ps(); V]; MR];
@@ -679,9 +761,11 @@ unsafe fn micro<const V: usize>(
         }
     }
     let alpha = _mm512_set1_ps(alpha);
+    let zero = _mm512_setzero_ps();
     if c.cs == 1 {
         for (i, row) in s.iter().enumerate().take(mr) {
             let dst = c.at(i, 0).ptr;
+            let bias = epi.bias.map(|b| _mm512_set1_ps(b[i]));
             for (v, x) in row.iter().enumerate() {
                 let col = 16 * v;
                 if col >= nr {
@@ -695,11 +779,18 @@ unsafe fn micro<const V: usize>(
                 };
                 // SAFETY: the masked lanes are columns `< nr` of row `i < mr`, inside `c`.
                 unsafe {
-                    let r = if acc {
+                    let mut r = if acc {
                         _mm512_fmadd_ps(*x, alpha, _mm512_maskz_loadu_ps(mask, dst.add(col)))
                     } else {
                         _mm512_mul_ps(*x, alpha)
                     };
+                    if let Some(b) = bias {
+                        r = _mm512_add_ps(r, b);
+                    }
+                    if epi.relu {
+                        // lanes `<= 0` (false for NaN) to zero
+                        r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(r, zero), zero);
+                    }
                     _mm512_mask_storeu_ps(dst.add(col), mask, r);
                 }
             }
@@ -715,7 +806,7 @@ unsafe fn micro<const V: usize>(
             for (j, t) in tmp.iter().enumerate().take(nr) {
                 let dst = c.at(i, j).ptr;
                 // SAFETY: `(i, j)` inside the tile, inside `c`.
-                unsafe { *dst = if acc { *dst + t } else { *t } };
+                unsafe { *dst = epi.apply(i, if acc { *dst + t } else { *t }) };
             }
         }
     }
@@ -1068,6 +1159,147 @@ mod tests {
         }
         // beyond one `MC × NC` block and several `KC` depths, split over threads
         check(400, 2000, 600, false, false, true, 2, 4);
+    }
+
+    /// One product with `epi` in the store against the same product stored plainly and then
+    /// `epi` applied element by element (the two-pass computation): equal bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn check_epilogue(
+        m: usize,
+        n: usize,
+        k: usize,
+        threads: usize,
+        acc: bool,
+        packed_a: bool,
+        epi: Epilogue<'_>,
+        c_cols: bool,
+    ) {
+        let mut a = data(m * k, 7);
+        let b = data(k * n, 8);
+        // NaN and -0.0 in `A`: row 1 all NaN, row 2 products of -0.0 (where `k` allows)
+        if m > 1 && k > 0 {
+            a[k] = f32::NAN;
+        }
+        if m > 2 {
+            a[2 * k..3 * k].fill(-0.0);
+        }
+        let c0 = data(m * n, 9);
+        let am = Mat {
+            ptr: a.as_ptr(),
+            rs: k as isize,
+            cs: 1,
+        };
+        let bm = Mat {
+            ptr: b.as_ptr(),
+            rs: n as isize,
+            cs: 1,
+        };
+        // `C` row-major, or stored transposed (`c_cols`: the kernel's scalar store)
+        let (rs, cs) = if c_cols { (1, m as isize) } else { (n as isize, 1) };
+        let at = |i: usize, j: usize| i * rs as usize + j * cs as usize;
+        // SAFETY: `a` holds `m × k` row-major; AVX-512F checked by the caller.
+        let pa = packed_a.then(|| unsafe { Packed::a(m, k, am) });
+        let side = pa.as_ref().map_or(Side::Strided(am), Side::Packed);
+        let mut want = c0.clone();
+        let mut got = c0.clone();
+        // SAFETY: the operands hold their matrices; `want` and `got` hold `m × n` at (rs, cs).
+        unsafe {
+            let cw = MatMut { ptr: want.as_mut_ptr(), rs, cs };
+            sgemm_sides(threads, m, n, k, 1.0, side, Side::Strided(bm), cw, acc);
+            let cg = MatMut { ptr: got.as_mut_ptr(), rs, cs };
+            sgemm_sides_with(threads, m, n, k, 1.0, side, Side::Strided(bm), cg, acc, epi);
+        }
+        for i in 0..m {
+            for j in 0..n {
+                let w = &mut want[at(i, j)];
+                let t = match epi.bias {
+                    Some(b) => *w + b[i],
+                    None => *w,
+                };
+                *w = if epi.relu && t <= 0.0 { 0.0 } else { t };
+            }
+        }
+        for (q, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "m={m} n={n} k={k} threads={threads} acc={acc} packed={packed_a} \
+                 relu={} bias={} cols={c_cols} at {q}: {g} vs {w}",
+                epi.relu,
+                epi.bias.is_some()
+            );
+        }
+    }
+
+    #[test]
+    fn epilogue_in_the_store_equals_a_separate_pass_bit_for_bit() {
+        if !detected() {
+            eprintln!("no AVX-512F: sgemm not exercised");
+            return;
+        }
+        // several `KC` blocks (k 600, 257), one-vector and two-vector edge tiles (n 13, 33),
+        // row counts off the `MR` grid, and products split over threads by rows and columns
+        let shapes = [
+            (1, 1, 1),
+            (13, 47, 5),
+            (17, 33, 300),
+            (9, 100, 600),
+            (70, 200, 257),
+            (200, 13, 9),
+            (5, 16, 0),
+        ];
+        let mut case = 0;
+        for &(m, n, k) in &shapes {
+            let bias: Vec<f32> = (0..m)
+                .map(|i| match i % 5 {
+                    0 => -0.0,
+                    1 => 0.75,
+                    2 => f32::NAN,
+                    3 => -1.5,
+                    _ => 1e-3,
+                })
+                .collect();
+            for relu in [false, true] {
+                for with_bias in [false, true] {
+                    let epi = Epilogue {
+                        bias: with_bias.then_some(&bias[..]),
+                        relu,
+                    };
+                    for (threads, acc, packed) in [(1, false, true), (3, true, false), (2, false, false)] {
+                        case += 1;
+                        check_epilogue(m, n, k, threads, acc, packed, epi, case % 4 == 0);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn epilogue_with_too_few_bias_values_is_refused() {
+        if !detected() {
+            return;
+        }
+        let (a, b) = (data(6 * 5, 1), data(5 * 4, 2));
+        let mut c = vec![0.0; 6 * 4];
+        let bias = [1.0; 5];
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: dense operands of these shapes; the bias check runs before any is read.
+            unsafe {
+                sgemm_sides_with(
+                    1,
+                    6,
+                    4,
+                    5,
+                    1.0,
+                    Side::Strided(Mat { ptr: a.as_ptr(), rs: 5, cs: 1 }),
+                    Side::Strided(Mat { ptr: b.as_ptr(), rs: 4, cs: 1 }),
+                    MatMut { ptr: c.as_mut_ptr(), rs: 4, cs: 1 },
+                    false,
+                    Epilogue { bias: Some(&bias), relu: false },
+                )
+            }
+        }));
+        assert!(r.is_err());
     }
 
     #[test]
