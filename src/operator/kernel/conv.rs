@@ -929,6 +929,23 @@ pub fn weight_grad<T: ConvElement>(g: &ConvGeom, x: &[T], dy: &[T], dw: &mut [T]
 mod tests {
     use super::*;
 
+    /// A 2-D geometry: `k`x`k` kernel, stride `s`, padding `p`, no dilation.
+    #[allow(clippy::too_many_arguments)]
+    fn geom2(batch: usize, groups: usize, (in_ch, out_ch): (usize, usize), input: [usize; 2], output: [usize; 2], k: usize, s: usize, p: usize) -> ConvGeom {
+        ConvGeom {
+            batch,
+            groups,
+            in_ch,
+            out_ch,
+            input: [1, input[0], input[1]],
+            output: [1, output[0], output[1]],
+            kernel: [1, k, k],
+            stride: [1, s, s],
+            dilate: [1, 1, 1],
+            pad: [0, p, p],
+        }
+    }
+
     /// A direct serial convolution in f64.
     fn reference(g: &ConvGeom, x: &[f64], w: &[f64]) -> Vec<f64> {
         let mut y = vec![0.0; g.batch * g.out_ch * g.out_sp()];
@@ -1206,28 +1223,14 @@ mod tests {
     /// groups, products narrower than the AVX-512 GEMM takes, Winograd, depthwise).
     #[test]
     fn epilogue_in_the_products_store_equals_a_separate_pass() {
-        let geom = |batch, groups, (in_ch, out_ch), input: [usize; 2], output: [usize; 2], k, s, p| {
-            ConvGeom {
-                batch,
-                groups,
-                in_ch,
-                out_ch,
-                input: [1, input[0], input[1]],
-                output: [1, output[0], output[1]],
-                kernel: [1, k, k],
-                stride: [1, s, s],
-                dilate: [1, 1, 1],
-                pad: [0, p, p],
-            }
-        };
         let geoms = [
-            geom(2, 1, (67, 45), [13, 11], [13, 11], 1, 1, 0),
-            geom(1, 1, (300, 21), [5, 7], [5, 7], 1, 1, 0),
-            geom(2, 2, (38, 50), [15, 13], [8, 7], 1, 2, 0),
-            geom(1, 1, (64, 6), [60, 128], [30, 64], 3, 2, 1),
-            geom(1, 1, (9, 10), [5, 5], [3, 3], 3, 2, 1),
-            geom(1, 1, (32, 32), [12, 12], [12, 12], 3, 1, 1),
-            geom(2, 24, (24, 24), [14, 14], [7, 7], 3, 2, 1),
+            geom2(2, 1, (67, 45), [13, 11], [13, 11], 1, 1, 0),
+            geom2(1, 1, (300, 21), [5, 7], [5, 7], 1, 1, 0),
+            geom2(2, 2, (38, 50), [15, 13], [8, 7], 1, 2, 0),
+            geom2(1, 1, (64, 6), [60, 128], [30, 64], 3, 2, 1),
+            geom2(1, 1, (9, 10), [5, 5], [3, 3], 3, 2, 1),
+            geom2(1, 1, (32, 32), [12, 12], [12, 12], 3, 1, 1),
+            geom2(2, 24, (24, 24), [14, 14], [7, 7], 3, 2, 1),
         ];
         for g in geoms {
             let (in_sp, out_sp) = (g.in_sp(), g.out_sp());
@@ -1269,20 +1272,7 @@ mod tests {
     /// layer through im2col, and a 3x3 stride-2 layer whose images run in several column blocks.
     #[test]
     fn packed_weight_products_match_unpacked_f64() {
-        let geom = |batch, in_ch, out_ch, input: [usize; 2], output: [usize; 2], k, s, p| {
-            ConvGeom {
-                batch,
-                groups: 1,
-                in_ch,
-                out_ch,
-                input: [1, input[0], input[1]],
-                output: [1, output[0], output[1]],
-                kernel: [1, k, k],
-                stride: [1, s, s],
-                dilate: [1, 1, 1],
-                pad: [0, p, p],
-            }
-        };
+        let geom = |batch, in_ch, out_ch, input, output, k, s, p| geom2(batch, 1, (in_ch, out_ch), input, output, k, s, p);
         let geoms = [
             geom(3, 67, 45, [13, 11], [13, 11], 1, 1, 0),
             geom(3, 48, 33, [7, 7], [7, 7], 1, 1, 0),
