@@ -411,19 +411,15 @@ impl PreparedConv {
             self.run_narrow(&p, x, y);
             return;
         }
-        if depthwise::applies(&self.geom) {
-            // the bias and relu applied in the kernel's store
-            let e = depthwise::Epilogue {
-                bias: p.bias.as_deref(),
-                relu: self.relu,
-            };
-            depthwise::forward_with(&self.geom, x, &p.weight, e, y);
-            return;
-        }
         let e = Epilogue {
             bias: p.bias.as_deref(),
             relu: self.relu,
         };
+        if depthwise::applies(&self.geom) {
+            // the bias and relu applied in the kernel's store
+            depthwise::forward_with(&self.geom, x, &p.weight, e, y);
+            return;
+        }
         match &self.wino {
             Some(s) => {
                 winograd::forward(s, x, &p.weight, y);

@@ -557,11 +557,7 @@ pub fn lower_packed<T: ConvElement>(
         return;
     }
     if is_f32::<T>() && depthwise(g) && depthwise::applies(g) {
-        let e = depthwise::Epilogue {
-            bias: epi.bias,
-            relu: epi.relu,
-        };
-        depthwise::forward_with(g, as_f32(x), as_f32(w), e, as_f32_mut(y));
+        depthwise::forward_with(g, as_f32(x), as_f32(w), epi, as_f32_mut(y));
         return;
     }
     if is_f32::<T>() && direct::applies(g) {

@@ -233,13 +233,9 @@ fn block(s: &[f32], taps: &[(usize, f32)], f: usize) -> [f32; B] {
     unsafe { std::mem::transmute::<[[f32; L]; V], [f32; B]>(acc) }
 }
 
-/// What the forward's store does to each sum: add a bias, then (optionally) a relu.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Epilogue<'a> {
-    /// One per channel.
-    pub bias: Option<&'a [f32]>,
-    pub relu: bool,
-}
+/// What the forward's store does to each sum (the matrix products' epilogue: a bias per
+/// channel, then optionally a relu).
+pub use super::sgemm::Epilogue;
 
 /// `d = epilogue(a)` for one run of a row.
 #[inline(always)]

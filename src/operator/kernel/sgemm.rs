@@ -79,7 +79,7 @@ impl MatMut {
 /// value per row added (a convolution's bias per output channel), then `max(0, ·)` keeping NaN
 /// (`if t <= 0 { 0 } else { t }`, as the unfused relu). Each is one rounding on the stored
 /// result, as a separate pass over `C` after the product would be.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Epilogue<'a> {
     /// Added to row `i`'s results: `bias[i]` (one value per row of `C` at least).
     pub bias: Option<&'a [f32]>,
