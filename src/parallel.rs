@@ -111,6 +111,62 @@ fn in_serial() -> bool {
     SERIAL.with(std::cell::Cell::get)
 }
 
+/// Threads that parallel loops have asked for and not yet given back: each loop split over the
+/// pool counts its parts from start to end (whether or not a pool thread has picked them up).
+static ENGAGED: AtomicUsize = AtomicUsize::new(0);
+
+/// One loop's parts, counted in [`ENGAGED`] while it runs (also when a part panics).
+struct Engaged(usize);
+
+impl Engaged {
+    fn new(threads: usize) -> Engaged {
+        ENGAGED.fetch_add(threads, Ordering::Relaxed);
+        Engaged(threads)
+    }
+}
+
+impl Drop for Engaged {
+    fn drop(&mut self) {
+        ENGAGED.fetch_sub(self.0, Ordering::Relaxed);
+    }
+}
+
+/// True while parallel loops have work on every core. A thread that would spin waiting for
+/// something to do (an idle engine worker, a thread in `WaitForAll`) sleeps instead then: its
+/// spinning would take a core from a loop's part, and the loop's end comes no sooner than its
+/// slowest part.
+pub fn cores_busy() -> bool {
+    ENGAGED.load(Ordering::Relaxed) >= cores()
+}
+
+/// Runs `f(0)` on the calling thread and `f(1)` .. `f(parts - 1)` on the pool, and returns when
+/// all have run (a part's panic is re-raised here).
+pub fn for_parts(parts: usize, f: impl Fn(usize) + Sync) {
+    if parts <= 1 {
+        if parts == 1 {
+            f(0);
+        }
+        return;
+    }
+    let _engaged = Engaged::new(parts);
+    // the calling (engine worker) thread computes the first part itself instead of waiting for
+    // a pool thread to pick the whole scope up
+    pool().in_place_scope(|s| {
+        for p in 1..parts {
+            let f = &f;
+            s.spawn(move |_| f(p));
+        }
+        f(0);
+    });
+}
+
+/// Runs `f` inside the pool for work that splits itself over `threads` of its threads (rayon's
+/// parallel iterators, the gemm crate), counted as engaging them.
+pub fn install<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    let _engaged = Engaged::new(threads);
+    pool().install(f)
+}
+
 /// Calls `f(start, end)` over disjoint ranges covering `0..n`, in parallel when `n` elements of
 /// work are worth it (`cost` scales the threshold: 1 for a simple map, more for costly ones).
 pub fn for_ranges(n: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
@@ -121,17 +177,11 @@ pub fn for_ranges(n: usize, cost: usize, f: impl Fn(usize, usize) + Sync) {
     }
     let parts = parts(n, cost, threads);
     let step = n.div_ceil(parts);
-    // the calling (engine worker) thread computes the first range itself instead of waiting
-    // for a pool thread to pick the whole scope up
-    pool().in_place_scope(|s| {
-        for p in 1..parts {
-            let (start, end) = (p * step, ((p + 1) * step).min(n));
-            if start < end {
-                let f = &f;
-                s.spawn(move |_| f(start, end));
-            }
+    for_parts(parts, |p| {
+        let (start, end) = (p * step, ((p + 1) * step).min(n));
+        if start < end {
+            f(start, end);
         }
-        f(0, step.min(n));
     });
 }
 
@@ -145,8 +195,9 @@ pub fn for_chunks_mut<T: Send>(out: &mut [T], cost: usize, f: impl Fn(usize, &mu
         f(0, out);
         return;
     }
-    let step = n.div_ceil(parts(n, cost, threads));
-    pool().install(|| {
+    let parts = parts(n, cost, threads);
+    let step = n.div_ceil(parts);
+    install(parts, || {
         out.par_chunks_mut(step)
             .enumerate()
             .for_each(|(i, c)| f(i * step, c))
@@ -265,6 +316,7 @@ pub fn for_tasks(ntasks: usize, threads: usize, task: impl Fn(usize) + Sync) {
         left: std::sync::Condvar::new(),
     });
     let pool = pool_with(threads - 1);
+    let _engaged = Engaged::new(threads);
     for _ in 1..threads {
         let job = job.clone();
         pool.spawn(move || job.help());
@@ -378,6 +430,35 @@ mod tests {
             x.iter_mut().for_each(|e| *e += 1);
         });
         assert!(v.iter().enumerate().all(|(i, x)| x == &vec![i as u32 + 1; 3]));
+    }
+
+    #[test]
+    fn loops_count_their_threads_while_they_run() {
+        // other tests' loops may run at the same time: only what this loop adds is certain
+        let n = cores().max(2);
+        let busy = AtomicUsize::new(0);
+        for_parts(n, |_| {
+            busy.fetch_add(usize::from(cores_busy()), Ordering::Relaxed);
+        });
+        assert_eq!(
+            busy.load(Ordering::Relaxed),
+            n,
+            "every part sees the cores taken"
+        );
+        // a loop that fails gives its threads back: counted with a size no other test's loops
+        // come near, so that what they add meanwhile cannot hide a count left behind
+        const HUGE: usize = 1 << 40;
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let _engaged = Engaged::new(HUGE);
+            assert!(cores_busy() && ENGAGED.load(Ordering::Relaxed) >= HUGE);
+            panic!("the loop fails");
+        }));
+        assert!(r.is_err());
+        assert!(ENGAGED.load(Ordering::Relaxed) < HUGE);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            for_parts(n, |p| assert!(p != 1, "part 1 fails"));
+        }));
+        assert!(r.is_err(), "a part's panic reaches the caller");
     }
 
     #[test]

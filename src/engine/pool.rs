@@ -245,7 +245,8 @@ impl PoolShared {
                 if !backoff.yielded() {
                     break None;
                 }
-            } else if !backoff.snooze() {
+            } else if crate::parallel::cores_busy() || !backoff.snooze() {
+                // a running op's parallel loop has every core: a poll would take one from it
                 break None;
             }
         };

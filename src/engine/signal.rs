@@ -48,7 +48,9 @@ const _: () = assert!(
 );
 
 /// Spins until `cond` holds or [`SIGNAL_SPIN`] is spent, yielding every
-/// [`SIGNAL_YIELD_EVERY`] of spinning; returns whether it holds.
+/// [`SIGNAL_YIELD_EVERY`] of spinning; returns whether it holds. It stops early while parallel
+/// loops have every core ([`crate::parallel::cores_busy`]): what it waits for is then at least
+/// a loop's length away, and the spinning would slow that loop.
 #[inline]
 pub(crate) fn spin_until(mut cond: impl FnMut() -> bool) -> bool {
     use super::idle::backoff::hints_in;
@@ -57,7 +59,7 @@ pub(crate) fn spin_until(mut cond: impl FnMut() -> bool) -> bool {
     let steps_per_yield = (hints_in(SIGNAL_YIELD_EVERY) / hints_in(SIGNAL_SPIN.first)).max(1);
     let mut steps = 0u32;
     while !cond() {
-        if !backoff.snooze() {
+        if crate::parallel::cores_busy() || !backoff.snooze() {
             return cond();
         }
         steps += 1;

@@ -14,6 +14,10 @@
 //! from another core, and lose to their variables' cache lines moving between the waiter and the
 //! workers (a waiter that always helps slows every workload of small ops).
 //!
+//! It does not take an op while parallel loops have work on every core
+//! ([`crate::parallel::cores_busy`]): a worker's op already splits over all of them, and a second
+//! op run beside it would only make both wait for cores.
+//!
 //! An op run here runs as on a worker: its errors, its profiling and the refusal to wait inside
 //! an op are the same, and pushes from its body are not bulked into the waiting thread's segment.
 //! `MXRT_ENGINE_WAIT_HELPS=0` keeps every op on the engine's own threads.
@@ -39,7 +43,7 @@ pub(crate) fn help_drain(executor: &dyn Executor, pending: &PendingOps) -> bool 
     // polls of empty queues back off for a while before the waiter gives up and sleeps
     let mut backoff = super::idle::HELP_SPIN.backoff();
     loop {
-        if short >= SAMPLE_OPS && 2 * short > ran {
+        if (short >= SAMPLE_OPS && 2 * short > ran) || crate::parallel::cores_busy() {
             return false;
         }
         if let Some(op) = executor.take_cpu_op() {

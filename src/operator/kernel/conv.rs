@@ -395,15 +395,11 @@ pub fn split(n: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
         return;
     }
     let step = n.div_ceil(parts);
-    parallel::pool().in_place_scope(|s| {
-        for p in 1..parts {
-            let (a, b) = (p * step, ((p + 1) * step).min(n));
-            if a < b {
-                let f = &f;
-                s.spawn(move |_| f(a..b));
-            }
+    parallel::for_parts(parts, |p| {
+        let (a, b) = (p * step, ((p + 1) * step).min(n));
+        if a < b {
+            f(a..b);
         }
-        f(0..step.min(n));
     });
 }
 

@@ -349,7 +349,7 @@ unsafe fn blas<T: Element>(
         }
     };
     if threads > 1 && flops >= PARALLEL_FLOPS {
-        parallel::pool().install(|| run(gemm::Parallelism::Rayon(threads)));
+        parallel::install(threads, || run(gemm::Parallelism::Rayon(threads)));
     } else {
         run(gemm::Parallelism::None);
     }

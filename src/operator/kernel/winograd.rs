@@ -891,9 +891,10 @@ fn weight_transform_body(
     }
 }
 
-/// `dw[a..a + 16][b] = Gᵀ dU G` (`dU[p][b][a]`, `ci × co`: transposed).
+/// `dw[a..a + 16][b] = Gᵀ dU G` (`dU[p][b][a]`, `ci × co`: transposed), written through `dw`
+/// (`co × ci × 9`): each (a, b) block by one caller.
 #[inline(always)]
-fn weight_adj_body(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: &mut [f32]) {
+fn weight_adj_body(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: Ptr<f32>) {
     let lanes = (co - a).min(L);
     let mut t = [[[0.0f32; L]; 6]; 3]; // Gᵀ dU
     for j in 0..6 {
@@ -910,14 +911,16 @@ fn weight_adj_body(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: &mu
         let r = gt(*row);
         for (j, vals) in r.iter().enumerate() {
             for l in 0..lanes {
-                dw[((a + l) * ci + b) * 9 + i * 3 + j] = vals[l];
+                // SAFETY: (a + l, b) is inside `co × ci` (lanes ≤ co - a), so the index is
+                // inside `dw`; this (a, b) block is written by this call only.
+                unsafe { *dw.get().add(((a + l) * ci + b) * 9 + i * 3 + j) = vals[l] };
             }
         }
     }
 }
 
 multiversion!(weight_transform(w: &[f32], inp: usize, transpose: bool, to: usize, from: usize, a: usize, b: usize, u: Ptr<f32>) => weight_transform_body);
-multiversion!(weight_adj(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: &mut [f32]) => weight_adj_body);
+multiversion!(weight_adj(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: Ptr<f32>) => weight_adj_body);
 
 /// The transformed weight `U[p][to][from]` of `w` (`(out, in, 3, 3)`, row-major). With
 /// `transpose`, the weight of the transposed convolution (`in` → `out` channels swapped, the
@@ -949,15 +952,11 @@ fn over_blocks(s: &Wino, f: impl Fn(usize, std::ops::Range<usize>) + Sync) {
         f(0, 0..groups);
         return;
     }
-    parallel::pool().in_place_scope(|sc| {
-        for p in 1..parts {
-            let r = (p * step).min(groups)..((p + 1) * step).min(groups);
-            if !r.is_empty() {
-                let f = &f;
-                sc.spawn(move |_| f(p, r));
-            }
+    parallel::for_parts(parts, |p| {
+        let r = (p * step).min(groups)..((p + 1) * step).min(groups);
+        if !r.is_empty() {
+            f(p, r);
         }
-        f(0, 0..step.min(groups));
     });
 }
 
@@ -1052,14 +1051,28 @@ pub fn weight_grad(s: &Wino, x: &[f32], dy: &[f32], dw: &mut [f32]) {
         dw[..s.co * s.ci * 9].fill(0.0);
         return;
     };
-    for p in parts {
-        for (a, b) in sum[..ul].iter_mut().zip(&p[..ul]) {
-            *a += b;
-        }
+    // the partials' sum and its inverse transform pass over tens of MiB at 512 channels: both
+    // split over the pool, in the partials' order (the sum is the serial one, bit for bit)
+    let rest: Vec<Scratch> = parts.collect();
+    if !rest.is_empty() {
+        parallel::for_chunks_mut(&mut sum[..ul], 1, |start, chunk| {
+            let len = chunk.len();
+            for p in &rest {
+                for (a, b) in chunk.iter_mut().zip(&p[start..start + len]) {
+                    *a += b;
+                }
+            }
+        });
     }
-    for c in 0..s.ci {
-        for o in (0..s.co).step_by(L) {
-            weight_adj(&sum, s.co, s.ci, o, c, dw);
+    drop(rest);
+    assert!(dw.len() >= s.co * s.ci * 9);
+    let dwp = Ptr(dw.as_mut_ptr());
+    let sum = &sum[..ul];
+    super::conv::split(s.ci, |cs| {
+        for c in cs {
+            for o in (0..s.co).step_by(L) {
+                weight_adj(sum, s.co, s.ci, o, c, dwp);
+            }
         }
-    }
+    });
 }
