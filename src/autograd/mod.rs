@@ -23,7 +23,7 @@ mod tests;
 pub use crate::operator::mode::{is_recording, is_training, set_training};
 pub use backward::{BackwardArgs, backward};
 pub use node::{CustomBackward, GradReq, grad_of, grad_state, set_grad_state};
-pub use record::{invoke, mark_variables, record_custom, record_view};
+pub use record::{invoke, invoke_all, mark_variables, record_custom, record_view};
 
 /// Sets this thread's recording mode; returns the previous one.
 pub fn set_recording(on: bool) -> bool {

@@ -15,15 +15,23 @@ operations like +=, *=, relu(x, out=x), y[idx]=x, etc inside a record section.";
 
 /// Runs an operator, recording it when this thread records and an input is in a graph.
 pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
+    let (mut outputs, visible) = invoke_all(call)?;
+    outputs.truncate(visible);
+    Ok(outputs)
+}
+
+/// [`invoke`], returning the op's hidden outputs too (after the visible ones; a monitor reports
+/// them as MXNet's do) and how many of the outputs are visible.
+pub fn invoke_all(call: Invoke<'_>) -> Result<(Vec<NDArray>, usize)> {
     // NDArray functions (`_cvimdecode`) are never recorded, as in MXNet
     if !mode::is_recording()
         || crate::operator::ops::image::ndarray_function(call.op).is_some()
     {
-        return imperative::invoke(call);
+        return imperative::invoke_all(call);
     }
     let entries: Vec<Option<Entry>> = call.inputs.iter().map(entry_of).collect();
     if entries.iter().all(Option::is_none) {
-        return imperative::invoke(call);
+        return imperative::invoke_all(call);
     }
     // checked before the op runs, so a refused call changes nothing
     if let Some(outs) = &call.outputs
@@ -43,14 +51,14 @@ pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
     let inputs: Vec<NDArray> = call.inputs.iter().map(NDArray::detach).collect();
     let resolved = imperative::resolve(&call)?;
     let op = resolved.def.name;
-    let mut outputs = imperative::allocate(&call, &resolved)?;
+    let outputs = imperative::allocate(&call, &resolved)?;
     let visible = resolved.plan.num_visible();
     let state = resolved.plan.state.clone();
     imperative::dispatch(crate::engine::Engine::global()?, resolved, call.inputs, &outputs)?;
-    // the node keeps the hidden outputs too (the gradient reads them); the caller gets the rest
+    // the node keeps the hidden outputs too (the gradient reads them); only the visible ones
+    // are entries of the graph
     record(op, called_as, params, entries, inputs, &outputs, visible, state);
-    outputs.truncate(visible);
-    Ok(outputs)
+    Ok((outputs, visible))
 }
 
 /// Puts an op that has run on the tape and points its outputs at it.

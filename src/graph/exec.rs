@@ -157,7 +157,6 @@ impl GraphRunner {
                 None => steps.push(Step::Input(input_pos[&node_key(n)])),
                 Some(def) => {
                     let sig = n.signature()?;
-                    let visible = sig.visible;
                     let mut ins = Vec::with_capacity(d.inputs.len());
                     let io_names = crate::operator::registry::IoNames::global();
                     let listed_inputs = io_names.lists_inputs(def.name);
@@ -186,17 +185,16 @@ impl GraphRunner {
                         in_names.push(format!("{}_{arg}", d.name));
                         in_vars.push(e.node.is_variable().then(|| e.node.name()));
                     }
+                    // every output, hidden ones included: a monitor reports them all
                     let out_names = sig
                         .outputs
                         .iter()
-                        .take(visible)
                         .map(|o| format!("{}_{o}", d.name))
                         .collect();
                     let listed_outputs = io_names.lists_outputs(def.name);
                     let hook_out_names = sig
                         .outputs
                         .iter()
-                        .take(visible)
                         .enumerate()
                         .map(|(i, o)| {
                             if listed_outputs {
@@ -554,7 +552,7 @@ impl GraphRunner {
                     } else {
                         op.def.name
                     };
-                    let outs = autograd::invoke(Invoke {
+                    let (mut outs, visible) = autograd::invoke_all(Invoke {
                         op: name,
                         called_as: name,
                         inputs: &args,
@@ -574,10 +572,12 @@ impl GraphRunner {
                             }
                         }
                         let names = if executor { &op.out_names } else { &op.hook_out_names };
+                        // hidden outputs too (a training Dropout's mask)
                         for (name, a) in names.iter().zip(&outs) {
                             m(name, op.def.name, a);
                         }
                     }
+                    outs.truncate(visible);
                     values.push(outs);
                 }
             }

@@ -56,17 +56,26 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
 
 /// Runs the op; returns its visible outputs (the given ones, or new arrays).
 pub fn invoke(call: Invoke<'_>) -> Result<Vec<NDArray>> {
+    let (mut outputs, visible) = invoke_all(call)?;
+    outputs.truncate(visible);
+    Ok(outputs)
+}
+
+/// [`invoke`], returning the op's hidden outputs too (after the visible ones) and how many of
+/// the outputs are visible.
+pub fn invoke_all(call: Invoke<'_>) -> Result<(Vec<NDArray>, usize)> {
     // ops whose output shape comes from their input's data (`_cvimdecode`) run here
     if let Some(f) = super::ops::image::ndarray_function(call.op) {
-        return f(&call);
+        let outputs = f(&call)?;
+        let n = outputs.len();
+        return Ok((outputs, n));
     }
     let engine = Engine::global()?;
     let resolved = resolve(&call)?;
-    let mut outputs = allocate(&call, &resolved)?;
+    let outputs = allocate(&call, &resolved)?;
     let visible = resolved.plan.num_visible();
     dispatch(engine, resolved, call.inputs, &outputs)?;
-    outputs.truncate(visible);
-    Ok(outputs)
+    Ok((outputs, visible))
 }
 
 /// What op `def` (called `name`) would produce from inputs described by `inputs` with

@@ -150,6 +150,10 @@ def monitor_all_names():
     e.set_monitor_callback(lambda n, h: seen.append(py_str(n)), True)
     e.forward()
     mx.nd.waitall()
+    seen_train = []
+    e.set_monitor_callback(lambda n, h: seen_train.append(py_str(n)), False)
+    e.forward(is_train=True)
+    mx.nd.waitall()
 
     class Block(nn.HybridBlock):
         def __init__(self):
@@ -170,7 +174,7 @@ def monitor_all_names():
                        True)
     b(nd.ones((2, 4)))
     mx.nd.waitall()
-    return {"executor": seen, "cached_op": hooked}
+    return {"executor": seen, "executor_train": seen_train, "cached_op": hooked}
 
 
 @scenario
