@@ -73,14 +73,17 @@ pub struct BackwardArgs {
 /// when a higher-order gradient is asked for: recording is then on).
 ///
 /// While a gradient definition runs for a node one of whose inputs is a variable that gets
-/// exactly this gradient (`defer`), the newest single-output op is held back (planned, not
-/// run): if the definition returns its value for that input, it runs once, writing straight
-/// into the variable's gradient buffer, instead of into a new array that is then copied there.
+/// exactly this gradient (`defer`), its single-output ops are held back (planned, not run)
+/// until an op reads their value: if the definition returns such a value for that input, its op
+/// runs once, writing straight into the variable's gradient buffer, instead of into a new array
+/// that is then copied there (a convolution's data, weight and bias gradients all go straight
+/// into their buffers). Held-back ops never read each other's values, so they may run in any
+/// order.
 pub struct TapeGraph {
-    /// `None`: the held-back op's output.
+    /// `None`: a held-back op's output.
     vals: Vec<Option<NDArray>>,
     defer: bool,
-    pending: Option<Pending>,
+    pending: Vec<Pending>,
 }
 
 /// An op planned and held back, and the value that stands for its output.
@@ -107,7 +110,7 @@ impl Pending {
 
 impl TapeGraph {
     fn new() -> TapeGraph {
-        TapeGraph { vals: Vec::new(), defer: false, pending: None }
+        TapeGraph { vals: Vec::new(), defer: false, pending: Vec::new() }
     }
     fn val(&mut self, a: NDArray) -> Val {
         self.vals.push(Some(a));
@@ -119,29 +122,30 @@ impl TapeGraph {
         }
         Ok(self.vals[v.0 as usize].as_ref().expect("a flushed value is set"))
     }
-    /// Runs the held-back op, if any, into a new array.
+    /// Runs the held-back ops, in the order they were planned, each into a new array.
     fn flush(&mut self) -> Result<()> {
-        let Some(p) = self.pending.take() else { return Ok(()) };
-        let call = p.invoke(None);
-        let mut outs = imperative::allocate(&call, &p.resolved)?;
-        imperative::dispatch(Engine::global()?, p.resolved, &p.inputs, &outs)?;
-        self.vals[p.val as usize] = Some(outs.swap_remove(0));
+        for p in std::mem::take(&mut self.pending) {
+            let call = p.invoke(None);
+            let mut outs = imperative::allocate(&call, &p.resolved)?;
+            imperative::dispatch(Engine::global()?, p.resolved, &p.inputs, &outs)?;
+            self.vals[p.val as usize] = Some(outs.swap_remove(0));
+        }
         Ok(())
     }
-    /// If `v` is the held-back op's output and that output has `buffer`'s shape, dtype and
+    /// If `v` is a held-back op's output and that output has `buffer`'s shape, dtype and
     /// device, runs the op into `buffer` and returns true.
     fn finish_into(&mut self, v: Val, buffer: &NDArray) -> Result<bool> {
-        let fits = self.pending.as_ref().is_some_and(|p| {
+        let at = self.pending.iter().position(|p| {
             let d = &p.resolved.plan.outputs[0];
             p.val == v.0
                 && d.shape[..] == *buffer.shape()
                 && d.dtype == buffer.dtype()
                 && buffer.ctx() == Some(p.resolved.ctx)
         });
-        if !fits {
+        let Some(at) = at else {
             return Ok(false);
-        }
-        let p = self.pending.take().expect("checked above");
+        };
+        let p = self.pending.remove(at);
         match imperative::invoke(p.invoke(Some(vec![buffer.clone()]))) {
             Ok(_) => {
                 self.vals[p.val as usize] = Some(buffer.clone());
@@ -149,7 +153,7 @@ impl TapeGraph {
             }
             // the op refuses the buffer: it runs as it would have
             Err(_) => {
-                self.pending = Some(p);
+                self.pending.insert(at, p);
                 self.flush()?;
                 Ok(false)
             }
@@ -176,7 +180,11 @@ impl TapeGraph {
         })
     }
     fn inputs(&mut self, inputs: &[Val]) -> Result<Vec<NDArray>> {
-        self.flush()?;
+        // an op reading a held-back value: the held-back ops run first (a held-back op's inputs
+        // are thus never held back themselves)
+        if inputs.iter().any(|v| self.vals[v.0 as usize].is_none()) {
+            self.flush()?;
+        }
         inputs.iter().map(|&v| self.get(v).cloned()).collect()
     }
 }
@@ -190,7 +198,7 @@ impl GradGraph for TapeGraph {
             if resolved.plan.outputs.len() == 1 && resolved.plan.launch.is_none() {
                 self.vals.push(None);
                 let val = self.vals.len() as u32 - 1;
-                self.pending = Some(Pending {
+                self.pending.push(Pending {
                     op,
                     params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
                     inputs: ins,
