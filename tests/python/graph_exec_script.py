@@ -154,6 +154,22 @@ def monitor_all_names():
     e.set_monitor_callback(lambda n, h: seen_train.append(py_str(n)), False)
     e.forward(is_train=True)
     mx.nd.waitall()
+    # BatchNorm's hidden outputs' values in training, on data with no Dropout before it
+    stats = {}
+
+    def stats_cb(name, handle):
+        name = py_str(name)
+        if name in ("bn2_mean", "bn2_var"):
+            a = nd.NDArray(ctypes.cast(handle, NDArrayHandle), writable=False)
+            stats[name] = a.asnumpy().round(4).tolist()
+
+    e2 = sym.BatchNorm(sym.var("d"), fix_gamma=False, name="bn2").simple_bind(
+        mx.cpu(), d=(4, 3, 5, 5), grad_req="null")
+    e2.arg_dict["d"][:] = rand((4, 3, 5, 5), 7, -1.0, 2.0)
+    e2.arg_dict["bn2_gamma"][:] = 1
+    e2.set_monitor_callback(stats_cb, False)
+    e2.forward(is_train=True)
+    mx.nd.waitall()
 
     class Block(nn.HybridBlock):
         def __init__(self):
@@ -174,7 +190,8 @@ def monitor_all_names():
                        True)
     b(nd.ones((2, 4)))
     mx.nd.waitall()
-    return {"executor": seen, "executor_train": seen_train, "cached_op": hooked}
+    return {"executor": seen, "executor_train": seen_train, "bn_stats": stats,
+            "cached_op": hooked}
 
 
 @scenario

@@ -546,7 +546,10 @@ fn batch_norm_plan(call: &Call<'_>, relu: bool) -> Result<Plan> {
     let outer = if inner == 0 || c == 0 { 0 } else { x.size() / (inner * c) };
     let (dtype, pdt) = (x.dtype, ins[1].dtype);
     let mut outs = vec![TensorDesc::new(&x.shape, dtype)];
-    if mean_var {
+    // the mean and inverse standard deviation used: BatchNorm's hidden outputs (visible with
+    // output_mean_var), which a monitor reports as MXNet's does; the fused form has none
+    let stats = !relu;
+    if stats {
         outs.push(TensorDesc::new(&[ch], pdt));
         outs.push(TensorDesc::new(&[ch], pdt));
     }
@@ -586,7 +589,7 @@ fn batch_norm_plan(call: &Call<'_>, relu: bool) -> Result<Plan> {
                 }
             });
         }
-        if mean_var {
+        if stats {
             crate::with_element!(pdt, P => {
                 for (o, &v) in k.outputs[1].slice_mut::<P>().iter_mut().zip(&mean) {
                     *o = P::from_f64(v);
@@ -598,7 +601,8 @@ fn batch_norm_plan(call: &Call<'_>, relu: bool) -> Result<Plan> {
         }
         Ok(())
     })
-    .mutating(if fix_gamma { &[1] } else { &[] }))
+    .mutating(if fix_gamma { &[1] } else { &[] })
+    .with_visible(if mean_var { 3 } else { 1 }))
 }
 
 /// `BatchNorm_v1(data, gamma, beta, moving_mean, moving_var)`: BatchNorm's math on axis 1 of
