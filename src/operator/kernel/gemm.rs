@@ -163,6 +163,23 @@ pub fn matmul_packed_lhs(
     packed_product(serial, m, n, k, sgemm::Side::Packed(a), b, c, accumulate, epi);
 }
 
+/// [`matmul_packed_lhs`] with a row-major `b` (`k × n`, rows contiguous) read by the product's
+/// micro-kernel where it lies instead of copied into panels first: a 1×1 convolution's image.
+pub fn matmul_packed_lhs_rows(
+    serial: bool,
+    a: &Packed,
+    n: usize,
+    b: &[f32],
+    c: &mut [f32],
+    accumulate: bool,
+    epi: Epilogue<'_>,
+) {
+    let (m, k) = (a.len(), a.depth());
+    assert!(b.len() >= k * n && c.len() >= m * n);
+    let b = sgemm::Side::Rows(sgemm::Mat { ptr: b.as_ptr(), rs: n as isize, cs: 1 });
+    packed_product(serial, m, n, k, sgemm::Side::Packed(a), b, c, accumulate, epi);
+}
+
 /// `c[m×n] (+)= a · b` (row-major `c`) with `b` packed by [`pack_rhs`] (`n = b.len()`,
 /// `k = b.depth()`).
 pub fn matmul_packed_rhs(
