@@ -617,11 +617,12 @@ pub fn lower_packed<T: ConvElement>(
                 };
                 if g.pointwise() {
                     match pw {
-                        Some(p) => gemm::matmul_packed_lhs(
+                        // the image read by the products in place (no copy into panels)
+                        Some(p) => gemm::matmul_packed_lhs_rows(
                             serial,
                             p,
                             out_sp,
-                            op(as_f32(xs), false),
+                            as_f32(xs),
                             as_f32_mut(ys),
                             false,
                             ge,

@@ -163,6 +163,23 @@ pub fn matmul_packed_lhs(
     packed_product(serial, m, n, k, sgemm::Side::Packed(a), b, c, accumulate, epi);
 }
 
+/// [`matmul_packed_lhs`] with a row-major `b` (`k × n`, rows contiguous) read by the product's
+/// micro-kernel where it lies instead of copied into panels first: a 1×1 convolution's image.
+pub fn matmul_packed_lhs_rows(
+    serial: bool,
+    a: &Packed,
+    n: usize,
+    b: &[f32],
+    c: &mut [f32],
+    accumulate: bool,
+    epi: Epilogue<'_>,
+) {
+    let (m, k) = (a.len(), a.depth());
+    assert!(b.len() >= k * n && c.len() >= m * n);
+    let b = sgemm::Side::Rows(sgemm::Mat { ptr: b.as_ptr(), rs: n as isize, cs: 1 });
+    packed_product(serial, m, n, k, sgemm::Side::Packed(a), b, c, accumulate, epi);
+}
+
 /// `c[m×n] (+)= a · b` (row-major `c`) with `b` packed by [`pack_rhs`] (`n = b.len()`,
 /// `k = b.depth()`).
 pub fn matmul_packed_rhs(
@@ -267,6 +284,51 @@ unsafe fn cast_mut<T, U>(c: &mut [T]) -> &mut [U] {
     unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr().cast(), c.len()) }
 }
 
+multiversion!(
+    /// `c[j] (+)= a · row j of bt` (`bt` holds `c.len()` rows of `a.len()` floats): a one-row
+    /// product with a transposed right operand (a fully connected layer on one sample), read
+    /// once as it lies; a matrix product would copy all of `bt` into panels for one row of
+    /// multiply-adds per value.
+    dot_rows(a: &[f32], bt: &[f32], c: &mut [f32], accumulate: bool) -> () => dot_rows_body
+);
+
+/// Lanes summed apart in [`dot_rows`]: four 16-lane chains of adds.
+const DOT_LANES: usize = 64;
+
+#[inline(always)]
+fn dot_rows_body(a: &[f32], bt: &[f32], c: &mut [f32], accumulate: bool) {
+    let k = a.len();
+    assert!(bt.len() >= c.len() * k);
+    if k == 0 {
+        if !accumulate {
+            c.fill(0.0);
+        }
+        return;
+    }
+    for (cj, row) in c.iter_mut().zip(bt.chunks_exact(k)) {
+        let mut acc = [0.0f32; DOT_LANES];
+        let (ab, rb) = (a.chunks_exact(DOT_LANES), row.chunks_exact(DOT_LANES));
+        let (at, rt) = (ab.remainder(), rb.remainder());
+        for (x, w) in ab.zip(rb) {
+            for l in 0..DOT_LANES {
+                acc[l] += x[l] * w[l];
+            }
+        }
+        for (l, (x, w)) in at.iter().zip(rt).enumerate() {
+            acc[l] += x * w;
+        }
+        // pairwise: 64 → 32 → ... → 1
+        let mut w = DOT_LANES;
+        while w > 1 {
+            w /= 2;
+            for l in 0..w {
+                acc[l] += acc[l + w];
+            }
+        }
+        *cj = if accumulate { *cj + acc[0] } else { acc[0] };
+    }
+}
+
 /// # Safety
 /// The operands must hold the sizes `matmul` asserted.
 #[allow(clippy::too_many_arguments)]
@@ -283,6 +345,13 @@ unsafe fn blas<T: Element>(
     let (a_cs, a_rs) = a.strides(m, k);
     let (b_cs, b_rs) = b.strides(k, n);
     let flops = m * n * k;
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && m == 1 && b.transposed {
+        // SAFETY: `T` is f32 (type id).
+        let (a, b, c) = unsafe { (cast::<T, f32>(a), cast::<T, f32>(b), cast_mut::<T, f32>(c)) };
+        // `b` stored `n × k`: its rows are the columns of the product
+        dot_rows(&a.data[..k], &b.data[..n * k], &mut c[..n], accumulate);
+        return;
+    }
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && own_sgemm(m, n, k) {
         let threads = if flops >= PARALLEL_FLOPS { threads } else { 1 };
         // SAFETY: `T` is f32 (type id); the operands hold their matrices at these strides (sizes
@@ -584,6 +653,43 @@ fn naive<T: Element>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn one_row_products_with_a_transposed_rhs_match_an_f64_reference() {
+        for &k in &[0usize, 1, 15, 17, 63, 64, 65, 130, 1024] {
+            for &n in &[1usize, 3, 17, 100] {
+                for accumulate in [false, true] {
+                    let a: Vec<f32> = (0..k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0).collect();
+                    let bt: Vec<f32> =
+                        (0..n * k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0).collect();
+                    let c0: Vec<f32> = (0..n).map(|j| j as f32 - 1.5).collect();
+                    let want: Vec<f32> = (0..n)
+                        .map(|j| {
+                            let s: f64 = (0..k).map(|p| a[p] as f64 * bt[j * k + p] as f64).sum();
+                            (s + if accumulate { c0[j] as f64 } else { 0.0 }) as f32
+                        })
+                        .collect();
+                    // through `matmul` (the CPU's widest copy) and the baseline body
+                    let mut got = c0.clone();
+                    let lhs = Operand { data: &a[..], transposed: false };
+                    let rhs = Operand { data: &bt[..], transposed: true };
+                    matmul(1, n, k, lhs, rhs, &mut got, accumulate);
+                    let mut base = c0.clone();
+                    dot_rows_body(&a, &bt, &mut base, accumulate);
+                    for j in 0..n {
+                        let tol = 1e-5 * (1.0 + k as f32);
+                        for (v, what) in [(got[j], "matmul"), (base[j], "baseline")] {
+                            assert!(
+                                (v - want[j]).abs() <= tol,
+                                "{what} k={k} n={n} acc={accumulate} at {j}: {v} vs {}",
+                                want[j]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     use super::*;
 
     fn reference(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Vec<f64> {

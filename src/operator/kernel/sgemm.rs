@@ -298,12 +298,18 @@ impl Drop for Packed {
 pub enum Side<'a> {
     Strided(Mat),
     Packed(&'a Packed),
+    /// As `B` only: a matrix with contiguous rows (`cs == 1`) that the micro-kernel reads where
+    /// it lies (`rs` floats from one step of `k` to the next, the next panel's rows prefetched
+    /// by the first tile of each panel) instead of a packed copy: a 1×1 convolution's image.
+    Rows(Mat),
 }
 
 /// An operand inside a product: strided, or a packed matrix from row (column) `off` on.
 #[derive(Clone, Copy)]
 enum Src {
     Raw(Mat),
+    /// `B` read in place ([`Side::Rows`]).
+    Rows(Mat),
     Packed {
         ptr: *const f32,
         pad: usize,
@@ -320,6 +326,7 @@ impl Src {
     fn of(side: Side<'_>) -> Src {
         match side {
             Side::Strided(m) => Src::Raw(m),
+            Side::Rows(m) => Src::Rows(m),
             Side::Packed(p) => Src::Packed {
                 ptr: p.buf.as_ptr().cast(),
                 pad: p.pad,
@@ -333,6 +340,7 @@ impl Src {
     fn shift(self, i: usize, j: usize) -> Src {
         match self {
             Src::Raw(m) => Src::Raw(m.at(i, j)),
+            Src::Rows(m) => Src::Rows(m.at(i, j)),
             Src::Packed { ptr, pad, off } => Src::Packed {
                 ptr,
                 pad,
@@ -341,8 +349,9 @@ impl Src {
         }
     }
 
+    /// Whether the operand needs no packing buffer.
     fn packed(self) -> bool {
-        matches!(self, Src::Packed { .. })
+        !matches!(self, Src::Raw(_))
     }
 
     /// The panels of block `(x, pc)` (`x` the first row or column, `kc` deep): packed into
@@ -364,6 +373,8 @@ impl Src {
                 pack(m, buf);
                 buf
             }
+            // read in place: the block's first element (only `B` is ever `Rows`)
+            Src::Rows(m) => m.at(pc, x).ptr,
             // SAFETY: block `pc` starts at `pad · pc`, panel `(off + x) / width` of it at
             // `(off + x) · kc` (caller's contract).
             Src::Packed { ptr, pad, off } => unsafe { ptr.add(pad * pc + (off + x) * kc) },
@@ -422,6 +433,10 @@ pub unsafe fn sgemm_sides_with(
     }
     if let Side::Packed(p) = b {
         assert!(!p.is_a && p.len == n && p.depth == k, "packed B of another shape");
+    }
+    assert!(!matches!(a, Side::Rows(_)), "only B is read in place");
+    if let Side::Rows(m) = b {
+        assert!(m.cs == 1 && m.rs >= 0, "B read in place needs contiguous rows");
     }
     if m == 0 || n == 0 {
         return;
@@ -561,6 +576,11 @@ unsafe fn serial(
                 let bp = unsafe {
                     b.panels(jc, pc, kc, bbuf, |b, out| pack_b(kc, nc, b.at(pc, jc), out))
                 };
+                // a panel of `B`: `NR` columns, the next step `bs` floats on
+                let (bs, in_place) = match b {
+                    Src::Rows(m) => (m.rs as usize, true),
+                    _ => (NR, false),
+                };
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
                     // SAFETY: as for `B`; `ic` is a multiple of `MR`.
@@ -578,7 +598,8 @@ unsafe fn serial(
                                 kernel(
                                     kc,
                                     ap.add(ir * kc),
-                                    bp.add(jr * kc),
+                                    if in_place { bp.add(jr) } else { bp.add(jr * kc) },
+                                    in_place.then_some((bs, ir == 0 && jr + NR < nc)),
                                     c.at(ic + ir, jc + jr),
                                     mr,
                                     nr,
@@ -689,6 +710,7 @@ unsafe fn kernel(
     kc: usize,
     a: *const f32,
     b: *const f32,
+    rows: Option<(usize, bool)>,
     c: MatMut,
     mr: usize,
     nr: usize,
@@ -700,17 +722,18 @@ unsafe fn kernel(
     // SAFETY: forwarded from the caller; the narrower kernels read a prefix of each `NR`-float
     // step of the panel and cover `nr` columns.
     unsafe {
-        if nr <= 16 {
-            micro::<1>(kc, a, b, c, mr, nr, alpha, acc, epi)
-        } else if nr <= 32 {
-            micro::<2>(kc, a, b, c, mr, nr, alpha, acc, epi)
-        } else {
-            micro::<NV>(kc, a, b, c, mr, nr, alpha, acc, epi)
+        match (rows, nr) {
+            (None, ..=16) => micro::<1, false>(kc, a, b, NR, false, c, mr, nr, alpha, acc, epi),
+            (None, ..=32) => micro::<2, false>(kc, a, b, NR, false, c, mr, nr, alpha, acc, epi),
+            (None, _) => micro::<NV, false>(kc, a, b, NR, false, c, mr, nr, alpha, acc, epi),
+            (Some((bs, pf)), ..=16) => micro::<1, true>(kc, a, b, bs, pf, c, mr, nr, alpha, acc, epi),
+            (Some((bs, pf)), ..=32) => micro::<2, true>(kc, a, b, bs, pf, c, mr, nr, alpha, acc, epi),
+            (Some((bs, pf)), _) => micro::<NV, true>(kc, a, b, bs, pf, c, mr, nr, alpha, acc, epi),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (kc, a, b, c, mr, nr, alpha, acc, epi);
+        let _ = (kc, a, b, rows, c, mr, nr, alpha, acc, epi);
         unreachable!("sgemm needs AVX-512F")
     }
 }
@@ -718,18 +741,24 @@ unsafe fn kernel(
 /// `c[mr×nr] = epi(alpha · Σ_p a_p ⊗ b_p (+ c with acc))` over `kc` packed steps, with the
 /// first `V` vectors (`16 · V` columns) of each panel step: an edge tile of a narrow product
 /// (196 columns are four full tiles and 4 columns) computes one vector instead of three.
+/// `ROWS`: `b` is the matrix itself (step `p` at `b + p · bs`, its `nr` columns read with
+/// unaligned loads, the columns past `nr` of the last vector masked off to zero) instead of a
+/// packed panel (step `p` at `b + p · NR`, aligned).
 ///
 /// # Safety
-/// AVX-512F present; `a` holds `kc · MR` floats, `b` holds `kc · NR` floats and is 64-byte
-/// aligned; `c` writable over `mr ≤ MR` rows and `nr ≤ 16 · V ≤ NR` columns; `epi`'s bias
-/// (where it has one) holds `mr` values (checked).
+/// AVX-512F present; `a` holds `kc · MR` floats; packed: `b` holds `kc · NR` floats and is
+/// 64-byte aligned; `ROWS`: `b + p · bs` readable for `nr` floats at every step `p < kc`; `c`
+/// writable over `mr ≤ MR` rows and `nr ≤ 16 · V ≤ NR` columns (`nr > 16 · (V - 1)` with
+/// `ROWS`); `epi`'s bias (where it has one) holds `mr` values (checked).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn micro<const V: usize>(
+unsafe fn micro<const V: usize, const ROWS: bool>(
     kc: usize,
     a: *const f32,
     b: *const f32,
+    bs: usize,
+    pf: bool,
     c: MatMut,
     mr: usize,
     nr: usize,
@@ -740,12 +769,30 @@ unsafe fn micro<const V: usize>(
     use std::arch::x86_64::*;
     let mut s = [[_mm512_setzero_ps(); V]; MR];
     let (mut a, mut b) = (a, b);
+    // the last vector's columns inside the tile (read in place)
+    let rem = nr.saturating_sub(16 * (V - 1)).min(16);
+    let last: __mmask16 = if rem >= 16 { 0xffff } else { ((1u32 << rem) - 1) as u16 };
     for _ in 0..kc {
         let mut bv = [_mm512_setzero_ps(); V];
         for (v, x) in bv.iter_mut().enumerate() {
-            // SAFETY: step `p`'s `NR` floats of the panel; panels are 64-byte aligned and
-            // `NR · 4` bytes is a multiple of 64.
-            *x = unsafe { _mm512_load_ps(b.add(16 * v)) };
+            *x = if !ROWS {
+                // SAFETY: step `p`'s `NR` floats of the panel; panels are 64-byte aligned and
+                // `NR · 4` bytes is a multiple of 64.
+                unsafe { _mm512_load_ps(b.add(16 * v)) }
+            } else if v + 1 < V {
+                // SAFETY: columns `16v..16v + 16 < nr` of step `p` (caller's contract).
+                unsafe { _mm512_loadu_ps(b.add(16 * v)) }
+            } else {
+                // SAFETY: the masked lanes are columns `< nr` of step `p`; masked-off lanes
+                // are not read.
+                unsafe { _mm512_maskz_loadu_ps(last, b.add(16 * v)) }
+            };
+        }
+        if ROWS && pf {
+            for v in 0..V {
+                // the next panel's step `p` (a hint: never faults)
+                _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(NR + 16 * v).cast());
+            }
         }
         for (i, row) in s.iter_mut().enumerate() {
             // SAFETY: step `p`'s `MR` floats of the panel.
@@ -754,11 +801,12 @@ unsafe fn micro<const V: usize>(
                 row[v] = _mm512_fmadd_ps(av, bv[v], row[v]);
             }
         }
-        // SAFETY: at most `kc` steps, inside the panels.
+        // SAFETY: at most `kc` steps, inside the panels (`B`'s pointer after the last step
+        // is only a position, never read).
         unsafe {
             a = a.add(MR);
-            b = b.add(NR);
         }
+        b = b.wrapping_add(bs);
     }
     let alpha = _mm512_set1_ps(alpha);
     let zero = _mm512_setzero_ps();
@@ -1048,9 +1096,14 @@ mod tests {
             rs: brs as isize,
             cs: bcs as isize,
         };
-        // every combination of strided and packed operands; the packed ones are made twice in
-        // a row, so the second reuses the first's buffer (dropped), which must not matter
-        for packs in 0..4 {
+        // every combination of strided and packed operands, and (4, 5) a row-major `B` read in
+        // place; the packed ones are made twice in a row, so the second reuses the first's
+        // buffer (dropped), which must not matter
+        for packs in 0..6 {
+            let rows = packs >= 4;
+            if rows && tb {
+                continue;
+            }
             // SAFETY: the operands hold their matrices at these strides; the CPU check is done
             // by the caller.
             let pa = (packs & 1 == 1).then(|| unsafe {
@@ -1072,7 +1125,11 @@ mod tests {
                     k,
                     alpha,
                     pa.as_ref().map_or(Side::Strided(am), Side::Packed),
-                    pb.as_ref().map_or(Side::Strided(bm), Side::Packed),
+                    if rows {
+                        Side::Rows(bm)
+                    } else {
+                        pb.as_ref().map_or(Side::Strided(bm), Side::Packed)
+                    },
                     MatMut {
                         ptr: got.as_mut_ptr(),
                         rs: ldc as isize,
@@ -1129,6 +1186,15 @@ mod tests {
             unsafe { sgemm_sides(1, 6, 5, 5, 1.0, Side::Strided(am), Side::Packed(&pa), cm, false) }
         }));
         assert!(r.is_err());
+        // read in place: only as `B`, and only with contiguous rows
+        let cols = Mat { rs: 1, cs: 5, ..am };
+        for (a, b) in [(Side::Rows(am), Side::Strided(am)), (Side::Strided(am), Side::Rows(cols))] {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: as above: refused before any operand is read.
+                unsafe { sgemm_sides(1, 4, 4, 4, 1.0, a, b, cm, false) }
+            }));
+            assert!(r.is_err());
+        }
     }
 
     #[test]
@@ -1202,12 +1268,17 @@ mod tests {
         let side = pa.as_ref().map_or(Side::Strided(am), Side::Packed);
         let mut want = c0.clone();
         let mut got = c0.clone();
-        // SAFETY: the operands hold their matrices; `want` and `got` hold `m × n` at (rs, cs).
+        // `B` read in place: the same sums in the same order as packed, so bit for bit too
+        let mut got_rows = c0.clone();
+        // SAFETY: the operands hold their matrices; `want`, `got` and `got_rows` hold `m × n`
+        // at (rs, cs).
         unsafe {
             let cw = MatMut { ptr: want.as_mut_ptr(), rs, cs };
             sgemm_sides(threads, m, n, k, 1.0, side, Side::Strided(bm), cw, acc);
             let cg = MatMut { ptr: got.as_mut_ptr(), rs, cs };
             sgemm_sides_with(threads, m, n, k, 1.0, side, Side::Strided(bm), cg, acc, epi);
+            let cr = MatMut { ptr: got_rows.as_mut_ptr(), rs, cs };
+            sgemm_sides_with(threads, m, n, k, 1.0, side, Side::Rows(bm), cr, acc, epi);
         }
         for i in 0..m {
             for j in 0..n {
@@ -1219,15 +1290,17 @@ mod tests {
                 *w = if epi.relu && t <= 0.0 { 0.0 } else { t };
             }
         }
-        for (q, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(
-                g.to_bits(),
-                w.to_bits(),
-                "m={m} n={n} k={k} threads={threads} acc={acc} packed={packed_a} \
-                 relu={} bias={} cols={c_cols} at {q}: {g} vs {w}",
-                epi.relu,
-                epi.bias.is_some()
-            );
+        for (q, ((g, r), w)) in got.iter().zip(&got_rows).zip(&want).enumerate() {
+            for (v, in_place) in [(g, false), (r, true)] {
+                assert_eq!(
+                    v.to_bits(),
+                    w.to_bits(),
+                    "m={m} n={n} k={k} threads={threads} acc={acc} packed={packed_a} \
+                     relu={} bias={} cols={c_cols} in_place={in_place} at {q}: {v} vs {w}",
+                    epi.relu,
+                    epi.bias.is_some()
+                );
+            }
         }
     }
 
