@@ -348,8 +348,16 @@ unsafe fn blas<T: Element>(
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && m == 1 && b.transposed {
         // SAFETY: `T` is f32 (type id).
         let (a, b, c) = unsafe { (cast::<T, f32>(a), cast::<T, f32>(b), cast_mut::<T, f32>(c)) };
-        // `b` stored `n × k`: its rows are the columns of the product
-        dot_rows(&a.data[..k], &b.data[..n * k], &mut c[..n], accumulate);
+        // `b` stored `n × k`: its rows are the columns of the product, split over the pool
+        // when large (a fully connected layer's weight read once either way)
+        let (a, bt) = (&a.data[..k], &b.data[..n * k]);
+        if threads > 1 && flops >= PARALLEL_FLOPS {
+            parallel::for_chunks_mut(&mut c[..n], k, |j, cs| {
+                dot_rows(a, &bt[j * k..], cs, accumulate)
+            });
+        } else {
+            dot_rows(a, bt, &mut c[..n], accumulate);
+        }
         return;
     }
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && own_sgemm(m, n, k) {
@@ -653,10 +661,12 @@ fn naive<T: Element>(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn one_row_products_with_a_transposed_rhs_match_an_f64_reference() {
         for &k in &[0usize, 1, 15, 17, 63, 64, 65, 130, 1024] {
-            for &n in &[1usize, 3, 17, 100] {
+            for &n in &[1usize, 3, 17, 100, 300] {
                 for accumulate in [false, true] {
                     let a: Vec<f32> = (0..k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0).collect();
                     let bt: Vec<f32> =
@@ -689,8 +699,6 @@ mod tests {
             }
         }
     }
-
-    use super::*;
 
     fn reference(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
         let mut c = vec![0.0; m * n];

@@ -891,10 +891,10 @@ fn weight_transform_body(
     }
 }
 
-/// `dw[a..a + 16][b] = Gᵀ dU G` (`dU[p][b][a]`, `ci × co`: transposed), written through `dw`
-/// (`co × ci × 9`): each (a, b) block by one caller.
+/// `dw[a..a + 16][b] = Gᵀ dU G` (`dU[p][b][a]`, `ci × co`: transposed); `dw` holds output
+/// channels `a..` of the weight gradient (`ci × 9` each).
 #[inline(always)]
-fn weight_adj_body(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: Ptr<f32>) {
+fn weight_adj_body(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: &mut [f32]) {
     let lanes = (co - a).min(L);
     let mut t = [[[0.0f32; L]; 6]; 3]; // Gᵀ dU
     for j in 0..6 {
@@ -911,16 +911,14 @@ fn weight_adj_body(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: Ptr
         let r = gt(*row);
         for (j, vals) in r.iter().enumerate() {
             for l in 0..lanes {
-                // SAFETY: (a + l, b) is inside `co × ci` (lanes ≤ co - a), so the index is
-                // inside `dw`; this (a, b) block is written by this call only.
-                unsafe { *dw.get().add(((a + l) * ci + b) * 9 + i * 3 + j) = vals[l] };
+                dw[(l * ci + b) * 9 + i * 3 + j] = vals[l];
             }
         }
     }
 }
 
 multiversion!(weight_transform(w: &[f32], inp: usize, transpose: bool, to: usize, from: usize, a: usize, b: usize, u: Ptr<f32>) => weight_transform_body);
-multiversion!(weight_adj(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: Ptr<f32>) => weight_adj_body);
+multiversion!(weight_adj(du: &[f32], co: usize, ci: usize, a: usize, b: usize, dw: &mut [f32]) => weight_adj_body);
 
 /// The transformed weight `U[p][to][from]` of `w` (`(out, in, 3, 3)`, row-major). With
 /// `transpose`, the weight of the transposed convolution (`in` → `out` channels swapped, the
@@ -1065,14 +1063,12 @@ pub fn weight_grad(s: &Wino, x: &[f32], dy: &[f32], dw: &mut [f32]) {
         });
     }
     drop(rest);
-    assert!(dw.len() >= s.co * s.ci * 9);
-    let dwp = Ptr(dw.as_mut_ptr());
+    // blocks of `L` output channels: contiguous in `dw`, one task each
     let sum = &sum[..ul];
-    super::conv::split(s.ci, |cs| {
-        for c in cs {
-            for o in (0..s.co).step_by(L) {
-                weight_adj(sum, s.co, s.ci, o, c, dwp);
-            }
+    let mut blocks: Vec<&mut [f32]> = dw[..s.co * s.ci * 9].chunks_mut(L * s.ci * 9).collect();
+    parallel::for_each_mut(&mut blocks, parallel::max_threads(), |k, block| {
+        for c in 0..s.ci {
+            weight_adj(sum, s.co, s.ci, k * L, c, block);
         }
     });
 }
